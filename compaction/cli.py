@@ -1,0 +1,355 @@
+"""The ``compaction`` command line: a thin layer over the library; the only place that reads the clock."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from compaction.errors import (
+    CompactionError,
+    ConfigError,
+    InvalidRecordsError,
+    OffsetOverlapError,
+    StoreError,
+    StoreNotFoundError,
+)
+from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
+from compaction.generate import GenerateSpec, generate, topic_names
+from compaction.jsonl import parse_lines, write_lines
+from compaction.status import format_table, human_bytes, partition_status
+from compaction.store import Store, TopicPartition, Writer, read_manifests
+from compaction.verify import verify
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # verify found problems, or the command failed
+EXIT_USAGE = 2  # argparse's own code for bad arguments
+EXIT_PARTIAL = 3  # some partitions failed, the others were committed
+EXIT_INVALID = 4  # invalid configuration or input; nothing was changed
+
+log = logging.getLogger("compaction")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)  # clock-ok: the CLI is where `now` comes from
+
+
+def parse_time(text: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 instant (UTC when it has no offset)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time") from err
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def parse_duration(text: str) -> int:
+    """Milliseconds from ``500``, ``90s``, ``15m``, ``36h`` or ``7d``."""
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    for suffix in ("ms", "s", "m", "h", "d"):
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+            return int(float(text[: -len(suffix)]) * units[suffix])
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 500, 90s, 15m, 36h or 7d")
+
+
+def parse_storage_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"storage option {text!r} must look like KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for key, value in getattr(args, "storage_option", None) or []:
+        target = options
+        *parents, leaf = key.split(".")
+        for parent in parents:  # client_kwargs.endpoint_url=... nests
+            target = target.setdefault(parent, {})
+        target[leaf] = value
+    return options
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    return Store.open(args.store, storage_options(args))
+
+
+def selected_partitions(store: Store, args: argparse.Namespace) -> list[TopicPartition]:
+    if getattr(args, "topic", None) is not None and getattr(args, "partition", None) is not None:
+        return [TopicPartition(args.topic, args.partition)]
+    return store.topic_partitions(getattr(args, "topics", None))
+
+
+# Commands ------------------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    now = args.now if args.now is not None else wall_clock_ms()
+    spec = GenerateSpec(
+        topics=topic_names(args.topics), partitions=args.partitions, records=args.records, keys=args.keys,
+        update_ratio=args.update_ratio, tombstone_ratio=args.tombstone_ratio, keyless_ratio=args.keyless_ratio,
+        value_bytes=args.value_bytes, end_time_ms=args.end_time if args.end_time is not None else now,
+        time_span_ms=args.time_span, missing_timestamp_ratio=args.missing_timestamp_ratio,
+        segment_records=args.segment_records, version_header=args.version_header, seed=args.seed,
+    )
+    manifests = generate(store, spec, now_ms=now)
+    total = sum(m.size_bytes for m in manifests)
+    print(f"generated {len(manifests)} partition(s), {spec.records * len(spec.topics):,} records, "
+          f"{human_bytes(total)} in {store.url}")
+    return EXIT_OK
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    path = Path(args.file)
+    if not path.exists():
+        raise InvalidRecordsError(f"input file {path} does not exist")
+    if path.suffix == ".parquet":
+        try:
+            table = pq.read_table(path)
+        except Exception as err:  # pyarrow raises several types for a bad file
+            raise InvalidRecordsError(f"input file {path} is not a readable Parquet file: {err}") from err
+    else:
+        with path.open(encoding="utf-8") as stream:
+            table = parse_lines(stream, str(path))
+    now = args.now if args.now is not None else wall_clock_ms()
+    if not args.no_timestamp and "timestamp" not in table.column_names:
+        table = table.append_column("timestamp", pa.array([now] * table.num_rows, pa.int64()))
+    elif not args.no_timestamp:
+        filled = pc.fill_null(table.column("timestamp").cast(pa.int64()), now)
+        table = table.set_column(table.column_names.index("timestamp"), "timestamp", filled)
+    tp = TopicPartition(args.topic, args.partition)
+    manifest = store.append(tp, table, now_ms=now, writer=Writer(id="compaction-append"))
+    segment = manifest.segments[-1]
+    print(f"appended {segment.record_count} record(s) to {tp} at [{segment.base_offset}, {segment.next_offset}) "
+          f"as manifest version {manifest.version}")
+    return EXIT_OK
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    tp = TopicPartition(args.topic, args.partition)
+    table = store.read(tp, start=args.start, end=args.end)
+    if args.output and args.output.endswith(".parquet"):
+        pq.write_table(table, args.output)
+        print(f"wrote {table.num_rows} record(s) to {args.output}", file=sys.stderr)
+    elif args.output:
+        with open(args.output, "w", encoding="utf-8") as stream:
+            write_lines(table, stream)
+    else:
+        write_lines(table, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    partitions = selected_partitions(store, args)
+    manifests = read_manifests(store, partitions)
+    rows, failures, statuses = [], [], []
+    for tp, manifest in manifests.items():
+        if isinstance(manifest, StoreError):
+            failures.append(f"{tp}: {manifest}")
+            continue
+        s = partition_status(manifest)
+        statuses.append(s)
+        rows.append([s.partition, s.version, s.segments, human_bytes(s.size_bytes), s.records,
+                     f"[{s.log_start_offset}, {s.log_end_offset})", s.first_dirty_offset,
+                     human_bytes(s.dirty_bytes), s.last_operation])
+    if args.json:
+        print(json.dumps({"partitions": [s.to_dict() for s in statuses], "errors": failures}, indent=1))
+    else:
+        print(format_table(["partition", "version", "segments", "size", "records", "log", "checkpoint",
+                            "dirty", "last"], rows))
+        total = sum(s.size_bytes for s in statuses)
+        print(f"\n{len(statuses)} partition(s), {sum(s.records for s in statuses):,} records, {human_bytes(total)}")
+        for failure in failures:
+            print(f"unreadable: {failure}")
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    reports = verify(store, selected_partitions(store, args), check_data=not args.metadata_only)
+    problems = [p for r in reports for p in r.problems]
+    for report in reports:
+        state = "ok" if not report.problems else f"{len(report.problems)} problem(s)"
+        print(f"{report.partition}: version {report.version}, {report.segments} segment(s), "
+              f"{report.records} record(s), {report.orphans} unreferenced object(s): {state}")
+    for problem in problems:
+        print(f"PROBLEM {problem}")
+    if not reports:
+        print(f"no partitions found in {store.url}")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    now = args.now if args.now is not None else wall_clock_ms()
+    results, failures = collect_store(store, selected_partitions(store, args), now_ms=now, grace_ms=args.grace,
+                                      keep_versions=args.keep_versions, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    for result in results:
+        if result.deleted_objects or result.pruned_versions or result.unknown_objects:
+            print(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s) "
+                  f"({human_bytes(result.deleted_bytes)}), pruned manifest versions {result.pruned_versions or '-'}, "
+                  f"{result.waiting_objects} within the grace period")
+        for unknown in result.unknown_objects:
+            print(f"{result.partition}: left alone unknown object {unknown}")
+    for name, err in failures.items():
+        print(f"{name}: skipped, nothing deleted: {err}")
+    print(f"{verb} {sum(len(r.deleted_objects) for r in results)} object(s), "
+          f"{human_bytes(sum(r.deleted_bytes for r in results))}")
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+# Parser --------------------------------------------------------------------------------------------------
+
+
+def _store_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", metavar="STORE", help="store URL: a path, file://, s3://bucket/prefix, memory://...")
+    parser.add_argument("--storage-option", metavar="KEY=VALUE", action="append", type=parse_storage_option,
+                        help="fsspec storage option, repeatable (e.g. client_kwargs.endpoint_url=http://...); "
+                             "credentials are better left to the environment (AWS_* variables)")
+
+
+def _selection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topics", metavar="PATTERN", help="only topics matching this glob (e.g. 'orders*')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compaction",
+        description="An offline log cleaner: Kafka's log-compaction guarantees for segment stores on object "
+                    "storage.",
+        epilog=f"exit codes: {EXIT_OK} ok; {EXIT_FAILED} failed or problems found; {EXIT_USAGE} bad arguments; "
+               f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
+               "or input (nothing changed)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("generate", help="write a synthetic keyed store (deterministic for a seed)",
+                       description="Generate synthetic keyed topics. Records and keys are totals per topic, spread "
+                                   "over its partitions; keys are drawn uniformly from --keys unless --update-ratio "
+                                   "is given. Into an existing partition, records are appended after its log end.")
+    _store_args(p)
+    p.add_argument("--topics", default="orders", help="comma-separated topic names (default: orders)")
+    p.add_argument("--partitions", type=int, default=4, help="partitions per topic (default: 4)")
+    p.add_argument("--records", type=int, default=100_000, help="records per topic (default: 100000)")
+    p.add_argument("--keys", type=int, default=10_000, help="key cardinality per topic (default: 10000)")
+    p.add_argument("--update-ratio", type=float, default=None,
+                   help="probability that a record updates a key written earlier instead of inserting a new one")
+    p.add_argument("--tombstone-ratio", type=float, default=0.01, help="share of keyed records that are tombstones")
+    p.add_argument("--keyless-ratio", type=float, default=0.0, help="share of records without a key")
+    p.add_argument("--value-bytes", type=int, default=100, help="value size in bytes (default: 100)")
+    p.add_argument("--end-time", type=parse_time, default=None,
+                   help="timestamp of the newest record, epoch ms or ISO-8601 (default: --now)")
+    p.add_argument("--time-span", type=parse_duration, default=7 * 86_400_000,
+                   help="records' timestamps span this duration up to --end-time (default: 7d)")
+    p.add_argument("--missing-timestamp-ratio", type=float, default=0.0, help="share of records without timestamp")
+    p.add_argument("--segment-records", type=int, default=10_000, help="records per segment (default: 10000)")
+    p.add_argument("--version-header", default=None,
+                   help="add this header to every record: an 8-byte big-endian version (for the header strategy)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--now", type=parse_time, default=None,
+                   help="commit time, epoch ms or ISO-8601 (default: the clock)")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("append", help="append a Parquet or JSON Lines file as a new segment",
+                       description="Append records as one new segment at the partition's log end. Offsets are "
+                                   "assigned from the log end when the file has none; explicit offsets must start "
+                                   "at or after it. Records without a timestamp get the append time unless "
+                                   "--no-timestamp.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=int)
+    p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, or JSON Lines")
+    p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
+    p.add_argument("--now", type=parse_time, default=None,
+                   help="append time, epoch ms or ISO-8601 (default: the clock)")
+    p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("read", help="dump a partition's live log as JSON Lines or Parquet")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=int)
+    p.add_argument("--from", dest="start", type=int, default=None, help="first offset (inclusive)")
+    p.add_argument("--to", dest="end", type=int, default=None, help="last offset (exclusive)")
+    p.add_argument("-o", "--output", default=None, help="write to this file (.parquet for Parquet) instead of stdout")
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("status", help="per partition: segments, bytes, records, checkpoint, dirty bytes")
+    _store_args(p)
+    _selection_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("verify", help="check the store's invariants; exits non-zero on any problem",
+                       description="Check manifests (continuous versions, contiguous segments), that every "
+                                   "referenced object exists with its recorded size, and (unless --metadata-only) "
+                                   "checksums, offsets and statistics of every live segment.")
+    _store_args(p)
+    _selection_args(p)
+    p.add_argument("--metadata-only", action="store_true", help="skip reading segment data")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("gc", help="delete unreferenced objects after a grace period; prune old manifests",
+                       description="Delete objects in each partition's own folders that no retained manifest "
+                                   "references, once older than --grace; prune manifest versions beyond "
+                                   "--keep-versions that were superseded more than --grace ago.")
+    _store_args(p)
+    _selection_args(p)
+    p.add_argument("--grace", type=parse_duration, default=DEFAULT_GRACE_MS, help="grace period (default: 1d)")
+    p.add_argument("--keep-versions", type=int, default=DEFAULT_KEEP_VERSIONS,
+                   help=f"manifest versions always kept (default: {DEFAULT_KEEP_VERSIONS})")
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    p.add_argument("--now", type=parse_time, default=None,
+                   help="current time, epoch ms or ISO-8601 (default: the clock)")
+    p.set_defaults(func=cmd_gc)
+    return parser
+
+
+def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        return func(args)
+    except (ConfigError, InvalidRecordsError, OffsetOverlapError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except StoreNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except CompactionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_command(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Typed exceptions: one class per thing that can go wrong, each naming the object involved."""
+
+from __future__ import annotations
+
+
+class CompactionError(Exception):
+    """Raised for any failure the product itself detects (the base of every error below)."""
+
+
+class StoreError(CompactionError):
+    """Raised when the segment store cannot be read or written as the store format requires."""
+
+
+class StoreNotFoundError(StoreError):
+    """Raised when a topic or partition asked for does not exist in the store."""
+
+
+class MissingObjectError(StoreError):
+    """Raised when a manifest references an object that is not in the store."""
+
+
+class CorruptManifestError(StoreError):
+    """Raised when a manifest is not valid JSON or breaks the manifest format's rules."""
+
+
+class CorruptSegmentError(StoreError):
+    """Raised when a segment object cannot be read as a segment (truncated, unreadable, bad checksum)."""
+
+
+class SegmentSchemaError(CorruptSegmentError):
+    """Raised when a segment's columns do not match the segment format (a missing, extra or mistyped column)."""
+
+
+class InvalidRecordsError(CompactionError):
+    """Raised when records given to append are unusable (bad columns, unordered offsets, bad control types)."""
+
+
+class OffsetOverlapError(StoreError):
+    """Raised when appended offsets overlap offsets the partition's log already holds."""
+
+
+class CommitConflictError(StoreError):
+    """Raised when a commit lost the race for its manifest version and its change no longer applies."""
+
+
+class ConfigError(CompactionError):
+    """Raised when configuration is invalid; the message uses Kafka's wording where Kafka has one."""
+
+
+class PlanError(CompactionError):
+    """Raised when a partition cannot be planned (for example its manifest is unreadable)."""

@@ -1,0 +1,112 @@
+"""JSON Lines form of records, for the append and read commands.
+
+A line is an object with the segment columns. ``key`` and ``value`` are UTF-8 strings (``key_base64`` and
+``value_base64`` carry arbitrary bytes); a null or absent ``value`` is a tombstone. Each header is
+``{"key": name, "value": "text"}``, ``{"key": name, "value_base64": "..."}`` or ``{"key": name,
+"value_long": 42}`` (an 8-byte big-endian long, what the header strategy reads).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+import pyarrow as pa
+
+from compaction.errors import InvalidRecordsError
+from compaction.segment import COLUMNS, records
+
+_BINARY = ("key", "value")
+
+
+def _decode_bytes(obj: dict[str, Any], name: str, where: str) -> bytes | None:
+    if f"{name}_base64" in obj:
+        try:
+            return base64.b64decode(obj.pop(f"{name}_base64"), validate=True)
+        except (ValueError, TypeError) as err:
+            raise InvalidRecordsError(f"{where}: {name}_base64 is not valid base64") from err
+    value = obj.pop(name, None)
+    if value is None or isinstance(value, str):
+        return value.encode() if value is not None else None
+    raise InvalidRecordsError(f"{where}: {name} must be a string or null, not {type(value).__name__}")
+
+
+def _decode_header(header: Any, where: str) -> tuple[str, bytes | None]:
+    if not isinstance(header, dict) or not isinstance(header.get("key"), str):
+        raise InvalidRecordsError(f"{where}: each header must be an object with a string 'key'")
+    if "value_long" in header:
+        number = header["value_long"]
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise InvalidRecordsError(f"{where}: header {header['key']!r} value_long must be an integer")
+        return header["key"], number.to_bytes(8, "big", signed=True)
+    return header["key"], _decode_bytes(dict(header), "value", where)
+
+
+def parse_lines(lines: Iterable[str], source: str) -> pa.Table:
+    """Parse JSON Lines into a table in the segment schema; errors name the source and the line."""
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{source} line {number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InvalidRecordsError(f"{where} is not valid JSON: {err.msg}") from err
+        if not isinstance(obj, dict):
+            raise InvalidRecordsError(f"{where} must be a JSON object")
+        row: dict[str, Any] = {name: _decode_bytes(obj, name, where) for name in _BINARY}
+        headers = obj.pop("headers", None)
+        if headers is not None:
+            if not isinstance(headers, list):
+                raise InvalidRecordsError(f"{where}: headers must be a list")
+            row["headers"] = [_decode_header(h, where) for h in headers]
+        unknown = set(obj) - set(COLUMNS)
+        if unknown:
+            raise InvalidRecordsError(f"{where}: unknown field(s) {sorted(unknown)}")
+        row.update(obj)
+        rows.append(row)
+    try:
+        return records(rows, source)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
+        raise InvalidRecordsError(f"{source}: a field has the wrong type: {err}") from err
+
+
+def _encode_bytes(out: dict[str, Any], name: str, value: bytes | None) -> None:
+    if value is None:
+        out[name] = None
+        return
+    try:
+        text = value.decode()
+        if text.isprintable():
+            out[name] = text
+            return
+    except UnicodeDecodeError:
+        pass
+    out[f"{name}_base64"] = base64.b64encode(value).decode()
+
+
+def to_lines(table: pa.Table) -> Iterator[str]:
+    """Render records (any subset of the segment columns) as JSON Lines."""
+    for row in table.to_pylist():
+        out: dict[str, Any] = {}
+        for name, value in row.items():
+            if name in _BINARY:
+                _encode_bytes(out, name, value)
+            elif name == "headers" and value is not None:
+                headers = []
+                for header in value:
+                    item: dict[str, Any] = {"key": header["key"]}
+                    _encode_bytes(item, "value", header["value"])
+                    headers.append(item)
+                out[name] = headers
+            else:
+                out[name] = value
+        yield json.dumps(out, separators=(",", ":"))
+
+
+def write_lines(table: pa.Table, stream: IO[str]) -> None:
+    for line in to_lines(table):
+        stream.write(line + "\n")

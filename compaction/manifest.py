@@ -1,0 +1,184 @@
+"""The manifest: one committed version of a partition's log, its JSON form and its structural rules."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from compaction.errors import CorruptManifestError
+
+MANIFEST_DIR = "_manifests"
+SEGMENT_DIR = "segments"
+
+#: Segment and deletion-vector objects live in the partition's own ``segments/`` folder and are named
+#: ``<20-digit base offset>-<unique id>.<ext>``; anything else (``..``, absolute paths) is rejected.
+SEGMENT_NAME = re.compile(r"^segments/(\d{20})-([0-9A-Za-z_-]{1,64})\.(parquet|log)$")
+DELETES_NAME = re.compile(r"^segments/(\d{20})-([0-9A-Za-z_-]{1,64})\.deletes\.parquet$")
+MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def manifest_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+def segment_name(base_offset: int, unique_id: str, extension: str = "parquet") -> str:
+    return f"{SEGMENT_DIR}/{base_offset:020d}-{unique_id}.{extension}"
+
+
+def deletes_name(base_offset: int, unique_id: str) -> str:
+    return f"{SEGMENT_DIR}/{base_offset:020d}-{unique_id}.deletes.parquet"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class DeletionVector(_Frozen):
+    """Offsets of a segment that are logically removed without rewriting it (an object of sorted offsets)."""
+
+    path: str
+    count: int = Field(ge=1)
+    size_bytes: int = Field(ge=0)
+    checksum: str
+    created_ms: int
+
+    @model_validator(mode="after")
+    def _check_path(self) -> DeletionVector:
+        if not DELETES_NAME.match(self.path):
+            raise ValueError(
+                f"deletion vector path {self.path!r} is not a segments/<20-digit base>-<id>.deletes.parquet "
+                "name inside the partition"
+            )
+        return self
+
+
+class SegmentMeta(_Frozen):
+    """A live segment as the manifest records it; ``[base_offset, next_offset)`` is its offset range."""
+
+    path: str
+    format: Literal["parquet"] = "parquet"
+    base_offset: int = Field(ge=0)
+    next_offset: int
+    record_count: int = Field(ge=0)
+    size_bytes: int = Field(ge=0)
+    checksum: str
+    created_ms: int
+    first_timestamp: int | None = None
+    max_timestamp: int | None = None
+    tombstone_count: int = Field(default=0, ge=0)
+    keyless_count: int = Field(default=0, ge=0)
+    transactional_count: int = Field(default=0, ge=0)
+    control_count: int = Field(default=0, ge=0)
+    min_delete_horizon_ms: int | None = None
+    deletes: DeletionVector | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SegmentMeta:
+        match = SEGMENT_NAME.match(self.path)
+        if not match:
+            raise ValueError(
+                f"segment path {self.path!r} is not a segments/<20-digit base>-<id>.parquet name inside the "
+                "partition"
+            )
+        if int(match.group(1)) != self.base_offset:
+            raise ValueError(f"segment {self.path} is named for base offset {int(match.group(1))}, "
+                             f"but the manifest gives base_offset {self.base_offset}")
+        if self.next_offset <= self.base_offset:
+            raise ValueError(f"segment {self.path} has next_offset {self.next_offset} <= base_offset "
+                             f"{self.base_offset}")
+        if self.deletes is not None and self.deletes.count > self.record_count:
+            raise ValueError(f"segment {self.path} deletes {self.deletes.count} of {self.record_count} records")
+        return self
+
+    @property
+    def live_records(self) -> int:
+        """Records a reader sees: the stored ones minus those its deletion vector removes."""
+        return self.record_count - (self.deletes.count if self.deletes else 0)
+
+
+class WriterInfo(_Frozen):
+    """Who published a version: the tool, the run (one id per command or job run), what it did and when.
+
+    ``commit_id`` is unique per attempt, so a writer whose PUT had an unknown outcome can tell whether the
+    version that exists now is its own.
+    """
+
+    id: str
+    run_id: str
+    operation: Literal["append", "clean", "generate"]
+    time_ms: int
+    commit_id: str
+
+
+class Manifest(_Frozen):
+    """One committed version of a partition's log."""
+
+    format_version: Literal[1] = 1
+    topic: str
+    partition: int = Field(ge=0)
+    version: int = Field(ge=1)
+    log_start_offset: int = Field(ge=0)
+    log_end_offset: int = Field(ge=0)
+    last_stable_offset: int = Field(ge=0)
+    first_dirty_offset: int = Field(ge=0)
+    open_transactions: dict[int, int] = Field(default_factory=dict)
+    segments: tuple[SegmentMeta, ...] = ()
+    writer: WriterInfo
+
+    @model_validator(mode="after")
+    def _check(self) -> Manifest:
+        if not TOPIC_NAME.match(self.topic):
+            raise ValueError(f"topic name {self.topic!r} is not a legal Kafka topic name")
+        previous = None
+        for segment in self.segments:
+            if previous is not None and segment.base_offset != previous.next_offset:
+                raise ValueError(
+                    f"segment {segment.path} starts at {segment.base_offset} but the previous segment "
+                    f"{previous.path} ends at {previous.next_offset}: segments must be contiguous"
+                )
+            previous = segment
+        if self.segments:
+            if self.log_end_offset != self.segments[-1].next_offset:
+                raise ValueError(f"log_end_offset {self.log_end_offset} differs from the last segment's "
+                                 f"next_offset {self.segments[-1].next_offset}")
+            if not self.segments[0].base_offset <= self.log_start_offset <= self.log_end_offset:
+                raise ValueError(f"log_start_offset {self.log_start_offset} is outside the log "
+                                 f"[{self.segments[0].base_offset}, {self.log_end_offset})")
+        elif self.log_start_offset != self.log_end_offset:
+            raise ValueError(f"an empty log has log_start_offset {self.log_start_offset} != log_end_offset "
+                             f"{self.log_end_offset}")
+        if self.last_stable_offset > self.log_end_offset:
+            raise ValueError(f"last_stable_offset {self.last_stable_offset} is past the log end "
+                             f"{self.log_end_offset}")
+        paths = [s.path for s in self.segments]
+        if len(set(paths)) != len(paths):
+            raise ValueError("a segment path is listed twice")
+        return self
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(indent=1).encode()
+
+
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """Parse and validate a manifest; any problem becomes a CorruptManifestError naming ``where``."""
+    try:
+        return Manifest.model_validate_json(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        location = ".".join(str(part) for part in first.get("loc", ()))
+        reason = first.get("msg", str(err)).removeprefix("Value error, ")
+        if first.get("type") == "json_invalid":
+            raise CorruptManifestError(f"manifest {where} is not valid JSON: {reason}") from err
+        detail = f" at {location}" if location else ""
+        raise CorruptManifestError(f"manifest {where} is invalid{detail}: {reason}") from err

@@ -1,0 +1,231 @@
+"""The Parquet segment format: its columns, the schema check on read, encoding and per-segment statistics."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from compaction.errors import CorruptSegmentError, InvalidRecordsError, SegmentSchemaError
+
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+#: One row per record (SPEC §2). Every column is nullable in Arrow terms; the rules on nulls
+#: (``offset`` never null, ``value`` null only for tombstones) are checked on the data.
+SEGMENT_SCHEMA = pa.schema(
+    [
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADER_TYPE),
+        ("producer_id", pa.int64()),
+        ("producer_epoch", pa.int16()),
+        ("is_transactional", pa.bool_()),
+        ("is_control", pa.bool_()),
+        ("control_type", pa.string()),
+        ("delete_horizon_ms", pa.int64()),
+    ]
+)
+COLUMNS = tuple(SEGMENT_SCHEMA.names)
+CONTROL_TYPES = ("commit", "abort")
+NO_PRODUCER = -1
+
+#: Defaults for the columns an appended file may leave out.
+_DEFAULTS: dict[str, Any] = {
+    "timestamp": None,
+    "key": None,
+    "value": None,
+    "headers": None,
+    "producer_id": NO_PRODUCER,
+    "producer_epoch": -1,
+    "is_transactional": False,
+    "is_control": False,
+    "control_type": None,
+    "delete_horizon_ms": None,
+}
+
+PARQUET_COMPRESSION = "zstd"
+
+
+def check_schema(schema: pa.Schema, where: str) -> None:
+    """Raise SegmentSchemaError naming ``where`` and the first column that is missing, extra or mistyped."""
+    for field in SEGMENT_SCHEMA:
+        index = schema.get_field_index(field.name)
+        if index < 0:
+            raise SegmentSchemaError(f"segment {where} has no column {field.name!r} ({field.type} expected)")
+        actual = schema.field(index).type
+        if actual != field.type:
+            raise SegmentSchemaError(
+                f"segment {where}: column {field.name!r} has type {actual}, but the segment format "
+                f"requires {field.type}"
+            )
+    extra = [name for name in schema.names if name not in COLUMNS]
+    if extra:
+        raise SegmentSchemaError(f"segment {where} has unexpected column(s) {extra}; expected {list(COLUMNS)}")
+
+
+def conform(table: pa.Table, where: str) -> pa.Table:
+    """Return ``table`` in the segment schema: missing optional columns get their defaults, types are cast.
+
+    Used for records coming from users (append input); stored segments are checked, never conformed.
+    """
+    unknown = [name for name in table.column_names if name not in COLUMNS]
+    if unknown:
+        raise InvalidRecordsError(f"{where}: unknown column(s) {unknown}; the segment columns are {list(COLUMNS)}")
+    n = table.num_rows
+    columns = []
+    for field in SEGMENT_SCHEMA:
+        if field.name in table.column_names:
+            column = table.column(field.name)
+            try:
+                column = column.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise InvalidRecordsError(
+                    f"{where}: column {field.name!r} has type {column.type}, which cannot be read as {field.type}"
+                ) from err
+        elif field.name == "offset":
+            column = pa.chunked_array([pa.nulls(n, pa.int64())])
+        else:
+            column = pa.chunked_array([pa.array([_DEFAULTS[field.name]] * n, field.type)])
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA)
+
+
+def check_records(table: pa.Table, where: str) -> None:
+    """Check the per-row rules of the format: offsets present and strictly increasing, markers well formed."""
+    offsets = table.column("offset")
+    if offsets.null_count:
+        raise InvalidRecordsError(f"{where}: {offsets.null_count} record(s) have no offset")
+    if table.num_rows > 1:
+        values = offsets.combine_chunks()
+        increasing = pc.all(pc.greater(values[1:], values[:-1])).as_py()
+        if not increasing:
+            raise InvalidRecordsError(f"{where}: offsets are not strictly increasing")
+    is_control = pc.fill_null(table.column("is_control"), False)
+    control_type = table.column("control_type")
+    bad_marker = pc.and_(is_control, pc.invert(pc.fill_null(pc.is_in(control_type, pa.array(CONTROL_TYPES)), False)))
+    if pc.any(bad_marker).as_py():
+        raise InvalidRecordsError(f"{where}: a control record has a control_type other than {CONTROL_TYPES}")
+    typed_data = pc.and_(pc.invert(is_control), pc.is_valid(control_type))
+    if pc.any(typed_data).as_py():
+        raise InvalidRecordsError(f"{where}: a data record (is_control false) carries a control_type")
+
+
+def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> bytes:
+    """Serialise records (already in the segment schema) as one Parquet object."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression=compression, write_statistics=["offset", "timestamp"])
+    return sink.getvalue().to_pybytes()
+
+
+def decode_parquet(source: Any, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read a Parquet segment (bytes or a file object), check its schema, and return the asked columns."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        source = pa.BufferReader(source)
+    try:
+        file = pq.ParquetFile(source)
+        check_schema(file.schema_arrow, where)
+        table = file.read(columns=list(columns) if columns is not None else None)
+    except SegmentSchemaError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise CorruptSegmentError(f"segment {where} is not a readable Parquet file: {err}") from err
+    if columns is None:
+        table = table.cast(SEGMENT_SCHEMA)
+    return table
+
+
+def checksum(data: bytes | memoryview) -> str:
+    """The checksum recorded in manifests for an object's bytes."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What a manifest records about a segment's records."""
+
+    record_count: int
+    first_timestamp: int | None
+    max_timestamp: int | None
+    tombstone_count: int
+    keyless_count: int
+    transactional_count: int
+    control_count: int
+    min_delete_horizon_ms: int | None
+    last_offset: int | None
+
+
+def _scalar(value: Any) -> Any:
+    return value.as_py() if value is not None else None
+
+
+def segment_stats(table: pa.Table) -> SegmentStats:
+    """Compute a segment's statistics from its records (in the segment schema)."""
+    n = table.num_rows
+    if n == 0:
+        return SegmentStats(0, None, None, 0, 0, 0, 0, None, None)
+    timestamps = table.column("timestamp")
+    first = _scalar(timestamps[0])
+    valid_ts = pc.filter(timestamps, pc.fill_null(pc.greater_equal(timestamps, 0), False))
+    max_ts = pc.max(valid_ts).as_py() if len(valid_ts) else None
+    is_control = pc.fill_null(table.column("is_control"), False)
+    data = pc.invert(is_control)
+    keyed = pc.is_valid(table.column("key"))
+    tombstones = pc.and_(pc.and_(data, keyed), pc.is_null(table.column("value")))
+    keyless = pc.and_(data, pc.invert(keyed))
+    transactional = pc.and_(data, pc.fill_null(table.column("is_transactional"), False))
+    horizon = pc.min(table.column("delete_horizon_ms")).as_py()
+    return SegmentStats(
+        record_count=n,
+        first_timestamp=first if first is not None and first >= 0 else None,
+        max_timestamp=max_ts,
+        tombstone_count=int(pc.sum(tombstones).as_py() or 0),
+        keyless_count=int(pc.sum(keyless).as_py() or 0),
+        transactional_count=int(pc.sum(transactional).as_py() or 0),
+        control_count=int(pc.sum(is_control).as_py() or 0),
+        min_delete_horizon_ms=horizon,
+        last_offset=_scalar(table.column("offset")[n - 1]),
+    )
+
+
+def _to_bytes(value: Any, where: str, name: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bool):
+        raise InvalidRecordsError(f"{where}: {name} must be bytes, a string or an integer, not a boolean")
+    if isinstance(value, int):
+        return value.to_bytes(8, "big", signed=True)
+    raise InvalidRecordsError(f"{where}: {name} must be bytes, a string or an integer, not {type(value).__name__}")
+
+
+def records(rows: Iterable[Mapping[str, Any]], where: str = "records") -> pa.Table:
+    """Build a table in the segment schema from dicts; str becomes UTF-8, an int header value a big-endian long.
+
+    The small builder tests and users' scripts use; missing columns take the format's defaults.
+    """
+    rows = list(rows)
+    data: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    for row in rows:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise InvalidRecordsError(f"{where}: unknown field(s) {sorted(unknown)}")
+        for name in COLUMNS:
+            value = row.get(name, _DEFAULTS.get(name))
+            if name in ("key", "value"):
+                value = _to_bytes(value, where, name)
+            elif name == "headers" and value is not None:
+                pairs = value.items() if isinstance(value, Mapping) else value
+                value = [
+                    {"key": k, "value": _to_bytes(v, where, f"header {k!r}")}
+                    for k, v in (p if isinstance(p, tuple) else (p["key"], p["value"]) for p in pairs)
+                ]
+            data[name].append(value)
+    return pa.Table.from_pydict(data, schema=SEGMENT_SCHEMA)

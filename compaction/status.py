@@ -1,0 +1,70 @@
+"""Per-partition summaries of a store's manifests (what ``compaction status`` prints)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from compaction.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One partition at its newest version; ``dirty_bytes`` counts segments from the one holding the checkpoint."""
+
+    partition: str
+    version: int
+    segments: int
+    size_bytes: int
+    records: int
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    first_dirty_offset: int
+    dirty_bytes: int
+    tombstones: int
+    last_operation: str
+    last_commit_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def partition_status(manifest: Manifest) -> PartitionStatus:
+    dirty = sum(s.size_bytes for s in manifest.segments if s.next_offset > manifest.first_dirty_offset)
+    return PartitionStatus(
+        partition=manifest.name,
+        version=manifest.version,
+        segments=len(manifest.segments),
+        size_bytes=manifest.size_bytes,
+        records=sum(s.live_records for s in manifest.segments),
+        log_start_offset=manifest.log_start_offset,
+        log_end_offset=manifest.log_end_offset,
+        last_stable_offset=manifest.last_stable_offset,
+        first_dirty_offset=manifest.first_dirty_offset,
+        dirty_bytes=dirty,
+        tombstones=sum(s.tombstone_count for s in manifest.segments),
+        last_operation=manifest.writer.operation,
+        last_commit_ms=manifest.writer.time_ms,
+    )
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Plain aligned columns (numbers right-aligned) for terminal output."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(values: list[str]) -> str:
+        padded = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True))
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])

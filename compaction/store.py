@@ -1,0 +1,442 @@
+"""The segment store: partitions' manifests, segment objects, reads, appends and the commit protocol.
+
+Layout (SPEC §2)::
+
+    <store>/<topic>/<partition>/segments/<20-digit base offset>-<unique id>.parquet   immutable objects
+    <store>/<topic>/<partition>/_manifests/<20-digit version>.json                  one per version
+
+A commit publishes version N+1 with an exclusive create. A writer that loses the race re-reads the newest
+version and rebuilds its change on top of it (a rebase) or fails with :class:`CommitConflictError`.
+Every call touches only the partition's own manifests and the objects it asks for.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from compaction.errors import (
+    CommitConflictError,
+    CorruptManifestError,
+    CorruptSegmentError,
+    InvalidRecordsError,
+    MissingObjectError,
+    OffsetOverlapError,
+    StoreError,
+    StoreNotFoundError,
+)
+from compaction.manifest import (
+    MANIFEST_DIR,
+    MANIFEST_NAME,
+    TOPIC_NAME,
+    DeletionVector,
+    Manifest,
+    SegmentMeta,
+    WriterInfo,
+    deletes_name,
+    manifest_name,
+    parse_manifest,
+    segment_name,
+)
+from compaction.segment import (
+    SEGMENT_SCHEMA,
+    check_records,
+    checksum,
+    conform,
+    decode_parquet,
+    encode_parquet,
+    segment_stats,
+)
+from compaction.storage import Storage
+
+MAX_COMMIT_ATTEMPTS = 64
+DELETES_SCHEMA = pa.schema([("offset", pa.int64())])
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """A partition of a topic; printed the Kafka way (``orders-3``)."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Identifies who commits: the tool and the run (one run id per command invocation or job run)."""
+
+    id: str = "compaction"
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A cleaner's change to one partition: replace live segments by new ones, move checkpoint and log start.
+
+    It applies on top of any newer version in which every replaced segment is still live and unchanged
+    and nobody else moved the checkpoint or the log start: that is the rebase rule.
+    """
+
+    removed: tuple[SegmentMeta, ...]
+    added: tuple[SegmentMeta, ...]
+    expected_first_dirty_offset: int
+    first_dirty_offset: int
+    expected_log_start_offset: int
+    log_start_offset: int
+
+    def apply(self, latest: Manifest | None, name: str) -> dict[str, Any]:
+        if latest is None:
+            raise CommitConflictError(f"partition {name} has no manifest to replace segments in")
+        live = {segment.path: segment for segment in latest.segments}
+        for segment in self.removed:
+            if live.get(segment.path) != segment:
+                raise CommitConflictError(
+                    f"segment {name}/{segment.path} is no longer live and unchanged in manifest version "
+                    f"{latest.version}: another writer replaced it"
+                )
+        if latest.first_dirty_offset != self.expected_first_dirty_offset:
+            raise CommitConflictError(
+                f"partition {name}: manifest version {latest.version} moved the checkpoint from "
+                f"{self.expected_first_dirty_offset} to {latest.first_dirty_offset}: another cleaner ran"
+            )
+        if latest.log_start_offset != self.expected_log_start_offset:
+            raise CommitConflictError(
+                f"partition {name}: manifest version {latest.version} moved the log start from "
+                f"{self.expected_log_start_offset} to {latest.log_start_offset}"
+            )
+        gone = {segment.path for segment in self.removed}
+        segments = sorted([s for s in latest.segments if s.path not in gone] + list(self.added),
+                          key=lambda s: s.base_offset)
+        return {
+            "log_start_offset": self.log_start_offset,
+            "log_end_offset": latest.log_end_offset,
+            "last_stable_offset": latest.last_stable_offset,
+            "first_dirty_offset": self.first_dirty_offset,
+            "open_transactions": latest.open_transactions,
+            "segments": tuple(segments),
+        }
+
+
+class Store:
+    """A segment store rooted at a URL."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @classmethod
+    def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> Store:
+        return cls(Storage.from_url(url, storage_options))
+
+    @property
+    def url(self) -> str:
+        return self.storage.url
+
+    def describe(self, tp: TopicPartition, rel: str = "") -> str:
+        return self.storage.describe(f"{tp.prefix}/{rel}" if rel else tp.prefix)
+
+    # Listing -----------------------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return sorted(e.name for e in self.storage.list_dir("", detail=False)
+                      if e.is_dir and TOPIC_NAME.match(e.name))
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(int(e.name) for e in self.storage.list_dir(topic, detail=False)
+                      if e.is_dir and e.name.isdigit())
+
+    def topic_partitions(self, topics: str | Sequence[str] | None = None) -> list[TopicPartition]:
+        """All partitions, optionally of the topics matching glob pattern(s) such as ``orders*``."""
+        patterns = [topics] if isinstance(topics, str) else list(topics or ["*"])
+        names = [t for t in self.topics() if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            per_topic = list(pool.map(self.partitions, names))
+        return [TopicPartition(t, p) for t, parts in zip(names, per_topic, strict=True) for p in parts]
+
+    # Manifests ---------------------------------------------------------------------------------------
+
+    def versions(self, tp: TopicPartition) -> list[int]:
+        """Committed manifest versions of a partition, ascending."""
+        found = (MANIFEST_NAME.match(e.name) for e in self.storage.list_dir(f"{tp.prefix}/{MANIFEST_DIR}"))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def manifest(self, tp: TopicPartition, version: int | None = None) -> Manifest:
+        """The partition's manifest at ``version`` (default: the newest); StoreNotFoundError if it has none."""
+        if version is None:
+            found = self.versions(tp)
+            if not found:
+                raise StoreNotFoundError(f"partition {self.describe(tp)} has no committed manifest")
+            version = found[-1]
+        rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(version)}"
+        where = self.storage.describe(rel)
+        manifest = parse_manifest(self.storage.read_bytes(rel), where)
+        if (manifest.topic, manifest.partition, manifest.version) != (tp.topic, tp.partition, version):
+            raise CorruptManifestError(
+                f"manifest {where} describes {manifest.topic}-{manifest.partition} version {manifest.version}, "
+                f"expected {tp} version {version}"
+            )
+        return manifest
+
+    def latest(self, tp: TopicPartition) -> Manifest | None:
+        """The newest manifest, or None for a partition nobody has committed to yet."""
+        try:
+            return self.manifest(tp)
+        except StoreNotFoundError:
+            return None
+
+    # Segments ----------------------------------------------------------------------------------------
+
+    def write_segment(self, tp: TopicPartition, table: pa.Table, base_offset: int, next_offset: int,
+                      created_ms: int, compression: str = "zstd") -> SegmentMeta:
+        """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed."""
+        stats = segment_stats(table)
+        data = encode_parquet(table, compression)
+        rel = segment_name(base_offset, uuid.uuid4().hex)
+        self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
+        return SegmentMeta(
+            path=rel, base_offset=base_offset, next_offset=next_offset, record_count=stats.record_count,
+            size_bytes=len(data), checksum=checksum(data), created_ms=created_ms,
+            first_timestamp=stats.first_timestamp, max_timestamp=stats.max_timestamp,
+            tombstone_count=stats.tombstone_count, keyless_count=stats.keyless_count,
+            transactional_count=stats.transactional_count, control_count=stats.control_count,
+            min_delete_horizon_ms=stats.min_delete_horizon_ms,
+        )
+
+    def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array,
+                      created_ms: int) -> DeletionVector:
+        """Write a deletion vector (sorted offsets) for ``segment``; not yet committed."""
+        offsets = pc.unique(offsets.cast(pa.int64()))
+        offsets = offsets.take(pc.sort_indices(offsets))
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table([offsets], schema=DELETES_SCHEMA), sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        rel = deletes_name(segment.base_offset, uuid.uuid4().hex)
+        self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
+        return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
+                              created_ms=created_ms)
+
+    def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
+        rel = f"{tp.prefix}/{vector.path}"
+        where = self.storage.describe(rel)
+        source, size = self.storage.open_input(rel)
+        if size != vector.size_bytes:
+            raise CorruptSegmentError(f"deletion vector {where} is {size} bytes, the manifest records "
+                                      f"{vector.size_bytes}")
+        try:
+            table = pq.read_table(source)
+        except (pa.ArrowException, OSError) as err:
+            raise CorruptSegmentError(f"deletion vector {where} is not a readable Parquet file: {err}") from err
+        if table.schema != DELETES_SCHEMA:
+            raise CorruptSegmentError(f"deletion vector {where} has columns {table.schema}, expected {DELETES_SCHEMA}")
+        return table.column("offset").combine_chunks()
+
+    def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
+                     apply_deletes: bool = True) -> pa.Table:
+        """Read a segment's records (the asked columns), checking its size and schema; deletes applied."""
+        rel = f"{tp.prefix}/{segment.path}"
+        where = self.storage.describe(rel)
+        source, size = self.storage.open_input(rel)
+        try:
+            if size != segment.size_bytes:
+                raise CorruptSegmentError(f"segment {where} is {size} bytes, but the manifest records "
+                                          f"{segment.size_bytes}")
+            wanted = None if columns is None else list(dict.fromkeys(columns))
+            needs_offset = apply_deletes and segment.deletes is not None and wanted is not None \
+                and "offset" not in wanted
+            table = decode_parquet(source, where, None if wanted is None else
+                                   (["offset", *wanted] if needs_offset else wanted))
+        finally:
+            source.close()
+        if apply_deletes and segment.deletes is not None:
+            deleted = self.read_deletes(tp, segment.deletes)
+            table = table.filter(pc.invert(pc.is_in(table.column("offset"), deleted)))
+            if needs_offset:
+                table = table.drop_columns(["offset"])
+        return table
+
+    def read(self, tp: TopicPartition, start: int | None = None, end: int | None = None,
+             columns: Sequence[str] | None = None, manifest: Manifest | None = None) -> pa.Table:
+        """The partition's live log in offset order, optionally only offsets in ``[start, end)``."""
+        manifest = manifest or self.manifest(tp)
+        low = max(manifest.log_start_offset, start if start is not None else 0)
+        high = manifest.log_end_offset if end is None else min(end, manifest.log_end_offset)
+        wanted = list(columns) if columns is not None else list(SEGMENT_SCHEMA.names)
+        read_columns = wanted if "offset" in wanted else ["offset", *wanted]
+        tables = []
+        for segment in manifest.segments:
+            if segment.next_offset <= low or segment.base_offset >= high:
+                continue
+            table = self.read_segment(tp, segment, read_columns)
+            if segment.base_offset < low or segment.next_offset > high:
+                offsets = table.column("offset")
+                table = table.filter(pc.and_(pc.greater_equal(offsets, low), pc.less(offsets, high)))
+            tables.append(table)
+        schema = pa.schema([SEGMENT_SCHEMA.field(c) for c in read_columns])
+        result = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
+        return result.select(wanted)
+
+    # Commits -----------------------------------------------------------------------------------------
+
+    def commit(self, tp: TopicPartition, build: Callable[[Manifest | None], Mapping[str, Any]], *,
+               writer: Writer, operation: str, now_ms: int, max_attempts: int = MAX_COMMIT_ATTEMPTS,
+               rng: random.Random | None = None) -> Manifest:
+        """Publish the next manifest version, rebuilding the change on the newest version until it wins.
+
+        ``build(latest)`` returns the new log state (or raises CommitConflictError when its change no
+        longer applies); this method is the only code that publishes manifests.
+        """
+        rng = rng or random.Random()
+        lost: int | None = None
+        for attempt in range(max_attempts):
+            latest = self.latest(tp) if lost is None else self._newest_from(tp, lost)
+            state = build(latest)
+            version = latest.version + 1 if latest else 1
+            commit_id = uuid.uuid4().hex
+            try:
+                manifest = Manifest(
+                    topic=tp.topic, partition=tp.partition, version=version,
+                    writer=WriterInfo(id=writer.id, run_id=writer.run_id, operation=operation,  # type: ignore[arg-type]
+                                      time_ms=now_ms, commit_id=commit_id),
+                    **state,
+                )
+            except ValueError as err:
+                raise CommitConflictError(f"partition {tp}: the change does not apply to version "
+                                          f"{version - 1}: {err}") from err
+            rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(version)}"
+            try:
+                created = self.storage.create_exclusive(rel, manifest.to_json())
+            except OSError:
+                # An unknown outcome (a timeout after the PUT may have landed): the commit id tells.
+                winner = self.latest(tp)
+                if winner is not None and winner.writer.commit_id == commit_id:
+                    return winner
+                raise
+            if created:
+                return manifest
+            lost = version
+            # Lost the race for this version: back off (exponential, jittered), then rebase on the newer one.
+            time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
+        raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
+                                  "concurrent writers")
+
+    def _newest_from(self, tp: TopicPartition, version: int) -> Manifest:
+        """The newest manifest when ``version`` is known to exist: read it, then probe the next ones."""
+        newest = self.manifest(tp, version)
+        while True:
+            try:
+                newest = self.manifest(tp, newest.version + 1)
+            except MissingObjectError:
+                return newest
+
+    def replace(self, tp: TopicPartition, change: Replacement, *, writer: Writer, now_ms: int,
+                operation: str = "clean") -> Manifest:
+        return self.commit(tp, lambda latest: change.apply(latest, str(tp)), writer=writer,
+                           operation=operation, now_ms=now_ms)
+
+    def append(self, tp: TopicPartition, records: pa.Table, *, now_ms: int, writer: Writer | None = None,
+               operation: str = "append") -> Manifest:
+        """Append records as one new segment at the log end and commit it.
+
+        Offsets are assigned from the log end when the ``offset`` column is absent or all null; explicit
+        offsets must be strictly increasing and start at or after the log end. On a lost race the records
+        are re-based: auto-assigned offsets move to the new log end (a new object is written), explicit
+        ones are kept if they still fit, else the append fails with CommitConflictError.
+        """
+        if not TOPIC_NAME.match(tp.topic) or tp.partition < 0:
+            raise InvalidRecordsError(f"{tp.topic!r} partition {tp.partition} is not a legal topic partition")
+        where = f"records for {tp}"
+        table = conform(records, where)
+        if table.num_rows == 0:
+            raise InvalidRecordsError(f"{where}: nothing to append (0 records)")
+        explicit = table.column("offset").null_count == 0
+        if not explicit and table.column("offset").null_count != table.num_rows:
+            raise InvalidRecordsError(f"{where}: either every record has an offset or none has")
+        if explicit:
+            check_records(table, where)
+        writer = writer or Writer()
+        written: dict[int, SegmentMeta] = {}  # base offset -> object already written for that placement
+
+        def build(latest: Manifest | None) -> dict[str, Any]:
+            log_end = latest.log_end_offset if latest else 0
+            if explicit:
+                first = table.column("offset")[0].as_py()
+                if latest is not None and first < log_end:
+                    if written:
+                        raise CommitConflictError(
+                            f"{where}: a concurrent append took offsets up to {log_end}, past the explicit "
+                            f"offset {first}")
+                    raise OffsetOverlapError(
+                        f"{where}: offsets start at {first}, but partition {self.describe(tp)} already holds "
+                        f"offsets up to {log_end} (exclusive)")
+                placed = table
+                base = log_end if latest is not None else first
+            else:
+                offsets = pa.array(range(log_end, log_end + table.num_rows), pa.int64())
+                placed = table.set_column(0, "offset", offsets)
+                check_records(placed, where)
+                base = log_end
+            last = placed.column("offset")[placed.num_rows - 1].as_py()
+            if base not in written:
+                written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms)
+            segment = written[base]
+            open_txns = dict(latest.open_transactions) if latest else {}
+            _track_transactions(placed, open_txns, where)
+            next_offset = last + 1
+            return {
+                "log_start_offset": latest.log_start_offset if latest and latest.segments else base,
+                "log_end_offset": next_offset,
+                "last_stable_offset": min(open_txns.values(), default=next_offset),
+                "first_dirty_offset": latest.first_dirty_offset if latest and latest.segments else base,
+                "open_transactions": open_txns,
+                "segments": (*(latest.segments if latest else ()), segment),
+            }
+
+        return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
+
+
+def _track_transactions(table: pa.Table, open_txns: dict[int, int], where: str) -> None:
+    """Update producer id -> first offset of its open transaction with the records' transactional rows."""
+    is_control = pc.fill_null(table.column("is_control"), False)
+    transactional = pc.or_(is_control, pc.fill_null(table.column("is_transactional"), False))
+    if not pc.any(transactional).as_py():
+        return
+    rows = table.filter(transactional).select(["offset", "producer_id", "is_control"]).to_pylist()
+    for row in rows:
+        producer = row["producer_id"]
+        if producer is None or producer < 0:
+            raise InvalidRecordsError(f"{where}: transactional record at offset {row['offset']} has no producer id")
+        if row["is_control"]:
+            open_txns.pop(producer, None)
+        else:
+            open_txns.setdefault(producer, row["offset"])
+
+
+def read_manifests(store: Store, partitions: Iterable[TopicPartition],
+                   threads: int = 16) -> dict[TopicPartition, Manifest | StoreError]:
+    """Newest manifest of each partition, read in parallel; a failure is returned in place of the manifest."""
+
+    def one(tp: TopicPartition) -> Manifest | StoreError:
+        try:
+            return store.manifest(tp)
+        except StoreError as err:
+            return err
+
+    partitions = list(partitions)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return dict(zip(partitions, pool.map(one, partitions), strict=True))

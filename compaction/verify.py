@@ -1,0 +1,160 @@
+"""Checks a store's invariants: manifests, object presence, sizes, checksums and offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow.compute as pc
+
+from compaction.errors import StoreError
+from compaction.manifest import DELETES_NAME, SEGMENT_DIR, SEGMENT_NAME, Manifest, SegmentMeta
+from compaction.segment import checksum, decode_parquet, segment_stats
+from compaction.storage import TEMP_PREFIX
+from compaction.store import Store, TopicPartition
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken invariant: where (a partition and an object, or the store) and what is wrong."""
+
+    partition: str
+    object: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.partition}: {self.object}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    partition: str
+    version: int | None
+    segments: int
+    records: int
+    orphans: int
+    problems: tuple[Problem, ...]
+
+
+def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) -> PartitionReport:
+    """Check one partition; ``check_data`` also reads every live object (checksums, offsets, statistics)."""
+    problems: list[Problem] = []
+
+    def problem(obj: str, message: str) -> None:
+        problems.append(Problem(str(tp), obj, message))
+
+    versions = store.versions(tp)
+    if not versions:
+        problem(store.describe(tp), "partition folder has no committed manifest")
+        return PartitionReport(str(tp), None, 0, 0, 0, tuple(problems))
+    expected = list(range(versions[0], versions[-1] + 1))
+    if versions != expected:
+        missing = sorted(set(expected) - set(versions))
+        problem(store.describe(tp, "_manifests"), f"manifest versions are not continuous: missing {missing}")
+    manifests: list[Manifest] = []
+    for version in versions:
+        try:
+            manifests.append(store.manifest(tp, version))
+        except StoreError as err:
+            problem(f"version {version}", str(err))
+    listing = {e.name: e for e in store.storage.list_dir(f"{tp.prefix}/{SEGMENT_DIR}")}
+    referenced: set[str] = set()
+    for manifest in manifests:
+        for segment in manifest.segments:
+            for rel, size in _objects(segment):
+                referenced.add(rel)
+                entry = listing.get(rel.rsplit("/", 1)[-1])
+                if entry is None:
+                    problem(store.describe(tp, rel), f"missing, but manifest version {manifest.version} references it")
+                elif entry.size != size:
+                    problem(store.describe(tp, rel), f"is {entry.size} bytes, manifest version "
+                                                     f"{manifest.version} records {size}")
+    latest = manifests[-1] if manifests and manifests[-1].version == versions[-1] else None
+    records = 0
+    if latest is not None:
+        _check_offsets(latest, problem)
+        if check_data:
+            for segment in latest.segments:
+                records += _check_segment(store, tp, segment, problem)
+        else:
+            records = sum(s.live_records for s in latest.segments)
+    orphans = sum(1 for name in listing if f"{SEGMENT_DIR}/{name}" not in referenced
+                  and not name.startswith(TEMP_PREFIX))
+    return PartitionReport(str(tp), versions[-1], len(latest.segments) if latest else 0, records, orphans,
+                           tuple(problems))
+
+
+def _objects(segment: SegmentMeta) -> Iterable[tuple[str, int]]:
+    yield segment.path, segment.size_bytes
+    if segment.deletes is not None:
+        yield segment.deletes.path, segment.deletes.size_bytes
+
+
+def _check_offsets(manifest: Manifest, problem: Callable[[str, str], None]) -> None:
+    where = f"manifest version {manifest.version}"
+    if manifest.open_transactions:
+        lso = min(manifest.open_transactions.values())
+        if manifest.last_stable_offset != lso:
+            problem(where, f"last_stable_offset {manifest.last_stable_offset} but the earliest open "
+                           f"transaction starts at {lso}")
+    if manifest.first_dirty_offset > manifest.log_end_offset:
+        problem(where, f"checkpoint {manifest.first_dirty_offset} is past the log end {manifest.log_end_offset} "
+                       "(the planner will reset it to the log start)")
+
+
+def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, problem: Callable[[str, str], None]) -> int:
+    name = store.describe(tp, segment.path)
+    try:
+        data = store.storage.read_bytes(f"{tp.prefix}/{segment.path}")
+    except StoreError:
+        return 0  # already reported as missing
+    if checksum(data) != segment.checksum:
+        problem(name, f"checksum {checksum(data)} differs from the manifest's {segment.checksum}")
+        return 0
+    try:
+        table = decode_parquet(data, name)
+    except StoreError as err:
+        problem(name, str(err))
+        return 0
+    offsets = table.column("offset")
+    if table.num_rows:
+        low, high = pc.min(offsets).as_py(), pc.max(offsets).as_py()
+        if low < segment.base_offset or high >= segment.next_offset:
+            problem(name, f"holds offsets [{low}, {high}] outside its range [{segment.base_offset}, "
+                          f"{segment.next_offset})")
+        if table.num_rows > 1 and not pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
+            problem(name, "offsets are not strictly increasing")
+    stats = segment_stats(table)
+    for field in ("record_count", "tombstone_count", "keyless_count", "max_timestamp", "min_delete_horizon_ms"):
+        if getattr(stats, field) != getattr(segment, field):
+            problem(name, f"{field} is {getattr(stats, field)}, the manifest records {getattr(segment, field)}")
+    live = table.num_rows
+    if segment.deletes is not None:
+        try:
+            deleted = store.read_deletes(tp, segment.deletes)
+        except StoreError as err:
+            problem(store.describe(tp, segment.deletes.path), str(err))
+            return live
+        if len(deleted) != segment.deletes.count:
+            problem(store.describe(tp, segment.deletes.path),
+                    f"holds {len(deleted)} offsets, the manifest records {segment.deletes.count}")
+        present = pc.sum(pc.is_in(deleted, offsets)).as_py() or 0
+        if present != len(deleted):
+            problem(store.describe(tp, segment.deletes.path),
+                    f"deletes {len(deleted) - present} offset(s) the segment does not hold")
+        live -= present
+    return live
+
+
+def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, check_data: bool = True,
+           threads: int = 8) -> list[PartitionReport]:
+    """Verify every partition (or the given ones); problems are returned, never raised."""
+    partitions = list(partitions) if partitions is not None else store.topic_partitions()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda tp: verify_partition(store, tp, check_data), partitions))
+
+
+def is_store_object(name: str) -> bool:
+    rel = f"{SEGMENT_DIR}/{name}"
+    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel))

@@ -1,0 +1,59 @@
+"""Shared fixtures: stores on three backends (memory, local disk, a moto S3 server on loopback)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from compaction.store import Store
+from tests.s3server import new_bucket, s3_server, set_credentials_env, storage_options
+
+set_credentials_env()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_store(s3_endpoint: str) -> Store:
+    return Store.open(new_bucket(s3_endpoint), storage_options(s3_endpoint))
+
+
+@pytest.fixture
+def local_store(tmp_path: Path) -> Store:
+    return Store.open(str(tmp_path / "store"))
+
+
+@pytest.fixture
+def memory_store() -> Store:
+    return Store.open(f"memory://store-{uuid.uuid4().hex}")
+
+
+BACKENDS = ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest) -> Store:
+    """The same store contract on each backend."""
+    return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture
+def store_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str], Store]:
+    """Open a fresh store of the named backend."""
+
+    def make(backend: str) -> Store:
+        if backend == "s3":
+            endpoint = request.getfixturevalue("s3_endpoint")
+            return Store.open(new_bucket(endpoint), storage_options(endpoint))
+        if backend == "local":
+            return Store.open(str(tmp_path / f"store-{uuid.uuid4().hex[:8]}"))
+        return Store.open(f"memory://store-{uuid.uuid4().hex}")
+
+    return make

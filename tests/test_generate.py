@@ -1,0 +1,48 @@
+"""The generator is deterministic for a seed and honours its ratios."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from compaction.generate import GenerateSpec, generate, partition_records
+from compaction.store import Store, TopicPartition
+
+
+def test_same_seed_same_records_and_different_seed_different_records() -> None:
+    spec = GenerateSpec(records=2000, keys=100, partitions=2, seed=7)
+    assert partition_records(spec, 0, 1, 0).equals(partition_records(spec, 0, 1, 0))
+    other = GenerateSpec(records=2000, keys=100, partitions=2, seed=8)
+    assert not partition_records(spec, 0, 1, 0).equals(partition_records(other, 0, 1, 0))
+
+
+def test_ratios_cardinality_and_partitioning() -> None:
+    spec = GenerateSpec(records=40_000, keys=1000, partitions=4, tombstone_ratio=0.1, keyless_ratio=0.05,
+                        missing_timestamp_ratio=0.2, seed=1)
+    table = partition_records(spec, 0, 2, 0)
+    n = table.num_rows
+    assert n == 10_000
+    keys = table.column("key")
+    assert abs(keys.null_count / n - 0.05) < 0.01
+    tombstones = pc.sum(pc.and_(pc.is_valid(keys), pc.is_null(table.column("value")))).as_py()
+    assert abs(tombstones / (n - keys.null_count) - 0.1) < 0.015
+    assert abs(table.column("timestamp").null_count / n - 0.2) < 0.015
+    distinct = pc.unique(pc.drop_null(keys)).to_pylist()
+    assert len(distinct) <= 250
+    assert all(int(k[4:]) % 4 == 2 for k in distinct), "keys of partition 2 hash to partition 2"
+
+
+def test_update_ratio_bounds_new_keys() -> None:
+    spec = GenerateSpec(records=10_000, keys=100_000, partitions=1, update_ratio=0.9, seed=3)
+    keys = partition_records(spec, 0, 0, 0).column("key")
+    assert abs(len(pc.unique(keys)) / 10_000 - 0.1) < 0.02
+
+
+def test_generate_writes_segments_and_appends_after_the_log_end(local_store: Store) -> None:
+    spec = GenerateSpec(topics=("a", "b"), records=1000, keys=50, partitions=2, segment_records=200)
+    generate(local_store, spec, now_ms=5)
+    manifests = generate(local_store, spec, now_ms=6)
+    assert len(manifests) == 4
+    m = local_store.manifest(TopicPartition("b", 1))
+    assert (m.version, m.log_end_offset, len(m.segments)) == (2, 1000, 6)
+    assert m.writer.operation == "generate"
+    assert local_store.read(TopicPartition("b", 1)).column("offset").to_pylist() == list(range(1000))
