@@ -32,7 +32,7 @@ test: setup ## run every test: unit, Spark, S3 (moto on 127.0.0.1)
 	$(BIN)/python -m pytest
 
 lint: setup ## ruff and mypy
-	$(BIN)/ruff check compaction tests
+	$(BIN)/ruff check compaction tests bench
 	$(BIN)/mypy
 
 clean: ## remove the demo store and caches (keeps .venv)

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from compaction.config import Settings, parse_overrides
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -27,6 +28,7 @@ from compaction.errors import (
 from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.generate import GenerateSpec, generate, topic_names
 from compaction.jsonl import parse_lines, write_lines
+from compaction.planner import Decision, format_duration, plan
 from compaction.status import format_table, human_bytes, partition_status
 from compaction.store import Store, TopicPartition, Writer, read_manifests
 from compaction.verify import verify
@@ -89,8 +91,15 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    return Store.open(args.store, storage_options(args))
+def open_store(args: argparse.Namespace, settings: Settings | None = None) -> Store:
+    options = dict(settings.store.options) if settings else {}
+    options.update(storage_options(args))
+    return Store.open(args.store, options)
+
+
+def load_settings(args: argparse.Namespace) -> Settings:
+    """Configuration from --conf, the environment and --set flags; validated before any work."""
+    return Settings.load(args.conf, parse_overrides(args.set or []))
 
 
 def selected_partitions(store: Store, args: argparse.Namespace) -> list[TopicPartition]:
@@ -100,6 +109,33 @@ def selected_partitions(store: Store, args: argparse.Namespace) -> list[TopicPar
 
 
 # Commands ------------------------------------------------------------------------------------------------
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    settings = load_settings(args)
+    store = open_store(args, settings)
+    now = args.now if args.now is not None else wall_clock_ms()
+    manifests = read_manifests(store, selected_partitions(store, args))
+    for topic in sorted({tp.topic for tp in manifests}):
+        settings.topic_config(topic)  # a bad combination of overrides fails before anything is planned
+    result = plan(manifests, settings.topic_config, now, settings.cleaner.max_bytes_per_run)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return EXIT_OK
+    rows = []
+    for p in result.partitions:
+        clean_range = f"[{p.log_start_offset}, {p.first_uncleanable_offset})" if p.decision is Decision.CLEAN else "-"
+        rows.append([str(p.partition), p.decision.value, human_bytes(p.clean_bytes), human_bytes(p.cleanable_bytes),
+                     f"{p.cleanable_ratio:.2f}", format_duration(p.compaction_delay_ms) if p.compaction_delay_ms
+                     else "-", clean_range, len(p.segments), p.reason + (f" ({p.checkpoint_reset}: reset)"
+                                                                          if p.checkpoint_reset else "")])
+    print(format_table(["partition", "decision", "clean", "cleanable", "ratio", "delay", "clean range",
+                        "segments", "reason"], rows))
+    print(f"\n{len(result.selected)} to clean, {len(result.uncleanable)} uncleanable, "
+          f"{len(result.partitions) - len(result.selected) - len(result.uncleanable)} skipped; "
+          f"max-dirty-percent {result.max_dirty_percent}, max-compaction-delay-secs "
+          f"{result.max_compaction_delay_ms // 1000}")
+    return EXIT_OK
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -232,6 +268,16 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
                              "credentials are better left to the environment (AWS_* variables)")
 
 
+def _config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", metavar="FILE", help="TOML configuration (e.g. conf/local.toml); without it, "
+                                                      "Kafka's defaults apply (cleanup.policy=delete: nothing "
+                                                      "is compacted)")
+    parser.add_argument("--set", metavar="NAME=VALUE", action="append",
+                        help="override a setting, repeatable: a broker-level name (log.cleaner.min.cleanable."
+                             "ratio=0.2), TOPIC:NAME=VALUE for a topic (orders:min.cleanable.dirty.ratio=0.1), "
+                             "or cleaner.NAME=VALUE")
+
+
 def _selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topics", metavar="PATTERN", help="only topics matching this glob (e.g. 'orders*')")
 
@@ -247,6 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("plan", help="dry run: per partition the decision, reason, bytes, ratio and range",
+                       description="Plan a run without changing anything: for every partition, whether it would "
+                                   "be cleaned and why (dirty ratio, max.compaction.lag.ms, expired tombstones, "
+                                   "retention), clean and cleanable bytes, the dirty ratio, the compaction delay, "
+                                   "the offset range to clean and the segments involved.")
+    _store_args(p)
+    _selection_args(p)
+    _config_args(p)
+    p.add_argument("--now", type=parse_time, default=None, help="plan as of this time, epoch ms or ISO-8601 "
+                                                                "(default: the clock)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("generate", help="write a synthetic keyed store (deterministic for a seed)",
                        description="Generate synthetic keyed topics. Records and keys are totals per topic, spread "

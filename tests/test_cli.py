@@ -82,3 +82,22 @@ def test_time_and_duration_parsing() -> None:
     assert parse_time("1767225600000") == parse_time("2026-01-01T00:00:00Z") == parse_time("2026-01-01T00:00:00")
     assert parse_duration("36h") == 36 * 3_600_000
     assert parse_duration("90s") == 90_000 and parse_duration("250") == 250
+
+
+def test_plan_prints_decisions_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "s")
+    run(capsys, "generate", store, "--records", "2000", "--keys", "100", "--partitions", "2",
+        "--segment-records", "400", "--now", NOW, "--end-time", NOW)
+    code, out = run(capsys, "plan", store, "--conf", "conf/local.toml", "--now", NOW)
+    assert code == EXIT_OK
+    assert "orders-0   clean" in out and "dirty ratio 1.00 > 0.50" in out and "[0, 800)" in out
+    code, out = run(capsys, "plan", store, "--now", NOW, "--json")
+    doc = json.loads(out)
+    assert [p["decision"] for p in doc["partitions"]] == ["skip", "skip"]
+    assert doc["partitions"][0]["reason"] == "cleanup.policy=delete: not compacted"
+    code, out = run(capsys, "plan", store, "--now", "2026-01-20T00:00:00Z", "--json", "--set",
+                    "log.cleanup.policy=compact", "--set", "log.cleaner.min.cleanable.ratio=1",
+                    "--set", "log.cleaner.max.compaction.lag.ms=86400000")
+    first = json.loads(out)["partitions"][0]
+    assert first["decision"] == "clean" and first["reason"].startswith("max.compaction.lag.ms exceeded by")
+    assert first["clean_range"] == [0, 1000] and first["active_rolled"] is True

@@ -1,0 +1,301 @@
+"""The planner: which partitions to clean and over which offsets, as Kafka's LogCleanerManager decides.
+
+A pure function of (manifests, configuration, now): no Spark, no filesystem, no clock. Offsets follow
+Kafka's arithmetic (reference §2): the validated checkpoint, the segment-aligned first uncleanable offset,
+clean/cleanable bytes (with Kafka's double count of a segment holding a mid-segment checkpoint), the dirty
+ratio, ``max.compaction.lag.ms``, tombstone purges and retention for ``compact,delete``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from compaction.config import TopicConfig
+from compaction.manifest import Manifest, SegmentMeta
+from compaction.store import TopicPartition
+
+
+class Decision(StrEnum):
+    CLEAN = "clean"
+    SKIP = "skip"
+    UNCLEANABLE = "uncleanable"
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """The planner's verdict on one partition; offsets are Kafka's, ``*_end``/``first_uncleanable`` exclusive.
+
+    A selected partition is cleaned over ``[log_start_offset, first_uncleanable_offset)`` (after retention
+    has dropped ``expired_segments``), and its checkpoint then becomes ``first_uncleanable_offset``.
+    """
+
+    partition: TopicPartition
+    decision: Decision
+    reason: str
+    manifest: Manifest | None = field(default=None, repr=False, compare=False)
+    config: TopicConfig | None = None
+    checkpoint: int | None = None
+    first_dirty_offset: int | None = None
+    checkpoint_reset: str | None = None
+    uncleanable_offset: int | None = None
+    first_uncleanable_offset: int | None = None
+    log_start_offset: int | None = None
+    clean_bytes: int = 0
+    cleanable_bytes: int = 0
+    cleanable_ratio: float = 0.0
+    compaction_delay_ms: int = 0
+    active_rolled: bool = False
+    tombstone_purge: bool = False
+    expired_segments: tuple[SegmentMeta, ...] = ()
+    segments: tuple[SegmentMeta, ...] = ()
+
+    @property
+    def needs_dedupe(self) -> bool:
+        """Whether records must be read: cleanable bytes or expired horizons (retention alone is metadata)."""
+        return self.decision is Decision.CLEAN and bool(self.segments) and (
+            self.cleanable_bytes > 0 or self.tombstone_purge)
+
+    @property
+    def work_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": str(self.partition),
+            "decision": self.decision.value,
+            "reason": self.reason,
+            "version": self.manifest.version if self.manifest else None,
+            "checkpoint": self.checkpoint,
+            "first_dirty_offset": self.first_dirty_offset,
+            "checkpoint_reset": self.checkpoint_reset,
+            "first_uncleanable_offset": self.first_uncleanable_offset,
+            "log_start_offset": self.log_start_offset,
+            "clean_bytes": self.clean_bytes,
+            "cleanable_bytes": self.cleanable_bytes,
+            "cleanable_ratio": round(self.cleanable_ratio, 6),
+            "compaction_delay_ms": self.compaction_delay_ms,
+            "active_rolled": self.active_rolled,
+            "tombstone_purge": self.tombstone_purge,
+            "expired_segments": [s.path for s in self.expired_segments],
+            "clean_range": [self.log_start_offset, self.first_uncleanable_offset]
+            if self.decision is Decision.CLEAN else None,
+            "segments": [s.path for s in self.segments],
+        }
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """Every partition's plan: the selected ones first (dirtiest first), then skipped, then uncleanable."""
+
+    now_ms: int
+    partitions: tuple[PartitionPlan, ...]
+    max_dirty_percent: int
+    max_compaction_delay_ms: int
+    delayed_partitions: int
+    byte_budget: int | None
+
+    @property
+    def selected(self) -> list[PartitionPlan]:
+        return [p for p in self.partitions if p.decision is Decision.CLEAN]
+
+    @property
+    def uncleanable(self) -> list[PartitionPlan]:
+        return [p for p in self.partitions if p.decision is Decision.UNCLEANABLE]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now_ms": self.now_ms,
+            "max_dirty_percent": self.max_dirty_percent,
+            "max_compaction_delay_secs": self.max_compaction_delay_ms // 1000,
+            "delayed_partitions": self.delayed_partitions,
+            "byte_budget": self.byte_budget,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+
+def _segment_time(segment: SegmentMeta) -> int:
+    """A segment's largest timestamp, or its creation time when it has none (Kafka uses the file's mtime)."""
+    return segment.max_timestamp if segment.max_timestamp is not None else segment.created_ms
+
+
+def _floor_index(segments: Sequence[SegmentMeta], offset: int) -> int:
+    """Index of the segment containing ``offset`` (Kafka's floor); len(segments) if past the last one."""
+    for i, segment in enumerate(segments):
+        if offset < segment.next_offset:
+            return i
+    return len(segments)
+
+
+def expired_by_retention(manifest: Manifest, config: TopicConfig, now_ms: int) -> tuple[SegmentMeta, ...]:
+    """Leading non-active segments past ``retention.ms`` or beyond ``retention.bytes`` (Kafka's deleteOldSegments)."""
+    if not config.delete:
+        return ()
+    candidates = manifest.segments[:-1]
+    expired = 0
+    if config.retention_ms >= 0:
+        while expired < len(candidates) and now_ms - _segment_time(candidates[expired]) > config.retention_ms:
+            expired += 1
+    if config.retention_bytes >= 0:
+        excess = manifest.size_bytes - config.retention_bytes
+        by_size = 0
+        for segment in candidates:
+            if excess - segment.size_bytes < 0:
+                break
+            excess -= segment.size_bytes
+            by_size += 1
+        expired = max(expired, by_size)
+    return tuple(candidates[:expired])
+
+
+def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int) -> PartitionPlan:
+    """Kafka's selection arithmetic for one partition (no budget, no ordering)."""
+    if not config.compact:
+        return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted",
+                             manifest, config)
+    expired = expired_by_retention(manifest, config, now_ms)
+    segments = manifest.segments[len(expired):]
+    log_end = manifest.log_end_offset
+    log_start = segments[0].base_offset if expired and segments else \
+        (log_end if expired else manifest.log_start_offset)
+    base = dict(manifest=manifest, config=config, checkpoint=manifest.first_dirty_offset, log_start_offset=log_start,
+                expired_segments=expired)
+    if not segments:
+        if expired:
+            return PartitionPlan(tp, Decision.CLEAN, f"retention: {len(expired)} segment(s) expired",
+                                 first_dirty_offset=log_end, first_uncleanable_offset=log_end, **base)  # type: ignore[arg-type]
+        return PartitionPlan(tp, Decision.SKIP, "empty log", **base)  # type: ignore[arg-type]
+
+    # Checkpoint validation (LogCleanerManager.cleanableOffsets).
+    first_dirty = manifest.first_dirty_offset
+    reset = None
+    if first_dirty < log_start:
+        reset = f"checkpoint {first_dirty} is below the log start {log_start}"
+        first_dirty = log_start
+    elif first_dirty > log_end:
+        reset = f"checkpoint {first_dirty} is past the log end {log_end}"
+        first_dirty = log_start
+
+    # The active segment, unless it counts as rolled (the offline form of KIP-354's forced roll).
+    last = segments[-1]
+    first_time = last.first_timestamp if last.first_timestamp is not None else last.created_ms
+    rolled = now_ms - first_time > min(config.segment_ms, config.max_compaction_lag_ms)
+    active_base = log_end if rolled else last.base_offset
+    non_active = segments if rolled else segments[:-1]
+
+    # First uncleanable offset: min(LSO, active base, first dirty segment newer than the min lag).
+    bound_name, bound = "active segment", active_base
+    if manifest.last_stable_offset < bound:
+        bound_name, bound = "last stable offset", manifest.last_stable_offset
+    if config.min_compaction_lag_ms > 0:
+        horizon = now_ms - config.min_compaction_lag_ms
+        for segment in non_active[_floor_index(non_active, first_dirty):]:
+            if _segment_time(segment) > horizon:
+                if segment.base_offset < bound:
+                    bound_name, bound = "min.compaction.lag.ms", segment.base_offset
+                break
+    uncleanable = max(first_dirty, bound)
+    if uncleanable >= active_base:
+        first_uncleanable = active_base
+    else:
+        index = _floor_index(non_active, uncleanable)
+        first_uncleanable = non_active[index].base_offset if index < len(non_active) else active_base
+
+    # Bytes (LogToClean): a segment holding a mid-segment checkpoint counts on both sides, as in Kafka.
+    clean_bytes = sum(s.size_bytes for s in segments if s.base_offset < first_dirty)
+    start = _floor_index(segments, min(first_dirty, first_uncleanable))
+    cleanable_bytes = sum(s.size_bytes for s in segments[start:] if s.base_offset < first_uncleanable)
+    total = clean_bytes + cleanable_bytes
+    ratio = cleanable_bytes / total if total else 0.0
+
+    # max.compaction.lag.ms (LogCleanerManager.maxCompactionDelay).
+    dirty = non_active[_floor_index(non_active, first_dirty):]
+    first_times = [s.first_timestamp for s in dirty if s.first_timestamp is not None and s.first_timestamp > 0]
+    earliest = min(first_times, default=None)
+    clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
+    delay = clean_until - earliest if earliest is not None and earliest < clean_until else 0
+
+    in_range = tuple(s for s in segments if s.base_offset < first_uncleanable)
+    purge = any(s.min_delete_horizon_ms is not None and s.min_delete_horizon_ms <= now_ms for s in in_range)
+    fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
+                  first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
+                  cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
+                  active_rolled=rolled, tombstone_purge=purge, segments=in_range)
+
+    if delay > 0 and cleanable_bytes > 0:
+        reason = f"max.compaction.lag.ms exceeded by {format_duration(delay)}"
+    elif ratio > config.min_cleanable_dirty_ratio:
+        reason = f"dirty ratio {ratio:.2f} > {config.min_cleanable_dirty_ratio:.2f}"
+    elif purge:
+        reason = "tombstones expired: delete horizon passed"
+    elif expired:
+        reason = f"retention: {len(expired)} segment(s) expired"
+    else:
+        if cleanable_bytes == 0:
+            reason = {"active segment": "active segment only",
+                      "last stable offset": f"nothing cleanable below the last stable offset "
+                                            f"{manifest.last_stable_offset} (open transaction)",
+                      "min.compaction.lag.ms": "dirty segments are newer than min.compaction.lag.ms"}[bound_name]
+            if first_dirty >= log_end:
+                reason = "no dirty records"
+        else:
+            reason = f"dirty ratio {ratio:.2f} <= {config.min_cleanable_dirty_ratio:.2f}"
+        return PartitionPlan(tp, Decision.SKIP, reason, **fields)  # type: ignore[arg-type]
+    if expired and not reason.startswith("retention"):
+        reason += f"; retention: {len(expired)} segment(s) expired"
+    return PartitionPlan(tp, Decision.CLEAN, reason, **fields)  # type: ignore[arg-type]
+
+
+def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Callable[[str], TopicConfig], now_ms: int,
+         byte_budget: int | None = None) -> CompactionPlan:
+    """Plan a run: select cleanable partitions, dirtiest first, within an optional byte budget.
+
+    ``config(topic)`` gives a topic's effective configuration. A partition whose manifest could not be
+    read (an exception in place of the manifest) is listed as uncleanable with the reason; the others
+    are still planned. The budget bounds the bytes read by the run; the dirtiest selected partition is
+    always taken, so every run makes progress.
+    """
+    plans: list[PartitionPlan] = []
+    uncleanable: list[PartitionPlan] = []
+    for tp in sorted(manifests, key=lambda tp: (tp.topic, tp.partition)):
+        manifest = manifests[tp]
+        if isinstance(manifest, Exception):
+            uncleanable.append(PartitionPlan(tp, Decision.UNCLEANABLE, str(manifest)))
+            continue
+        plans.append(plan_partition(tp, manifest, config(tp.topic), now_ms))
+
+    candidates = [p for p in plans if p.clean_bytes + p.cleanable_bytes > 0]
+    max_dirty = int(100 * max((p.cleanable_ratio for p in candidates), default=0.0))
+    max_delay = max((p.compaction_delay_ms for p in plans), default=0)
+    delayed = sum(1 for p in plans if p.compaction_delay_ms > 0)
+
+    selected = sorted((p for p in plans if p.decision is Decision.CLEAN), key=lambda p: -p.cleanable_ratio)
+    skipped = [p for p in plans if p.decision is not Decision.CLEAN]
+    if byte_budget is not None:
+        within: list[PartitionPlan] = []
+        spent = 0
+        for p in selected:
+            if within and spent + p.work_bytes > byte_budget:
+                skipped.append(_deferred(p, byte_budget))
+                continue
+            within.append(p)
+            spent += p.work_bytes
+        selected = within
+    return CompactionPlan(now_ms, tuple(selected + skipped + uncleanable), max_dirty, max_delay, delayed, byte_budget)
+
+
+def _deferred(p: PartitionPlan, budget: int) -> PartitionPlan:
+    return replace(p, decision=Decision.SKIP, reason=f"deferred: per-run byte budget {budget} exhausted ({p.reason})")
+
+
+def format_duration(ms: int) -> str:
+    """``3h12m``, ``45s``, ``2d4h``: compact durations for plan reasons."""
+    seconds = ms // 1000
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    shown = [f"{value}{unit}" for value, unit in parts if value]
+    return "".join(shown[:2]) if shown else f"{ms}ms"

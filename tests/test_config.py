@@ -1,0 +1,101 @@
+"""Configuration: Kafka's names and defaults, precedence of sources, and Kafka's wording for bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compaction.cli import EXIT_INVALID, main
+from compaction.config import LONG_MAX, Settings, TopicConfig, parse_overrides
+from compaction.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_are_kafkas() -> None:
+    assert Settings.load(environ={}).defaults == TopicConfig(
+        cleanup_policy=("delete",), min_cleanable_dirty_ratio=0.5, min_compaction_lag_ms=0,
+        max_compaction_lag_ms=LONG_MAX, delete_retention_ms=86_400_000, segment_bytes=1_073_741_824,
+        segment_ms=604_800_000, compaction_strategy="offset", compaction_strategy_header="",
+        retention_ms=604_800_000, retention_bytes=-1)
+
+
+@pytest.mark.parametrize("name", ["local.toml", "production.toml"])
+def test_shipped_examples_are_valid(name: str) -> None:
+    settings = Settings.load(ROOT / "conf" / name, environ={})
+    assert settings.defaults.compact
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text('"log.cleanup.policy" = "compact"\n"log.cleaner.min.cleanable.ratio" = 0.3\n'
+                    '[topics."orders*"]\n"compaction.strategy" = "timestamp"\n"segment.ms" = 1000\n'
+                    '[topics."orders"]\n"segment.ms" = 2000\n[cleaner]\n"keyless.records" = "drop"\n')
+    settings = Settings.load(conf, environ={})
+    assert settings.defaults.min_cleanable_dirty_ratio == 0.3
+    orders = settings.topic_config("orders")
+    assert (orders.compaction_strategy, orders.segment_ms) == ("timestamp", 2000), "exact name applies last"
+    assert settings.topic_config("orders-eu").segment_ms == 1000
+    assert settings.topic_config("other").compaction_strategy == "offset"
+    assert settings.cleaner.keyless_records == "drop"
+
+    env = {"COMPACTION_LOG_CLEANER_MIN_CLEANABLE_RATIO": "0.4", "COMPACTION_CLEANER__KEYLESS_RECORDS": "keep"}
+    settings = Settings.load(conf, environ=env)
+    assert (settings.defaults.min_cleanable_dirty_ratio, settings.cleaner.keyless_records) == (0.4, "keep")
+
+    flags = parse_overrides(["log.cleaner.min.cleanable.ratio=0.6", "orders:segment.ms=3000",
+                             "cleaner.max.bytes.per.run=1000"])
+    settings = Settings.load(conf, flags, environ=env)
+    assert settings.defaults.min_cleanable_dirty_ratio == 0.6
+    assert settings.topic_config("orders").segment_ms == 3000
+    assert settings.topic_config("orders").compaction_strategy == "timestamp", "flags merge into file tables"
+    assert settings.cleaner.max_bytes_per_run == 1000
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"log.cleaner.min.cleanable.ratio": 1.5},
+     "Invalid value 1.5 for configuration log.cleaner.min.cleanable.ratio: Value must be no more than 1"),
+    ({"topics": {"t": {"min.cleanable.dirty.ratio": -0.1}}},
+     "Invalid value -0.1 for configuration min.cleanable.dirty.ratio: Value must be at least 0"),
+    ({"topics": {"t": {"min.compaction.lag.ms": -1}}},
+     "Invalid value -1 for configuration min.compaction.lag.ms: Value must be at least 0"),
+    ({"log.cleaner.max.compaction.lag.ms": 0},
+     "Invalid value 0 for configuration log.cleaner.max.compaction.lag.ms: Value must be at least 1"),
+    ({"topics": {"t": {"min.compaction.lag.ms": 200, "max.compaction.lag.ms": 100}}},
+     "conflict topic config setting min.compaction.lag.ms (200) > max.compaction.lag.ms (100)"),
+    ({"topics": {"t": {"compaction.strategy": "header"}}}, "compaction.strategy.header must be specified."),
+    ({"topics": {"t": {"compaction.strategy": "newest"}}},
+     "Invalid value newest for configuration compaction.strategy: String must be one of: offset, timestamp, header"),
+    ({"topics": {"t": {"cleanup.policy": "compact,forever"}}},
+     "Invalid value compact,forever for configuration cleanup.policy: String must be one of: compact, delete"),
+    ({"topics": {"t": {"min.cleanable.ratio": 0.1}}}, "Unknown topic config name: min.cleanable.ratio"),
+    ({"log.cleaner.threads.count": 2}, "Unknown configuration 'log.cleaner.threads.count'"),
+    ({"log.retention.ms": "soon"}, "Invalid value soon for configuration log.retention.ms: Not a number of type LONG"),
+])
+def test_invalid_values_fail_with_kafkas_wording(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(overrides=overrides, environ={})
+    assert str(info.value).startswith(message)
+
+
+def test_a_combination_of_matching_tables_is_checked_for_the_topic() -> None:
+    settings = Settings.load(overrides={"topics": {"a*": {"min.compaction.lag.ms": 500},
+                                                   "*z": {"max.compaction.lag.ms": 100}}}, environ={})
+    with pytest.raises(ConfigError, match=r"lag.ms \(500\) > max.compaction.lag.ms \(100\) \(topic az\)"):
+        settings.topic_config("az")
+
+
+def test_invalid_configuration_exits_with_its_own_code_before_any_work(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('"log.cleaner.min.cleanable.ratio" = 2\n')
+    missing_store = str(tmp_path / "never-created")
+    assert main(["plan", missing_store, "--conf", str(bad)]) == EXIT_INVALID
+    assert "Value must be no more than 1" in capsys.readouterr().err
+    assert main(["plan", missing_store, "--set", "orders:compaction.strategy=header"]) == EXIT_INVALID
+    assert "compaction.strategy.header must be specified." in capsys.readouterr().err
+    not_toml = tmp_path / "x.toml"
+    not_toml.write_text("= nope")
+    assert main(["plan", missing_store, "--conf", str(not_toml)]) == EXIT_INVALID
+    assert not Path(missing_store).exists()
