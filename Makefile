@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 STORE ?= demo-store
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+export SPARK_LOCAL_IP := 127.0.0.1
 
 .PHONY: help setup run test lint clean
 
@@ -22,11 +23,14 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed ## create .venv and install the project with its dev tools
 
-run: setup ## generate a demo store under ./demo-store (once) and show its status
+run: setup ## generate a demo store under ./demo-store (once), compact it with local Spark, show before/after
 	@if [ ! -d "$(STORE)" ]; then \
-		$(BIN)/compaction generate $(STORE) --topics orders,payments --partitions 4 --records 200000 \
-			--keys 20000 --segment-records 10000 --tombstone-ratio 0.02 --seed 42; fi
-	$(BIN)/compaction status $(STORE)
+		$(BIN)/compaction generate $(STORE) --topics orders,payments --partitions 4 --records 400000 \
+			--keys 40000 --segment-records 10000 --tombstone-ratio 0.02 --keyless-ratio 0.001 --seed 42; fi
+	@echo "== before"; $(BIN)/compaction status $(STORE)
+	$(BIN)/compaction run $(STORE) --conf conf/local.toml --report out/last-run.json
+	@echo "== after"; $(BIN)/compaction status $(STORE)
+	$(BIN)/compaction verify $(STORE) --metadata-only > /dev/null && echo "verify: ok"
 
 test: setup ## run every test: unit, Spark, S3 (moto on 127.0.0.1)
 	$(BIN)/python -m pytest

@@ -15,8 +15,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
+from compaction import job
+from compaction.cleaner import plan_store
 from compaction.config import Settings, parse_overrides
+from compaction.dedupe import WINNER_PLANS
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -27,8 +31,10 @@ from compaction.errors import (
 )
 from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.generate import GenerateSpec, generate, topic_names
+from compaction.job import JobOptions, run_job
 from compaction.jsonl import parse_lines, write_lines
-from compaction.planner import Decision, format_duration, plan
+from compaction.planner import CompactionPlan, Decision, format_duration
+from compaction.session import spark_session
 from compaction.status import format_table, human_bytes, partition_status
 from compaction.store import Store, TopicPartition, Writer, read_manifests
 from compaction.verify import verify
@@ -36,7 +42,7 @@ from compaction.verify import verify
 EXIT_OK = 0
 EXIT_FAILED = 1  # verify found problems, or the command failed
 EXIT_USAGE = 2  # argparse's own code for bad arguments
-EXIT_PARTIAL = 3  # some partitions failed, the others were committed
+EXIT_PARTIAL = job.EXIT_PARTIAL  # some partitions failed, the others were committed
 EXIT_INVALID = 4  # invalid configuration or input; nothing was changed
 
 log = logging.getLogger("compaction")
@@ -115,27 +121,49 @@ def cmd_plan(args: argparse.Namespace) -> int:
     settings = load_settings(args)
     store = open_store(args, settings)
     now = args.now if args.now is not None else wall_clock_ms()
-    manifests = read_manifests(store, selected_partitions(store, args))
-    for topic in sorted({tp.topic for tp in manifests}):
-        settings.topic_config(topic)  # a bad combination of overrides fails before anything is planned
-    result = plan(manifests, settings.topic_config, now, settings.cleaner.max_bytes_per_run)
+    result = plan_store(store, settings, now, args.topics)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
-        return EXIT_OK
+    else:
+        print_plan(result)
+    return EXIT_OK
+
+
+def print_plan(result: CompactionPlan) -> None:
     rows = []
     for p in result.partitions:
         clean_range = f"[{p.log_start_offset}, {p.first_uncleanable_offset})" if p.decision is Decision.CLEAN else "-"
+        reason = p.reason + (f" ({p.checkpoint_reset}: reset)" if p.checkpoint_reset else "")
         rows.append([str(p.partition), p.decision.value, human_bytes(p.clean_bytes), human_bytes(p.cleanable_bytes),
                      f"{p.cleanable_ratio:.2f}", format_duration(p.compaction_delay_ms) if p.compaction_delay_ms
-                     else "-", clean_range, len(p.segments), p.reason + (f" ({p.checkpoint_reset}: reset)"
-                                                                          if p.checkpoint_reset else "")])
+                     else "-", clean_range, len(p.segments), reason])
     print(format_table(["partition", "decision", "clean", "cleanable", "ratio", "delay", "clean range",
                         "segments", "reason"], rows))
     print(f"\n{len(result.selected)} to clean, {len(result.uncleanable)} uncleanable, "
           f"{len(result.partitions) - len(result.selected) - len(result.uncleanable)} skipped; "
           f"max-dirty-percent {result.max_dirty_percent}, max-compaction-delay-secs "
           f"{result.max_compaction_delay_ms // 1000}")
-    return EXIT_OK
+
+
+def spark_factory(args: argparse.Namespace) -> Callable[[], SparkSession]:
+    conf = dict(item.split("=", 1) for item in args.spark_conf or [])
+    return lambda: spark_session(args.master, conf=conf)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = load_settings(args)
+    now = args.now if args.now is not None else wall_clock_ms()
+    options = JobOptions(store=args.store, now_ms=now, topics=args.topics, dry_run=args.dry_run,
+                         report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
+    code, outcome = run_job(options, settings, spark_factory(args), storage_options(args))
+    if isinstance(outcome, CompactionPlan):
+        print_plan(outcome)
+        return code
+    totals = outcome.totals
+    print(f"{totals['cleaned']} partition(s) cleaned, {totals['failed']} failed, {totals['skipped']} skipped in "
+          f"{outcome.elapsed_ms / 1000:.1f} s: {human_bytes(totals['size_before'])} -> "
+          f"{human_bytes(totals['size_after'])}, {totals['records_before']:,} -> {totals['records_after']:,} records")
+    return code
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -307,6 +335,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_plan)
 
+    p = sub.add_parser("run", help="clean the store: plan, deduplicate on Spark, commit each partition",
+                       description="Plan, then clean every selected partition with Spark and commit each one's "
+                                   "new manifest and checkpoint. Prints a Kafka-style summary per partition; "
+                                   "writes a JSON report (--report) and Prometheus metrics (configured in "
+                                   "[cleaner]). A partition that fails is reported uncleanable and the others "
+                                   f"still commit (exit code {EXIT_PARTIAL}).")
+    _store_args(p)
+    _selection_args(p)
+    _config_args(p)
+    p.add_argument("--now", type=parse_time, default=None,
+                   help="the run's time, epoch ms or ISO-8601 (default: the clock); pass the schedule's logical "
+                        "time so that retries and backfills decide exactly the same")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing (no Spark)")
+    p.add_argument("--report", metavar="PATH", help="write the JSON run report here")
+    p.add_argument("--gc", action="store_true", help="run gc after the commits (grace and kept versions from "
+                                                     "[cleaner] gc.grace.ms / gc.keep.versions)")
+    p.add_argument("--plan", choices=sorted(WINNER_PLANS), default=None,
+                   help="how executors pick each key's survivor (default: [cleaner] dedupe.plan)")
+    p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
+    p.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", help="extra Spark setting, repeatable")
+    p.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")
+    p.set_defaults(func=cmd_run)
+
     p = sub.add_parser("generate", help="write a synthetic keyed store (deterministic for a seed)",
                        description="Generate synthetic keyed topics. Records and keys are totals per topic, spread "
                                    "over its partitions; keys are drawn uniformly from --keys unless --update-ratio "
@@ -407,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     return run_command(args.func, args)
 
 

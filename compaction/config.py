@@ -137,9 +137,12 @@ class CleanerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
+    dedupe_plan: Literal["window", "aggregate"] = Field("window", alias="dedupe.plan")
     max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)
     gc_grace_ms: int = Field(86_400_000, alias="gc.grace.ms", ge=0)
     gc_keep_versions: int = Field(10, alias="gc.keep.versions", ge=1)
+    metrics_textfile: str | None = Field(None, alias="metrics.textfile")
+    metrics_pushgateway: str | None = Field(None, alias="metrics.pushgateway")
 
 
 class StoreSettings(BaseModel):

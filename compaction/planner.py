@@ -49,14 +49,14 @@ class PartitionPlan:
     compaction_delay_ms: int = 0
     active_rolled: bool = False
     tombstone_purge: bool = False
+    dedupe: bool = False
     expired_segments: tuple[SegmentMeta, ...] = ()
     segments: tuple[SegmentMeta, ...] = ()
 
     @property
     def needs_dedupe(self) -> bool:
-        """Whether records must be read: cleanable bytes or expired horizons (retention alone is metadata)."""
-        return self.decision is Decision.CLEAN and bool(self.segments) and (
-            self.cleanable_bytes > 0 or self.tombstone_purge)
+        """Whether records must be read: selected for cleaning or a purge (retention alone is metadata)."""
+        return self.decision is Decision.CLEAN and self.dedupe and bool(self.segments)
 
     @property
     def work_bytes(self) -> int:
@@ -224,6 +224,7 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
                   cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
                   active_rolled=rolled, tombstone_purge=purge, segments=in_range)
 
+    fields["dedupe"] = True
     if delay > 0 and cleanable_bytes > 0:
         reason = f"max.compaction.lag.ms exceeded by {format_duration(delay)}"
     elif ratio > config.min_cleanable_dirty_ratio:
@@ -231,6 +232,7 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     elif purge:
         reason = "tombstones expired: delete horizon passed"
     elif expired:
+        fields["dedupe"] = False
         reason = f"retention: {len(expired)} segment(s) expired"
     else:
         if cleanable_bytes == 0:
@@ -242,6 +244,7 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
                 reason = "no dirty records"
         else:
             reason = f"dirty ratio {ratio:.2f} <= {config.min_cleanable_dirty_ratio:.2f}"
+        fields["dedupe"] = False
         return PartitionPlan(tp, Decision.SKIP, reason, **fields)  # type: ignore[arg-type]
     if expired and not reason.startswith("retention"):
         reason += f"; retention: {len(expired)} segment(s) expired"

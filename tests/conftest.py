@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from compaction.store import Store
 from tests.s3server import new_bucket, s3_server, set_credentials_env, storage_options
 
 set_credentials_env()
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark talks to itself on loopback only
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +59,19 @@ def store_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[s
         return Store.open(f"memory://store-{uuid.uuid4().hex}")
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local SparkSession for the whole run (start-up costs ~10 s): 2 cores, no UI, few partitions."""
+    from compaction.session import spark_session
+
+    session = spark_session("local[2]", "compaction-tests", conf={
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.driver.memory": "2g",
+    })
+    yield session
+    session.stop()

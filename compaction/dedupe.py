@@ -1,0 +1,77 @@
+"""Which records survive a pass: the winner of each key, then Kafka's record-level rules.
+
+Input: the facts of cleaned ranges (:data:`compaction.tasks.FACTS_SCHEMA`) with the strategy's
+``version_valid``/``version`` columns. Records that compete for their key are keyed data records that
+are not aborted. The winner of a (topic, partition, key) is the greatest in
+:data:`compaction.strategies.SURVIVAL_ORDER`; every plan states that rule explicitly (never
+``dropDuplicates``, whose survivor is unspecified).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from compaction.strategies import SURVIVAL_ORDER
+
+PLANS = ("window", "aggregate")
+KEY = ("topic", "partition", "key")
+
+#: Why a record is dropped (the report's ``dropped`` counters).
+REASONS = ("superseded", "tombstone_expired", "marker_expired", "aborted", "keyless", "error")
+
+
+def competes() -> Column:
+    return F.col("key").isNotNull() & ~F.col("is_control") & ~F.col("aborted") & F.col("error").isNull()
+
+
+def winners_by_window(df: DataFrame) -> DataFrame:
+    """``is_winner`` = row 1 of its key in survival order: ``row_number() over (... order by valid, version,
+    offset desc)``. Non-competing rows sort after competing ones, so they never take row 1 from them."""
+    order = [competes().desc(), *(F.col(c).desc() for c in SURVIVAL_ORDER)]
+    window = Window.partitionBy(*KEY).orderBy(*order)
+    return df.withColumn("is_winner", competes() & (F.row_number().over(window) == 1))
+
+
+def winners_by_aggregate(df: DataFrame) -> DataFrame:
+    """``is_winner`` via ``max(struct(valid, version, offset))`` per key, joined back on (key, offset)."""
+    best = (df.filter(competes()).groupBy(*KEY)
+            .agg(F.max(F.struct(*SURVIVAL_ORDER)).alias("best"))
+            .select(*KEY, F.col("best.offset").alias("winner_offset")))
+    joined = df.join(best, list(KEY), "left")
+    return joined.withColumn("is_winner", competes() & (F.col("offset") == F.col("winner_offset"))
+                             ).drop("winner_offset")
+
+
+WINNER_PLANS: dict[str, Callable[[DataFrame], DataFrame]] = {
+    "window": winners_by_window,
+    "aggregate": winners_by_aggregate,
+}
+
+
+def decide(now_ms: int) -> Callable[[DataFrame], DataFrame]:
+    """Add ``reason`` (why the record is dropped; null = kept), ``keep`` and ``stamp`` (kept without a delete
+    horizon but needs one: a tombstone, or a marker whose transaction has no record left before it)."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        now = F.lit(now_ms)
+        horizon = F.col("delete_horizon_ms")
+        passed = horizon.isNotNull() & (now >= horizon)
+        log_end = (F.col("strategy") != "offset") & (F.col("offset") == F.col("range_last_offset"))
+        reason = (
+            F.when(F.col("error").isNotNull(), F.lit("error"))
+            .when(F.col("is_control") & F.col("marker_pending"), F.lit(None))
+            .when(F.col("is_control") & passed, F.lit("marker_expired"))
+            .when(F.col("is_control"), F.lit(None))
+            .when(F.col("aborted"), F.lit("aborted"))
+            .when(F.col("key").isNull(), F.when(F.col("keyless_drop"), F.lit("keyless")))
+            .when(~F.col("is_winner") & ~log_end, F.lit("superseded"))
+            .when(F.col("is_tombstone") & F.col("is_winner") & passed, F.lit("tombstone_expired"))
+        )
+        keep = reason.isNull()
+        needs_horizon = F.col("is_tombstone") | (F.col("is_control") & ~F.col("marker_pending"))
+        return df.withColumns({"reason": reason, "keep": keep, "stamp": keep & horizon.isNull() & needs_horizon})
+
+    return transform

@@ -1,0 +1,68 @@
+"""One run of the job, shared by ``compaction run`` and the spark-submit entry ``jobs/compact.py``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from compaction.cleaner import Cleaner, plan_store
+from compaction.config import Settings
+from compaction.gc import collect_store
+from compaction.planner import CompactionPlan
+from compaction.report import RunReport, write_metrics
+from compaction.store import Store, Writer
+
+log = logging.getLogger("compaction.job")
+
+EXIT_OK = 0
+EXIT_PARTIAL = 3
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """A run's inputs besides the configuration; ``now_ms`` is explicit (backfills and retries repeat exactly)."""
+
+    store: str
+    now_ms: int
+    topics: str | None = None
+    dry_run: bool = False
+    report_path: str | None = None
+    gc: bool = False
+    dedupe_plan: str | None = None
+    run_id: str | None = None
+
+
+def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[], SparkSession],
+            storage_options: Mapping[str, Any] | None = None, out: Callable[[str], None] = print
+            ) -> tuple[int, RunReport | CompactionPlan]:
+    """Plan and (unless a dry run) clean; returns the exit code and the report (or the plan of a dry run).
+
+    The store is planned before Spark starts, so a bad configuration or an unreachable store fails fast.
+    """
+    options_ = dict(settings.store.options)
+    options_.update(storage_options or {})
+    store = Store.open(options.store, options_)
+    writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
+    plan_name = options.dedupe_plan or settings.cleaner.dedupe_plan
+    the_plan = plan_store(store, settings, options.now_ms, options.topics)
+    if options.dry_run:
+        return EXIT_OK, the_plan
+    # Spark starts only when some partition needs its records read (retention alone is metadata).
+    spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
+    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=out)
+    report = cleaner.run(options.now_ms, compaction_plan=the_plan)
+    if options.report_path:
+        report.write(options.report_path)
+        out(f"report written to {options.report_path}")
+    write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway)
+    if options.gc:
+        results, failures = collect_store(store, store.topic_partitions(options.topics), now_ms=options.now_ms,
+                                          grace_ms=settings.cleaner.gc_grace_ms,
+                                          keep_versions=settings.cleaner.gc_keep_versions)
+        out(f"gc deleted {sum(len(r.deleted_objects) for r in results)} object(s); "
+            f"{len(failures)} partition(s) skipped")
+    return (EXIT_PARTIAL if report.failed else EXIT_OK), report

@@ -1,0 +1,42 @@
+"""Transaction facts: aborted records and markers still guarding records (Kafka reference §3.9)."""
+
+from __future__ import annotations
+
+from compaction.segment import records
+from compaction.transactions import transaction_facts
+
+
+def T(producer: int, offset: int) -> dict:
+    return {"offset": offset, "key": str(offset), "producer_id": producer, "is_transactional": True}
+
+
+def marker(producer: int, offset: int, kind: str) -> dict:
+    return {"offset": offset, "producer_id": producer, "is_control": True, "control_type": kind}
+
+
+def facts(*rows: dict) -> tuple[list[int], list[int]]:
+    table = records(rows)
+    found = transaction_facts(table)
+    offsets = table.column("offset").to_pylist()
+    return ([o for o, a in zip(offsets, found.aborted, strict=True) if a],
+            [o for o, p in zip(offsets, found.marker_pending, strict=True) if p])
+
+
+def test_t16_aborted_records_and_pending_markers() -> None:
+    # T(1)[1,2]@0-1, T(2)[2,3]@2-3, T(1)[3,4]@4-5, A(1)@6, C(2)@7, T(1)[2]@8, C(1)@9
+    aborted, pending = facts(T(1, 0), T(1, 1), T(2, 2), T(2, 3), T(1, 4), T(1, 5), marker(1, 6, "abort"),
+                             marker(2, 7, "commit"), T(1, 8), marker(1, 9, "commit"))
+    assert aborted == [0, 1, 4, 5]
+    assert pending == [6, 7, 9]
+
+
+def test_a_marker_whose_records_are_gone_is_not_pending_and_an_open_transaction_is_not_aborted() -> None:
+    # C(1)@3 with its records already removed by earlier passes; producer 2's transaction has no marker yet.
+    aborted, pending = facts(marker(1, 3, "commit"), T(2, 4), T(1, 5), marker(1, 6, "abort"))
+    assert aborted == [5]
+    assert pending == [6]
+
+
+def test_non_transactional_records_are_never_aborted() -> None:
+    aborted, pending = facts({"offset": 0, "key": "a", "producer_id": 1}, marker(1, 1, "abort"))
+    assert (aborted, pending) == ([], [])
