@@ -5,12 +5,13 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+AIRFLOW_VENV ?= .venv-airflow
 STORE ?= demo-store
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup run test lint clean
+.PHONY: help setup airflow-setup run test cluster-test lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -23,6 +24,14 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed ## create .venv and install the project with its dev tools
 
+$(AIRFLOW_VENV)/.installed: dags/requirements.txt
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/pip install --quiet -r dags/requirements.txt
+	@touch $@
+
+airflow-setup: $(AIRFLOW_VENV)/.installed ## create .venv-airflow with Airflow 3 for the DAG's test (apart from .venv)
+
 run: setup ## generate a demo store under ./demo-store (once), compact it with local Spark, show before/after
 	@if [ ! -d "$(STORE)" ]; then \
 		$(BIN)/compaction generate $(STORE) --topics orders,payments --partitions 4 --records 400000 \
@@ -32,12 +41,15 @@ run: setup ## generate a demo store under ./demo-store (once), compact it with l
 	@echo "== after"; $(BIN)/compaction status $(STORE)
 	$(BIN)/compaction verify $(STORE) --metadata-only > /dev/null && echo "verify: ok"
 
-test: setup ## run every test: unit, Spark, S3 (moto on 127.0.0.1)
+test: setup airflow-setup ## run every test: unit, Spark, S3 (moto), the Spark cluster and the Airflow DAG
 	$(BIN)/python -m pytest
 
+cluster-test: setup ## only the standalone-cluster test (master + 2 workers and S3 on 127.0.0.1)
+	$(BIN)/python -m pytest -m cluster -s
+
 lint: setup ## ruff and mypy
-	$(BIN)/ruff check compaction tests bench
+	$(BIN)/ruff check compaction tests bench jobs dags
 	$(BIN)/mypy
 
-clean: ## remove the demo store and caches (keeps .venv)
-	rm -rf $(STORE) .pytest_cache .mypy_cache .ruff_cache
+clean: ## remove the demo store, reports, packages and caches (keeps the virtualenvs)
+	rm -rf $(STORE) out dist .pytest_cache .mypy_cache .ruff_cache

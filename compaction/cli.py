@@ -109,6 +109,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
 
 
 def selected_partitions(store: Store, args: argparse.Namespace) -> list[TopicPartition]:
+    store.require_exists()
     if getattr(args, "topic", None) is not None and getattr(args, "partition", None) is not None:
         return [TopicPartition(args.topic, args.partition)]
     return store.topic_partitions(getattr(args, "topics", None))
@@ -120,6 +121,7 @@ def selected_partitions(store: Store, args: argparse.Namespace) -> list[TopicPar
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = load_settings(args)
     store = open_store(args, settings)
+    store.require_exists()
     now = args.now if args.now is not None else wall_clock_ms()
     result = plan_store(store, settings, now, args.topics)
     if args.json:
@@ -450,6 +452,9 @@ def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return EXIT_FAILED
     except CompactionError as err:
         print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as err:  # an object store's I/O error that the store layer passes on
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FAILED
 
 

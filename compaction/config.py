@@ -1,8 +1,8 @@
 """Configuration: Kafka's names, one frozen model, validated before any work.
 
 Sources, lowest to highest precedence: the defaults (Kafka's), a TOML file (``conf/*.toml``), the
-environment (``COMPACTION_LOG_CLEANER_MIN_CLEANABLE_RATIO=0.2`` sets ``log.cleaner.min.cleanable.ratio``;
-``COMPACTION_CLEANER__KEYLESS_RECORDS=drop`` sets ``keyless.records`` in ``[cleaner]``), and command-line
+environment (``COMPACTION_SET_LOG_CLEANER_MIN_CLEANABLE_RATIO=0.2`` sets ``log.cleaner.min.cleanable.ratio``;
+``COMPACTION_SET_CLEANER__KEYLESS_RECORDS=drop`` sets ``keyless.records`` in ``[cleaner]``), and command-line
 ``--set NAME=VALUE`` / ``--set TOPIC:NAME=VALUE`` flags.
 
 Broker-level defaults sit at the top of the file with Kafka's broker names; ``[topics."<name or glob>"]``
@@ -27,7 +27,7 @@ from compaction.errors import ConfigError
 LONG_MAX = 2**63 - 1
 STRATEGIES = ("offset", "timestamp", "header")
 POLICIES = ("compact", "delete")
-ENV_PREFIX = "COMPACTION_"
+ENV_PREFIX = "COMPACTION_SET_"
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,8 @@ class StoreSettings(BaseModel):
 
 
 class _KafkaEnvironment(PydanticBaseSettingsSource):
-    """``COMPACTION_LOG_RETENTION_MS`` -> ``log.retention.ms``; ``COMPACTION_CLEANER__GC_GRACE_MS`` -> cleaner."""
+    """``COMPACTION_SET_LOG_RETENTION_MS`` sets ``log.retention.ms``; ``COMPACTION_SET_CLEANER__GC_GRACE_MS``
+    sets ``gc.grace.ms`` in ``[cleaner]``."""
 
     def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
         super().__init__(settings_cls)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
+
+from compaction.errors import CompactionError
 
 #: Settings every session gets unless the caller (or spark-submit --conf) says otherwise.
 DEFAULTS = {
@@ -18,6 +21,23 @@ DEFAULTS = {
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "true",
 }
+
+
+def check_master(master: str) -> None:
+    """Fail at once on a malformed master URL or a standalone master that is not listening (instead of after
+    Spark's registration retries, a minute later)."""
+    if master.startswith("spark://"):
+        for address in master.removeprefix("spark://").split(","):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise CompactionError(f"Spark master {master} must look like spark://HOST:PORT")
+            try:
+                socket.create_connection((host, int(port)), timeout=5).close()
+            except OSError as err:
+                raise CompactionError(f"no Spark master is listening at {master} ({err})") from err
+    elif not (master == "yarn" or master.startswith(("local", "k8s://", "mesos://", "sc://"))):
+        raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn or "
+                              "k8s://...")
 
 
 def spark_session(master: str | None = None, app_name: str = "compaction",
@@ -33,6 +53,7 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = "local[*]"  # not under spark-submit, which sets the master (and the gateway) itself
     if master is not None:
+        check_master(master)
         builder = builder.master(master)
     settings = dict(DEFAULTS)
     if master is not None and master.startswith("local"):

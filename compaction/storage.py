@@ -43,6 +43,20 @@ def _mtime_ms(entry: Mapping[str, Any]) -> int | None:
     return None
 
 
+#: Libraries whose exceptions mean the store could not be reached or refused us (translated to StoreError).
+_CLIENT_LIBRARIES = {"botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google", "azure", "gcsfs", "adlfs"}
+
+
+def _explain(err: Exception) -> str:
+    name = type(err).__name__
+    if name == "NoCredentialsError":
+        return ("no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or an instance "
+                "role in the environment")
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
+        return f"the endpoint cannot be reached ({err})"
+    return f"{name}: {err}"
+
+
 def _is_precondition_failure(err: OSError) -> bool:
     """S3 answers an If-None-Match PUT on an existing key with 412 (s3fs may map it to EINVAL)."""
     text = str(err).lower()
@@ -84,7 +98,18 @@ class Storage:
         return f"{self.root}/{rel}" if rel else self.root
 
     def _call(self, op: str, rel: str, fn: Callable[[], T]) -> T:
-        return fn()
+        try:
+            return fn()
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except PermissionError as err:
+            raise StoreError(f"access to {self.describe(rel)} was denied: {err}") from err
+        except OSError:
+            raise
+        except Exception as err:
+            if type(err).__module__.split(".")[0] in _CLIENT_LIBRARIES:
+                raise StoreError(f"cannot {op} {self.describe(rel)}: {_explain(err)}") from err
+            raise
 
     def read_bytes(self, rel: str) -> bytes:
         try:

@@ -153,6 +153,12 @@ class Store:
 
     # Listing -----------------------------------------------------------------------------------------
 
+    def require_exists(self) -> None:
+        """Fail with StoreNotFoundError if the store's root does not exist (a typo, a missing bucket)."""
+        # Listing (not exists(), which hides why) reports an unreachable endpoint or missing credentials.
+        if not self.storage.list_dir("", detail=False) and not self.storage.exists(""):
+            raise StoreNotFoundError(f"store {self.storage.describe('')} does not exist")
+
     def topics(self) -> list[str]:
         return sorted(e.name for e in self.storage.list_dir("", detail=False)
                       if e.is_dir and TOPIC_NAME.match(e.name))

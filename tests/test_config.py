@@ -40,7 +40,8 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert settings.topic_config("other").compaction_strategy == "offset"
     assert settings.cleaner.keyless_records == "drop"
 
-    env = {"COMPACTION_LOG_CLEANER_MIN_CLEANABLE_RATIO": "0.4", "COMPACTION_CLEANER__KEYLESS_RECORDS": "keep"}
+    env = {"COMPACTION_SET_LOG_CLEANER_MIN_CLEANABLE_RATIO": "0.4", "COMPACTION_SET_CLEANER__KEYLESS_RECORDS": "keep",
+           "COMPACTION_CONFIG_FILE": "other variables of the project are not settings"}
     settings = Settings.load(conf, environ=env)
     assert (settings.defaults.min_cleanable_dirty_ratio, settings.cleaner.keyless_records) == (0.4, "keep")
 
