@@ -11,7 +11,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup run test cluster-test lint clean
+.PHONY: help setup airflow-setup run test cluster-test bench bench-quick lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ $(AIRFLOW_VENV)/.installed: dags/requirements.txt
 
 airflow-setup: $(AIRFLOW_VENV)/.installed ## create .venv-airflow with Airflow 3 for the DAG's test (apart from .venv)
 
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
 run: setup ## generate a demo store under ./demo-store (once), compact it with local Spark, show before/after
 	@if [ ! -d "$(STORE)" ]; then \
 		$(BIN)/compaction generate $(STORE) --topics orders,payments --partitions 4 --records 400000 \
@@ -46,6 +50,12 @@ test: setup airflow-setup ## run every test: unit, Spark, S3 (moto), the Spark c
 
 cluster-test: setup ## only the standalone-cluster test (master + 2 workers and S3 on 127.0.0.1)
 	$(BIN)/python -m pytest -m cluster -s
+
+bench: $(BIN)/.bench-installed ## benchmark S1-S4 vs DuckDB, Polars and the pyarrow floor (bench/results/latest.*)
+	$(BIN)/python bench/harness.py
+
+bench-quick: $(BIN)/.bench-installed ## the same harness at 1/20 of the sizes, one run each (about a minute)
+	$(BIN)/python bench/harness.py --quick
 
 lint: setup ## ruff and mypy
 	$(BIN)/ruff check compaction tests bench jobs dags

@@ -3,21 +3,27 @@
 Stages (one Spark job each, over all selected partitions at once):
 
 1. **Decide**: executors read the columns the decision needs from every segment of each cleaned range
-   (key, offset, version inputs, tombstone and transaction markers; not values), the strategy adds the
-   version, the plan's winner rule marks each key's survivor, and Kafka's record rules decide what stays.
-   Per-segment counts come back to the driver.
-2. **Rewrite**: only segments that lose records (or need a delete horizon stamped) are rewritten, with
-   small dirty neighbours merged up to ``segment.bytes``; each output keeps offsets and order and takes
-   the base offset of its first source. Untouched segments stay referenced as they are.
+   (key, offset, version inputs, delete horizons, transaction markers; never values) and decide which
+   records survive. With the ``arrow`` plan (the default) each task decides a whole partition (or one key
+   bucket of a large one) with Arrow, since keys never cross partitions; the ``window`` and ``aggregate``
+   plans shuffle records by key and decide with Spark SQL. All plans state the same rule and pass the same
+   tests. The result is one decision row per segment: counts and the offsets it loses.
+2. **Apply**: a segment that loses nothing stays as it is. A clean segment that loses a few records gets a
+   deletion vector (readers skip those offsets) until too many are deleted or the oldest deletion is
+   ``deletion.vector.max.age.ms`` old; every other segment that changes is rewritten, merged with its
+   changed or small dirty neighbours up to ``segment.bytes``, keeping offsets, order and the first
+   source's base offset.
 3. **Commit**: per partition, through the store's commit primitive (rebasing over concurrent appends).
    A partition that fails anywhere is reported uncleanable with the reason; the others still commit.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
@@ -25,25 +31,31 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compaction.config import Settings
-from compaction.dedupe import REASONS, WINNER_PLANS, decide
+from compaction.dedupe import REASONS, WINNER_PLANS, decide, per_segment
 from compaction.errors import CompactionError, StoreError
+from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.manifest import Manifest, SegmentMeta
 from compaction.planner import CompactionPlan, Decision, PartitionPlan, plan
-from compaction.report import PartitionResult, RunReport, SegmentOutcome
+from compaction.report import PartitionResult, RunReport
 from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
 from compaction.strategies import by_configured_strategy
 from compaction.tasks import (
+    CLEANED_DDL,
+    DECISIONS_DDL,
     FACTS_DDL,
-    REWRITE_DDL,
+    RESULTS_DDL,
+    ApplyJob,
     ReadTask,
-    RewriteGroup,
+    apply_job_arrow,
+    clean_batches,
+    decide_batches,
     read_facts_batches,
-    rewrite_group_arrow,
     segment_from_json,
 )
 
 log = logging.getLogger("compaction.cleaner")
 Progress = Callable[[str], None]
+PLANS = ("arrow", *WINNER_PLANS)
 
 
 @dataclass
@@ -52,44 +64,11 @@ class _Work:
 
     plan: PartitionPlan
     outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)  # by segment base offset
-    groups: list[RewriteGroup] = field(default_factory=list)
-    added: dict[int, SegmentMeta] = field(default_factory=dict)  # by group id
+    jobs: list[ApplyJob] = field(default_factory=list)
+    results: dict[int, SegmentMeta] = field(default_factory=dict)  # by job id
     bytes_written: int = 0
     records_written: int = 0
     error: str | None = None
-
-
-def rewrite_groups(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
-                   segment_bytes: int) -> list[list[SegmentMeta]]:
-    """Consecutive segments to rewrite together, each group's estimated output within ``segment.bytes``.
-
-    A segment is rewritten when it loses a record or needs a horizon stamped; a dirty segment (at or past
-    the checkpoint) smaller than half of ``segment.bytes`` also joins a neighbouring group, so small
-    appends get merged. A group of one unchanged segment is no rewrite at all.
-    """
-    groups: list[list[SegmentMeta]] = []
-    current: list[SegmentMeta] = []
-    size = 0
-
-    def flush() -> None:
-        nonlocal current, size
-        if len(current) > 1 or (current and outcomes[current[0].base_offset].changed):
-            groups.append(current)
-        current, size = [], 0
-
-    for segment in segments:
-        outcome = outcomes[segment.base_offset]
-        estimate = outcome.estimated_bytes(segment)
-        small_dirty = segment.next_offset > first_dirty_offset and estimate < segment_bytes // 2
-        if not (outcome.changed or small_dirty):
-            flush()
-            continue
-        if current and size + estimate > segment_bytes:
-            flush()
-        current.append(segment)
-        size += estimate
-    flush()
-    return groups
 
 
 def plan_store(store: Store, settings: Settings, now_ms: int, topics: str | None = None) -> CompactionPlan:
@@ -97,20 +76,23 @@ def plan_store(store: Store, settings: Settings, now_ms: int, topics: str | None
     manifests = read_manifests(store, store.topic_partitions(topics))
     for topic in sorted({tp.topic for tp in manifests}):
         settings.topic_config(topic)  # a bad combination of overrides fails before any work
-    return plan(manifests, settings.topic_config, now_ms, settings.cleaner.max_bytes_per_run)
+    cleaner = settings.cleaner
+    return plan(manifests, settings.topic_config, now_ms, cleaner.max_bytes_per_run,
+                deletion_vector_max_age_ms=cleaner.deletion_vector_max_age_ms)
 
 
 class Cleaner:
     """Runs clean passes of one store with one SparkSession."""
 
-    def __init__(self, spark: SparkSession | None, store: Store, settings: Settings, *, dedupe_plan: str = "window",
-                 writer: Writer | None = None, progress: Progress | None = None) -> None:
-        if dedupe_plan not in WINNER_PLANS:
-            raise CompactionError(f"unknown dedupe plan {dedupe_plan!r}; expected one of {sorted(WINNER_PLANS)}")
+    def __init__(self, spark: SparkSession | None, store: Store, settings: Settings, *,
+                 dedupe_plan: str | None = None, writer: Writer | None = None,
+                 progress: Progress | None = None) -> None:
+        self.dedupe_plan = dedupe_plan or settings.cleaner.dedupe_plan
+        if self.dedupe_plan not in PLANS:
+            raise CompactionError(f"unknown dedupe plan {self.dedupe_plan!r}; expected one of {list(PLANS)}")
         self.spark = spark
         self.store = store
         self.settings = settings
-        self.dedupe_plan = dedupe_plan
         self.writer = writer or Writer(id="compaction-run")
         self.progress = progress or log.info
 
@@ -133,12 +115,16 @@ class Cleaner:
                       f"{len(the_plan.uncleanable)} uncleanable")
         work = {p.partition: _Work(p) for p in selected}
         needing_spark = [w for w in work.values() if w.plan.needs_dedupe]
-        if needing_spark:
-            decided = self._decide(needing_spark, now_ms)
+        whole = [w for w in needing_spark if self.dedupe_plan == "arrow" and self._buckets(w.plan) == 1]
+        staged = [w for w in needing_spark if w not in whole]
+        if whole:
+            self._clean_in_tasks(whole, now_ms)
+        if staged:
+            decisions = self._decide(staged, now_ms)
             try:
-                self._rewrite(decided, [w for w in needing_spark if w.error is None and w.groups])
+                self._apply(decisions, [w for w in staged if w.error is None and w.jobs])
             finally:
-                decided.unpersist()
+                decisions.unpersist()
         if before_commit is not None:
             before_commit()
         results = []
@@ -156,93 +142,141 @@ class Cleaner:
 
     # Stage 1 -----------------------------------------------------------------------------------------
 
-    def _read_tasks(self, items: list[_Work]) -> list[ReadTask]:
+    def _buckets(self, p: PartitionPlan) -> int:
+        """Key buckets (tasks) for a partition: its cleaned range's records over ``task.max.records``."""
+        if self.dedupe_plan != "arrow":
+            return 1
+        return max(1, math.ceil(sum(s.live_records for s in p.segments) / self.settings.cleaner.task_max_records))
+
+    def _policy(self, p: PartitionPlan, now_ms: int) -> ApplyPolicy:
+        assert p.config is not None
+        cleaner = self.settings.cleaner
+        return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
+                           cleaner.deletion_vector_max_age_ms)
+
+    def read_tasks(self, items: list[_Work], now_ms: int) -> list[ReadTask]:
+        """One task per partition, or per key bucket when its cleaned range exceeds ``task.max.records``."""
         tasks = []
         for item in items:
             p = item.plan
             assert p.config is not None and p.manifest is not None and p.first_uncleanable_offset is not None
             end = p.first_uncleanable_offset
-            beyond = tuple(s for s in p.manifest.segments if s.base_offset >= end and (s.transactional_count
-                                                                                          or s.control_count))
-            tasks.append(ReadTask(
-                tp=p.partition, store=self.store, segments=p.segments, beyond=beyond,
-                strategy=p.config.compaction_strategy, strategy_header=p.config.compaction_strategy_header,
-                delete_retention_ms=p.config.delete_retention_ms,
-                keyless_drop=self.settings.cleaner.keyless_records == "drop"))
+            beyond = tuple(s for s in p.manifest.segments
+                           if s.base_offset >= end and (s.transactional_count or s.control_count))
+            buckets = self._buckets(p)
+            for bucket in range(buckets):
+                tasks.append(ReadTask(
+                    tp=p.partition, store=self.store, segments=p.segments, beyond=beyond,
+                    strategy=p.config.compaction_strategy, strategy_header=p.config.compaction_strategy_header,
+                    keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
+                    bucket=bucket, buckets=buckets, first_dirty_offset=p.first_dirty_offset or 0,
+                    policy=self._policy(p, now_ms), horizon_ms=now_ms + p.config.delete_retention_ms))
         return tasks
 
-    def facts(self, tasks: list[ReadTask]) -> DataFrame:
-        """The records of the tasks' cleaned ranges as a DataFrame: one Spark task per read task."""
+    def _clean_in_tasks(self, items: list[_Work], now_ms: int) -> None:
+        """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
+        by_tp = {w.plan.partition: w for w in items}
+        tasks = self.read_tasks(items, now_ms)
+        self.progress(f"cleaning {len(items)} partition(s) in {len(tasks)} task(s), "
+                      f"{sum(len(w.plan.segments) for w in items)} segment(s), "
+                      f"{sum(w.plan.work_bytes for w in items) / 2**20:,.1f} MB (plan: arrow)")
+        ids, shipped = self._task_frame(tasks)
+        rows = ids.mapInArrow(lambda batches: clean_batches(batches, shipped.value), CLEANED_DDL).collect()  # type: ignore[attr-defined]
+        for row in rows:
+            item = by_tp[TopicPartition(row["topic"], row["partition"])]
+            if row["error"] is not None:
+                item.error = row["error"]
+                continue
+            payload = json.loads(row["payload"])
+            item.outcomes = {int(base): SegmentOutcome(*values) for base, values in payload["outcomes"].items()}
+            segments = {s.base_offset: s for s in item.plan.segments}
+            assert item.plan.config is not None
+            for job in payload["jobs"]:
+                item.jobs.append(ApplyJob(item.plan.partition, self.store, job["job_id"],
+                                          tuple(segments[b] for b in job["sources"]),
+                                          horizon_ms=now_ms + item.plan.config.delete_retention_ms,
+                                          created_ms=now_ms, deletes_only=job["deletes_only"]))
+                item.results[job["job_id"]] = segment_from_json(job["segment"])
+                item.bytes_written += job["bytes_written"]
+                item.records_written += job["records_written"]
+
+    def _task_frame(self, tasks: list[ReadTask]) -> tuple[DataFrame, object]:
         sc = self.session.sparkContext
         shipped = sc.broadcast(dict(enumerate(tasks)))
         ids = self.session.createDataFrame(sc.parallelize([(i,) for i in range(len(tasks))], len(tasks)), "task int")
-        return ids.mapInArrow(lambda batches: read_facts_batches(batches, shipped.value), FACTS_DDL)
+        return ids, shipped
 
-    def decisions(self, facts: DataFrame, now_ms: int) -> DataFrame:
-        """Strategy version, winner per key (this cleaner's plan), then Kafka's record rules."""
-        return (facts.transform(by_configured_strategy)
+    def facts(self, tasks: list[ReadTask]) -> DataFrame:
+        """The records of the tasks' cleaned ranges as a DataFrame (the Spark SQL plans' input)."""
+        ids, shipped = self._task_frame(tasks)
+        return ids.mapInArrow(lambda batches: read_facts_batches(batches, shipped.value), FACTS_DDL)  # type: ignore[attr-defined]
+
+    def decisions(self, tasks: list[ReadTask], now_ms: int) -> DataFrame:
+        """Decision rows for the tasks, by this cleaner's plan."""
+        if self.dedupe_plan == "arrow":
+            ids, shipped = self._task_frame(tasks)
+            return ids.mapInArrow(lambda batches: decide_batches(batches, shipped.value), DECISIONS_DDL)  # type: ignore[attr-defined]
+        return (self.facts(tasks).transform(by_configured_strategy)
                 .transform(WINNER_PLANS[self.dedupe_plan])
-                .transform(decide(now_ms)))
+                .transform(decide(now_ms))
+                .transform(per_segment))
 
     def _decide(self, items: list[_Work], now_ms: int) -> DataFrame:
-        """Run stage 1, fill each item's segment outcomes and rewrite groups; returns the persisted decisions."""
+        """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""
         by_tp = {w.plan.partition: w for w in items}
+        tasks = self.read_tasks(items, now_ms)
         total = sum(w.plan.work_bytes for w in items)
-        self.progress(f"deciding survivors in {len(items)} partition(s), {sum(len(w.plan.segments) for w in items)} "
-                      f"segment(s), {total / 2**20:,.1f} MB (plan: {self.dedupe_plan})")
-        decided = self.decisions(self.facts(self._read_tasks(items)), now_ms).select(
-            "topic", "partition", "segment_base", "offset", "reason", "keep", "stamp", "error")
-        decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
+        self.progress(f"deciding survivors in {len(items)} partition(s) with {len(tasks)} task(s), "
+                      f"{sum(len(w.plan.segments) for w in items)} segment(s), {total / 2**20:,.1f} MB "
+                      f"(plan: {self.dedupe_plan})")
+        decisions = self.decisions(tasks, now_ms).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = [F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).alias(r) for r in REASONS]
-            rows = (decided.groupBy("topic", "partition", "segment_base")
-                    .agg(F.count(F.lit(1)).alias("records"), F.sum(F.col("keep").cast("long")).alias("kept"),
-                         F.sum(F.col("stamp").cast("long")).alias("stamped"), F.max("error").alias("error"), *counts)
-                    .collect())
+            rows = decisions.select("topic", "partition", "segment_base", "records", "kept", *REASONS,
+                                    F.size("stamps").alias("stamped"), "error").collect()
             for row in rows:
                 item = by_tp[TopicPartition(row["topic"], row["partition"])]
                 if row["error"] is not None:
-                    item.error = row["error"]
+                    item.error = item.error or row["error"]
                     continue
-                item.outcomes[row["segment_base"]] = SegmentOutcome(
-                    records=row["records"], kept=row["kept"], stamped=row["stamped"],
-                    dropped={r: row[r] for r in REASONS if row[r]})
+                outcome = SegmentOutcome(row["records"], row["kept"], row["stamped"],
+                                         {r: row[r] for r in REASONS if row[r]})
+                previous = item.outcomes.get(row["segment_base"])
+                item.outcomes[row["segment_base"]] = previous.merge(outcome) if previous else outcome
             for item in items:
                 if item.error is not None:
                     continue
                 p = item.plan
+                assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
                     item.outcomes.setdefault(segment.base_offset, SegmentOutcome(0, 0, 0, {}))
-                assert p.config is not None and p.first_dirty_offset is not None
-                groups = rewrite_groups(p.segments, item.outcomes, p.first_dirty_offset, p.config.segment_bytes)
-                item.groups = [RewriteGroup(p.partition, self.store, gid, tuple(g),
-                                            horizon_ms=now_ms + p.config.delete_retention_ms, created_ms=now_ms)
-                               for gid, g in enumerate(groups)]
+                policy = self._policy(p, now_ms)
+                item.jobs = [ApplyJob(p.partition, self.store, job_id, sources,
+                                      horizon_ms=now_ms + p.config.delete_retention_ms, created_ms=now_ms,
+                                      deletes_only=deletes_only)
+                             for job_id, (sources, deletes_only) in enumerate(
+                                 plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, policy))]
         except BaseException:
-            decided.unpersist()
+            decisions.unpersist()
             raise
-        return decided
+        return decisions
 
     # Stage 2 -----------------------------------------------------------------------------------------
 
-    def _rewrite(self, decided: DataFrame, items: list[_Work]) -> None:
+    def _apply(self, decisions: DataFrame, items: list[_Work]) -> None:
         if not items:
             return
-        groups = {(g.tp.topic, g.tp.partition, g.group_id): g for w in items for g in w.groups}
-        self.progress(f"rewriting {len(groups)} segment group(s) from "
-                      f"{sum(len(g.sources) for g in groups.values())} segment(s)")
-        membership = [(g.tp.topic, g.tp.partition, s.base_offset, g.group_id) for g in groups.values()
-                      for s in g.sources]
+        jobs = {(j.tp.topic, j.tp.partition, j.job_id): j for w in items for j in w.jobs}
+        rewrites = [j for j in jobs.values() if not j.deletes_only]
+        self.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
+                      f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
+        membership = [(j.tp.topic, j.tp.partition, s.base_offset, j.job_id) for j in jobs.values() for s in j.sources]
         members = self.session.createDataFrame(membership, "topic string, partition int, segment_base long, "
-                                                         "group_id int")
-        kept = (decided.filter(F.col("keep")).join(F.broadcast(members), ["topic", "partition", "segment_base"])
-                .select("topic", "partition", "group_id", "offset", "stamp"))
-        sentinels = self.session.createDataFrame([(t, p, gid, None, False) for t, p, gid in groups],
-                                               "topic string, partition int, group_id int, offset long, "
-                                               "stamp boolean")
-        shipped = self.session.sparkContext.broadcast(groups)
-        rows = (kept.unionByName(sentinels).groupBy("topic", "partition", "group_id")
-                .applyInArrow(lambda key, table: rewrite_group_arrow(key, table, shipped.value), REWRITE_DDL)
+                                                           "job_id int")
+        shipped = self.session.sparkContext.broadcast(jobs)
+        inputs = members.join(decisions.select("topic", "partition", "segment_base", "dropped", "stamps"),
+                              ["topic", "partition", "segment_base"], "left")
+        rows = (inputs.groupBy("topic", "partition", "job_id")
+                .applyInArrow(lambda key, table: apply_job_arrow(key, table, shipped.value), RESULTS_DDL)
                 .collect())
         by_tp = {w.plan.partition: w for w in items}
         for row in rows:
@@ -250,7 +284,7 @@ class Cleaner:
             if row["error"] is not None:
                 item.error = item.error or row["error"]
                 continue
-            item.added[row["group_id"]] = segment_from_json(row["segment"])
+            item.results[row["job_id"]] = segment_from_json(row["segment"])
             item.bytes_written += row["bytes_written"]
             item.records_written += row["records_written"]
 
@@ -262,11 +296,11 @@ class Cleaner:
         assert manifest is not None
         if item.error is not None:
             return PartitionResult.failed(p, item.error, item.outcomes)
-        missing = [g.group_id for g in item.groups if g.group_id not in item.added]
+        missing = [j.job_id for j in item.jobs if j.job_id not in item.results]
         if missing:
-            return PartitionResult.failed(p, f"segment group(s) {missing} produced no output", item.outcomes)
-        removed = [s for g in item.groups for s in g.sources]
-        added = [item.added[g.group_id] for g in item.groups]
+            return PartitionResult.failed(p, f"apply job(s) {missing} produced no output", item.outcomes)
+        removed = [s for j in item.jobs for s in j.sources]
+        added = [item.results[j.job_id] for j in item.jobs]
         assert p.first_uncleanable_offset is not None and p.first_dirty_offset is not None
         checkpoint = max(p.first_uncleanable_offset, p.first_dirty_offset) if p.needs_dedupe else \
             max(p.first_dirty_offset, p.log_start_offset or 0)
@@ -279,7 +313,7 @@ class Cleaner:
             committed = self.store.replace(p.partition, change, writer=self.writer, now_ms=now_ms)
         except StoreError as err:
             return PartitionResult.failed(p, f"{type(err).__name__}: {err}", item.outcomes)
-        return PartitionResult.cleaned(p, committed, item.outcomes, removed, added, item.records_written,
+        return PartitionResult.cleaned(p, committed, item.outcomes, item.jobs, added, item.records_written,
                                        item.bytes_written, elapsed_ms=int((time.perf_counter() - started) * 1000))
 
     def _reset_checkpoint(self, p: PartitionPlan, now_ms: int) -> Manifest | None:
@@ -293,4 +327,3 @@ class Cleaner:
         except StoreError as err:
             log.warning("could not reset the checkpoint of %s: %s", p.partition, err)
             return None
-

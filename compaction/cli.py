@@ -18,9 +18,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from compaction import job
-from compaction.cleaner import plan_store
+from compaction.cleaner import PLANS, plan_store
 from compaction.config import Settings, parse_overrides
-from compaction.dedupe import WINNER_PLANS
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -177,6 +176,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         value_bytes=args.value_bytes, end_time_ms=args.end_time if args.end_time is not None else now,
         time_span_ms=args.time_span, missing_timestamp_ratio=args.missing_timestamp_ratio,
         segment_records=args.segment_records, version_header=args.version_header, seed=args.seed,
+        partition0_share=args.skew, hot_key_records=args.hot_key_records,
     )
     manifests = generate(store, spec, now_ms=now)
     total = sum(m.size_bytes for m in manifests)
@@ -353,8 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="PATH", help="write the JSON run report here")
     p.add_argument("--gc", action="store_true", help="run gc after the commits (grace and kept versions from "
                                                      "[cleaner] gc.grace.ms / gc.keep.versions)")
-    p.add_argument("--plan", choices=sorted(WINNER_PLANS), default=None,
-                   help="how executors pick each key's survivor (default: [cleaner] dedupe.plan)")
+    p.add_argument("--plan", choices=PLANS, default=None,
+                   help="how executors decide survivors: arrow (in each partition's task), window or aggregate "
+                        "(Spark SQL over a shuffle) (default: [cleaner] dedupe.plan, arrow)")
     p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
     p.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", help="extra Spark setting, repeatable")
     p.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")
@@ -382,6 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--segment-records", type=int, default=10_000, help="records per segment (default: 10000)")
     p.add_argument("--version-header", default=None,
                    help="add this header to every record: an 8-byte big-endian version (for the header strategy)")
+    p.add_argument("--skew", type=float, default=None,
+                   help="share of each topic's records and keys that go to partition 0 (default: even)")
+    p.add_argument("--hot-key-records", type=int, default=0,
+                   help="records of partition 0 that all update one key (default: 0)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--now", type=parse_time, default=None,
                    help="commit time, epoch ms or ISO-8601 (default: the clock)")

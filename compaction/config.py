@@ -137,7 +137,10 @@ class CleanerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
-    dedupe_plan: Literal["window", "aggregate"] = Field("window", alias="dedupe.plan")
+    dedupe_plan: Literal["arrow", "window", "aggregate"] = Field("arrow", alias="dedupe.plan")
+    task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1000)
+    deletion_vector_max_ratio: float = Field(0.2, alias="deletion.vector.max.ratio", ge=0, lt=1)
+    deletion_vector_max_age_ms: int = Field(604_800_000, alias="deletion.vector.max.age.ms", ge=0)
     max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)
     gc_grace_ms: int = Field(86_400_000, alias="gc.grace.ms", ge=0)
     gc_keep_versions: int = Field(10, alias="gc.keep.versions", ge=1)

@@ -19,8 +19,9 @@ from compaction.strategies import SURVIVAL_ORDER
 PLANS = ("window", "aggregate")
 KEY = ("topic", "partition", "key")
 
-#: Why a record is dropped (the report's ``dropped`` counters).
-REASONS = ("superseded", "tombstone_expired", "marker_expired", "aborted", "keyless", "error")
+#: Why a record is dropped (the report's ``dropped`` counters). Rows of a partition that failed to read
+#: carry the reason ``error`` and are never counted: the whole partition is reported uncleanable.
+REASONS = ("superseded", "tombstone_expired", "marker_expired", "aborted", "keyless")
 
 
 def competes() -> Column:
@@ -52,8 +53,13 @@ WINNER_PLANS: dict[str, Callable[[DataFrame], DataFrame]] = {
 
 
 def decide(now_ms: int) -> Callable[[DataFrame], DataFrame]:
-    """Add ``reason`` (why the record is dropped; null = kept), ``keep`` and ``stamp`` (kept without a delete
-    horizon but needs one: a tombstone, or a marker whose transaction has no record left before it)."""
+    """Add ``reason`` (why the record is dropped; null = kept), ``keep`` and ``stamp`` (a kept marker whose
+    transaction has no record left before it, still without a delete horizon).
+
+    A data record carrying a delete horizon is a tombstone (only the cleaner stamps horizons, and only on
+    tombstones and markers), so a winner whose horizon has passed is an expired tombstone. Tombstones get
+    their first horizon when their segment is rewritten, where the value is read anyway.
+    """
 
     def transform(df: DataFrame) -> DataFrame:
         now = F.lit(now_ms)
@@ -68,10 +74,21 @@ def decide(now_ms: int) -> Callable[[DataFrame], DataFrame]:
             .when(F.col("aborted"), F.lit("aborted"))
             .when(F.col("key").isNull(), F.when(F.col("keyless_drop"), F.lit("keyless")))
             .when(~F.col("is_winner") & ~log_end, F.lit("superseded"))
-            .when(F.col("is_tombstone") & F.col("is_winner") & passed, F.lit("tombstone_expired"))
+            .when(F.col("is_winner") & passed, F.lit("tombstone_expired"))
         )
         keep = reason.isNull()
-        needs_horizon = F.col("is_tombstone") | (F.col("is_control") & ~F.col("marker_pending"))
-        return df.withColumns({"reason": reason, "keep": keep, "stamp": keep & horizon.isNull() & needs_horizon})
+        stamp = keep & horizon.isNull() & F.col("is_control") & ~F.col("marker_pending")
+        return df.withColumns({"reason": reason, "keep": keep, "stamp": stamp})
 
     return transform
+
+
+def per_segment(decided: DataFrame) -> DataFrame:
+    """Decision rows (:data:`compaction.tasks.DECISIONS_SCHEMA`): per segment its counts, the offsets it loses
+    and the markers to stamp."""
+    counts = [F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).cast("long").alias(r) for r in REASONS]
+    return decided.groupBy("topic", "partition", "segment_base").agg(
+        F.count(F.lit(1)).alias("records"), F.sum(F.col("keep").cast("long")).alias("kept"), *counts,
+        F.collect_list(F.when(~F.col("keep"), F.col("offset"))).alias("dropped"),
+        F.collect_list(F.when(F.col("stamp"), F.col("offset"))).alias("stamps"),
+        F.max("error").alias("error"))

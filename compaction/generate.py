@@ -36,10 +36,13 @@ class GenerateSpec:
     missing_timestamp_ratio: float = 0.0
     segment_records: int = 10_000
     version_header: str | None = None
+    partition0_share: float | None = None  # skew: this share of records (and keys) goes to partition 0
+    hot_key_records: int = 0  # skew: this many of partition 0's records update one single key
     seed: int = 0
 
     def check(self) -> None:
-        for name in ("update_ratio", "tombstone_ratio", "keyless_ratio", "missing_timestamp_ratio"):
+        for name in ("update_ratio", "tombstone_ratio", "keyless_ratio", "missing_timestamp_ratio",
+                     "partition0_share"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise InvalidRecordsError(f"generate: {name} must be in [0, 1], got {value}")
@@ -50,8 +53,12 @@ class GenerateSpec:
             raise InvalidRecordsError("generate: value_bytes and time_span_ms must not be negative")
 
 
-def _share(total: int, parts: int, index: int) -> int:
-    return total // parts + (1 if index < total % parts else 0)
+def _share(total: int, parts: int, index: int, first: float | None = None) -> int:
+    """Partition ``index``'s part of ``total``: even, or ``first`` of it to partition 0 and the rest even."""
+    if first is None or parts == 1:
+        return total // parts + (1 if index < total % parts else 0)
+    head = round(total * first)
+    return head if index == 0 else _share(total - head, parts - 1, index - 1)
 
 
 def _key_ids(rng: np.random.Generator, n: int, keys: int, update_ratio: float | None) -> np.ndarray:
@@ -92,11 +99,14 @@ def key_bytes(ids: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
 
 def partition_records(spec: GenerateSpec, topic_index: int, partition: int, first_offset: int) -> pa.Table:
     """The generated records of one partition, offsets starting at ``first_offset``."""
-    n = _share(spec.records, spec.partitions, partition)
-    keys = max(1, _share(spec.keys, spec.partitions, partition))
+    n = _share(spec.records, spec.partitions, partition, spec.partition0_share)
+    keys = max(1, _share(spec.keys, spec.partitions, partition, spec.partition0_share))
     rng = np.random.default_rng([spec.seed, topic_index, partition])
     keyless = rng.random(n) < spec.keyless_ratio
-    ids = _key_ids(rng, n, keys, spec.update_ratio) * spec.partitions + partition
+    ids = _key_ids(rng, n, keys, spec.update_ratio)
+    if partition == 0 and spec.hot_key_records:
+        ids[rng.choice(n, size=min(spec.hot_key_records, n), replace=False)] = 0
+    ids = ids * spec.partitions + partition
     tombstone = (rng.random(n) < spec.tombstone_ratio) & ~keyless
     values = _ALPHABET[np.frombuffer(rng.bytes(n * spec.value_bytes), dtype=np.uint8) & 63]
     step = spec.time_span_ms / max(n, 1)

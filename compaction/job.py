@@ -48,7 +48,7 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     store = Store.open(options.store, options_)
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
-    plan_name = options.dedupe_plan or settings.cleaner.dedupe_plan
+    plan_name = options.dedupe_plan
     the_plan = plan_store(store, settings, options.now_ms, options.topics)
     if options.dry_run:
         return EXIT_OK, the_plan

@@ -150,7 +150,8 @@ def expired_by_retention(manifest: Manifest, config: TopicConfig, now_ms: int) -
     return tuple(candidates[:expired])
 
 
-def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int) -> PartitionPlan:
+def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int,
+                   deletion_vector_max_age_ms: int | None = None) -> PartitionPlan:
     """Kafka's selection arithmetic for one partition (no budget, no ordering)."""
     if not config.compact:
         return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted",
@@ -219,10 +220,12 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
 
     in_range = tuple(s for s in segments if s.base_offset < first_uncleanable)
     purge = any(s.min_delete_horizon_ms is not None and s.min_delete_horizon_ms <= now_ms for s in in_range)
+    aged = deletion_vector_max_age_ms is not None and any(
+        s.deletes is not None and s.deletes.created_ms + deletion_vector_max_age_ms <= now_ms for s in in_range)
     fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
                   first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
                   cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
-                  active_rolled=rolled, tombstone_purge=purge, segments=in_range)
+                  active_rolled=rolled, tombstone_purge=purge or aged, segments=in_range)
 
     fields["dedupe"] = True
     if delay > 0 and cleanable_bytes > 0:
@@ -231,6 +234,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
         reason = f"dirty ratio {ratio:.2f} > {config.min_cleanable_dirty_ratio:.2f}"
     elif purge:
         reason = "tombstones expired: delete horizon passed"
+    elif aged:
+        reason = "deletion vectors older than deletion.vector.max.age.ms: rewrite to remove records physically"
     elif expired:
         fields["dedupe"] = False
         reason = f"retention: {len(expired)} segment(s) expired"
@@ -252,7 +257,7 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
 
 
 def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Callable[[str], TopicConfig], now_ms: int,
-         byte_budget: int | None = None) -> CompactionPlan:
+         byte_budget: int | None = None, deletion_vector_max_age_ms: int | None = None) -> CompactionPlan:
     """Plan a run: select cleanable partitions, dirtiest first, within an optional byte budget.
 
     ``config(topic)`` gives a topic's effective configuration. A partition whose manifest could not be
@@ -267,7 +272,7 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
         if isinstance(manifest, Exception):
             uncleanable.append(PartitionPlan(tp, Decision.UNCLEANABLE, str(manifest)))
             continue
-        plans.append(plan_partition(tp, manifest, config(tp.topic), now_ms))
+        plans.append(plan_partition(tp, manifest, config(tp.topic), now_ms, deletion_vector_max_age_ms))
 
     candidates = [p for p in plans if p.clean_bytes + p.cleanable_bytes > 0]
     max_dirty = int(100 * max((p.cleanable_ratio for p in candidates), default=0.0))

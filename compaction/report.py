@@ -4,32 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from compaction.layout import SegmentOutcome
 from compaction.manifest import Manifest, SegmentMeta
 from compaction.planner import CompactionPlan, Decision, PartitionPlan
 from compaction.status import human_bytes
 
+if TYPE_CHECKING:
+    from compaction.tasks import ApplyJob
+
 log = logging.getLogger("compaction.report")
-
-
-@dataclass(frozen=True)
-class SegmentOutcome:
-    """The decision's counts for one segment of a cleaned range."""
-
-    records: int
-    kept: int
-    stamped: int
-    dropped: dict[str, int]
-
-    @property
-    def changed(self) -> bool:
-        return self.kept < self.records or self.stamped > 0
-
-    def estimated_bytes(self, segment: SegmentMeta) -> int:
-        return segment.size_bytes * self.kept // self.records if self.records else 0
 
 
 @dataclass
@@ -65,7 +53,7 @@ class PartitionResult:
 
     @classmethod
     def cleaned(cls, p: PartitionPlan, committed: Manifest, outcomes: dict[int, SegmentOutcome],
-                removed: list[SegmentMeta], added: list[SegmentMeta], records_written: int, bytes_written: int,
+                jobs: Sequence[ApplyJob], added: list[SegmentMeta], records_written: int, bytes_written: int,
                 elapsed_ms: int) -> PartitionResult:
         dropped: dict[str, int] = {}
         for outcome in outcomes.values():
@@ -75,19 +63,21 @@ class PartitionResult:
         if expired_records:
             dropped["retention"] = expired_records
         range_before = list(p.expired_segments) + list(p.segments)
-        replaced = {s.path for s in removed}
+        rewritten = [s for j in jobs if not j.deletes_only for s in j.sources]
+        replaced = {s.path for j in jobs for s in j.sources}
         range_after = [s for s in p.segments if s.path not in replaced] + added
         stats = {
             "messages_read": sum(o.records for o in outcomes.values()),
             "map_bytes_read": sum(s.size_bytes for s in p.segments),
-            "bytes_read": sum(s.size_bytes for s in removed),
+            "bytes_read": sum(s.size_bytes for s in rewritten),
             "messages_written": records_written,
             "bytes_written": bytes_written,
             "invalid_messages_read": dropped.get("keyless", 0),
             "dropped": dropped,
-            "segments_rewritten": len(removed),
-            "segments_written": len(added),
-            "segments_untouched": len(p.segments) - len(removed),
+            "segments_rewritten": len(rewritten),
+            "segments_written": sum(1 for j in jobs if not j.deletes_only),
+            "deletion_vectors_written": sum(1 for j in jobs if j.deletes_only),
+            "segments_untouched": len(p.segments) - len(replaced),
             "segments_expired": len(p.expired_segments),
             "size_before": sum(s.size_bytes for s in range_before),
             "size_after": sum(s.size_bytes for s in range_after),
@@ -111,7 +101,8 @@ class PartitionResult:
         return (f"cleaned {self.partition} [{start}, {end}): {human_bytes(s['size_before'])} -> "
                 f"{human_bytes(s['size_after'])}, {size:.1f}% size reduction, {messages:.1f}% fewer messages "
                 f"({s['segments_rewritten']} segment(s) rewritten into {s['segments_written']}, "
-                f"{s['segments_untouched']} untouched; {self.reason})")
+                f"{s['deletion_vectors_written']} with new deletions, {s['segments_untouched']} untouched; "
+                f"{self.reason})")
 
 
 @dataclass

@@ -115,6 +115,13 @@ def check_records(table: pa.Table, where: str) -> None:
     typed_data = pc.and_(pc.invert(is_control), pc.is_valid(control_type))
     if pc.any(typed_data).as_py():
         raise InvalidRecordsError(f"{where}: a data record (is_control false) carries a control_type")
+    # Only tombstones and markers carry a delete horizon: the cleaner relies on it to recognise tombstones
+    # without reading values.
+    valued_horizon = pc.and_(pc.and_(pc.invert(is_control), pc.is_valid(table.column("value"))),
+                             pc.is_valid(table.column("delete_horizon_ms")))
+    if pc.any(valued_horizon).as_py():
+        raise InvalidRecordsError(f"{where}: a record with a value carries a delete_horizon_ms (only tombstones "
+                                  "and markers may)")
 
 
 def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> bytes:

@@ -7,11 +7,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from compaction.cleaner import Cleaner, rewrite_groups
+from compaction.cleaner import PLANS, Cleaner, _Work, plan_store
 from compaction.config import Settings
-from compaction.dedupe import PLANS
+from compaction.generate import GenerateSpec, generate
+from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.manifest import Manifest, SegmentMeta
-from compaction.report import RunReport, SegmentOutcome
+from compaction.report import RunReport
 from compaction.segment import records
 from compaction.store import Store, TopicPartition, Writer
 from compaction.verify import verify
@@ -253,43 +254,98 @@ def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Stor
     assert {e.name for e in local_store.storage.list_dir(f"{TP.prefix}/segments")} == objects
 
 
-def test_untouched_segments_stay_referenced_and_changed_ones_merge(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, *(rec(i, f"k{i}") for i in range(0, 10)))
-    append(local_store, *(rec(i, f"k{i}") for i in range(10, 20)))
-    append(local_store, rec(20, "active"))
-    clean(spark, local_store, "window")  # first pass: one merged clean segment [0, 20)
+def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_vectors(  # type: ignore[no-untyped-def]
+        spark, local_store: Store) -> None:
+    no_vectors = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                          "cleaner": {"deletion.vector.max.ratio": 0}}, environ={})
+    for tp, settings in ((TopicPartition("t", 0), no_vectors), (TopicPartition("t", 1), SETTINGS)):
+        append(local_store, *(rec(i, f"k{i}") for i in range(0, 10)), tp=tp)
+        append(local_store, *(rec(i, f"k{i}") for i in range(10, 20)), tp=tp)
+        append(local_store, rec(20, "active"), tp=tp)
+        clean(spark, local_store, "arrow", settings=settings, topics="t")  # one merged clean segment [0, 20)
+        first = local_store.manifest(tp).segments[0]
+        assert (first.base_offset, first.next_offset) == (0, 20)
+        append(local_store, rec(21, "new1"), rec(22, "k5", "updated"), tp=tp)
+        append(local_store, rec(23, "active2"), tp=tp)
+        report = clean(spark, local_store, "arrow", settings=settings)
+        stats = next(r for r in report.partitions if r.partition == str(tp)).stats
+        segment = local_store.manifest(tp).segments[0]
+        if settings is no_vectors:  # Kafka's way: the clean segment that lost k5 is rewritten with its neighbours
+            assert (stats["segments_rewritten"], stats["deletion_vectors_written"]) == (3, 0)
+            assert segment.path != first.path and segment.next_offset == 23
+        else:  # the default: the clean segment keeps its object and gains a deletion vector
+            assert (stats["segments_rewritten"], stats["deletion_vectors_written"]) == (2, 1)
+            assert segment.path == first.path and segment.deletes is not None and segment.deletes.count == 1
+        assert [r["key"] for r in local_store.read(tp).to_pylist()].count(b"k5") == 1
+        assert offsets(local_store, tp) == [*range(0, 5), *range(6, 24)]
+
+
+def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    append(local_store, *(rec(i, f"k{i}") for i in range(10)))
+    append(local_store, rec(10, "active"))
+    clean(spark, local_store, "arrow")
     first = local_store.manifest(TP).segments[0]
-    append(local_store, rec(21, "new1"), rec(22, "k5", "updated"))
-    append(local_store, rec(23, "active2"))
-    report = clean(spark, local_store, "window")
-    manifest = local_store.manifest(TP)
-    assert report.partitions[0].stats["segments_rewritten"] == 3
-    assert manifest.segments[0].base_offset == 0 and manifest.segments[0].path != first.path
-    appended_only = TopicPartition("t", 1)
-    append(local_store, *(rec(i, f"k{i}") for i in range(0, 10)), tp=appended_only)
-    append(local_store, rec(10, "active"), tp=appended_only)
-    clean(spark, local_store, "window")
-    cleaned = local_store.manifest(appended_only).segments[0]
-    append(local_store, rec(11, "x"), tp=appended_only)
-    append(local_store, rec(12, "active2"), tp=appended_only)
-    clean(spark, local_store, "window")
-    assert local_store.manifest(appended_only).segments[0].path == cleaned.path, "a clean segment losing nothing stays"
+    append(local_store, rec(11, "k1", "new"))
+    append(local_store, rec(12, "active2"))
+    clean(spark, local_store, "arrow")
+    assert local_store.manifest(TP).segments[0].deletes.count == 1  # type: ignore[union-attr]
+    append(local_store, rec(13, "k2", "new"), rec(14, "k3", "new"))  # 3 of 10 deleted: past the 0.2 ratio
+    append(local_store, rec(15, "active3"))
+    clean(spark, local_store, "arrow")
+    rewritten = local_store.manifest(TP).segments[0]
+    assert rewritten.path != first.path and rewritten.deletes is None and rewritten.record_count < 10
+
+    append(local_store, rec(16, "k4", "new"))
+    append(local_store, rec(17, "active4"))
+    clean(spark, local_store, "arrow")
+    aged = local_store.manifest(TP).segments[0]
+    assert aged.deletes is not None and aged.deletes.created_ms == NOW
+    week = 604_800_000
+    report = clean(spark, local_store, "arrow", now=NOW + week)
+    assert report.partitions[0].reason.startswith("deletion vectors older than deletion.vector.max.age.ms")
+    purged = local_store.manifest(TP).segments[0]
+    assert purged.deletes is None and purged.path != aged.path, "deleted records are physically gone in time"
 
 
-def _meta(base: int, end: int, size: int) -> SegmentMeta:
+def test_a_large_partition_is_split_into_key_buckets_with_the_same_result(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = GenerateSpec(records=12_000, keys=900, partitions=1, segment_records=1_500, tombstone_ratio=0.05,
+                        keyless_ratio=0.01, seed=3, end_time_ms=NOW - DAY)
+    results = {}
+    for limit in (1_000_000, 3_000):
+        store = Store.open(str(tmp_path / f"s{limit}"))
+        generate(store, spec, now_ms=NOW - DAY)
+        settings = Settings.load(overrides={"log.cleanup.policy": "compact", "cleaner": {"task.max.records": limit}},
+                                 environ={})
+        cleaner = Cleaner(spark, store, settings)
+        the_plan = plan_store(store, settings, NOW)
+        tasks = cleaner.read_tasks([_Work(p) for p in the_plan.selected], NOW)
+        assert len(tasks) == (4 if limit == 3_000 else 1), "10,500 records in tasks of at most 3,000"
+        cleaner.run(NOW, compaction_plan=the_plan)
+        assert [p for r in verify(store) for p in r.problems] == []
+        results[limit] = store.read(TopicPartition("orders", 0), columns=["offset", "delete_horizon_ms"]).to_pylist()
+    assert results[3_000] == results[1_000_000]
+
+
+def _meta(base: int, end: int, size: int, tombstones: int = 0) -> SegmentMeta:
     return SegmentMeta(path=f"segments/{base:020d}-x.parquet", base_offset=base, next_offset=end,
-                       record_count=end - base, size_bytes=size, checksum="sha256:0", created_ms=0)
+                       record_count=end - base, size_bytes=size, checksum="sha256:0", created_ms=0,
+                       tombstone_count=tombstones)
 
 
-def test_rewrite_groups_keep_unchanged_segments_and_merge_changed_ones_up_to_segment_bytes() -> None:
+def test_plan_jobs_keeps_unchanged_segments_uses_vectors_and_merges_up_to_segment_bytes() -> None:
     segments = [_meta(0, 10, 1000), _meta(10, 20, 1000), _meta(20, 30, 1000), _meta(30, 40, 1000),
-                _meta(40, 50, 100), _meta(50, 60, 100)]
-    outcomes = {0: SegmentOutcome(10, 5, 0, {}), 10: SegmentOutcome(10, 5, 0, {}), 20: SegmentOutcome(10, 10, 0, {}),
-                30: SegmentOutcome(10, 10, 1, {}), 40: SegmentOutcome(10, 10, 0, {}), 50: SegmentOutcome(10, 10, 0, {})}
-    groups = rewrite_groups(segments, outcomes, first_dirty_offset=40, segment_bytes=1000)
-    assert [[s.base_offset for s in g] for g in groups] == [[0, 10], [30], [40, 50]]
-    groups = rewrite_groups(segments, outcomes, first_dirty_offset=60, segment_bytes=900)
-    assert [[s.base_offset for s in g] for g in groups] == [[0], [10], [30]]
+                _meta(40, 50, 100), _meta(50, 60, 100, tombstones=1), _meta(60, 70, 100)]
+    outcomes = {0: SegmentOutcome(10, 5, 0, {}), 10: SegmentOutcome(10, 9, 0, {}), 20: SegmentOutcome(10, 10, 0, {}),
+                30: SegmentOutcome(10, 10, 1, {}), 40: SegmentOutcome(10, 10, 0, {}), 50: SegmentOutcome(10, 10, 0, {}),
+                60: SegmentOutcome(10, 10, 0, {})}
+    policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
+    jobs = plan_jobs(segments, outcomes, first_dirty_offset=40, policy=policy)
+    assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [
+        ([0], False), ([10], True), ([30], False), ([40, 50, 60], False)]
+    no_vectors = ApplyPolicy(segment_bytes=900, now_ms=0, deletion_vector_max_ratio=0)
+    jobs = plan_jobs(segments, outcomes, first_dirty_offset=70, policy=no_vectors)
+    assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [
+        ([0], False), ([10], False), ([30], False)], "clean tombstones already carry their horizon"
 
 
 def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -331,7 +387,7 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
 def test_read_only_needed_columns_for_the_decision(local_store: Store) -> None:
     from compaction.tasks import ReadTask, read_facts
 
-    append(local_store, rec(0, "a", "x" * 1000), rec(1, "b", "y" * 1000))
+    append(local_store, rec(0, "a", "x" * 1000), rec(1, "b", "y" * 1000), rec(2, "a", None))
     segment = local_store.manifest(TP).segments[0]
     asked: list[list[str] | None] = []
     original = local_store.read_segment
@@ -341,7 +397,7 @@ def test_read_only_needed_columns_for_the_decision(local_store: Store) -> None:
         return original(tp, seg, columns, apply_deletes)
 
     local_store.read_segment = spy  # type: ignore[method-assign]
-    facts = read_facts(ReadTask(TP, local_store, (segment,), (), "offset", "", DAY, False))
-    assert facts.num_rows == 2
-    assert asked == [["offset", "key", "delete_horizon_ms"]], "no values (the segment has no tombstones)"
+    facts = read_facts(ReadTask(TP, local_store, (segment,), (), "offset", "", False))
+    assert facts.num_rows == 3
+    assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"
     assert pa.types.is_binary(facts.schema.field("key").type)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from compaction.dedupe import PLANS, WINNER_PLANS, decide
+from compaction import arrow_dedupe
+from compaction.cleaner import PLANS
+from compaction.dedupe import REASONS, WINNER_PLANS, decide
 from compaction.strategies import by_configured_strategy
-from compaction.tasks import FACTS_DDL
+from compaction.tasks import FACTS_DDL, FACTS_SCHEMA
 
 pytestmark = pytest.mark.spark
 
@@ -22,15 +25,31 @@ def be(n: int) -> bytes:
     return n.to_bytes(8, "big", signed=True)
 
 
-def fact(offset: int, key: str | None, *, tombstone: bool = False, ts: int | None = None, header: bytes | None = None,
+def fact(offset: int, key: str | None, *, ts: int | None = None, header: bytes | None = None,
          horizon: int | None = None, control: bool = False, aborted: bool = False, pending: bool = False,
          strategy: str = "offset", last: int = 99, keyless_drop: bool = False, partition: int = 0) -> tuple[Any, ...]:
     headers = [("v", header)] if header is not None else None
-    return ("t", partition, 0, offset, key.encode() if key is not None else None, ts, headers, tombstone, horizon,
-            control, aborted, pending, strategy, "v" if strategy == "header" else "", last, DAY, keyless_drop, None)
+    return ("t", partition, 0, offset, key.encode() if key is not None else None, ts, headers, horizon,
+            control, aborted, pending, strategy, "v" if strategy == "header" else "", last, keyless_drop, None)
 
 
 def run(spark, plan: str, *facts: tuple[Any, ...]):  # type: ignore[no-untyped-def]
+    """The decision of ``plan`` on hand-built facts, as a (offset, keep, reason, stamp) frame."""
+    if plan == "arrow":
+        rows = []
+        table = pa.Table.from_pylist([dict(zip(FACTS_SCHEMA.names, f, strict=True)) for f in facts],
+                                     schema=FACTS_SCHEMA)
+        for partition in sorted(set(table.column("partition").to_pylist())):
+            part = table.filter(pa.compute.equal(table.column("partition"), partition))
+            part = part.sort_by("offset")
+            first = part.slice(0, 1).to_pylist()[0]
+            decided = arrow_dedupe.decide(part, strategy=first["strategy"], header=first["strategy_header"],
+                                          now_ms=NOW, keyless_drop=first["keyless_drop"],
+                                          range_last_offset=first["range_last_offset"])
+            for offset, code, stamp in zip(part.column("offset").to_pylist(), decided.code.tolist(),
+                                           decided.stamp.tolist(), strict=True):
+                rows.append((offset, code == 0, REASONS[code - 1] if code else None, bool(stamp)))
+        return spark.createDataFrame(rows, RESULT)
     df = spark.createDataFrame(list(facts), FACTS_DDL)
     decided = df.transform(by_configured_strategy).transform(WINNER_PLANS[plan]).transform(decide(NOW))
     return decided.select("offset", "keep", "reason", "stamp").orderBy("partition", "offset")
@@ -76,12 +95,12 @@ def test_header_versions_with_malformed_and_missing_headers(spark, plan: str) ->
         (6, False, "superseded", False)), ignore_nullable=True)
 
 
-def test_a_tombstone_with_a_lower_version_does_not_delete_a_value(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_stamped_tombstone_competes_like_any_version(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
     s = "timestamp"
-    result = run(spark, plan, fact(0, "a", ts=20, strategy=s), fact(1, "a", ts=10, tombstone=True, strategy=s),
-                 fact(2, "b", ts=10, strategy=s), fact(3, "b", ts=20, tombstone=True, strategy=s))
+    result = run(spark, plan, fact(0, "a", ts=20, strategy=s), fact(1, "a", ts=10, horizon=NOW + 9, strategy=s),
+                 fact(2, "b", ts=10, strategy=s), fact(3, "b", ts=20, horizon=NOW + 9, strategy=s))
     assert_df_equality(result, expect(spark, (0, True, None, False), (1, False, "superseded", False),
-                                      (2, False, "superseded", False), (3, True, None, True)), ignore_nullable=True)
+                                      (2, False, "superseded", False), (3, True, None, False)), ignore_nullable=True)
 
 
 def test_log_end_rule_keeps_the_last_record_under_timestamp_and_header_only(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
@@ -92,11 +111,12 @@ def test_log_end_rule_keeps_the_last_record_under_timestamp_and_header_only(spar
                                       (2, False, "superseded", False), (3, True, None, False)), ignore_nullable=True)
 
 
-def test_tombstones_are_stamped_then_expire_at_their_horizon(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, "a"), fact(1, "a", tombstone=True),
-                 fact(2, "b", tombstone=True, horizon=NOW + 1), fact(3, "c", tombstone=True, horizon=NOW))
-    assert_df_equality(result, expect(spark, (0, False, "superseded", False), (1, True, None, True),
-                                      (2, True, None, False), (3, False, "tombstone_expired", False)),
+def test_tombstones_expire_at_their_horizon_unless_superseded_first(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
+    result = run(spark, plan, fact(0, "a"), fact(1, "a", horizon=NOW - 5), fact(2, "b", horizon=NOW + 1),
+                 fact(3, "c", horizon=NOW), fact(4, "d", horizon=NOW), fact(5, "d"))
+    assert_df_equality(result, expect(spark, (0, False, "superseded", False), (1, False, "tombstone_expired", False),
+                                      (2, True, None, False), (3, False, "tombstone_expired", False),
+                                      (4, False, "superseded", False), (5, True, None, False)),
                        ignore_nullable=True)
 
 

@@ -46,3 +46,11 @@ def test_generate_writes_segments_and_appends_after_the_log_end(local_store: Sto
     assert (m.version, m.log_end_offset, len(m.segments)) == (2, 1000, 6)
     assert m.writer.operation == "generate"
     assert local_store.read(TopicPartition("b", 1)).column("offset").to_pylist() == list(range(1000))
+
+
+def test_skew_puts_a_share_of_records_in_partition_0_and_one_hot_key() -> None:
+    spec = GenerateSpec(records=10_000, keys=1000, partitions=4, partition0_share=0.8, hot_key_records=3000)
+    sizes = [partition_records(spec, 0, p, 0).num_rows for p in range(4)]
+    assert sizes == [8000, 667, 667, 666]
+    keys = partition_records(spec, 0, 0, 0).column("key").to_pylist()
+    assert max(keys.count(k) for k in set(keys)) >= 3000

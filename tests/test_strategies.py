@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+from compaction import arrow_dedupe
+from compaction.segment import HEADER_TYPE
 from compaction.strategies import by_configured_strategy, by_header, by_offset, by_timestamp
 
 pytestmark = pytest.mark.spark
@@ -17,17 +20,33 @@ def be(n: int) -> bytes:
     return n.to_bytes(8, "big", signed=True)
 
 
+def arrow_versions(rows: list[tuple], strategy: str, header: str = "") -> list[tuple[int, int]]:
+    """The Arrow plan's reading of the same rows, to hold it to the same expectations."""
+    table = pa.table({"offset": pa.array([r[0] for r in rows], pa.int64()),
+                      "timestamp": pa.array([r[1] for r in rows], pa.int64()),
+                      "headers": pa.array([r[2] for r in rows], HEADER_TYPE)})
+    valid, version = arrow_dedupe.versions(table, strategy, header)
+    return list(zip(valid.tolist(), version.tolist(), strict=True))
+
+
+def expected_versions(expected) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    return [(r["version_valid"], r["version"]) for r in expected.orderBy("offset").collect()]
+
+
 def test_offset_strategy_uses_the_offset(spark) -> None:  # type: ignore[no-untyped-def]
     df = spark.createDataFrame([(5, None, None), (9, 1, None)], SCHEMA)
     expected = spark.createDataFrame([(5, None, None, 1, 5), (9, 1, None, 1, 9)], EXPECTED)
     assert_df_equality(df.transform(by_offset), expected, ignore_nullable=True)
+    assert arrow_versions([(5, None, None), (9, 1, None)], "offset") == expected_versions(expected)
 
 
 def test_timestamp_strategy_invalidates_missing_and_negative_timestamps(spark) -> None:  # type: ignore[no-untyped-def]
-    df = spark.createDataFrame([(0, 1000, None), (1, None, None), (2, -1, None), (3, 0, None)], SCHEMA)
+    rows = [(0, 1000, None), (1, None, None), (2, -1, None), (3, 0, None)]
+    df = spark.createDataFrame(rows, SCHEMA)
     expected = spark.createDataFrame(
         [(0, 1000, None, 1, 1000), (1, None, None, 0, -1), (2, -1, None, 0, -1), (3, 0, None, 1, 0)], EXPECTED)
     assert_df_equality(df.transform(by_timestamp), expected, ignore_nullable=True)
+    assert arrow_versions(rows, "timestamp") == expected_versions(expected)
 
 
 def test_header_strategy_reads_the_last_occurrence_as_a_big_endian_long(spark) -> None:  # type: ignore[no-untyped-def]
@@ -47,6 +66,7 @@ def test_header_strategy_reads_the_last_occurrence_as_a_big_endian_long(spark) -
         (*rows[0], 1, 7), (*rows[1], 1, -3), (*rows[2], 0, -1), (*rows[3], 0, -1), (*rows[4], 0, -1),
         (*rows[5], 0, -1), (*rows[6], 1, 2**63 - 1), (*rows[7], 1, -(2**63)), (*rows[8], 1, 4)], EXPECTED)
     assert_df_equality(df.transform(by_header("v")), expected, ignore_nullable=True)
+    assert arrow_versions(rows, "header", "v") == expected_versions(expected)
 
 
 def test_configured_strategy_applies_each_rows_own_strategy(spark) -> None:  # type: ignore[no-untyped-def]

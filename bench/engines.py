@@ -1,0 +1,71 @@
+"""Baselines users would run instead, on the same segment files: keep the latest record per key, write
+Parquet in offset order (one file per partition, zstd, like the job's segments); and the I/O floor.
+
+    python bench/engines.py {duckdb,polars,floor} STORE OUTPUT_DIR
+
+Each keeps, per partition, every keyless record and the record with the highest offset of each key (the
+job's offset strategy), reading exactly the live segments the store's manifests list.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from compaction.store import Store
+
+
+def live_segments(store_url: str) -> dict[str, list[str]]:
+    """Per partition, the paths of its live segment objects (those with deletion vectors are refused)."""
+    store = Store.open(store_url)
+    result = {}
+    for tp in store.topic_partitions():
+        manifest = store.manifest(tp)
+        if any(s.deletes is not None for s in manifest.segments):
+            raise SystemExit(f"{tp} has deletion vectors, which the baselines cannot apply")
+        result[str(tp)] = [store.storage.path(f"{tp.prefix}/{s.path}") for s in manifest.segments]
+    return result
+
+
+def run_duckdb(inputs: dict[str, list[str]], output: Path) -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    for name, files in inputs.items():
+        listing = ", ".join(f"'{f}'" for f in files)
+        con.execute(f"""
+            COPY (
+                SELECT * FROM read_parquet([{listing}])
+                QUALIFY key IS NULL OR row_number() OVER (PARTITION BY key ORDER BY "offset" DESC) = 1
+                ORDER BY "offset"
+            ) TO '{output / name}.parquet' (FORMAT parquet, COMPRESSION zstd)""")
+
+
+def run_polars(inputs: dict[str, list[str]], output: Path) -> None:
+    import polars as pl
+
+    for name, files in inputs.items():
+        frame = pl.scan_parquet(files)
+        latest = pl.col("offset") == pl.col("offset").max().over("key")
+        frame.filter(pl.col("key").is_null() | latest).sort("offset").sink_parquet(
+            output / f"{name}.parquet", compression="zstd")
+
+
+def run_floor(inputs: dict[str, list[str]], output: Path) -> None:
+    import pyarrow.parquet as pq
+
+    for name, files in inputs.items():
+        pq.write_table(pq.read_table(files), output / f"{name}.parquet", compression="zstd")
+
+
+ENGINES = {"duckdb": run_duckdb, "polars": run_polars, "floor": run_floor}
+
+
+def main() -> None:
+    engine, store, output = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    output.mkdir(parents=True, exist_ok=True)
+    ENGINES[engine](live_segments(store), output)
+
+
+if __name__ == "__main__":
+    main()
