@@ -33,10 +33,12 @@ def run_duckdb(inputs: dict[str, list[str]], output: Path) -> None:
     con = duckdb.connect()
     for name, files in inputs.items():
         listing = ", ".join(f"'{f}'" for f in files)
+        # The fastest of the formulations tried (QUALIFY row_number(), a SEMI JOIN on max(offset), this).
         con.execute(f"""
             COPY (
                 SELECT * FROM read_parquet([{listing}])
-                QUALIFY key IS NULL OR row_number() OVER (PARTITION BY key ORDER BY "offset" DESC) = 1
+                WHERE key IS NULL OR "offset" IN (
+                    SELECT max("offset") FROM read_parquet([{listing}]) GROUP BY key)
                 ORDER BY "offset"
             ) TO '{output / name}.parquet' (FORMAT parquet, COMPRESSION zstd)""")
 

@@ -84,12 +84,13 @@ def winners(keys: pa.Array, competes: np.ndarray, valid: np.ndarray, version: np
         if current.min() == current.max():
             continue
         table = pa.table({"key": keys.take(pa.array(rows)), "value": current, "row": rows})
-        best = table.group_by("key").aggregate([("value", "max")])
+        best = table.group_by("key", use_threads=False).aggregate([("value", "max")])
         kept = table.join(best, "key").filter(pc.equal(pc.field("value"), pc.field("value_max")))
         rows = np.sort(kept.column("row").to_numpy())
-    table = pa.table({"key": keys.take(pa.array(rows)) if len(rows) < len(keys) else keys, "offset": offsets[rows]})
-    best_offsets = table.group_by("key").aggregate([("offset", "max")]).column("offset_max").to_numpy()
-    result[np.searchsorted(offsets, best_offsets)] = True
+    # Rows are in offset order, so the highest row index of a key is its highest offset. One thread:
+    # executors already run one task per core.
+    table = pa.table({"key": keys.take(pa.array(rows)) if len(rows) < len(keys) else keys, "row": rows})
+    result[table.group_by("key", use_threads=False).aggregate([("row", "max")]).column("row_max").to_numpy()] = True
     return result
 
 

@@ -19,19 +19,17 @@ Stages (one Spark job each, over all selected partitions at once):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark import StorageLevel
+from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from compaction.config import Settings
-from compaction.dedupe import REASONS, WINNER_PLANS, decide, per_segment
+from compaction.dedupe import WINNER_PLANS, decide, decision_row, per_segment
 from compaction.errors import CompactionError, StoreError
 from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.manifest import Manifest, SegmentMeta
@@ -40,15 +38,12 @@ from compaction.report import PartitionResult, RunReport
 from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
 from compaction.strategies import by_configured_strategy
 from compaction.tasks import (
-    CLEANED_DDL,
-    DECISIONS_DDL,
     FACTS_DDL,
-    RESULTS_DDL,
     ApplyJob,
     ReadTask,
-    apply_job_arrow,
-    clean_batches,
-    decide_batches,
+    apply_rows,
+    clean_partition,
+    decision_rows,
     read_facts_batches,
     segment_from_json,
 )
@@ -143,16 +138,24 @@ class Cleaner:
     # Stage 1 -----------------------------------------------------------------------------------------
 
     def _buckets(self, p: PartitionPlan) -> int:
-        """Key buckets (tasks) for a partition: its cleaned range's records over ``task.max.records``."""
+        """Key buckets (tasks) for a partition under the Arrow plan.
+
+        A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
+        columns of clean ones (a quarter of the cost each, so up to four times as many records in all).
+        """
         if self.dedupe_plan != "arrow":
             return 1
-        return max(1, math.ceil(sum(s.live_records for s in p.segments) / self.settings.cleaner.task_max_records))
+        limit = self.settings.cleaner.task_max_records
+        assert p.first_dirty_offset is not None
+        dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
+        total = sum(s.live_records for s in p.segments)
+        return max(1, math.ceil(dirty / limit), math.ceil(total / (4 * limit)))
 
     def _policy(self, p: PartitionPlan, now_ms: int) -> ApplyPolicy:
         assert p.config is not None
         cleaner = self.settings.cleaner
         return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                           cleaner.deletion_vector_max_age_ms)
+                           cleaner.deletion_vector_max_age_ms, cleaner.task_max_records)
 
     def read_tasks(self, items: list[_Work], now_ms: int) -> list[ReadTask]:
         """One task per partition, or per key bucket when its cleaned range exceeds ``task.max.records``."""
@@ -180,14 +183,14 @@ class Cleaner:
         self.progress(f"cleaning {len(items)} partition(s) in {len(tasks)} task(s), "
                       f"{sum(len(w.plan.segments) for w in items)} segment(s), "
                       f"{sum(w.plan.work_bytes for w in items) / 2**20:,.1f} MB (plan: arrow)")
-        ids, shipped = self._task_frame(tasks)
-        rows = ids.mapInArrow(lambda batches: clean_batches(batches, shipped.value), CLEANED_DDL).collect()  # type: ignore[attr-defined]
-        for row in rows:
-            item = by_tp[TopicPartition(row["topic"], row["partition"])]
-            if row["error"] is not None:
-                item.error = row["error"]
+        # An RDD of the tasks themselves: no SQL planning or Arrow transfer is needed for metadata results,
+        # which makes a fresh session's first job seconds shorter.
+        results = self.session.sparkContext.parallelize(tasks, len(tasks)).map(clean_partition).collect()
+        for payload in results:
+            item = by_tp[TopicPartition(payload["topic"], payload["partition"])]
+            if payload["error"] is not None:
+                item.error = payload["error"]
                 continue
-            payload = json.loads(row["payload"])
             item.outcomes = {int(base): SegmentOutcome(*values) for base, values in payload["outcomes"].items()}
             segments = {s.base_offset: s for s in item.plan.segments}
             assert item.plan.config is not None
@@ -211,17 +214,16 @@ class Cleaner:
         ids, shipped = self._task_frame(tasks)
         return ids.mapInArrow(lambda batches: read_facts_batches(batches, shipped.value), FACTS_DDL)  # type: ignore[attr-defined]
 
-    def decisions(self, tasks: list[ReadTask], now_ms: int) -> DataFrame:
-        """Decision rows for the tasks, by this cleaner's plan."""
+    def decisions(self, tasks: list[ReadTask], now_ms: int) -> RDD:
+        """Decision rows (one per segment and key bucket, as dicts) for the tasks, by this cleaner's plan."""
         if self.dedupe_plan == "arrow":
-            ids, shipped = self._task_frame(tasks)
-            return ids.mapInArrow(lambda batches: decide_batches(batches, shipped.value), DECISIONS_DDL)  # type: ignore[attr-defined]
+            return self.session.sparkContext.parallelize(tasks, len(tasks)).flatMap(decision_rows)
         return (self.facts(tasks).transform(by_configured_strategy)
                 .transform(WINNER_PLANS[self.dedupe_plan])
                 .transform(decide(now_ms))
-                .transform(per_segment))
+                .transform(per_segment)).rdd.map(decision_row)
 
-    def _decide(self, items: list[_Work], now_ms: int) -> DataFrame:
+    def _decide(self, items: list[_Work], now_ms: int) -> RDD:
         """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
@@ -231,15 +233,13 @@ class Cleaner:
                       f"(plan: {self.dedupe_plan})")
         decisions = self.decisions(tasks, now_ms).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            rows = decisions.select("topic", "partition", "segment_base", "records", "kept", *REASONS,
-                                    F.size("stamps").alias("stamped"), "error").collect()
-            for row in rows:
+            counts = decisions.map(lambda r: {k: v for k, v in r.items() if k not in ("dropped", "stamps")}).collect()
+            for row in counts:
                 item = by_tp[TopicPartition(row["topic"], row["partition"])]
                 if row["error"] is not None:
                     item.error = item.error or row["error"]
                     continue
-                outcome = SegmentOutcome(row["records"], row["kept"], row["stamped"],
-                                         {r: row[r] for r in REASONS if row[r]})
+                outcome = SegmentOutcome(row["records"], row["kept"], row["stamped"], row["dropped_by"])
                 previous = item.outcomes.get(row["segment_base"])
                 item.outcomes[row["segment_base"]] = previous.merge(outcome) if previous else outcome
             for item in items:
@@ -249,12 +249,11 @@ class Cleaner:
                 assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
                     item.outcomes.setdefault(segment.base_offset, SegmentOutcome(0, 0, 0, {}))
-                policy = self._policy(p, now_ms)
                 item.jobs = [ApplyJob(p.partition, self.store, job_id, sources,
                                       horizon_ms=now_ms + p.config.delete_retention_ms, created_ms=now_ms,
                                       deletes_only=deletes_only)
                              for job_id, (sources, deletes_only) in enumerate(
-                                 plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, policy))]
+                                 plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self._policy(p, now_ms)))]
         except BaseException:
             decisions.unpersist()
             raise
@@ -262,31 +261,36 @@ class Cleaner:
 
     # Stage 2 -----------------------------------------------------------------------------------------
 
-    def _apply(self, decisions: DataFrame, items: list[_Work]) -> None:
+    def _apply(self, decisions: RDD, items: list[_Work]) -> None:
+        """Run each job over its segments' decision rows (from every key bucket), one task per job."""
         if not items:
             return
         jobs = {(j.tp.topic, j.tp.partition, j.job_id): j for w in items for j in w.jobs}
         rewrites = [j for j in jobs.values() if not j.deletes_only]
         self.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
                       f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
-        membership = [(j.tp.topic, j.tp.partition, s.base_offset, j.job_id) for j in jobs.values() for s in j.sources]
-        members = self.session.createDataFrame(membership, "topic string, partition int, segment_base long, "
-                                                           "job_id int")
-        shipped = self.session.sparkContext.broadcast(jobs)
-        inputs = members.join(decisions.select("topic", "partition", "segment_base", "dropped", "stamps"),
-                              ["topic", "partition", "segment_base"], "left")
-        rows = (inputs.groupBy("topic", "partition", "job_id")
-                .applyInArrow(lambda key, table: apply_job_arrow(key, table, shipped.value), RESULTS_DDL)
-                .collect())
+        sc = self.session.sparkContext
+        job_of = {(j.tp.topic, j.tp.partition, s.base_offset): key for key, j in jobs.items() for s in j.sources}
+        shipped = sc.broadcast((jobs, job_of))
+
+        def route(row: dict) -> list[tuple[tuple[str, int, int], dict]]:
+            key = shipped.value[1].get((row["topic"], row["partition"], row["segment_base"]))
+            return [(key, row)] if key is not None else []
+
+        # Every job gets one placeholder, so a job whose segments had no decision rows still runs.
+        keyed = decisions.flatMap(route).union(sc.parallelize([(key, None) for key in jobs]))
+        results = (keyed.groupByKey(numPartitions=len(jobs))
+                   .map(lambda pair: apply_rows(shipped.value[0][pair[0]], list(pair[1])))
+                   .collect())
         by_tp = {w.plan.partition: w for w in items}
-        for row in rows:
-            item = by_tp[TopicPartition(row["topic"], row["partition"])]
-            if row["error"] is not None:
-                item.error = item.error or row["error"]
+        for result in results:
+            item = by_tp[TopicPartition(result["topic"], result["partition"])]
+            if result["error"] is not None:
+                item.error = item.error or result["error"]
                 continue
-            item.results[row["job_id"]] = segment_from_json(row["segment"])
-            item.bytes_written += row["bytes_written"]
-            item.records_written += row["records_written"]
+            item.results[result["job_id"]] = segment_from_json(result["segment"])
+            item.bytes_written += result["bytes_written"]
+            item.records_written += result["records_written"]
 
     # Commit ------------------------------------------------------------------------------------------
 

@@ -146,9 +146,10 @@ def print_plan(result: CompactionPlan) -> None:
           f"{result.max_compaction_delay_ms // 1000}")
 
 
-def spark_factory(args: argparse.Namespace) -> Callable[[], SparkSession]:
+def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
     conf = dict(item.split("=", 1) for item in args.spark_conf or [])
-    return lambda: spark_session(args.master, conf=conf)
+    arrow = (args.plan or settings.cleaner.dedupe_plan) == "arrow"
+    return lambda: spark_session(args.master, conf=conf, light_driver=arrow)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -156,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else wall_clock_ms()
     options = JobOptions(store=args.store, now_ms=now, topics=args.topics, dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
-    code, outcome = run_job(options, settings, spark_factory(args), storage_options(args))
+    code, outcome = run_job(options, settings, spark_factory(args, settings), storage_options(args))
     if isinstance(outcome, CompactionPlan):
         print_plan(outcome)
         return code

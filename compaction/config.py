@@ -138,7 +138,7 @@ class CleanerSettings(BaseModel):
 
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
     dedupe_plan: Literal["arrow", "window", "aggregate"] = Field("arrow", alias="dedupe.plan")
-    task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1000)
+    task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1)
     deletion_vector_max_ratio: float = Field(0.2, alias="deletion.vector.max.ratio", ge=0, lt=1)
     deletion_vector_max_age_ms: int = Field(604_800_000, alias="deletion.vector.max.age.ms", ge=0)
     max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)

@@ -10,7 +10,9 @@ are not aborted. The winner of a (topic, partition, key) is the greatest in
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -84,7 +86,7 @@ def decide(now_ms: int) -> Callable[[DataFrame], DataFrame]:
 
 
 def per_segment(decided: DataFrame) -> DataFrame:
-    """Decision rows (:data:`compaction.tasks.DECISIONS_SCHEMA`): per segment its counts, the offsets it loses
+    """Decision rows per segment (stage 1 of the Spark SQL plans): its counts, the offsets it loses
     and the markers to stamp."""
     counts = [F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).cast("long").alias(r) for r in REASONS]
     return decided.groupBy("topic", "partition", "segment_base").agg(
@@ -92,3 +94,12 @@ def per_segment(decided: DataFrame) -> DataFrame:
         F.collect_list(F.when(~F.col("keep"), F.col("offset"))).alias("dropped"),
         F.collect_list(F.when(F.col("stamp"), F.col("offset"))).alias("stamps"),
         F.max("error").alias("error"))
+
+
+def decision_row(row: Any) -> dict[str, Any]:
+    """A :func:`per_segment` row as the dict stage 2 takes (the Arrow plan's decision row)."""
+    return {"topic": row["topic"], "partition": row["partition"], "segment_base": row["segment_base"],
+            "records": row["records"], "kept": row["kept"], "stamped": len(row["stamps"] or []),
+            "dropped_by": {reason: row[reason] for reason in REASONS if row[reason]},
+            "dropped": np.array(row["dropped"] or [], dtype=np.int64),
+            "stamps": np.array(row["stamps"] or [], dtype=np.int64), "error": row["error"]}

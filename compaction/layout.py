@@ -45,6 +45,7 @@ class ApplyPolicy:
     now_ms: int
     deletion_vector_max_ratio: float = 0.2
     deletion_vector_max_age_ms: int = 604_800_000
+    max_group_records: int | None = None  # a rewrite reads at most this many records (one task's share)
 
 
 def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
@@ -55,19 +56,19 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
     first horizon is stamped when rewritten), or carries a deletion vector past its maximum age. A clean
     segment that only loses records, and stays within ``deletion.vector.max.ratio`` deleted, gets a
     deletion vector. Other changed segments are rewritten, consecutive ones (and small dirty segments
-    between them) merged while the estimated output stays within ``segment.bytes``; a group of one
-    unchanged segment is no job at all.
+    between them) merged while the estimated output stays within ``segment.bytes`` and the records read
+    within ``max_group_records``; a group of one unchanged segment is no job at all.
     """
     jobs: list[tuple[tuple[SegmentMeta, ...], bool]] = []
     current: list[SegmentMeta] = []
     changed: set[int] = set()
-    size = 0
+    size = records = 0
 
     def flush() -> None:
-        nonlocal current, size
+        nonlocal current, size, records
         if len(current) > 1 or (current and current[0].base_offset in changed):
             jobs.append((tuple(current), False))
-        current, size = [], 0
+        current, size, records = [], 0, 0
 
     for segment in segments:
         outcome = outcomes[segment.base_offset]
@@ -87,9 +88,12 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
         elif not (dirty and estimate < policy.segment_bytes // 2):
             flush()
             continue
-        if current and size + estimate > policy.segment_bytes:
+        too_many = policy.max_group_records is not None and \
+            records + segment.live_records > policy.max_group_records
+        if current and (size + estimate > policy.segment_bytes or too_many):
             flush()
         current.append(segment)
         size += estimate
+        records += segment.live_records
     flush()
     return jobs

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 
 from compaction.errors import CompactionError
@@ -21,6 +26,32 @@ DEFAULTS = {
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "true",
 }
+
+
+def class_archive() -> Path:
+    """Where this environment's JVM class-data-sharing archive for Spark lives (made by ``make setup``).
+
+    Named by the pyspark version and the java binary, so a different JVM or Spark never maps a stale one
+    (and a mismatch only makes the JVM load classes the usual way).
+    """
+    java = os.path.realpath(shutil.which("java") or "java")
+    tag = hashlib.sha256(f"{java}:{os.path.getmtime(java) if os.path.exists(java) else 0}".encode()).hexdigest()[:12]
+    return Path(sys.prefix) / "share" / "compaction" / f"spark-{pyspark.__version__}-{tag}.jsa"
+
+
+def make_class_archive() -> Path:
+    """Run a small local job whose JVM dumps the classes it loaded into :func:`class_archive` at exit."""
+    archive = class_archive()
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    code = ("from compaction.session import spark_session\n"
+            f"s = spark_session('local[2]', conf={{'spark.ui.enabled': 'false', 'spark.driver.extraJavaOptions': "
+            f"'-XX:ArchiveClassesAtExit={archive}'}})\n"
+            "s.sparkContext.parallelize(range(4), 4).map(lambda x: x).collect()\n"
+            "s.createDataFrame([(1, 'a')], 'k int, v string').groupBy('v').count().collect()\n"
+            "s.stop()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                   env={**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")})
+    return archive
 
 
 def check_master(master: str) -> None:
@@ -41,8 +72,11 @@ def check_master(master: str) -> None:
 
 
 def spark_session(master: str | None = None, app_name: str = "compaction",
-                  conf: Mapping[str, str] | None = None) -> SparkSession:
+                  conf: Mapping[str, str] | None = None, light_driver: bool = False) -> SparkSession:
     """Get or create the session; ``master`` None leaves it to spark-submit (``local[*]`` outside it).
+
+    ``light_driver`` suits plans whose records never enter the JVM (the Arrow plan): in local mode the
+    executors share the driver's JVM, so the Spark SQL plans leave it off.
 
     Python workers must run this interpreter (they import pyarrow and this package), so PYSPARK_PYTHON
     defaults to it when unset.
@@ -59,9 +93,24 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     if master is not None and master.startswith("local"):
         # Local mode talks only to itself: bind to loopback, not to whatever the host name resolves to.
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    java_options = []
+    if light_driver:
+        # The driver JVM only schedules tasks and collects metadata: the quick C1 compiler warms up in less
+        # time than the full tiered one (about a second off a fresh session's start and first job).
+        java_options.append("-XX:TieredStopAtLevel=1")
+    archive = class_archive()
+    if archive.exists() and (master is None or master.startswith("local")) \
+            and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        java_options.append(f"-XX:SharedArchiveFile={archive}")  # classes mapped, not loaded: ~2.5 s faster
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("COMPACTION_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+if __name__ == "__main__":
+    print(f"class-data-sharing archive for the Spark driver: {make_class_archive()}")

@@ -12,8 +12,9 @@ deletion vector.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,28 +52,6 @@ FACTS_DDL = ("topic string, partition int, segment_base long, offset long, key b
              "headers array<struct<key:string,value:binary>>, delete_horizon_ms long, is_control boolean, "
              "aborted boolean, marker_pending boolean, strategy string, strategy_header string, "
              "range_last_offset long, keyless_drop boolean, error string")
-
-#: Stage 1's result: per segment (and key bucket), the counts and the offsets dropped / markers to stamp.
-DECISIONS_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("segment_base", pa.int64()), ("records", pa.int64()),
-    ("kept", pa.int64()), *[(reason, pa.int64()) for reason in REASONS],
-    ("dropped", pa.list_(pa.int64())), ("stamps", pa.list_(pa.int64())), ("error", pa.string()),
-])
-DECISIONS_DDL = ("topic string, partition int, segment_base long, records long, kept long, "
-                 + "".join(f"{reason} long, " for reason in REASONS)
-                 + "dropped array<long>, stamps array<long>, error string")
-
-RESULTS_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("job_id", pa.int32()), ("segment", pa.string()),
-    ("records_read", pa.int64()), ("bytes_read", pa.int64()), ("records_written", pa.int64()),
-    ("bytes_written", pa.int64()), ("error", pa.string()),
-])
-CLEANED_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("payload", pa.string()),
-                            ("error", pa.string())])
-CLEANED_DDL = "topic string, partition int, payload string, error string"
-
-RESULTS_DDL = ("topic string, partition int, job_id int, segment string, records_read long, bytes_read long, "
-               "records_written long, bytes_written long, error string")
 
 _TXN_COLUMNS = ["offset", "producer_id", "is_transactional", "is_control", "control_type"]
 BATCH_ROWS = 131_072
@@ -142,13 +121,19 @@ def _column(table: pa.Table, name: str, type_: pa.DataType, default: Any = None)
     return pa.repeat(pa.scalar(default, type_), table.num_rows)
 
 
-_WEIGHTS = np.random.default_rng(20261122).integers(1, 2**63, size=3, dtype=np.uint64) | np.uint64(1)
+_WEIGHTS = np.random.default_rng(20261122).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h = (h ^ (h >> np.uint64(33))) * np.uint64(0xFF51AFD7ED558CCD)
+    return h ^ (h >> np.uint64(33))
 
 
 def key_buckets(keys: pa.Array, buckets: int) -> np.ndarray:
-    """A bucket in ``[0, buckets)`` per key, the same for equal keys in every task; keyless rows get 0.
+    """A bucket in ``[0, buckets)`` per key, a function of the key's bytes alone; keyless rows get 0.
 
-    Mixes the key's length with little-endian words read at its start, middle and end (vectorised).
+    A vectorised hash: the key's length plus the sum of its bytes times position weights, then a 64-bit
+    finaliser. Keys of one length are hashed as a byte matrix, mixed lengths with ``np.add.reduceat``.
     """
     keys = keys.cast(pa.binary())
     n = len(keys)
@@ -156,51 +141,103 @@ def key_buckets(keys: pa.Array, buckets: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4).astype(np.int64)
     data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
-    padded = np.concatenate([data[: offsets[-1]], np.zeros(8, dtype=np.uint8)])
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    mixed = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    for weight, at in zip(_WEIGHTS, (starts, starts + lengths // 2, starts + np.maximum(lengths - 8, 0)), strict=True):
-        word = np.zeros(n, dtype=np.uint64)
-        for k in range(8):
-            inside = k < lengths - (at - starts)
-            byte = np.where(inside, padded[np.minimum(at + k, len(padded) - 1)], 0).astype(np.uint64)
-            word |= byte << np.uint64(8 * k)
-        mixed = (mixed ^ word) * weight
-    result = ((mixed >> np.uint64(33)) % np.uint64(buckets)).astype(np.int64)
-    result[~pc.is_valid(keys).to_numpy(zero_copy_only=False)] = 0
+    valid = pc.is_valid(keys).to_numpy(zero_copy_only=False)
+    lengths = np.diff(offsets)
+    hashed = lengths.astype(np.uint64)
+    raw = data[offsets[0]:offsets[-1]]
+    widths = np.unique(lengths[valid])
+    if len(widths) == 1 and widths[0] > 0:  # one length: a (keys x length) byte matrix (keyless rows hold no bytes)
+        width = int(widths[0])
+        matrix = raw.reshape(-1, width)
+        total = np.zeros(len(matrix), dtype=np.uint64)
+        for column in range(width):
+            total += matrix[:, column].astype(np.uint64) * _WEIGHTS[column % len(_WEIGHTS)]
+        hashed[valid] += total
+    elif len(raw):
+        position = np.arange(len(raw)) - np.repeat(offsets[:-1] - offsets[0], lengths)
+        weighted = raw.astype(np.uint64) * _WEIGHTS[position % len(_WEIGHTS)]
+        nonempty = lengths > 0
+        hashed[nonempty] += np.add.reduceat(weighted, (offsets[:-1] - offsets[0])[nonempty])
+    result = (_mix(hashed) % np.uint64(buckets)).astype(np.int64)
+    result[~valid] = 0
     return result
 
 
-def read_facts(task: ReadTask) -> pa.Table:
-    """Facts of the task's cleaned range (its bucket's keys, plus keyless and control rows in bucket 0)."""
-    parts = []
+@dataclass(frozen=True)
+class Facts:
+    """What the decision reads of a task's cleaned range, in offset order, and each segment's row count."""
+
+    table: pa.Table  # offset, key, delete_horizon_ms, is_control, aborted, marker_pending (+ timestamp/headers)
+    lengths: np.ndarray  # rows per segment of the task, in segment order (before any bucket filter)
+    records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
+
+    @property
+    def range_last_offset(self) -> int | None:
+        return self.table.column("offset")[-1].as_py() if self.table.num_rows else None
+
+
+def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Facts:
+    """Read the decision's columns of every segment (deletion vectors applied) and the transaction facts.
+
+    Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
+    (a task that will rewrite them reads each object once).
+    """
+    transactional = any(s.transactional_count or s.control_count for s in (*task.segments, *task.beyond))
+    parts, lengths, records = [], [], {}
     for segment in task.segments:
-        table = task.store.read_segment(task.tp, segment, _columns_for(task, segment))
-        n = table.num_rows
-        parts.append(pa.table({
-            "segment_base": pa.repeat(pa.scalar(segment.base_offset, pa.int64()), n),
-            "offset": _column(table, "offset", pa.int64()),
-            "key": _column(table, "key", pa.binary()),
-            "timestamp": _column(table, "timestamp", pa.int64()),
-            "headers": _column(table, "headers", HEADER_TYPE),
-            "delete_horizon_ms": _column(table, "delete_horizon_ms", pa.int64()),
-            "is_control": pc.fill_null(_column(table, "is_control", pa.bool_(), False), False),
-            "producer_id": _column(table, "producer_id", pa.int64(), -1),
-            "is_transactional": pc.fill_null(_column(table, "is_transactional", pa.bool_(), False), False),
-            "control_type": _column(table, "control_type", pa.string()),
-        }))
-    facts = pa.concat_tables(parts) if parts else None
-    if facts is None or facts.num_rows == 0:
-        return FACTS_SCHEMA.empty_table()
+        if segment.base_offset in whole:
+            table = records[segment.base_offset] = task.store.read_segment(task.tp, segment)
+        else:
+            table = task.store.read_segment(task.tp, segment, _columns_for(task, segment))
+        columns: dict[str, Any] = {"offset": _column(table, "offset", pa.int64()),
+                                   "key": _column(table, "key", pa.binary()),
+                                   "delete_horizon_ms": _column(table, "delete_horizon_ms", pa.int64())}
+        if task.strategy == "timestamp":
+            columns["timestamp"] = _column(table, "timestamp", pa.int64())
+        if task.strategy == "header":
+            columns["headers"] = _column(table, "headers", HEADER_TYPE)
+        if transactional:
+            columns.update({
+                "producer_id": _column(table, "producer_id", pa.int64(), -1),
+                "is_transactional": pc.fill_null(_column(table, "is_transactional", pa.bool_(), False), False),
+                "is_control": pc.fill_null(_column(table, "is_control", pa.bool_(), False), False),
+                "control_type": _column(table, "control_type", pa.string()),
+            })
+        parts.append(pa.table(columns))
+        lengths.append(table.num_rows)
+    facts = pa.concat_tables(parts) if parts else pa.table({"offset": pa.array([], pa.int64()),
+                                                            "key": pa.array([], pa.binary()),
+                                                            "delete_horizon_ms": pa.array([], pa.int64())})
     n = facts.num_rows
     aborted = np.zeros(n, dtype=bool)
     pending = np.zeros(n, dtype=bool)
-    if any(s.transactional_count or s.control_count for s in (*task.segments, *task.beyond)):
+    if transactional and n:
         txn_schema = facts.select(_TXN_COLUMNS).schema
         later = [task.store.read_segment(task.tp, s, _TXN_COLUMNS).cast(txn_schema) for s in task.beyond]
         found = transaction_facts(pa.concat_tables([facts.select(_TXN_COLUMNS), *later]))
         aborted, pending = found.aborted[:n], found.marker_pending[:n]
-    last_offset = pc.max(facts.column("offset")).as_py()
+        facts = facts.drop_columns(["producer_id", "is_transactional", "control_type"])
+    else:
+        facts = facts.append_column("is_control", pa.array(np.zeros(n, dtype=bool)))
+    facts = facts.append_column("aborted", pa.array(aborted)).append_column("marker_pending", pa.array(pending))
+    return Facts(facts, np.array(lengths, dtype=np.int64), records)
+
+
+def _bucket_rows(task: ReadTask, facts: Facts) -> np.ndarray | None:
+    """The rows of this task's key bucket (None: all rows)."""
+    if task.buckets <= 1:
+        return None
+    return key_buckets(facts.table.column("key").combine_chunks(), task.buckets) == task.bucket
+
+
+def read_facts(task: ReadTask) -> pa.Table:
+    """The Spark SQL plans' facts table: the decision facts with the partition's constants on every row."""
+    facts = read_decision_facts(task)
+    table = facts.table
+    n = table.num_rows
+    if n == 0:
+        return FACTS_SCHEMA.empty_table()
+    bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
 
     def constant(value: Any, type_: pa.DataType) -> pa.Array:
         return pa.nulls(n, type_) if value is None else pa.repeat(pa.scalar(value, type_), n)
@@ -208,25 +245,23 @@ def read_facts(task: ReadTask) -> pa.Table:
     result = pa.table({
         "topic": constant(task.tp.topic, pa.string()),
         "partition": constant(task.tp.partition, pa.int32()),
-        "segment_base": facts.column("segment_base"),
-        "offset": facts.column("offset"),
-        "key": facts.column("key"),
-        "timestamp": facts.column("timestamp"),
-        "headers": facts.column("headers"),
-        "delete_horizon_ms": facts.column("delete_horizon_ms"),
-        "is_control": facts.column("is_control"),
-        "aborted": pa.array(aborted),
-        "marker_pending": pa.array(pending),
+        "segment_base": pa.array(bases),
+        "offset": table.column("offset"),
+        "key": table.column("key"),
+        "timestamp": _column(table, "timestamp", pa.int64()),
+        "headers": _column(table, "headers", HEADER_TYPE),
+        "delete_horizon_ms": table.column("delete_horizon_ms"),
+        "is_control": table.column("is_control"),
+        "aborted": table.column("aborted"),
+        "marker_pending": table.column("marker_pending"),
         "strategy": constant(task.strategy, pa.string()),
         "strategy_header": constant(task.strategy_header, pa.string()),
-        "range_last_offset": constant(last_offset, pa.int64()),
+        "range_last_offset": constant(facts.range_last_offset, pa.int64()),
         "keyless_drop": constant(task.keyless_drop, pa.bool_()),
         "error": constant(None, pa.string()),
     }, schema=FACTS_SCHEMA)
-    if task.buckets > 1:
-        result = result.filter(pa.array(key_buckets(result.column("key").combine_chunks(), task.buckets)
-                                        == task.bucket))
-    return result
+    rows = _bucket_rows(task, facts)
+    return result if rows is None else result.filter(pa.array(rows))
 
 
 def _error_row(task: ReadTask, err: BaseException, schema: pa.Schema) -> pa.Table:
@@ -253,100 +288,151 @@ def read_facts_batches(batches: Iterator[pa.RecordBatch], tasks: dict[int, ReadT
 # Stage 1: the in-task (Arrow) plan ------------------------------------------------------------------------
 
 
-def decide_in_task(task: ReadTask) -> pa.Table:
-    """The decision rows of one read task, decided with Arrow in this task (no shuffle of records)."""
-    facts = read_facts(task)
-    bases = np.array([s.base_offset for s in task.segments], dtype=np.int64)
-    rows: dict[str, list[Any]] = {name: [] for name in DECISIONS_SCHEMA.names}
-    if facts.num_rows:
-        decided = arrow_dedupe.decide(facts, strategy=task.strategy, header=task.strategy_header,
-                                      now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                      range_last_offset=facts.column("range_last_offset")[0].as_py())
-        offsets = facts.column("offset").to_numpy()
-        segment_index = np.searchsorted(bases, facts.column("segment_base").to_numpy())
-        bounds = np.searchsorted(segment_index, np.arange(len(bases) + 1))
-    else:
-        bounds = np.zeros(len(bases) + 1, dtype=np.int64)
-    for i, base in enumerate(bases.tolist()):
+@dataclass(frozen=True)
+class Decided:
+    """A task's decision: per row of its facts the reason code (0 kept) and whether to stamp (markers)."""
+
+    facts: Facts
+    rows: np.ndarray | None  # the task's bucket rows of facts.table (None: all)
+    code: np.ndarray
+    stamp: np.ndarray
+
+    def segment_slices(self) -> list[slice]:
+        """Each segment's rows in ``code`` and ``stamp`` (only without buckets, where rows are all rows)."""
+        ends = np.cumsum(self.facts.lengths)
+        return [slice(int(end - length), int(end)) for end, length in zip(ends, self.facts.lengths, strict=True)]
+
+
+def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided:
+    """Read and decide a task's rows with Arrow (no shuffle of records)."""
+    facts = read_decision_facts(task, whole)
+    rows = _bucket_rows(task, facts)
+    table = facts.table if rows is None else facts.table.filter(pa.array(rows))
+    if table.num_rows == 0:
+        return Decided(facts, rows, np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool))
+    decided = arrow_dedupe.decide(table, strategy=task.strategy, header=task.strategy_header, now_ms=task.now_ms,
+                                  keyless_drop=task.keyless_drop, range_last_offset=facts.range_last_offset or 0)
+    return Decided(facts, rows, decided.code, decided.stamp)
+
+
+def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
+    """Stage 1 of a split partition: per segment, this key bucket's counts, dropped offsets and markers to
+    stamp; or one row with the error that stopped the task."""
+    try:
+        decided = decide_facts(task)
+    except Exception as err:  # isolate the partition; reported with its reason
+        return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": -1,
+                 "error": f"{type(err).__name__}: {err}"}]
+    offsets_all = decided.facts.table.column("offset").to_numpy()
+    segment_of = np.repeat(np.arange(len(task.segments)), decided.facts.lengths)
+    if decided.rows is not None:
+        offsets_all, segment_of = offsets_all[decided.rows], segment_of[decided.rows]
+    bounds = np.searchsorted(segment_of, np.arange(len(task.segments) + 1))
+    rows = []
+    for i, segment in enumerate(task.segments):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        code = decided.code[lo:hi] if facts.num_rows else np.zeros(0, dtype=np.int8)
+        code = decided.code[lo:hi]
         counts = np.bincount(code, minlength=len(REASONS) + 1)
-        rows["topic"].append(task.tp.topic)
-        rows["partition"].append(task.tp.partition)
-        rows["segment_base"].append(base)
-        rows["records"].append(hi - lo)
-        rows["kept"].append(int(counts[0]))
-        for reason, code_value in arrow_dedupe.CODES.items():
-            rows[reason].append(int(counts[code_value]))
-        rows["dropped"].append(offsets[lo:hi][code != 0] if facts.num_rows else np.zeros(0, np.int64))
-        rows["stamps"].append(offsets[lo:hi][decided.stamp[lo:hi]] if facts.num_rows else np.zeros(0, np.int64))
-        rows["error"].append(None)
-    return pa.table({name: _lists(values) if name in ("dropped", "stamps")
-                     else pa.array(values, DECISIONS_SCHEMA.field(name).type)
-                     for name, values in rows.items()}, schema=DECISIONS_SCHEMA)
-
-
-def _lists(arrays: list[np.ndarray]) -> pa.ListArray:
-    """A list<int64> column from numpy arrays, without going through Python lists."""
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
-    np.cumsum([len(a) for a in arrays], out=offsets[1:])
-    values = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int64)))
-
-
-def decide_batches(batches: Iterator[pa.RecordBatch], tasks: dict[int, ReadTask]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body of the Arrow plan: each input row names a read task; yields its decision rows."""
-    for batch in batches:
-        for task_id in batch.column("task").to_pylist():
-            task = tasks[task_id]
-            try:
-                table = decide_in_task(task)
-            except Exception as err:  # isolate the partition; reported with its reason
-                table = _error_row(task, err, DECISIONS_SCHEMA)
-            yield from table.to_batches(max_chunksize=1024)
+        rows.append({"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": segment.base_offset,
+                     "records": hi - lo, "kept": int(counts[0]), "stamped": int(decided.stamp[lo:hi].sum()),
+                     "dropped_by": {r: int(counts[c]) for r, c in arrow_dedupe.CODES.items() if counts[c]},
+                     "dropped": offsets_all[lo:hi][code != 0], "stamps": offsets_all[lo:hi][decided.stamp[lo:hi]],
+                     "error": None})
+    return rows
 
 
 # Stage 2: apply -------------------------------------------------------------------------------------------
 
 
-def _offsets(column: pa.ChunkedArray) -> pa.Array:
-    flat = [pc.list_flatten(chunk) for chunk in column.chunks]
-    return pa.concat_arrays(flat).cast(pa.int64()) if flat else pa.array([], pa.int64())
+class Verdicts:
+    """The decision as stage 2 needs it: per source segment, which rows stay and which offsets go."""
+
+    stamps: np.ndarray  # sorted offsets of kept markers to stamp
+
+    def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def dropped(self, segment: SegmentMeta) -> np.ndarray:
+        raise NotImplementedError
+
+    def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
+        """A source segment's records (deletion vector applied)."""
+        return job.store.read_segment(job.tp, segment)
 
 
-def apply_job(job: ApplyJob, decisions: pa.Table) -> dict[str, Any]:
-    """Apply the decision rows of the job's segments (all key buckets): a new segment or deletion vector."""
+class DroppedOffsets(Verdicts):
+    """Verdicts from decision rows: the sorted offsets dropped across the job's segments (all key buckets)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        empty = np.zeros(0, dtype=np.int64)
+        self.offsets = np.sort(np.concatenate([empty, *(np.asarray(r["dropped"], dtype=np.int64) for r in rows)]))
+        self.stamps = np.sort(np.concatenate([empty, *(np.asarray(r["stamps"], dtype=np.int64) for r in rows)]))
+
+    def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        if not len(self.offsets):
+            return np.ones(len(offsets), dtype=bool)
+        at = np.minimum(np.searchsorted(self.offsets, offsets), len(self.offsets) - 1)
+        return self.offsets[at] != offsets
+
+    def dropped(self, segment: SegmentMeta) -> np.ndarray:
+        lo, hi = np.searchsorted(self.offsets, [segment.base_offset, segment.next_offset])
+        return self.offsets[lo:hi]
+
+
+class DecidedRows(Verdicts):
+    """Verdicts straight from a whole partition's decision in this task (rows align with each segment's read)."""
+
+    def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
+        self.decided = decided
+        self.slices = {s.base_offset: part for s, part in zip(segments, decided.segment_slices(), strict=True)}
+        offsets = decided.facts.table.column("offset").to_numpy()
+        self.offsets = offsets
+        self.stamps = offsets[decided.stamp]
+
+    def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        part = self.slices[segment.base_offset]
+        if part.stop - part.start != len(offsets) or not np.array_equal(self.offsets[part], offsets):
+            raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
+        return self.decided.code[part] == 0
+
+    def dropped(self, segment: SegmentMeta) -> np.ndarray:
+        part = self.slices[segment.base_offset]
+        return self.offsets[part][self.decided.code[part] != 0]
+
+    def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
+        cached = self.decided.facts.records.pop(segment.base_offset, None)  # used once: free it after
+        return cached if cached is not None else super().records(job, segment)
+
+
+def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
+    """Write the job's new object: a segment of the sources' surviving records, or a deletion vector."""
     tp = job.tp
-    dropped = _offsets(decisions.column("dropped"))
-    stamps = _offsets(decisions.column("stamps"))
     if job.deletes_only:
         (segment,) = job.sources
-        deleted = dropped
+        deleted = pa.array(verdicts.dropped(segment), pa.int64())
         created = job.created_ms
         if segment.deletes is not None:
-            deleted = pa.concat_arrays([job.store.read_deletes(tp, segment.deletes), dropped])
+            deleted = pa.concat_arrays([job.store.read_deletes(tp, segment.deletes), deleted])
             created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
         vector = job.store.write_deletes(tp, segment, deleted, created_ms=created)
         updated = segment.model_copy(update={"deletes": vector})
         return {"segment": updated.model_dump_json(), "records_read": 0, "bytes_read": 0,
                 "records_written": 0, "bytes_written": vector.size_bytes}
-    dropped_sorted = np.sort(dropped.to_numpy(zero_copy_only=False))
     pieces, records_read = [], 0
     for source in job.sources:
-        table = job.store.read_segment(tp, source)
+        table = verdicts.records(job, source)
         records_read += table.num_rows
-        if len(dropped_sorted):
-            offsets = table.column("offset").to_numpy()
-            at = np.minimum(np.searchsorted(dropped_sorted, offsets), len(dropped_sorted) - 1)
-            table = table.filter(pa.array(dropped_sorted[at] != offsets))
-        pieces.append(table)
+        keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
+        pieces.append(table if keep.all() else table.filter(pa.array(keep)))
     output = pa.concat_tables(pieces)
     horizons = output.column("delete_horizon_ms")
     # Stamp the first pass's horizon on kept tombstones (data records with a key and no value) and on the
-    # markers stage 1 named.
+    # markers the decision named.
     tombstone = pc.and_(pc.and_(pc.invert(output.column("is_control")), pc.is_valid(output.column("key"))),
                         pc.is_null(output.column("value")))
-    stamp = pc.and_(pc.is_null(horizons), pc.or_(tombstone, pc.is_in(output.column("offset"), stamps)))
+    marked = pc.is_in(output.column("offset"), pa.array(verdicts.stamps)) if len(verdicts.stamps) else \
+        pa.array(np.zeros(output.num_rows, dtype=bool))
+    stamp = pc.and_(pc.is_null(horizons), pc.or_(tombstone, marked))
     if pc.any(stamp).as_py():
         output = output.set_column(output.column_names.index("delete_horizon_ms"), "delete_horizon_ms",
                                    pc.if_else(stamp, pa.scalar(job.horizon_ms, pa.int64()), horizons))
@@ -356,68 +442,59 @@ def apply_job(job: ApplyJob, decisions: pa.Table) -> dict[str, Any]:
             "bytes_written": segment.size_bytes}
 
 
-def apply_job_arrow(key: tuple[Any, ...], decisions: pa.Table, jobs: dict[tuple[str, int, int], ApplyJob]
-                    ) -> pa.Table:
-    """applyInArrow body for one (topic, partition, job_id)."""
-    topic, partition, job_id = (k.as_py() for k in key)
-    job = jobs[(topic, partition, job_id)]
-    row: dict[str, Any] = {"topic": topic, "partition": partition, "job_id": job_id, "segment": None,
-                           "records_read": 0, "bytes_read": 0, "records_written": 0, "bytes_written": 0,
-                           "error": None}
+def apply_rows(job: ApplyJob, rows: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Stage 2 of a split partition: apply one job with the decision rows of its segments (every bucket)."""
+    result: dict[str, Any] = {"topic": job.tp.topic, "partition": job.tp.partition, "job_id": job.job_id,
+                              "error": None}
     try:
-        row.update(apply_job(job, decisions))
+        result.update(apply_job(job, DroppedOffsets([r for r in rows if r is not None])))
     except Exception as err:  # isolate the partition; reported with its reason
-        row["error"] = f"{type(err).__name__}: {err}"
-    return pa.Table.from_pylist([row], schema=RESULTS_SCHEMA)
+        result["error"] = f"{type(err).__name__}: {err}"
+    return result
 
 
 # One task: decide and apply a whole partition ------------------------------------------------------------
 
 
-def outcomes_of(decisions: pa.Table) -> dict[int, SegmentOutcome]:
-    """Per segment base offset, the outcome summed over the decision rows (one per key bucket)."""
-    outcomes: dict[int, SegmentOutcome] = {}
-    for row in decisions.drop_columns(["dropped", "stamps"]).to_pylist():
-        outcome = SegmentOutcome(row["records"], row["kept"], 0, {r: row[r] for r in REASONS if row[r]})
-        previous = outcomes.get(row["segment_base"])
-        outcomes[row["segment_base"]] = previous.merge(outcome) if previous else outcome
-    for base, stamps in zip(decisions.column("segment_base").to_pylist(),
-                            pc.list_value_length(decisions.column("stamps")).to_pylist(), strict=True):
-        if stamps:
-            o = outcomes[base]
-            outcomes[base] = SegmentOutcome(o.records, o.kept, o.stamped + stamps, o.dropped)
+def outcomes_of(decided: Decided, segments: tuple[SegmentMeta, ...]) -> dict[int, SegmentOutcome]:
+    """Per segment base offset, the decision's counts (for a task that decided the whole partition)."""
+    outcomes = {}
+    for segment, part in zip(segments, decided.segment_slices(), strict=True):
+        counts = np.bincount(decided.code[part], minlength=len(REASONS) + 1)
+        dropped = {reason: int(counts[code]) for reason, code in arrow_dedupe.CODES.items() if counts[code]}
+        outcomes[segment.base_offset] = SegmentOutcome(part.stop - part.start, int(counts[0]),
+                                                       int(decided.stamp[part].sum()), dropped)
     return outcomes
 
 
 def clean_in_task(task: ReadTask) -> dict[str, Any]:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
-    assert task.policy is not None
-    decisions = decide_in_task(task)
-    outcomes = outcomes_of(decisions)
-    bases = decisions.column("segment_base")
+    assert task.policy is not None and task.buckets == 1
+    # Dirty segments nearly always change (duplicates, first tombstone horizons): read them whole, once.
+    decided = decide_facts(task, frozenset(s.base_offset for s in task.segments
+                                           if s.next_offset > task.first_dirty_offset))
+    outcomes = outcomes_of(decided, task.segments)
+    verdicts = DecidedRows(decided, task.segments)
     jobs = []
     for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes, task.first_dirty_offset,
                                                                task.policy)):
         job = ApplyJob(task.tp, task.store, job_id, sources, task.horizon_ms, task.now_ms, deletes_only)
-        rows = decisions.filter(pc.is_in(bases, pa.array([s.base_offset for s in sources], pa.int64())))
         jobs.append({"job_id": job_id, "sources": [s.base_offset for s in sources], "deletes_only": deletes_only,
-                     **apply_job(job, rows)})
+                     **apply_job(job, verdicts)})
     return {"outcomes": {str(base): [o.records, o.kept, o.stamped, o.dropped] for base, o in outcomes.items()},
             "jobs": jobs}
 
 
-def clean_batches(batches: Iterator[pa.RecordBatch], tasks: dict[int, ReadTask]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: each input row names a partition to clean in this task; yields one metadata row."""
-    for batch in batches:
-        for task_id in batch.column("task").to_pylist():
-            task = tasks[task_id]
-            payload, error = None, None
-            try:
-                payload = json.dumps(clean_in_task(task))
-            except Exception as err:  # isolate the partition; reported with its reason
-                error = f"{type(err).__name__}: {err}"
-            yield pa.RecordBatch.from_pylist([{"topic": task.tp.topic, "partition": task.tp.partition,
-                                               "payload": payload, "error": error}], schema=CLEANED_SCHEMA)
+def clean_partition(task: ReadTask) -> dict[str, Any]:
+    """RDD body: clean one partition in this task; returns its metadata, or the error that stopped it."""
+    started = time.perf_counter()
+    result: dict[str, Any] = {"topic": task.tp.topic, "partition": task.tp.partition, "error": None}
+    try:
+        result.update(clean_in_task(task))
+    except Exception as err:  # isolate the partition; reported with its reason
+        result["error"] = f"{type(err).__name__}: {err}"
+    result["task_ms"] = int((time.perf_counter() - started) * 1000)
+    return result
 
 
 def segment_from_json(text: str) -> SegmentMeta:

@@ -32,6 +32,8 @@ CONFIG = Settings.load(overrides={
     "log.cleaner.delete.retention.ms": RETENTION,
     "topics": {"ts": {"compaction.strategy": "timestamp"},
                "hdr": {"compaction.strategy": "header", "compaction.strategy.header": "v"}}}, environ={})
+BUCKETED = Settings.load(overrides={**CONFIG.model_dump(by_alias=True, exclude={"cleaner", "store"}),
+                                    "cleaner": {"task.max.records": 4}}, environ={})
 
 
 @dataclass
@@ -161,7 +163,7 @@ HISTORY = st.lists(st.lists(st.lists(batches(), min_size=1, max_size=3), min_siz
                    max_size=3)
 
 
-@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("plan", [*PLANS, "arrow-buckets"])
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(history=HISTORY)
@@ -186,7 +188,10 @@ def test_job_keeps_exactly_what_the_reference_model_keeps(spark, plan: str, hist
                                     control=batch["marker"]))
                 model.append(recs)
                 store.append(tp, records([r.row() for r in recs]), now_ms=now)
-        Cleaner(spark, store, CONFIG, dedupe_plan=plan).run(now)
+        if plan == "arrow-buckets":  # every partition split into key buckets decided by separate tasks
+            Cleaner(spark, store, BUCKETED, dedupe_plan="arrow").run(now)
+        else:
+            Cleaner(spark, store, CONFIG, dedupe_plan=plan).run(now)
         for tp in partitions:
             models[tp].run(now)
             table = store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist()

@@ -40,3 +40,22 @@ def test_a_marker_whose_records_are_gone_is_not_pending_and_an_open_transaction_
 def test_non_transactional_records_are_never_aborted() -> None:
     aborted, pending = facts({"offset": 0, "key": "a", "producer_id": 1}, marker(1, 1, "abort"))
     assert (aborted, pending) == ([], [])
+
+
+def test_key_buckets_are_stable_spread_and_put_keyless_rows_in_bucket_0() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from compaction.tasks import key_buckets
+
+    fixed = [f"key-{i:06d}".encode() for i in range(4000)]
+    mixed = [b"x" * (i % 13) + str(i).encode() for i in range(4000)]
+    for keys in (fixed, mixed):
+        array = pa.array([*keys, None], pa.binary())
+        buckets = key_buckets(array, 4)
+        assert buckets[-1] == 0
+        assert np.array_equal(buckets, key_buckets(pa.array([*keys, None], pa.binary()), 4))
+        assert np.array_equal(buckets[:100], key_buckets(array.slice(0, 100), 4)), "a function of the key alone"
+        assert np.array_equal(buckets[:-1:7], key_buckets(pa.array(keys[::7], pa.binary()), 4))
+        counts = np.bincount(buckets[:-1], minlength=4)
+        assert counts.min() > 800, counts
