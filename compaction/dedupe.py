@@ -91,15 +91,18 @@ def per_segment(decided: DataFrame) -> DataFrame:
     counts = [F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).cast("long").alias(r) for r in REASONS]
     return decided.groupBy("topic", "partition", "segment_base").agg(
         F.count(F.lit(1)).alias("records"), F.sum(F.col("keep").cast("long")).alias("kept"), *counts,
-        F.collect_list(F.when(~F.col("keep"), F.col("offset"))).alias("dropped"),
+        F.collect_list(F.when(~F.col("keep"), F.col("position"))).alias("dropped"),
         F.collect_list(F.when(F.col("stamp"), F.col("offset"))).alias("stamps"),
         F.max("error").alias("error"))
 
 
 def decision_row(row: Any) -> dict[str, Any]:
-    """A :func:`per_segment` row as the dict stage 2 takes (the Arrow plan's decision row)."""
+    """A :func:`per_segment` row as the dict stage 2 takes (the Arrow plan's decision row): the dropped rows'
+    positions become a bitmap over the segment's rows (here all read, with no key buckets)."""
+    bits = np.zeros(row["records"] or 0, dtype=bool)
+    bits[np.array(row["dropped"] or [], dtype=np.int64)] = True
     return {"topic": row["topic"], "partition": row["partition"], "segment_base": row["segment_base"],
             "records": row["records"], "kept": row["kept"], "stamped": len(row["stamps"] or []),
             "dropped_by": {reason: row[reason] for reason in REASONS if row[reason]},
-            "dropped": np.array(row["dropped"] or [], dtype=np.int64),
+            "rows": len(bits), "dropped": np.packbits(bits),
             "stamps": np.array(row["stamps"] or [], dtype=np.int64), "error": row["error"]}

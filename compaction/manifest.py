@@ -44,6 +44,7 @@ class DeletionVector(_Frozen):
     size_bytes: int = Field(ge=0)
     checksum: str
     created_ms: int
+    live_min_delete_horizon_ms: int | None = None  # over the records the segment still shows
 
     @model_validator(mode="after")
     def _check_path(self) -> DeletionVector:
@@ -97,6 +98,11 @@ class SegmentMeta(_Frozen):
     def live_records(self) -> int:
         """Records a reader sees: the stored ones minus those its deletion vector removes."""
         return self.record_count - (self.deletes.count if self.deletes else 0)
+
+    @property
+    def live_min_delete_horizon_ms(self) -> int | None:
+        """The earliest delete horizon among the records a reader sees (what tombstone purging looks at)."""
+        return self.deletes.live_min_delete_horizon_ms if self.deletes else self.min_delete_horizon_ms
 
 
 class WriterInfo(_Frozen):

@@ -219,7 +219,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     delay = clean_until - earliest if earliest is not None and earliest < clean_until else 0
 
     in_range = tuple(s for s in segments if s.base_offset < first_uncleanable)
-    purge = any(s.min_delete_horizon_ms is not None and s.min_delete_horizon_ms <= now_ms for s in in_range)
+    purge = any(s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms
+                for s in in_range)
     aged = deletion_vector_max_age_ms is not None and any(
         s.deletes is not None and s.deletes.created_ms + deletion_vector_max_age_ms <= now_ms for s in in_range)
     fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,

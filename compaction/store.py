@@ -225,8 +225,9 @@ class Store:
         )
 
     def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array,
-                      created_ms: int) -> DeletionVector:
-        """Write a deletion vector (sorted offsets) for ``segment``; not yet committed."""
+                      created_ms: int, live_min_delete_horizon_ms: int | None) -> DeletionVector:
+        """Write a deletion vector (sorted offsets) for ``segment``; not yet committed. The caller gives the
+        earliest delete horizon of the records it leaves visible."""
         offsets = pc.unique(offsets.cast(pa.int64()))
         offsets = offsets.take(pc.sort_indices(offsets))
         sink = pa.BufferOutputStream()
@@ -235,7 +236,7 @@ class Store:
         rel = deletes_name(segment.base_offset, uuid.uuid4().hex)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
-                              created_ms=created_ms)
+                              created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms)
 
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
         rel = f"{tp.prefix}/{vector.path}"

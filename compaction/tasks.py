@@ -35,6 +35,7 @@ FACTS_SCHEMA = pa.schema([
     ("partition", pa.int32()),
     ("segment_base", pa.int64()),
     ("offset", pa.int64()),
+    ("position", pa.int64()),  # the row's index in its segment as read (deletion vector applied)
     ("key", pa.binary()),
     ("timestamp", pa.int64()),
     ("headers", HEADER_TYPE),
@@ -48,10 +49,10 @@ FACTS_SCHEMA = pa.schema([
     ("keyless_drop", pa.bool_()),
     ("error", pa.string()),
 ])
-FACTS_DDL = ("topic string, partition int, segment_base long, offset long, key binary, timestamp long, "
-             "headers array<struct<key:string,value:binary>>, delete_horizon_ms long, is_control boolean, "
-             "aborted boolean, marker_pending boolean, strategy string, strategy_header string, "
-             "range_last_offset long, keyless_drop boolean, error string")
+FACTS_DDL = ("topic string, partition int, segment_base long, offset long, position long, key binary, "
+             "timestamp long, headers array<struct<key:string,value:binary>>, delete_horizon_ms long, "
+             "is_control boolean, aborted boolean, marker_pending boolean, strategy string, "
+             "strategy_header string, range_last_offset long, keyless_drop boolean, error string")
 
 _TXN_COLUMNS = ["offset", "producer_id", "is_transactional", "is_control", "control_type"]
 BATCH_ROWS = 131_072
@@ -121,63 +122,81 @@ def _column(table: pa.Table, name: str, type_: pa.DataType, default: Any = None)
     return pa.repeat(pa.scalar(default, type_), table.num_rows)
 
 
-_WEIGHTS = np.random.default_rng(20261122).integers(1, 2**63, size=64, dtype=np.uint64) | np.uint64(1)
+SAMPLE_ROWS = 65_536
 
 
-def _mix(h: np.ndarray) -> np.ndarray:
-    h = (h ^ (h >> np.uint64(33))) * np.uint64(0xFF51AFD7ED558CCD)
-    return h ^ (h >> np.uint64(33))
+def key_range_bounds(keys: pa.Array | pa.ChunkedArray, buckets: int) -> list[pa.Scalar]:
+    """The ``buckets - 1`` keys that split ``keys`` into ranges of about equal numbers of rows.
 
-
-def key_buckets(keys: pa.Array, buckets: int) -> np.ndarray:
-    """A bucket in ``[0, buckets)`` per key, a function of the key's bytes alone; keyless rows get 0.
-
-    A vectorised hash: the key's length plus the sum of its bytes times position weights, then a 64-bit
-    finaliser. Keys of one length are hashed as a byte matrix, mixed lengths with ``np.add.reduceat``.
+    They are quantiles of an evenly strided sample of the rows (about ``SAMPLE_ROWS`` of them, taken by
+    position), so every task that reads the same keys in the same order computes the same bounds.
     """
-    keys = keys.cast(pa.binary())
     n = len(keys)
-    if buckets <= 1 or n == 0:
-        return np.zeros(n, dtype=np.int64)
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4).astype(np.int64)
-    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
-    valid = pc.is_valid(keys).to_numpy(zero_copy_only=False)
-    lengths = np.diff(offsets)
-    hashed = lengths.astype(np.uint64)
-    raw = data[offsets[0]:offsets[-1]]
-    widths = np.unique(lengths[valid])
-    if len(widths) == 1 and widths[0] > 0:  # one length: a (keys x length) byte matrix (keyless rows hold no bytes)
-        width = int(widths[0])
-        matrix = raw.reshape(-1, width)
-        total = np.zeros(len(matrix), dtype=np.uint64)
-        for column in range(width):
-            total += matrix[:, column].astype(np.uint64) * _WEIGHTS[column % len(_WEIGHTS)]
-        hashed[valid] += total
-    elif len(raw):
-        position = np.arange(len(raw)) - np.repeat(offsets[:-1] - offsets[0], lengths)
-        weighted = raw.astype(np.uint64) * _WEIGHTS[position % len(_WEIGHTS)]
-        nonempty = lengths > 0
-        hashed[nonempty] += np.add.reduceat(weighted, (offsets[:-1] - offsets[0])[nonempty])
-    result = (_mix(hashed) % np.uint64(buckets)).astype(np.int64)
-    result[~valid] = 0
-    return result
+    stride = max(1, n // SAMPLE_ROWS)
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    parts, start = [], 0
+    for chunk in chunks:
+        parts.append(chunk.take(pa.array(np.arange((-start) % stride, len(chunk), stride))))
+        start += len(chunk)
+    sample = pc.drop_null(pa.concat_arrays(parts)) if parts else pa.array([], pa.binary())
+    if buckets <= 1 or len(sample) == 0:
+        return []
+    sample = sample.take(pc.sort_indices(sample))
+    return [sample[len(sample) * i // buckets] for i in range(1, buckets)]
+
+
+def in_key_range(keys: pa.Array | pa.ChunkedArray, buckets: int, bucket: int) -> np.ndarray:
+    """Which rows fall in key range ``bucket`` of ``buckets`` (keyless rows are in range 0).
+
+    All of a key's records share a range, and the ranges hold about equal numbers of records. Arrow's
+    comparison kernels do the work: at most two passes over the keys, no hashing of their bytes.
+    """
+    bounds = key_range_bounds(keys, buckets)
+    if not bounds:
+        return np.full(len(keys), bucket == 0)
+    inside = None
+    if bucket > 0:
+        inside = pc.greater_equal(keys, bounds[bucket - 1])
+    if bucket < len(bounds):
+        below = pc.less(keys, bounds[bucket])
+        inside = below if inside is None else pc.and_(inside, below)
+    assert inside is not None
+    return pc.fill_null(inside, bucket == 0).to_numpy(zero_copy_only=False)
 
 
 @dataclass(frozen=True)
 class Facts:
-    """What the decision reads of a task's cleaned range, in offset order, and each segment's row count."""
+    """What the decision reads of a task's rows (its key bucket of the cleaned range), in offset order."""
 
     table: pa.Table  # offset, key, delete_horizon_ms, is_control, aborted, marker_pending (+ timestamp/headers)
-    lengths: np.ndarray  # rows per segment of the task, in segment order (before any bucket filter)
+    lengths: np.ndarray  # rows of each segment in ``table``, in segment order
+    read_lengths: np.ndarray  # rows of each segment as read (before the key-bucket filter)
+    selected: np.ndarray | None  # which rows read are the bucket's (None: all of them)
+    range_last_offset: int | None  # the whole cleaned range's last offset (the log-end rule), None when empty
     records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
 
-    @property
-    def range_last_offset(self) -> int | None:
-        return self.table.column("offset")[-1].as_py() if self.table.num_rows else None
+    def segment_slices(self) -> list[slice]:
+        """Each segment's rows in ``table``."""
+        ends = np.cumsum(self.lengths)
+        return [slice(int(end - length), int(end)) for end, length in zip(ends, self.lengths, strict=True)]
+
+    def positions(self) -> np.ndarray:
+        """Each row's index within its segment as read."""
+        ends = np.cumsum(self.read_lengths)
+        read = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - self.read_lengths, self.read_lengths)
+        return read if self.selected is None else read[self.selected]
+
+    def row_bitmaps(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Per segment, a packed bitmap over its rows as read with the bits of ``rows`` (rows of ``table``)."""
+        bits = np.zeros(int(self.read_lengths.sum()), dtype=bool)
+        bits[np.flatnonzero(rows) if self.selected is None else np.flatnonzero(self.selected)[rows]] = True
+        ends = np.cumsum(self.read_lengths)
+        return [np.packbits(bits[end - length:end]) for end, length in zip(ends, self.read_lengths, strict=True)]
 
 
 def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Facts:
-    """Read the decision's columns of every segment (deletion vectors applied) and the transaction facts.
+    """Read the decision's columns of every segment (deletion vectors applied) and the transaction facts,
+    and keep the rows of the task's key bucket.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).
@@ -220,14 +239,16 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
     else:
         facts = facts.append_column("is_control", pa.array(np.zeros(n, dtype=bool)))
     facts = facts.append_column("aborted", pa.array(aborted)).append_column("marker_pending", pa.array(pending))
-    return Facts(facts, np.array(lengths, dtype=np.int64), records)
-
-
-def _bucket_rows(task: ReadTask, facts: Facts) -> np.ndarray | None:
-    """The rows of this task's key bucket (None: all rows)."""
-    if task.buckets <= 1:
-        return None
-    return key_buckets(facts.table.column("key").combine_chunks(), task.buckets) == task.bucket
+    last = facts.column("offset")[-1].as_py() if n else None
+    read_lengths = counts = np.array(lengths, dtype=np.int64)
+    mine = None
+    if task.buckets > 1 and n:  # after the transaction facts, which need every row
+        mine = in_key_range(facts.column("key"), task.buckets, task.bucket)
+        ends = np.cumsum(counts)
+        counts = np.array([np.count_nonzero(mine[end - length:end]) for end, length in zip(ends, counts, strict=True)],
+                          dtype=np.int64)
+        facts = facts.filter(pa.array(mine))
+    return Facts(facts, counts, read_lengths, mine, last, records)
 
 
 def read_facts(task: ReadTask) -> pa.Table:
@@ -242,11 +263,12 @@ def read_facts(task: ReadTask) -> pa.Table:
     def constant(value: Any, type_: pa.DataType) -> pa.Array:
         return pa.nulls(n, type_) if value is None else pa.repeat(pa.scalar(value, type_), n)
 
-    result = pa.table({
+    return pa.table({
         "topic": constant(task.tp.topic, pa.string()),
         "partition": constant(task.tp.partition, pa.int32()),
         "segment_base": pa.array(bases),
         "offset": table.column("offset"),
+        "position": pa.array(facts.positions()),
         "key": table.column("key"),
         "timestamp": _column(table, "timestamp", pa.int64()),
         "headers": _column(table, "headers", HEADER_TYPE),
@@ -260,8 +282,6 @@ def read_facts(task: ReadTask) -> pa.Table:
         "keyless_drop": constant(task.keyless_drop, pa.bool_()),
         "error": constant(None, pa.string()),
     }, schema=FACTS_SCHEMA)
-    rows = _bucket_rows(task, facts)
-    return result if rows is None else result.filter(pa.array(rows))
 
 
 def _error_row(task: ReadTask, err: BaseException, schema: pa.Schema) -> pa.Table:
@@ -293,26 +313,29 @@ class Decided:
     """A task's decision: per row of its facts the reason code (0 kept) and whether to stamp (markers)."""
 
     facts: Facts
-    rows: np.ndarray | None  # the task's bucket rows of facts.table (None: all)
     code: np.ndarray
     stamp: np.ndarray
 
-    def segment_slices(self) -> list[slice]:
-        """Each segment's rows in ``code`` and ``stamp`` (only without buckets, where rows are all rows)."""
-        ends = np.cumsum(self.facts.lengths)
-        return [slice(int(end - length), int(end)) for end, length in zip(ends, self.facts.lengths, strict=True)]
+    def outcomes(self, segments: tuple[SegmentMeta, ...]) -> list[tuple[SegmentMeta, slice, SegmentOutcome]]:
+        """Per segment, its rows in ``code``/``stamp`` and the decision's counts for them."""
+        result = []
+        for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
+            counts = np.bincount(self.code[part], minlength=len(REASONS) + 1)
+            dropped = {reason: int(counts[code]) for reason, code in arrow_dedupe.CODES.items() if counts[code]}
+            result.append((segment, part, SegmentOutcome(part.stop - part.start, int(counts[0]),
+                                                         int(self.stamp[part].sum()), dropped)))
+        return result
 
 
 def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided:
     """Read and decide a task's rows with Arrow (no shuffle of records)."""
     facts = read_decision_facts(task, whole)
-    rows = _bucket_rows(task, facts)
-    table = facts.table if rows is None else facts.table.filter(pa.array(rows))
-    if table.num_rows == 0:
-        return Decided(facts, rows, np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool))
-    decided = arrow_dedupe.decide(table, strategy=task.strategy, header=task.strategy_header, now_ms=task.now_ms,
-                                  keyless_drop=task.keyless_drop, range_last_offset=facts.range_last_offset or 0)
-    return Decided(facts, rows, decided.code, decided.stamp)
+    if facts.table.num_rows == 0:
+        return Decided(facts, np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool))
+    decided = arrow_dedupe.decide(facts.table, strategy=task.strategy, header=task.strategy_header,
+                                  now_ms=task.now_ms, keyless_drop=task.keyless_drop,
+                                  range_last_offset=facts.range_last_offset or 0)
+    return Decided(facts, decided.code, decided.stamp)
 
 
 def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
@@ -323,22 +346,14 @@ def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
     except Exception as err:  # isolate the partition; reported with its reason
         return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": -1,
                  "error": f"{type(err).__name__}: {err}"}]
-    offsets_all = decided.facts.table.column("offset").to_numpy()
-    segment_of = np.repeat(np.arange(len(task.segments)), decided.facts.lengths)
-    if decided.rows is not None:
-        offsets_all, segment_of = offsets_all[decided.rows], segment_of[decided.rows]
-    bounds = np.searchsorted(segment_of, np.arange(len(task.segments) + 1))
-    rows = []
-    for i, segment in enumerate(task.segments):
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
-        code = decided.code[lo:hi]
-        counts = np.bincount(code, minlength=len(REASONS) + 1)
-        rows.append({"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": segment.base_offset,
-                     "records": hi - lo, "kept": int(counts[0]), "stamped": int(decided.stamp[lo:hi].sum()),
-                     "dropped_by": {r: int(counts[c]) for r, c in arrow_dedupe.CODES.items() if counts[c]},
-                     "dropped": offsets_all[lo:hi][code != 0], "stamps": offsets_all[lo:hi][decided.stamp[lo:hi]],
-                     "error": None})
-    return rows
+    offsets = decided.facts.table.column("offset").to_numpy()
+    bitmaps = decided.facts.row_bitmaps(decided.code != 0)
+    return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": segment.base_offset,
+             "records": outcome.records, "kept": outcome.kept, "stamped": outcome.stamped,
+             "dropped_by": outcome.dropped, "rows": int(rows), "dropped": bitmap,
+             "stamps": offsets[part][decided.stamp[part]], "error": None}
+            for (segment, part, outcome), rows, bitmap in zip(decided.outcomes(task.segments),
+                                                              decided.facts.read_lengths, bitmaps, strict=True)]
 
 
 # Stage 2: apply -------------------------------------------------------------------------------------------
@@ -352,7 +367,8 @@ class Verdicts:
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def dropped(self, segment: SegmentMeta) -> np.ndarray:
+    def deletions(self, job: ApplyJob, segment: SegmentMeta) -> tuple[np.ndarray, int | None]:
+        """The offsets a segment loses, and the earliest delete horizon among the records it keeps."""
         raise NotImplementedError
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
@@ -360,23 +376,34 @@ class Verdicts:
         return job.store.read_segment(job.tp, segment)
 
 
-class DroppedOffsets(Verdicts):
-    """Verdicts from decision rows: the sorted offsets dropped across the job's segments (all key buckets)."""
+class DroppedRows(Verdicts):
+    """Verdicts from decision rows: per segment, the union of its key buckets' bitmaps of dropped rows."""
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
-        empty = np.zeros(0, dtype=np.int64)
-        self.offsets = np.sort(np.concatenate([empty, *(np.asarray(r["dropped"], dtype=np.int64) for r in rows)]))
-        self.stamps = np.sort(np.concatenate([empty, *(np.asarray(r["stamps"], dtype=np.int64) for r in rows)]))
+        self.bits: dict[int, np.ndarray] = {}
+        for row in rows:
+            bits = np.unpackbits(row["dropped"], count=row["rows"]).view(bool)
+            before = self.bits.get(row["segment_base"])
+            if before is not None and len(before) != len(bits):
+                raise RuntimeError(f"decisions disagree on the rows of segment {row['segment_base']}")
+            self.bits[row["segment_base"]] = bits if before is None else before | bits
+        self.stamps = np.sort(np.concatenate([np.zeros(0, dtype=np.int64),
+                                              *(np.asarray(r["stamps"], dtype=np.int64) for r in rows)]))
+
+    def _bits(self, segment: SegmentMeta, rows: int) -> np.ndarray:
+        bits = self.bits.get(segment.base_offset, np.zeros(rows, dtype=bool))  # no decision rows: nothing read
+        if len(bits) != rows:
+            raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
+        return bits
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
-        if not len(self.offsets):
-            return np.ones(len(offsets), dtype=bool)
-        at = np.minimum(np.searchsorted(self.offsets, offsets), len(self.offsets) - 1)
-        return self.offsets[at] != offsets
+        return ~self._bits(segment, len(offsets))
 
-    def dropped(self, segment: SegmentMeta) -> np.ndarray:
-        lo, hi = np.searchsorted(self.offsets, [segment.base_offset, segment.next_offset])
-        return self.offsets[lo:hi]
+    def deletions(self, job: ApplyJob, segment: SegmentMeta) -> tuple[np.ndarray, int | None]:
+        table = job.store.read_segment(job.tp, segment, ["offset", "delete_horizon_ms"])
+        bits = self._bits(segment, table.num_rows)
+        return (table.column("offset").to_numpy()[bits],
+                pc.min(table.column("delete_horizon_ms").filter(pa.array(~bits))).as_py())
 
 
 class DecidedRows(Verdicts):
@@ -384,7 +411,7 @@ class DecidedRows(Verdicts):
 
     def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
         self.decided = decided
-        self.slices = {s.base_offset: part for s, part in zip(segments, decided.segment_slices(), strict=True)}
+        self.slices = {s.base_offset: part for s, part in zip(segments, decided.facts.segment_slices(), strict=True)}
         offsets = decided.facts.table.column("offset").to_numpy()
         self.offsets = offsets
         self.stamps = offsets[decided.stamp]
@@ -395,9 +422,11 @@ class DecidedRows(Verdicts):
             raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
         return self.decided.code[part] == 0
 
-    def dropped(self, segment: SegmentMeta) -> np.ndarray:
+    def deletions(self, job: ApplyJob, segment: SegmentMeta) -> tuple[np.ndarray, int | None]:
         part = self.slices[segment.base_offset]
-        return self.offsets[part][self.decided.code[part] != 0]
+        lost = self.decided.code[part] != 0
+        horizons = self.decided.facts.table.column("delete_horizon_ms").slice(part.start, part.stop - part.start)
+        return self.offsets[part][lost], pc.min(horizons.filter(pa.array(~lost))).as_py()
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         cached = self.decided.facts.records.pop(segment.base_offset, None)  # used once: free it after
@@ -409,12 +438,14 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
     tp = job.tp
     if job.deletes_only:
         (segment,) = job.sources
-        deleted = pa.array(verdicts.dropped(segment), pa.int64())
+        lost, live_horizon = verdicts.deletions(job, segment)
+        deleted = pa.array(lost, pa.int64())
         created = job.created_ms
         if segment.deletes is not None:
             deleted = pa.concat_arrays([job.store.read_deletes(tp, segment.deletes), deleted])
             created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
-        vector = job.store.write_deletes(tp, segment, deleted, created_ms=created)
+        vector = job.store.write_deletes(tp, segment, deleted, created_ms=created,
+                                         live_min_delete_horizon_ms=live_horizon)
         updated = segment.model_copy(update={"deletes": vector})
         return {"segment": updated.model_dump_json(), "records_read": 0, "bytes_read": 0,
                 "records_written": 0, "bytes_written": vector.size_bytes}
@@ -447,7 +478,7 @@ def apply_rows(job: ApplyJob, rows: list[dict[str, Any] | None]) -> dict[str, An
     result: dict[str, Any] = {"topic": job.tp.topic, "partition": job.tp.partition, "job_id": job.job_id,
                               "error": None}
     try:
-        result.update(apply_job(job, DroppedOffsets([r for r in rows if r is not None])))
+        result.update(apply_job(job, DroppedRows([r for r in rows if r is not None])))
     except Exception as err:  # isolate the partition; reported with its reason
         result["error"] = f"{type(err).__name__}: {err}"
     return result
@@ -456,24 +487,13 @@ def apply_rows(job: ApplyJob, rows: list[dict[str, Any] | None]) -> dict[str, An
 # One task: decide and apply a whole partition ------------------------------------------------------------
 
 
-def outcomes_of(decided: Decided, segments: tuple[SegmentMeta, ...]) -> dict[int, SegmentOutcome]:
-    """Per segment base offset, the decision's counts (for a task that decided the whole partition)."""
-    outcomes = {}
-    for segment, part in zip(segments, decided.segment_slices(), strict=True):
-        counts = np.bincount(decided.code[part], minlength=len(REASONS) + 1)
-        dropped = {reason: int(counts[code]) for reason, code in arrow_dedupe.CODES.items() if counts[code]}
-        outcomes[segment.base_offset] = SegmentOutcome(part.stop - part.start, int(counts[0]),
-                                                       int(decided.stamp[part].sum()), dropped)
-    return outcomes
-
-
 def clean_in_task(task: ReadTask) -> dict[str, Any]:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
     assert task.policy is not None and task.buckets == 1
     # Dirty segments nearly always change (duplicates, first tombstone horizons): read them whole, once.
     decided = decide_facts(task, frozenset(s.base_offset for s in task.segments
                                            if s.next_offset > task.first_dirty_offset))
-    outcomes = outcomes_of(decided, task.segments)
+    outcomes = {segment.base_offset: outcome for segment, _, outcome in decided.outcomes(task.segments)}
     verdicts = DecidedRows(decided, task.segments)
     jobs = []
     for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes, task.first_dirty_offset,

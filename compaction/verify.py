@@ -143,6 +143,12 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, probl
         if present != len(deleted):
             problem(store.describe(tp, segment.deletes.path),
                     f"deletes {len(deleted) - present} offset(s) the segment does not hold")
+        shown = table.filter(pc.invert(pc.is_in(offsets, deleted)))
+        horizon = pc.min(shown.column("delete_horizon_ms")).as_py()
+        if horizon != segment.deletes.live_min_delete_horizon_ms:
+            problem(store.describe(tp, segment.deletes.path),
+                    f"live_min_delete_horizon_ms is {horizon} for the records left, the manifest records "
+                    f"{segment.deletes.live_min_delete_horizon_ms}")
         live -= present
     return live
 

@@ -52,7 +52,7 @@ def _clean(store: Store) -> None:
     base = store.manifest(TP)
     merged = store.write_segment(TP, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=50)
     kept = base.segments[2]
-    vector = store.write_deletes(TP, kept, pa.array([3]), created_ms=50)
+    vector = store.write_deletes(TP, kept, pa.array([3]), created_ms=50, live_min_delete_horizon_ms=None)
     change = Replacement(
         removed=(*base.segments[:2], kept), added=(merged, kept.model_copy(update={"deletes": vector})),
         expected_first_dirty_offset=base.first_dirty_offset, first_dirty_offset=5,

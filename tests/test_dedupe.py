@@ -29,7 +29,7 @@ def fact(offset: int, key: str | None, *, ts: int | None = None, header: bytes |
          horizon: int | None = None, control: bool = False, aborted: bool = False, pending: bool = False,
          strategy: str = "offset", last: int = 99, keyless_drop: bool = False, partition: int = 0) -> tuple[Any, ...]:
     headers = [("v", header)] if header is not None else None
-    return ("t", partition, 0, offset, key.encode() if key is not None else None, ts, headers, horizon,
+    return ("t", partition, 0, offset, offset, key.encode() if key is not None else None, ts, headers, horizon,
             control, aborted, pending, strategy, "v" if strategy == "header" else "", last, keyless_drop, None)
 
 

@@ -182,6 +182,21 @@ def test_a_tombstone_purge_only_partition_is_selected() -> None:
     assert [s.base_offset for s in due.segments] == [0]
 
 
+def test_tombstone_purge_looks_only_at_records_a_deletion_vector_leaves_visible() -> None:
+    from compaction.manifest import DeletionVector
+
+    def vector(live_horizon: int | None) -> DeletionVector:
+        return DeletionVector(path="segments/00000000000000000000-v.deletes.parquet", count=1, size_bytes=1,
+                              checksum="sha256:0", created_ms=0, live_min_delete_horizon_ms=live_horizon)
+
+    config = TopicConfig(cleanup_policy=("compact",))
+    hidden = seg(0, 10, horizon=5000).model_copy(update={"deletes": vector(None)})  # its tombstone is deleted
+    assert one(log([hidden, seg(10, 11)], checkpoint=10), config, now=6000).decision is Decision.SKIP
+    shown = seg(0, 10, horizon=5000).model_copy(update={"deletes": vector(5500)})
+    assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5499).decision is Decision.SKIP
+    assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5500).tombstone_purge
+
+
 def test_retention_drops_whole_leading_segments_for_compact_delete() -> None:
     config = TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR)
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=HOUR), seg(20, 30, first_ts=3 * HOUR)],

@@ -131,7 +131,7 @@ def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) 
 def test_deletion_vector_hides_offsets_from_readers(store: Store) -> None:
     manifest = store.append(TP, keyed("a=1 b=2 a=3"), now_ms=1)
     segment = manifest.segments[0]
-    vector = store.write_deletes(TP, segment, pa.array([0]), created_ms=2)
+    vector = store.write_deletes(TP, segment, pa.array([0]), created_ms=2, live_min_delete_horizon_ms=None)
     updated = segment.model_copy(update={"deletes": vector})
     result = store.replace(TP, _replacement(store, manifest, [segment], [updated], 0), writer=Writer(), now_ms=2)
     assert result.segments[0].live_records == 2

@@ -42,20 +42,30 @@ def test_non_transactional_records_are_never_aborted() -> None:
     assert (aborted, pending) == ([], [])
 
 
-def test_key_buckets_are_stable_spread_and_put_keyless_rows_in_bucket_0() -> None:
+def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_bucket_0() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from compaction.tasks import key_buckets
+    from compaction.tasks import in_key_range
 
-    fixed = [f"key-{i:06d}".encode() for i in range(4000)]
-    mixed = [b"x" * (i % 13) + str(i).encode() for i in range(4000)]
-    for keys in (fixed, mixed):
+    def key_ranges(keys: pa.Array, buckets: int) -> np.ndarray:
+        masks = np.stack([in_key_range(keys, buckets, b) for b in range(buckets)])
+        assert (masks.sum(axis=0) == 1).all(), "every row is in exactly one range"
+        return masks.argmax(axis=0)
+
+    fixed = [f"key-{(i * 7919) % 4000:06d}".encode() for i in range(8000)]  # every key twice, shuffled
+    mixed = [b"x" * (i % 13) + str(i % 4000).encode() for i in range(8000)]
+    hot = [b"hot" if i % 3 == 0 else f"k{i}".encode() for i in range(8000)]
+    for keys in (fixed, mixed, hot):
         array = pa.array([*keys, None], pa.binary())
-        buckets = key_buckets(array, 4)
+        buckets = key_ranges(array, 4)
         assert buckets[-1] == 0
-        assert np.array_equal(buckets, key_buckets(pa.array([*keys, None], pa.binary()), 4))
-        assert np.array_equal(buckets[:100], key_buckets(array.slice(0, 100), 4)), "a function of the key alone"
-        assert np.array_equal(buckets[:-1:7], key_buckets(pa.array(keys[::7], pa.binary()), 4))
+        assert np.array_equal(buckets, key_ranges(pa.array([*keys, None], pa.binary()), 4)), "deterministic"
+        bucket_of: dict[bytes, int] = {}
+        for key, bucket in zip(keys, buckets[:-1], strict=True):
+            assert bucket_of.setdefault(key, int(bucket)) == bucket, f"{key!r} split across buckets"
         counts = np.bincount(buckets[:-1], minlength=4)
-        assert counts.min() > 800, counts
+        largest_key = max(keys.count(k) for k in set(keys[:50]))
+        assert counts.max() <= 2000 + largest_key + 100, counts
+    assert not key_ranges(pa.array([None, None], pa.binary()), 4).any()
+    assert not key_ranges(pa.array([b"a", b"b"], pa.binary()), 1).any()
