@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,9 @@ sys.path.insert(0, str(ROOT))
 from compaction.cleaner import Cleaner, _Work, plan_store  # noqa: E402
 from compaction.config import Settings  # noqa: E402
 from compaction.generate import GenerateSpec, generate  # noqa: E402
+from compaction.layout import SegmentOutcome, plan_jobs  # noqa: E402
 from compaction.store import Store  # noqa: E402
+from compaction.tasks import decide_facts  # noqa: E402
 
 NOW = 1_800_000_000_000
 WRITTEN = NOW - 3_600_000
@@ -194,15 +197,25 @@ def compare(work: Path, source: str, runs: int, engines: tuple[str, ...] = ("duc
 
 
 def max_task_records(source: str) -> tuple[int, int]:
-    """The most records one decision task holds, and the largest partition's cleaned records."""
+    """The most records one task of the skewed partition holds (counted by reading each decision task's
+    key range, and each rewrite's sources), and that partition's cleaned records."""
     store = Store.open(source)
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.roll.ms": 60000}, environ={})
+    settings = Settings.load(overrides=tomllib.loads(CONFIG), environ={})
     cleaner = Cleaner(None, store, settings)
     the_plan = plan_store(store, settings, NOW)
-    largest = max(sum(s.live_records for s in p.segments) for p in the_plan.selected)
-    tasks = cleaner.read_tasks([_Work(p) for p in the_plan.selected], NOW)
-    per_task = max(sum(s.live_records for s in t.segments) / t.buckets for t in tasks)
-    return int(per_task), largest
+    largest = max(the_plan.selected, key=lambda p: sum(s.live_records for s in p.segments))
+    tasks = cleaner.read_tasks([_Work(largest)], NOW)
+    decided = [decide_facts(task) for task in tasks]
+    held = [d.facts.table.num_rows for d in decided]
+    outcomes: dict[int, SegmentOutcome] = {}
+    for d in decided:
+        for segment, _, outcome in d.outcomes(largest.segments):
+            before = outcomes.get(segment.base_offset)
+            outcomes[segment.base_offset] = before.merge(outcome) if before else outcome
+    assert largest.first_dirty_offset is not None
+    jobs = plan_jobs(largest.segments, outcomes, largest.first_dirty_offset, cleaner._policy(largest, NOW))
+    held += [sum(s.live_records for s in sources) for sources, _ in jobs]
+    return max(held), sum(s.live_records for s in largest.segments)
 
 
 def s1(work: Path, runs: int, records: int) -> dict[str, Any]:

@@ -152,10 +152,13 @@ class Cleaner:
         return max(1, math.ceil(dirty / limit), math.ceil(total / (4 * limit)))
 
     def _policy(self, p: PartitionPlan, now_ms: int) -> ApplyPolicy:
+        """How the partition's decisions become objects; a split partition's rewrites each read no more
+        records than one of its decision tasks."""
         assert p.config is not None
         cleaner = self.settings.cleaner
+        share = math.ceil(sum(s.live_records for s in p.segments) / self._buckets(p))
         return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                           cleaner.deletion_vector_max_age_ms, cleaner.task_max_records)
+                           cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)))
 
     def read_tasks(self, items: list[_Work], now_ms: int) -> list[ReadTask]:
         """One task per partition, or per key bucket when its cleaned range exceeds ``task.max.records``."""
