@@ -103,8 +103,13 @@ class Decisions:
 
 
 def decide(facts: pa.Table, *, strategy: str, header: str, now_ms: int, keyless_drop: bool,
-           range_last_offset: int) -> Decisions:
-    """Kafka's record rules for a partition's facts (rows in offset order), as :func:`compaction.dedupe.decide`."""
+           range_last_offset: int, unique_before: int | None = None) -> Decisions:
+    """Kafka's record rules for a partition's facts (rows in offset order), as :func:`compaction.dedupe.decide`.
+
+    ``unique_before`` (offset strategy only): below this offset no two competing records share a key (the
+    manifest's ``clean_keys_unique``), so a record there loses only to a later record of its key, and only
+    the keys that also occur from it onwards need grouping, as Kafka's cleaner maps only the dirty keys.
+    """
     offsets = facts.column("offset").to_numpy()
     keys = facts.column("key").combine_chunks()
     keyed = _bools(pc.is_valid(keys))
@@ -116,7 +121,14 @@ def decide(facts: pa.Table, *, strategy: str, header: str, now_ms: int, keyless_
     passed = has_horizon & (now_ms >= pc.fill_null(horizon_col, 0).to_numpy(zero_copy_only=False))
     competes = keyed & ~control & ~aborted
     valid, version = versions(facts, strategy, header)
-    winner = winners(keys, competes, valid, offsets if strategy == "offset" else version, offsets)
+    if unique_before is not None and strategy == "offset":
+        late = competes & (offsets >= unique_before)
+        early = competes & ~late
+        contested = early & _bools(pc.is_in(keys, value_set=keys.filter(pa.array(late)))) if late.any() else \
+            np.zeros(len(offsets), dtype=bool)
+        winner = winners(keys, late | contested, valid, offsets, offsets) | (early & ~contested)
+    else:
+        winner = winners(keys, competes, valid, offsets if strategy == "offset" else version, offsets)
     log_end = (offsets == range_last_offset) if strategy != "offset" else np.zeros(len(offsets), dtype=bool)
 
     code = np.zeros(len(offsets), dtype=np.int8)

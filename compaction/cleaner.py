@@ -176,6 +176,7 @@ class Cleaner:
                     strategy=p.config.compaction_strategy, strategy_header=p.config.compaction_strategy_header,
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     bucket=bucket, buckets=buckets, first_dirty_offset=p.first_dirty_offset or 0,
+                    clean_keys_unique=p.manifest.clean_keys_unique and p.config.compaction_strategy == "offset",
                     policy=self._policy(p, now_ms), horizon_ms=now_ms + p.config.delete_retention_ms))
         return tasks
 
@@ -315,7 +316,9 @@ class Cleaner:
             removed=(*p.expired_segments, *removed), added=tuple(added),
             expected_first_dirty_offset=manifest.first_dirty_offset, first_dirty_offset=checkpoint,
             expected_log_start_offset=manifest.log_start_offset,
-            log_start_offset=p.log_start_offset if p.log_start_offset is not None else manifest.log_start_offset)
+            log_start_offset=p.log_start_offset if p.log_start_offset is not None else manifest.log_start_offset,
+            # Only the offset strategy leaves one competing record per key (others keep the log's last record).
+            clean_keys_unique=p.config.compaction_strategy == "offset" if p.needs_dedupe and p.config else None)
         try:
             committed = self.store.replace(p.partition, change, writer=self.writer, now_ms=now_ms)
         except StoreError as err:

@@ -130,6 +130,9 @@ class Manifest(_Frozen):
     log_end_offset: int = Field(ge=0)
     last_stable_offset: int = Field(ge=0)
     first_dirty_offset: int = Field(ge=0)
+    # The cleaner's promise that below first_dirty_offset no two competing records share a key (true after
+    # a pass under the offset strategy); a later pass then only compares clean keys the dirty section has.
+    clean_keys_unique: bool = False
     open_transactions: dict[int, int] = Field(default_factory=dict)
     segments: tuple[SegmentMeta, ...] = ()
     writer: WriterInfo

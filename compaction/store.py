@@ -100,6 +100,7 @@ class Replacement:
     first_dirty_offset: int
     expected_log_start_offset: int
     log_start_offset: int
+    clean_keys_unique: bool | None = None  # None: as in the version it applies to
 
     def apply(self, latest: Manifest | None, name: str) -> dict[str, Any]:
         if latest is None:
@@ -129,6 +130,8 @@ class Replacement:
             "log_end_offset": latest.log_end_offset,
             "last_stable_offset": latest.last_stable_offset,
             "first_dirty_offset": self.first_dirty_offset,
+            "clean_keys_unique": latest.clean_keys_unique if self.clean_keys_unique is None
+            else self.clean_keys_unique,
             "open_transactions": latest.open_transactions,
             "segments": tuple(segments),
         }
@@ -312,7 +315,7 @@ class Store:
         lost: int | None = None
         for attempt in range(max_attempts):
             latest = self.latest(tp) if lost is None else self._newest_from(tp, lost)
-            state = build(latest)
+            state = {"clean_keys_unique": latest.clean_keys_unique if latest else False, **build(latest)}
             version = latest.version + 1 if latest else 1
             commit_id = uuid.uuid4().hex
             try:

@@ -72,8 +72,9 @@ class ReadTask:
     now_ms: int = 0
     bucket: int = 0
     buckets: int = 1
-    # For a partition decided and applied in one task (the Arrow plan, one bucket):
     first_dirty_offset: int = 0
+    clean_keys_unique: bool = False  # the manifest's promise, under the offset strategy
+    # For a partition decided and applied in one task (the Arrow plan, one bucket):
     policy: ApplyPolicy | None = None
     horizon_ms: int = 0
 
@@ -334,7 +335,8 @@ def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided
         return Decided(facts, np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool))
     decided = arrow_dedupe.decide(facts.table, strategy=task.strategy, header=task.strategy_header,
                                   now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                  range_last_offset=facts.range_last_offset or 0)
+                                  range_last_offset=facts.range_last_offset or 0,
+                                  unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
     return Decided(facts, decided.code, decided.stamp)
 
 

@@ -415,3 +415,19 @@ def test_read_only_needed_columns_for_the_decision(local_store: Store) -> None:
     assert facts.num_rows == 3
     assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"
     assert pa.types.is_binary(facts.schema.field("key").type)
+
+
+def test_the_manifest_promises_unique_clean_keys_only_after_offset_strategy_passes(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    append(local_store, rec(0, "a"), rec(1, "a"), rec(2, "b"))
+    append(local_store, rec(3, "active"))
+    assert not local_store.manifest(TP).clean_keys_unique
+    clean(spark, local_store, "arrow")
+    assert local_store.manifest(TP).clean_keys_unique
+    append(local_store, rec(4, "a"))
+    assert local_store.manifest(TP).clean_keys_unique, "appends keep the promise"
+    by_timestamp = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                            "topics": {TP.topic: {"compaction.strategy": "timestamp"}}}, environ={})
+    append(local_store, rec(5, "active2"))
+    clean(spark, local_store, "arrow", settings=by_timestamp)
+    assert not local_store.manifest(TP).clean_keys_unique, "the timestamp strategy keeps the log's last record"
+    assert offsets(local_store) == [2, 3, 4, 5]

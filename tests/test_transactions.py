@@ -69,3 +69,33 @@ def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_buc
         assert counts.max() <= 2000 + largest_key + 100, counts
     assert not key_ranges(pa.array([None, None], pa.binary()), 4).any()
     assert not key_ranges(pa.array([b"a", b"b"], pa.binary()), 1).any()
+
+
+def test_a_clean_section_with_unique_keys_is_decided_from_the_dirty_keys_alone() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from compaction import arrow_dedupe
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        clean = rng.permutation(200)[:rng.integers(1, 150)]  # a compacted section: each key once
+        dirty = rng.integers(0, 300, rng.integers(0, 100))
+        ids = np.concatenate([clean, dirty])
+        n = len(ids)
+        keys = [None if rng.random() < 0.05 else f"k{i}".encode() for i in ids]
+        facts = pa.table({"offset": pa.array(np.arange(n)), "key": pa.array(keys, pa.binary()),
+                          "delete_horizon_ms": pa.nulls(n, pa.int64()),
+                          "is_control": pa.array(np.zeros(n, dtype=bool)), "aborted": pa.array(rng.random(n) < 0.05),
+                          "marker_pending": pa.array(np.zeros(n, dtype=bool))})
+        common = dict(strategy="offset", header="", now_ms=0, keyless_drop=False, range_last_offset=n - 1)
+        full = arrow_dedupe.decide(facts, **common)
+        trusted = arrow_dedupe.decide(facts, **common, unique_before=len(clean))
+        assert np.array_equal(full.code, trusted.code)
+    # What it trusts: two clean records of one key that no dirty record names both stay.
+    facts = pa.table({"offset": pa.array([0, 1, 2], pa.int64()), "key": pa.array([b"a", b"a", b"b"]),
+                      "delete_horizon_ms": pa.nulls(3, pa.int64()), "is_control": pa.array([False] * 3),
+                      "aborted": pa.array([False] * 3), "marker_pending": pa.array([False] * 3)})
+    common = dict(strategy="offset", header="", now_ms=0, keyless_drop=False, range_last_offset=2)
+    assert arrow_dedupe.decide(facts, **common, unique_before=2).code.tolist() == [0, 0, 0]
+    assert arrow_dedupe.decide(facts, **common).code.tolist() == [1, 0, 0]
