@@ -51,6 +51,14 @@ class Cluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as response:
             return json.loads(response.read())
 
+    def alive_workers(self) -> int:
+        """Workers the master lists as alive; 0 while its UI is still coming up (refused, or 404 before
+        its handlers are attached)."""
+        try:
+            return len([w for w in self.status().get("workers", []) if w.get("state") == "ALIVE"])
+        except (OSError, ValueError):  # URLError and HTTPError are OSErrors
+            return 0
+
     def executor_logs(self) -> list[Path]:
         """stderr files of executors the workers ran (work/<worker>/<app>/<executor>/stderr)."""
         return sorted(self.work.glob("worker-*/app-*/*/stderr"))
@@ -98,8 +106,7 @@ def spark_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str = "2
             start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", cluster.url, "--host", "127.0.0.1",
                   "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
                   "--work-dir", str(work / f"worker-{i}"))
-        _wait(lambda: len([w for w in cluster.status().get("workers", []) if w.get("state") == "ALIVE"]) == workers,
-              f"{workers} workers registering")
+        _wait(lambda: cluster.alive_workers() == workers, f"{workers} workers registering")
         yield cluster
     finally:
         for process in reversed(cluster.processes):
