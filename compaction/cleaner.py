@@ -176,7 +176,7 @@ class Cleaner:
                     strategy=p.config.compaction_strategy, strategy_header=p.config.compaction_strategy_header,
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     bucket=bucket, buckets=buckets, first_dirty_offset=p.first_dirty_offset or 0,
-                    clean_keys_unique=p.manifest.clean_keys_unique and p.config.compaction_strategy == "offset",
+                    clean_keys_unique=p.manifest.clean_keys_unique,
                     policy=self._policy(p, now_ms), horizon_ms=now_ms + p.config.delete_retention_ms))
         return tasks
 

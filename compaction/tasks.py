@@ -12,7 +12,6 @@ deletion vector.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,7 +72,7 @@ class ReadTask:
     bucket: int = 0
     buckets: int = 1
     first_dirty_offset: int = 0
-    clean_keys_unique: bool = False  # the manifest's promise, under the offset strategy
+    clean_keys_unique: bool = False  # the manifest's promise (the decision uses it under the offset strategy)
     # For a partition decided and applied in one task (the Arrow plan, one bucket):
     policy: ApplyPolicy | None = None
     horizon_ms: int = 0
@@ -341,8 +340,8 @@ def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided
 
 
 def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
-    """Stage 1 of a split partition: per segment, this key bucket's counts, dropped offsets and markers to
-    stamp; or one row with the error that stopped the task."""
+    """Stage 1 of a split partition: per segment, this key bucket's counts, a bitmap of the rows it drops
+    and the markers to stamp; or one row with the error that stopped the task."""
     try:
         decided = decide_facts(task)
     except Exception as err:  # isolate the partition; reported with its reason
@@ -509,13 +508,11 @@ def clean_in_task(task: ReadTask) -> dict[str, Any]:
 
 def clean_partition(task: ReadTask) -> dict[str, Any]:
     """RDD body: clean one partition in this task; returns its metadata, or the error that stopped it."""
-    started = time.perf_counter()
     result: dict[str, Any] = {"topic": task.tp.topic, "partition": task.tp.partition, "error": None}
     try:
         result.update(clean_in_task(task))
     except Exception as err:  # isolate the partition; reported with its reason
         result["error"] = f"{type(err).__name__}: {err}"
-    result["task_ms"] = int((time.perf_counter() - started) * 1000)
     return result
 
 
