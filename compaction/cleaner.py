@@ -24,21 +24,21 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from compaction import rules
 from compaction.config import Settings
-from compaction.dedupe import WINNER_PLANS, decide, decision_row, per_segment
+from compaction.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
 from compaction.errors import CompactionError, StoreError
 from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.manifest import Manifest, SegmentMeta
 from compaction.planner import CompactionPlan, Decision, PartitionPlan, plan
 from compaction.report import PartitionResult, RunReport
 from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
-from compaction.strategies import by_configured_strategy
 from compaction.tasks import (
-    FACTS_DDL,
     ApplyJob,
     ReadTask,
     apply_rows,
@@ -50,7 +50,6 @@ from compaction.tasks import (
 
 log = logging.getLogger("compaction.cleaner")
 Progress = Callable[[str], None]
-PLANS = ("arrow", *WINNER_PLANS)
 
 
 @dataclass
@@ -60,10 +59,18 @@ class _Work:
     plan: PartitionPlan
     outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)  # by segment base offset
     jobs: list[ApplyJob] = field(default_factory=list)
-    results: dict[int, SegmentMeta] = field(default_factory=dict)  # by job id
+    results: dict[int, SegmentMeta | None] = field(default_factory=dict)  # by job id; None: nothing kept
     bytes_written: int = 0
     records_written: int = 0
+    stamped: int = 0  # records the rewrites gave their first delete horizon
     error: str | None = None
+
+    def add(self, job_id: int, result: dict[str, Any]) -> None:
+        """Record an apply job's result."""
+        self.results[job_id] = segment_from_json(result["segment"])
+        self.bytes_written += result["bytes_written"]
+        self.records_written += result["records_written"]
+        self.stamped += result["stamped"]
 
 
 def plan_store(store: Store, settings: Settings, now_ms: int, topics: str | None = None) -> CompactionPlan:
@@ -82,9 +89,11 @@ class Cleaner:
     def __init__(self, spark: SparkSession | None, store: Store, settings: Settings, *,
                  dedupe_plan: str | None = None, writer: Writer | None = None,
                  progress: Progress | None = None) -> None:
-        self.dedupe_plan = dedupe_plan or settings.cleaner.dedupe_plan
-        if self.dedupe_plan not in PLANS:
-            raise CompactionError(f"unknown dedupe plan {self.dedupe_plan!r}; expected one of {list(PLANS)}")
+        try:
+            self.dedupe_plan = rules.Plan(dedupe_plan or settings.cleaner.dedupe_plan)
+        except ValueError as err:
+            raise CompactionError(f"unknown dedupe plan {dedupe_plan!r}; expected one of "
+                                  f"{[p.value for p in rules.Plan]}") from err
         self.spark = spark
         self.store = store
         self.settings = settings
@@ -110,7 +119,7 @@ class Cleaner:
                       f"{len(the_plan.uncleanable)} uncleanable")
         work = {p.partition: _Work(p) for p in selected}
         needing_spark = [w for w in work.values() if w.plan.needs_dedupe]
-        whole = [w for w in needing_spark if self.dedupe_plan == "arrow" and self._buckets(w.plan) == 1]
+        whole = [w for w in needing_spark if self.dedupe_plan is rules.Plan.ARROW and self._buckets(w.plan) == 1]
         staged = [w for w in needing_spark if w not in whole]
         if whole:
             self._clean_in_tasks(whole, now_ms)
@@ -143,7 +152,7 @@ class Cleaner:
         A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
         columns of clean ones (a quarter of the cost each, so up to four times as many records in all).
         """
-        if self.dedupe_plan != "arrow":
+        if self.dedupe_plan is not rules.Plan.ARROW:
             return 1
         limit = self.settings.cleaner.task_max_records
         assert p.first_dirty_offset is not None
@@ -167,18 +176,28 @@ class Cleaner:
             p = item.plan
             assert p.config is not None and p.manifest is not None and p.first_uncleanable_offset is not None
             end = p.first_uncleanable_offset
-            beyond = tuple(s for s in p.manifest.segments
-                           if s.base_offset >= end and (s.transactional_count or s.control_count))
             buckets = self._buckets(p)
             for bucket in range(buckets):
                 tasks.append(ReadTask(
-                    tp=p.partition, store=self.store, segments=p.segments, beyond=beyond,
-                    strategy=p.config.compaction_strategy, strategy_header=p.config.compaction_strategy_header,
+                    tp=p.partition, store=self.store, segments=p.segments,
+                    tail=tuple(s for s in p.manifest.segments if s.base_offset >= end),
+                    strategy=rules.Strategy(p.config.compaction_strategy),
+                    strategy_header=p.config.compaction_strategy_header,
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
-                    bucket=bucket, buckets=buckets, first_dirty_offset=p.first_dirty_offset or 0,
-                    clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self._policy(p, now_ms), horizon_ms=now_ms + p.config.delete_retention_ms))
+                    log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
+                    first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
+                    policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms)))
         return tasks
+
+    @staticmethod
+    def _horizon(p: PartitionPlan, now_ms: int) -> int:
+        assert p.config is not None
+        return rules.delete_horizon(now_ms, p.config.delete_retention_ms)
+
+    def _job(self, p: PartitionPlan, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
+             now_ms: int) -> ApplyJob:
+        return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
+                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only)
 
     def _clean_in_tasks(self, items: list[_Work], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
@@ -195,37 +214,27 @@ class Cleaner:
             if payload["error"] is not None:
                 item.error = payload["error"]
                 continue
-            item.outcomes = {int(base): SegmentOutcome(*values) for base, values in payload["outcomes"].items()}
+            item.outcomes = {int(base): SegmentOutcome(**values) for base, values in payload["outcomes"].items()}
             segments = {s.base_offset: s for s in item.plan.segments}
-            assert item.plan.config is not None
             for job in payload["jobs"]:
-                item.jobs.append(ApplyJob(item.plan.partition, self.store, job["job_id"],
-                                          tuple(segments[b] for b in job["sources"]),
-                                          horizon_ms=now_ms + item.plan.config.delete_retention_ms,
-                                          created_ms=now_ms, deletes_only=job["deletes_only"]))
-                item.results[job["job_id"]] = segment_from_json(job["segment"])
-                item.bytes_written += job["bytes_written"]
-                item.records_written += job["records_written"]
+                item.jobs.append(self._job(item.plan, job["job_id"], tuple(segments[b] for b in job["sources"]),
+                                           job["deletes_only"], now_ms))
+                item.add(job["job_id"], job)
 
-    def _task_frame(self, tasks: list[ReadTask]) -> tuple[DataFrame, object]:
+    def facts(self, tasks: list[ReadTask]) -> DataFrame:
+        """The facts of the tasks' cleaned ranges as a DataFrame (the Spark SQL plans' input)."""
         sc = self.session.sparkContext
         shipped = sc.broadcast(dict(enumerate(tasks)))
         ids = self.session.createDataFrame(sc.parallelize([(i,) for i in range(len(tasks))], len(tasks)), "task int")
-        return ids, shipped
-
-    def facts(self, tasks: list[ReadTask]) -> DataFrame:
-        """The records of the tasks' cleaned ranges as a DataFrame (the Spark SQL plans' input)."""
-        ids, shipped = self._task_frame(tasks)
-        return ids.mapInArrow(lambda batches: read_facts_batches(batches, shipped.value), FACTS_DDL)  # type: ignore[attr-defined]
+        return ids.mapInArrow(lambda batches: read_facts_batches(batches, shipped.value), FACTS_TYPE)
 
     def decisions(self, tasks: list[ReadTask], now_ms: int) -> RDD:
         """Decision rows (one per segment and key bucket, as dicts) for the tasks, by this cleaner's plan."""
-        if self.dedupe_plan == "arrow":
+        if self.dedupe_plan is rules.Plan.ARROW:
             return self.session.sparkContext.parallelize(tasks, len(tasks)).flatMap(decision_rows)
-        return (self.facts(tasks).transform(by_configured_strategy)
-                .transform(WINNER_PLANS[self.dedupe_plan])
-                .transform(decide(now_ms))
-                .transform(per_segment)).rdd.map(decision_row)
+        keyless_drop = self.settings.cleaner.keyless_records == "drop"
+        winners = self.facts(tasks).transform(WINNER_PLANS[self.dedupe_plan])
+        return per_segment(classify(winners, now_ms=now_ms, keyless_drop=keyless_drop)).rdd.map(decision_row)
 
     def _decide(self, items: list[_Work], now_ms: int) -> RDD:
         """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""
@@ -243,7 +252,8 @@ class Cleaner:
                 if row["error"] is not None:
                     item.error = item.error or row["error"]
                     continue
-                outcome = SegmentOutcome(row["records"], row["kept"], row["stamped"], row["dropped_by"])
+                outcome = SegmentOutcome(row["records"], row["kept"], row["stamped"], row["dropped_by"],
+                                         row["next_horizon_ms"])
                 previous = item.outcomes.get(row["segment_base"])
                 item.outcomes[row["segment_base"]] = previous.merge(outcome) if previous else outcome
             for item in items:
@@ -253,9 +263,7 @@ class Cleaner:
                 assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
                     item.outcomes.setdefault(segment.base_offset, SegmentOutcome(0, 0, 0, {}))
-                item.jobs = [ApplyJob(p.partition, self.store, job_id, sources,
-                                      horizon_ms=now_ms + p.config.delete_retention_ms, created_ms=now_ms,
-                                      deletes_only=deletes_only)
+                item.jobs = [self._job(p, job_id, sources, deletes_only, now_ms)
                              for job_id, (sources, deletes_only) in enumerate(
                                  plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self._policy(p, now_ms)))]
         except BaseException:
@@ -292,9 +300,7 @@ class Cleaner:
             if result["error"] is not None:
                 item.error = item.error or result["error"]
                 continue
-            item.results[result["job_id"]] = segment_from_json(result["segment"])
-            item.bytes_written += result["bytes_written"]
-            item.records_written += result["records_written"]
+            item.add(result["job_id"], result)
 
     # Commit ------------------------------------------------------------------------------------------
 
@@ -308,7 +314,7 @@ class Cleaner:
         if missing:
             return PartitionResult.failed(p, f"apply job(s) {missing} produced no output", item.outcomes)
         removed = [s for j in item.jobs for s in j.sources]
-        added = [item.results[j.job_id] for j in item.jobs]
+        added = [segment for j in item.jobs if (segment := item.results[j.job_id]) is not None]
         assert p.first_uncleanable_offset is not None and p.first_dirty_offset is not None
         checkpoint = max(p.first_uncleanable_offset, p.first_dirty_offset) if p.needs_dedupe else \
             max(p.first_dirty_offset, p.log_start_offset or 0)
@@ -317,14 +323,22 @@ class Cleaner:
             expected_first_dirty_offset=manifest.first_dirty_offset, first_dirty_offset=checkpoint,
             expected_log_start_offset=manifest.log_start_offset,
             log_start_offset=p.log_start_offset if p.log_start_offset is not None else manifest.log_start_offset,
-            # Only the offset strategy leaves one competing record per key (others keep the log's last record).
-            clean_keys_unique=p.config.compaction_strategy == "offset" if p.needs_dedupe and p.config else None)
+            # A pass leaves one competing record per key in the range it decided, whatever the strategy.
+            clean_keys_unique=True if p.needs_dedupe else None, last_clean_ms=now_ms if p.needs_dedupe else None,
+            next_horizon_ms=self._next_horizon(item, now_ms))
         try:
             committed = self.store.replace(p.partition, change, writer=self.writer, now_ms=now_ms)
         except StoreError as err:
             return PartitionResult.failed(p, f"{type(err).__name__}: {err}", item.outcomes)
         return PartitionResult.cleaned(p, committed, item.outcomes, item.jobs, added, item.records_written,
                                        item.bytes_written, elapsed_ms=int((time.perf_counter() - started) * 1000))
+
+    def _next_horizon(self, item: _Work, now_ms: int) -> int | None:
+        """The earliest delete horizon still to come in the cleaned range after this pass."""
+        horizons = [o.next_horizon_ms for o in item.outcomes.values() if o.next_horizon_ms is not None]
+        if item.stamped:
+            horizons.append(self._horizon(item.plan, now_ms))
+        return min(horizons, default=None)
 
     def _reset_checkpoint(self, p: PartitionPlan, now_ms: int) -> Manifest | None:
         """Kafka writes a reset checkpoint at once, even for a partition it does not clean."""

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from compaction import job
-from compaction.cleaner import PLANS, plan_store
+from compaction.cleaner import plan_store
 from compaction.config import Settings, parse_overrides
 from compaction.errors import (
     CompactionError,
@@ -33,6 +33,7 @@ from compaction.generate import GenerateSpec, generate, topic_names
 from compaction.job import JobOptions, run_job
 from compaction.jsonl import parse_lines, write_lines
 from compaction.planner import CompactionPlan, Decision, format_duration
+from compaction.rules import Plan
 from compaction.session import spark_session
 from compaction.status import format_table, human_bytes, partition_status
 from compaction.store import Store, TopicPartition, Writer, read_manifests
@@ -148,7 +149,7 @@ def print_plan(result: CompactionPlan) -> None:
 
 def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
     conf = dict(item.split("=", 1) for item in args.spark_conf or [])
-    arrow = (args.plan or settings.cleaner.dedupe_plan) == "arrow"
+    arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
     return lambda: spark_session(args.master, conf=conf, light_driver=arrow)
 
 
@@ -354,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="PATH", help="write the JSON run report here")
     p.add_argument("--gc", action="store_true", help="run gc after the commits (grace and kept versions from "
                                                      "[cleaner] gc.grace.ms / gc.keep.versions)")
-    p.add_argument("--plan", choices=PLANS, default=None,
+    p.add_argument("--plan", choices=[plan.value for plan in Plan], default=None,
                    help="how executors decide survivors: arrow (in each partition's task), window or aggregate "
                         "(Spark SQL over a shuffle) (default: [cleaner] dedupe.plan, arrow)")
     p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
@@ -423,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("verify", help="check the store's invariants; exits non-zero on any problem",
-                       description="Check manifests (continuous versions, contiguous segments), that every "
+                       description="Check manifests (continuous versions, ordered segments), that every "
                                    "referenced object exists with its recorded size, and (unless --metadata-only) "
                                    "checksums, offsets and statistics of every live segment.")
     _store_args(p)

@@ -23,9 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from compaction.errors import ConfigError
+from compaction.rules import LONG_MAX, Plan, Strategy
 
-LONG_MAX = 2**63 - 1
-STRATEGIES = ("offset", "timestamp", "header")
 POLICIES = ("compact", "delete")
 ENV_PREFIX = "COMPACTION_SET_"
 
@@ -41,7 +40,7 @@ class TopicConfig:
     delete_retention_ms: int = 86_400_000
     segment_bytes: int = 1_073_741_824
     segment_ms: int = 604_800_000
-    compaction_strategy: str = "offset"
+    compaction_strategy: Strategy = Strategy.OFFSET
     compaction_strategy_header: str = ""
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
@@ -100,10 +99,10 @@ def _check_value(key: str, value: Any, name: str | None = None) -> Any:
             raise _invalid(value, name, f"String must be one of: {', '.join(POLICIES)}")
         return tuple(sorted(set(items)))
     if key == "compaction.strategy":
-        lowered = str(value).lower()
-        if lowered not in STRATEGIES:
-            raise _invalid(value, name, f"String must be one of: {', '.join(STRATEGIES)}")
-        return lowered
+        try:
+            return Strategy(str(value).lower())
+        except ValueError:
+            raise _invalid(value, name, f"String must be one of: {', '.join(Strategy)}") from None
     if key == "compaction.strategy.header":
         if not isinstance(value, str):
             raise _invalid(value, name, "Expected value to be a string")
@@ -137,7 +136,7 @@ class CleanerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
-    dedupe_plan: Literal["arrow", "window", "aggregate"] = Field("arrow", alias="dedupe.plan")
+    dedupe_plan: Plan = Field(Plan.ARROW, alias="dedupe.plan")
     task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1)
     deletion_vector_max_ratio: float = Field(0.2, alias="deletion.vector.max.ratio", ge=0, lt=1)
     deletion_vector_max_age_ms: int = Field(604_800_000, alias="deletion.vector.max.age.ms", ge=0)

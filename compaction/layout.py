@@ -10,16 +10,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compaction.manifest import SegmentMeta
+from compaction.rules import saturating_add
 
 
 @dataclass(frozen=True)
 class SegmentOutcome:
-    """The decision's counts for one segment of a cleaned range (live records read, kept, markers to stamp)."""
+    """The decision's counts for one segment of a cleaned range: live records read, kept, markers to stamp,
+    records dropped by reason, and the earliest delete horizon still to come among the kept records."""
 
     records: int
     kept: int
     stamped: int
     dropped: dict[str, int]
+    next_horizon_ms: int | None = None
 
     @property
     def lost(self) -> int:
@@ -30,11 +33,19 @@ class SegmentOutcome:
         dropped = dict(self.dropped)
         for reason, count in other.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
+        horizons = [h for h in (self.next_horizon_ms, other.next_horizon_ms) if h is not None]
         return SegmentOutcome(self.records + other.records, self.kept + other.kept, self.stamped + other.stamped,
-                              dropped)
+                              dropped, min(horizons, default=None))
 
     def estimated_bytes(self, segment: SegmentMeta) -> int:
-        return segment.size_bytes * self.kept // segment.record_count if segment.record_count else 0
+        """The size of the records it keeps, pro rata of the live records read."""
+        return segment.live_size_bytes * self.kept // self.records if self.records else 0
+
+
+#: A segment whose output is smaller than ``segment.bytes`` divided by this is *small*: it merges with its
+#: small or rewritten neighbours (SPEC §9). Larger segments that do not change are left as they are, so a
+#: nightly pass does not recopy the clean section, and a small one is recopied only until it is not.
+SMALL_SEGMENT_DIVISOR = 8
 
 
 @dataclass(frozen=True)
@@ -52,47 +63,52 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
               policy: ApplyPolicy) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
 
-    A segment changes when it loses records, has markers to stamp, is dirty and holds tombstones (their
+    A segment *changes* when it loses records, has markers to stamp, is dirty and holds tombstones (their
     first horizon is stamped when rewritten), or carries a deletion vector past its maximum age. A clean
     segment that only loses records, and stays within ``deletion.vector.max.ratio`` deleted, gets a
-    deletion vector. Other changed segments are rewritten, consecutive ones (and small dirty segments
-    between them) merged while the estimated output stays within ``segment.bytes`` and the records read
-    within ``max_group_records``; a group of one unchanged segment is no job at all.
+    deletion vector; other changed segments are rewritten. Consecutive rewritten and small segments are
+    merged into one while the estimated output stays within ``segment.bytes`` and the records read within
+    ``max_group_records``; a group of one segment that need not be rewritten is no rewrite. A rewrite that
+    keeps no record removes its segments (their range stays part of the log, without an object).
     """
     jobs: list[tuple[tuple[SegmentMeta, ...], bool]] = []
-    current: list[SegmentMeta] = []
-    changed: set[int] = set()
+    group: list[SegmentMeta] = []
+    rewrite: set[int] = set()  # base offsets of segments that must be rewritten on their own account
+    vector: set[int] = set()  # ... that would rather take a deletion vector
     size = records = 0
 
     def flush() -> None:
-        nonlocal current, size, records
-        if len(current) > 1 or (current and current[0].base_offset in changed):
-            jobs.append((tuple(current), False))
-        current, size, records = [], 0, 0
+        nonlocal group, size, records
+        if len(group) > 1 or (group and group[0].base_offset in rewrite):
+            jobs.append((tuple(group), False))
+        elif group and group[0].base_offset in vector:
+            jobs.append((tuple(group), True))
+        group, size, records = [], 0, 0
 
     for segment in segments:
-        outcome = outcomes[segment.base_offset]
+        base = segment.base_offset
+        outcome = outcomes[base]
         dirty = segment.next_offset > first_dirty_offset
         needs_stamp = outcome.stamped > 0 or (dirty and segment.tombstone_count > 0)
         old = segment.deletes
-        old_expired = old is not None and old.created_ms + policy.deletion_vector_max_age_ms <= policy.now_ms
+        aged = old is not None and saturating_add(old.created_ms, policy.deletion_vector_max_age_ms) <= policy.now_ms
         deleted = (old.count if old else 0) + outcome.lost
-        if outcome.lost and not (dirty or needs_stamp or old_expired) and policy.deletion_vector_max_ratio > 0 \
+        if outcome.lost and not (dirty or needs_stamp or aged) and policy.deletion_vector_max_ratio > 0 \
                 and deleted <= policy.deletion_vector_max_ratio * segment.record_count:
-            flush()
-            jobs.append(((segment,), True))
-            continue
+            vector.add(base)
+        elif outcome.lost or needs_stamp or aged:
+            rewrite.add(base)
         estimate = outcome.estimated_bytes(segment)
-        if outcome.lost or needs_stamp or old_expired:
-            changed.add(segment.base_offset)
-        elif not (dirty and estimate < policy.segment_bytes // 2):
-            flush()
+        if base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR:
+            flush()  # a large segment that need not be rewritten stands alone
+            if base in vector:
+                jobs.append(((segment,), True))
             continue
         too_many = policy.max_group_records is not None and \
             records + segment.live_records > policy.max_group_records
-        if current and (size + estimate > policy.segment_bytes or too_many):
+        if group and (size + estimate > policy.segment_bytes or too_many):
             flush()
-        current.append(segment)
+        group.append(segment)
         size += estimate
         records += segment.live_records
     flush()

@@ -44,7 +44,10 @@ class DeletionVector(_Frozen):
     size_bytes: int = Field(ge=0)
     checksum: str
     created_ms: int
-    live_min_delete_horizon_ms: int | None = None  # over the records the segment still shows
+    # The segment's figures over the records it still shows (what the planner decides on):
+    live_min_delete_horizon_ms: int | None = None
+    live_first_timestamp: int | None = None
+    live_max_timestamp: int | None = None
 
     @model_validator(mode="after")
     def _check_path(self) -> DeletionVector:
@@ -100,9 +103,31 @@ class SegmentMeta(_Frozen):
         return self.record_count - (self.deletes.count if self.deletes else 0)
 
     @property
+    def live_size_bytes(self) -> int:
+        """The bytes of the records a reader sees: the object's size, less its deleted records' share."""
+        if self.deletes is None or not self.record_count:
+            return self.size_bytes
+        return self.size_bytes * self.live_records // self.record_count
+
+    @property
     def live_min_delete_horizon_ms(self) -> int | None:
         """The earliest delete horizon among the records a reader sees (what tombstone purging looks at)."""
         return self.deletes.live_min_delete_horizon_ms if self.deletes else self.min_delete_horizon_ms
+
+    @property
+    def live_first_timestamp(self) -> int | None:
+        return self.deletes.live_first_timestamp if self.deletes else self.first_timestamp
+
+    @property
+    def live_max_timestamp(self) -> int | None:
+        return self.deletes.live_max_timestamp if self.deletes else self.max_timestamp
+
+    @property
+    def time_ms(self) -> int:
+        """The segment's age for retention and min.compaction.lag.ms: its largest live timestamp, or its
+        creation time when no live record has one (Kafka falls back to the file's modification time)."""
+        latest = self.live_max_timestamp
+        return latest if latest is not None else self.created_ms
 
 
 class WriterInfo(_Frozen):
@@ -131,8 +156,13 @@ class Manifest(_Frozen):
     last_stable_offset: int = Field(ge=0)
     first_dirty_offset: int = Field(ge=0)
     # The cleaner's promise that below first_dirty_offset no two competing records share a key (true after
-    # a pass under the offset strategy); a later pass then only compares clean keys the dirty section has.
+    # every pass); a later pass then only compares clean keys the dirty section has.
     clean_keys_unique: bool = False
+    # The time (`now`) of the last pass that decided the cleaned range, and the earliest delete horizon
+    # still to come among the records it kept there: the next tombstone purge is due then. (Records whose
+    # horizon had passed and that it kept are guarded by stale records beyond that range.)
+    last_clean_ms: int | None = None
+    next_horizon_ms: int | None = None
     open_transactions: dict[int, int] = Field(default_factory=dict)
     segments: tuple[SegmentMeta, ...] = ()
     writer: WriterInfo
@@ -143,22 +173,18 @@ class Manifest(_Frozen):
             raise ValueError(f"topic name {self.topic!r} is not a legal Kafka topic name")
         previous = None
         for segment in self.segments:
-            if previous is not None and segment.base_offset != previous.next_offset:
+            if previous is not None and segment.base_offset < previous.next_offset:
                 raise ValueError(
                     f"segment {segment.path} starts at {segment.base_offset} but the previous segment "
-                    f"{previous.path} ends at {previous.next_offset}: segments must be contiguous"
+                    f"{previous.path} ends at {previous.next_offset}: segments must be in offset order and "
+                    "must not overlap"
                 )
             previous = segment
-        if self.segments:
-            if self.log_end_offset != self.segments[-1].next_offset:
-                raise ValueError(f"log_end_offset {self.log_end_offset} differs from the last segment's "
-                                 f"next_offset {self.segments[-1].next_offset}")
-            if not self.segments[0].base_offset <= self.log_start_offset <= self.log_end_offset:
-                raise ValueError(f"log_start_offset {self.log_start_offset} is outside the log "
-                                 f"[{self.segments[0].base_offset}, {self.log_end_offset})")
-        elif self.log_start_offset != self.log_end_offset:
-            raise ValueError(f"an empty log has log_start_offset {self.log_start_offset} != log_end_offset "
-                             f"{self.log_end_offset}")
+        if self.log_start_offset > self.log_end_offset:
+            raise ValueError(f"log_start_offset {self.log_start_offset} is past the log end {self.log_end_offset}")
+        if self.segments and self.log_end_offset < self.segments[-1].next_offset:
+            raise ValueError(f"log_end_offset {self.log_end_offset} is below the last segment's "
+                             f"next_offset {self.segments[-1].next_offset}")
         if self.last_stable_offset > self.log_end_offset:
             raise ValueError(f"last_stable_offset {self.last_stable_offset} is past the log end "
                              f"{self.log_end_offset}")

@@ -8,11 +8,13 @@ ratio, ``max.compaction.lag.ms``, tombstone purges and retention for ``compact,d
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from compaction import rules
 from compaction.config import TopicConfig
 from compaction.manifest import Manifest, SegmentMeta
 from compaction.store import TopicPartition
@@ -40,7 +42,7 @@ class PartitionPlan:
     checkpoint: int | None = None
     first_dirty_offset: int | None = None
     checkpoint_reset: str | None = None
-    uncleanable_offset: int | None = None
+    uncleanable_offset: int | None = None  # before rounding down to a segment boundary
     first_uncleanable_offset: int | None = None
     log_start_offset: int | None = None
     clean_bytes: int = 0
@@ -60,7 +62,7 @@ class PartitionPlan:
 
     @property
     def work_bytes(self) -> int:
-        return sum(s.size_bytes for s in self.segments)
+        return sum(s.live_size_bytes for s in self.segments)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,35 +118,40 @@ class CompactionPlan:
         }
 
 
-def _segment_time(segment: SegmentMeta) -> int:
-    """A segment's largest timestamp, or its creation time when it has none (Kafka uses the file's mtime)."""
-    return segment.max_timestamp if segment.max_timestamp is not None else segment.created_ms
-
-
 def _floor_index(segments: Sequence[SegmentMeta], offset: int) -> int:
-    """Index of the segment containing ``offset`` (Kafka's floor); len(segments) if past the last one."""
+    """Index of the segment containing ``offset``, or of the next one after a gap (Kafka's floor);
+    len(segments) if past the last one."""
     for i, segment in enumerate(segments):
         if offset < segment.next_offset:
             return i
     return len(segments)
 
 
-def expired_by_retention(manifest: Manifest, config: TopicConfig, now_ms: int) -> tuple[SegmentMeta, ...]:
-    """Leading non-active segments past ``retention.ms`` or beyond ``retention.bytes`` (Kafka's deleteOldSegments)."""
+def active_rolled(segment: SegmentMeta, config: TopicConfig, now_ms: int) -> bool:
+    """Whether the last segment counts as rolled: its first record is older than ``min(segment.ms,
+    max.compaction.lag.ms)`` (the offline form of KIP-354's forced roll)."""
+    first = segment.live_first_timestamp if segment.live_first_timestamp is not None else segment.created_ms
+    return now_ms - first > min(config.segment_ms, config.max_compaction_lag_ms)
+
+
+def expired_by_retention(segments: Sequence[SegmentMeta], config: TopicConfig, now_ms: int,
+                         rolled: bool) -> tuple[SegmentMeta, ...]:
+    """Leading non-active segments past ``retention.ms`` or beyond ``retention.bytes`` (Kafka's
+    deleteOldSegments); the last segment is a candidate once it counts as rolled."""
     if not config.delete:
         return ()
-    candidates = manifest.segments[:-1]
+    candidates = segments if rolled else segments[:-1]
     expired = 0
     if config.retention_ms >= 0:
-        while expired < len(candidates) and now_ms - _segment_time(candidates[expired]) > config.retention_ms:
+        while expired < len(candidates) and now_ms - candidates[expired].time_ms > config.retention_ms:
             expired += 1
     if config.retention_bytes >= 0:
-        excess = manifest.size_bytes - config.retention_bytes
+        excess = sum(s.live_size_bytes for s in segments) - config.retention_bytes
         by_size = 0
         for segment in candidates:
-            if excess - segment.size_bytes < 0:
+            if excess - segment.live_size_bytes < 0:
                 break
-            excess -= segment.size_bytes
+            excess -= segment.live_size_bytes
             by_size += 1
         expired = max(expired, by_size)
     return tuple(candidates[:expired])
@@ -156,17 +163,22 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     if not config.compact:
         return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted",
                              manifest, config)
-    expired = expired_by_retention(manifest, config, now_ms)
+    rolled = bool(manifest.segments) and active_rolled(manifest.segments[-1], config, now_ms)
+    # Segments wholly below the log start go, as Kafka deletes them for every compacted log.
+    below = len(list(itertools.takewhile(lambda s: s.next_offset <= manifest.log_start_offset, manifest.segments)))
+    retained = expired_by_retention(manifest.segments[below:], config, now_ms, rolled)
+    expired = (*manifest.segments[:below], *retained)
     segments = manifest.segments[len(expired):]
     log_end = manifest.log_end_offset
-    log_start = segments[0].base_offset if expired and segments else \
-        (log_end if expired else manifest.log_start_offset)
+    log_start = (segments[0].base_offset if segments else log_end) if retained else manifest.log_start_offset
+    dropped = "; ".join(note for count, note in ((len(retained), f"retention: {len(retained)} segment(s) expired"),
+                                                 (below, f"{below} segment(s) below the log start")) if count)
     base = dict(manifest=manifest, config=config, checkpoint=manifest.first_dirty_offset, log_start_offset=log_start,
                 expired_segments=expired)
     if not segments:
         if expired:
-            return PartitionPlan(tp, Decision.CLEAN, f"retention: {len(expired)} segment(s) expired",
-                                 first_dirty_offset=log_end, first_uncleanable_offset=log_end, **base)  # type: ignore[arg-type]
+            return PartitionPlan(tp, Decision.CLEAN, dropped, first_dirty_offset=log_end,
+                                 first_uncleanable_offset=log_end, **base)  # type: ignore[arg-type]
         return PartitionPlan(tp, Decision.SKIP, "empty log", **base)  # type: ignore[arg-type]
 
     # Checkpoint validation (LogCleanerManager.cleanableOffsets).
@@ -179,50 +191,47 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
         reset = f"checkpoint {first_dirty} is past the log end {log_end}"
         first_dirty = log_start
 
-    # The active segment, unless it counts as rolled (the offline form of KIP-354's forced roll).
-    last = segments[-1]
-    first_time = last.first_timestamp if last.first_timestamp is not None else last.created_ms
-    rolled = now_ms - first_time > min(config.segment_ms, config.max_compaction_lag_ms)
-    active_base = log_end if rolled else last.base_offset
+    active_base = log_end if rolled else segments[-1].base_offset
     non_active = segments if rolled else segments[:-1]
-
-    # First uncleanable offset: min(LSO, active base, first dirty segment newer than the min lag).
-    bound_name, bound = "active segment", active_base
-    if manifest.last_stable_offset < bound:
-        bound_name, bound = "last stable offset", manifest.last_stable_offset
+    lag_bound = None
     if config.min_compaction_lag_ms > 0:
         horizon = now_ms - config.min_compaction_lag_ms
-        for segment in non_active[_floor_index(non_active, first_dirty):]:
-            if _segment_time(segment) > horizon:
-                if segment.base_offset < bound:
-                    bound_name, bound = "min.compaction.lag.ms", segment.base_offset
-                break
-    uncleanable = max(first_dirty, bound)
-    if uncleanable >= active_base:
-        first_uncleanable = active_base
-    else:
-        index = _floor_index(non_active, uncleanable)
-        first_uncleanable = non_active[index].base_offset if index < len(non_active) else active_base
+        lag_bound = next((s.base_offset for s in non_active[_floor_index(non_active, first_dirty):]
+                          if s.time_ms > horizon), None)
+    uncleanable, bound_name = rules.uncleanable_offset(first_dirty_offset=first_dirty, active_base=active_base,
+                                                       last_stable_offset=manifest.last_stable_offset,
+                                                       lag_bound=lag_bound)
+    first_uncleanable = rules.first_uncleanable_offset(uncleanable, [s.base_offset for s in non_active],
+                                                       [s.next_offset for s in non_active], active_base)
 
     # Bytes (LogToClean): a segment holding a mid-segment checkpoint counts on both sides, as in Kafka.
-    clean_bytes = sum(s.size_bytes for s in segments if s.base_offset < first_dirty)
+    clean_bytes = sum(s.live_size_bytes for s in segments if s.base_offset < first_dirty)
     start = _floor_index(segments, min(first_dirty, first_uncleanable))
-    cleanable_bytes = sum(s.size_bytes for s in segments[start:] if s.base_offset < first_uncleanable)
+    cleanable_bytes = sum(s.live_size_bytes for s in segments[start:] if s.base_offset < first_uncleanable)
     total = clean_bytes + cleanable_bytes
     ratio = cleanable_bytes / total if total else 0.0
 
     # max.compaction.lag.ms (LogCleanerManager.maxCompactionDelay).
     dirty = non_active[_floor_index(non_active, first_dirty):]
-    first_times = [s.first_timestamp for s in dirty if s.first_timestamp is not None and s.first_timestamp > 0]
+    first_times = [s.live_first_timestamp for s in dirty
+                   if s.live_first_timestamp is not None and s.live_first_timestamp > 0]
     earliest = min(first_times, default=None)
     clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
     delay = clean_until - earliest if earliest is not None and earliest < clean_until else 0
 
     in_range = tuple(s for s in segments if s.base_offset < first_uncleanable)
-    purge = any(s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms
-                for s in in_range)
+    # Tombstones and markers to purge: the last pass says when its earliest pending horizon is due; the
+    # horizons that had passed by then and stayed are guarded until the range grows (or, for a log no
+    # pass has recorded that for, any passed horizon counts).
+    passed = any(s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms
+                 for s in in_range)
+    if manifest.last_clean_ms is None or cleanable_bytes > 0:
+        purge = passed
+    else:
+        purge = manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
     aged = deletion_vector_max_age_ms is not None and any(
-        s.deletes is not None and s.deletes.created_ms + deletion_vector_max_age_ms <= now_ms for s in in_range)
+        s.deletes is not None and rules.saturating_add(s.deletes.created_ms, deletion_vector_max_age_ms) <= now_ms
+        for s in in_range)
     fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
                   first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
                   cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
@@ -239,7 +248,7 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
         reason = "deletion vectors older than deletion.vector.max.age.ms: rewrite to remove records physically"
     elif expired:
         fields["dedupe"] = False
-        reason = f"retention: {len(expired)} segment(s) expired"
+        reason = dropped
     else:
         if cleanable_bytes == 0:
             reason = {"active segment": "active segment only",
@@ -252,8 +261,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
             reason = f"dirty ratio {ratio:.2f} <= {config.min_cleanable_dirty_ratio:.2f}"
         fields["dedupe"] = False
         return PartitionPlan(tp, Decision.SKIP, reason, **fields)  # type: ignore[arg-type]
-    if expired and not reason.startswith("retention"):
-        reason += f"; retention: {len(expired)} segment(s) expired"
+    if expired and reason != dropped:
+        reason += f"; {dropped}"
     return PartitionPlan(tp, Decision.CLEAN, reason, **fields)  # type: ignore[arg-type]
 
 

@@ -75,7 +75,10 @@ class PartitionResult:
             "invalid_messages_read": dropped.get("keyless", 0),
             "dropped": dropped,
             "segments_rewritten": len(rewritten),
-            "segments_written": sum(1 for j in jobs if not j.deletes_only),
+            "segments_written": len(added) - sum(1 for j in jobs if j.deletes_only),
+            # rewrites that kept no record: their segments go, their range stays part of the log
+            "segments_emptied": sum(1 for j in jobs if not j.deletes_only) - len(added)
+            + sum(1 for j in jobs if j.deletes_only),
             "deletion_vectors_written": sum(1 for j in jobs if j.deletes_only),
             "segments_untouched": len(p.segments) - len(replaced),
             "segments_expired": len(p.expired_segments),

@@ -167,22 +167,28 @@ class SegmentStats:
     transactional_count: int
     control_count: int
     min_delete_horizon_ms: int | None
-    last_offset: int | None
 
 
 def _scalar(value: Any) -> Any:
     return value.as_py() if value is not None else None
 
 
+def timestamp_stats(timestamps: pa.Array | pa.ChunkedArray) -> tuple[int | None, int | None]:
+    """``(first, max)`` of records' timestamps: the first record's, and the largest; None where a record has
+    no timestamp (null or negative) or none has one."""
+    if not len(timestamps):
+        return None, None
+    first = _scalar(timestamps[0])
+    valid = pc.filter(timestamps, pc.fill_null(pc.greater_equal(timestamps, 0), False))
+    return (first if first is not None and first >= 0 else None), (pc.max(valid).as_py() if len(valid) else None)
+
+
 def segment_stats(table: pa.Table) -> SegmentStats:
     """Compute a segment's statistics from its records (in the segment schema)."""
     n = table.num_rows
     if n == 0:
-        return SegmentStats(0, None, None, 0, 0, 0, 0, None, None)
-    timestamps = table.column("timestamp")
-    first = _scalar(timestamps[0])
-    valid_ts = pc.filter(timestamps, pc.fill_null(pc.greater_equal(timestamps, 0), False))
-    max_ts = pc.max(valid_ts).as_py() if len(valid_ts) else None
+        return SegmentStats(0, None, None, 0, 0, 0, 0, None)
+    first, max_ts = timestamp_stats(table.column("timestamp"))
     is_control = pc.fill_null(table.column("is_control"), False)
     data = pc.invert(is_control)
     keyed = pc.is_valid(table.column("key"))
@@ -192,14 +198,13 @@ def segment_stats(table: pa.Table) -> SegmentStats:
     horizon = pc.min(table.column("delete_horizon_ms")).as_py()
     return SegmentStats(
         record_count=n,
-        first_timestamp=first if first is not None and first >= 0 else None,
+        first_timestamp=first,
         max_timestamp=max_ts,
         tombstone_count=int(pc.sum(tombstones).as_py() or 0),
         keyless_count=int(pc.sum(keyless).as_py() or 0),
         transactional_count=int(pc.sum(transactional).as_py() or 0),
         control_count=int(pc.sum(is_control).as_py() or 0),
         min_delete_horizon_ms=horizon,
-        last_offset=_scalar(table.column("offset")[n - 1]),
     )
 
 

@@ -101,6 +101,8 @@ class Replacement:
     expected_log_start_offset: int
     log_start_offset: int
     clean_keys_unique: bool | None = None  # None: as in the version it applies to
+    last_clean_ms: int | None = None  # with next_horizon_ms; None: as in the version it applies to
+    next_horizon_ms: int | None = None
 
     def apply(self, latest: Manifest | None, name: str) -> dict[str, Any]:
         if latest is None:
@@ -132,6 +134,9 @@ class Replacement:
             "first_dirty_offset": self.first_dirty_offset,
             "clean_keys_unique": latest.clean_keys_unique if self.clean_keys_unique is None
             else self.clean_keys_unique,
+            **({"last_clean_ms": latest.last_clean_ms, "next_horizon_ms": latest.next_horizon_ms}
+               if self.last_clean_ms is None else
+               {"last_clean_ms": self.last_clean_ms, "next_horizon_ms": self.next_horizon_ms}),
             "open_transactions": latest.open_transactions,
             "segments": tuple(segments),
         }
@@ -227,10 +232,11 @@ class Store:
             min_delete_horizon_ms=stats.min_delete_horizon_ms,
         )
 
-    def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array,
-                      created_ms: int, live_min_delete_horizon_ms: int | None) -> DeletionVector:
+    def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
+                      live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
+                      live_max_timestamp: int | None = None) -> DeletionVector:
         """Write a deletion vector (sorted offsets) for ``segment``; not yet committed. The caller gives the
-        earliest delete horizon of the records it leaves visible."""
+        figures of the records it leaves visible (earliest delete horizon, first and largest timestamp)."""
         offsets = pc.unique(offsets.cast(pa.int64()))
         offsets = offsets.take(pc.sort_indices(offsets))
         sink = pa.BufferOutputStream()
@@ -239,7 +245,8 @@ class Store:
         rel = deletes_name(segment.base_offset, uuid.uuid4().hex)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
-                              created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms)
+                              created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms,
+                              live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp)
 
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
         rel = f"{tp.prefix}/{vector.path}"
@@ -257,28 +264,29 @@ class Store:
         return table.column("offset").combine_chunks()
 
     def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
-                     apply_deletes: bool = True) -> pa.Table:
-        """Read a segment's records (the asked columns), checking its size and schema; deletes applied."""
+                     start: int | None = None) -> pa.Table:
+        """A segment's live records (the asked columns): its deletion vector applied and, with ``start``
+        (the log start offset), the records below it left out. Checks the object's size and schema."""
         rel = f"{tp.prefix}/{segment.path}"
         where = self.storage.describe(rel)
         source, size = self.storage.open_input(rel)
+        wanted = None if columns is None else list(dict.fromkeys(columns))
+        trim = start is not None and segment.base_offset < start
+        needs_offset = (segment.deletes is not None or trim) and wanted is not None and "offset" not in wanted
         try:
             if size != segment.size_bytes:
                 raise CorruptSegmentError(f"segment {where} is {size} bytes, but the manifest records "
                                           f"{segment.size_bytes}")
-            wanted = None if columns is None else list(dict.fromkeys(columns))
-            needs_offset = apply_deletes and segment.deletes is not None and wanted is not None \
-                and "offset" not in wanted
             table = decode_parquet(source, where, None if wanted is None else
                                    (["offset", *wanted] if needs_offset else wanted))
         finally:
             source.close()
-        if apply_deletes and segment.deletes is not None:
+        if segment.deletes is not None:
             deleted = self.read_deletes(tp, segment.deletes)
             table = table.filter(pc.invert(pc.is_in(table.column("offset"), deleted)))
-            if needs_offset:
-                table = table.drop_columns(["offset"])
-        return table
+        if trim:
+            table = table.filter(pc.greater_equal(table.column("offset"), start))
+        return table.drop_columns(["offset"]) if needs_offset else table
 
     def read(self, tp: TopicPartition, start: int | None = None, end: int | None = None,
              columns: Sequence[str] | None = None, manifest: Manifest | None = None) -> pa.Table:
@@ -315,7 +323,10 @@ class Store:
         lost: int | None = None
         for attempt in range(max_attempts):
             latest = self.latest(tp) if lost is None else self._newest_from(tp, lost)
-            state = {"clean_keys_unique": latest.clean_keys_unique if latest else False, **build(latest)}
+            # The cleaner's partition-level state carries over unless the change sets it.
+            state = {"clean_keys_unique": latest.clean_keys_unique if latest else False,
+                     "last_clean_ms": latest.last_clean_ms if latest else None,
+                     "next_horizon_ms": latest.next_horizon_ms if latest else None, **build(latest)}
             version = latest.version + 1 if latest else 1
             commit_id = uuid.uuid4().hex
             try:

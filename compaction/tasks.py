@@ -13,48 +13,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction import arrow_dedupe
-from compaction.dedupe import REASONS
+from compaction import arrow_dedupe, rules
 from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.manifest import SegmentMeta
-from compaction.segment import HEADER_TYPE
+from compaction.segment import SEGMENT_SCHEMA, timestamp_stats
 from compaction.store import Store, TopicPartition
-from compaction.transactions import transaction_facts
 
-#: Per record of a cleaned range, for the Spark SQL plans (plus one ``error`` row for a partition that failed).
-FACTS_SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("segment_base", pa.int64()),
-    ("offset", pa.int64()),
-    ("position", pa.int64()),  # the row's index in its segment as read (deletion vector applied)
-    ("key", pa.binary()),
-    ("timestamp", pa.int64()),
-    ("headers", HEADER_TYPE),
-    ("delete_horizon_ms", pa.int64()),
-    ("is_control", pa.bool_()),
-    ("aborted", pa.bool_()),
-    ("marker_pending", pa.bool_()),
-    ("strategy", pa.string()),
-    ("strategy_header", pa.string()),
-    ("range_last_offset", pa.int64()),
-    ("keyless_drop", pa.bool_()),
-    ("error", pa.string()),
-])
-FACTS_DDL = ("topic string, partition int, segment_base long, offset long, position long, key binary, "
-             "timestamp long, headers array<struct<key:string,value:binary>>, delete_horizon_ms long, "
-             "is_control boolean, aborted boolean, marker_pending boolean, strategy string, "
-             "strategy_header string, range_last_offset long, keyless_drop boolean, error string")
-
-_TXN_COLUMNS = ["offset", "producer_id", "is_transactional", "is_control", "control_type"]
 BATCH_ROWS = 131_072
+#: The decision columns of the facts (what :func:`compaction.rules.classify` and the plans read).
+DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
+                    "aborted", "marker_pending", "guarded")
 
 
 @dataclass(frozen=True)
@@ -64,15 +39,16 @@ class ReadTask:
     tp: TopicPartition
     store: Store
     segments: tuple[SegmentMeta, ...]
-    beyond: tuple[SegmentMeta, ...]  # later segments whose markers may decide transactions in the range
-    strategy: str
+    tail: tuple[SegmentMeta, ...]  # the segments beyond the range (their markers and stale records matter)
+    strategy: rules.Strategy
     strategy_header: str
     keyless_drop: bool
     now_ms: int = 0
+    log_start_offset: int = 0
     bucket: int = 0
     buckets: int = 1
     first_dirty_offset: int = 0
-    clean_keys_unique: bool = False  # the manifest's promise (the decision uses it under the offset strategy)
+    clean_keys_unique: bool = False  # the manifest's promise (the Arrow plan's winner search uses it)
     # For a partition decided and applied in one task (the Arrow plan, one bucket):
     policy: ApplyPolicy | None = None
     horizon_ms: int = 0
@@ -87,7 +63,8 @@ class ApplyJob:
     job_id: int
     sources: tuple[SegmentMeta, ...]
     horizon_ms: int
-    created_ms: int
+    now_ms: int
+    log_start_offset: int
     deletes_only: bool = False
 
     @property
@@ -102,24 +79,21 @@ class ApplyJob:
 # Stage 1: facts -------------------------------------------------------------------------------------------
 
 
-def _columns_for(task: ReadTask, segment: SegmentMeta) -> list[str]:
-    """Only what the decision needs: never values (a data record with a delete horizon is a tombstone)."""
-    columns = ["offset", "key", "delete_horizon_ms"]
-    if task.strategy == "timestamp":
-        columns.append("timestamp")
-    if task.strategy == "header":
-        columns.append("headers")
-    if segment.control_count or segment.transactional_count:
-        columns += ["producer_id", "is_transactional", "is_control", "control_type"]
-    return columns
-
-
-def _column(table: pa.Table, name: str, type_: pa.DataType, default: Any = None) -> pa.Array:
+def _column(table: pa.Table, name: str, default: Any = None) -> pa.Array:
     if name in table.column_names:
         return table.column(name).combine_chunks()
-    if default is None:
-        return pa.nulls(table.num_rows, type_)
-    return pa.repeat(pa.scalar(default, type_), table.num_rows)
+    type_ = SEGMENT_SCHEMA.field(name).type
+    return pa.nulls(table.num_rows, type_) if default is None else pa.repeat(pa.scalar(default, type_),
+                                                                              table.num_rows)
+
+
+def _has_transactions(segment: SegmentMeta) -> bool:
+    return bool(segment.transactional_count or segment.control_count)
+
+
+def _columns_for(task: ReadTask) -> list[str]:
+    """Only what the decision needs: never values (a data record with a delete horizon is a tombstone)."""
+    return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
 
 
 SAMPLE_ROWS = 65_536
@@ -168,11 +142,10 @@ def in_key_range(keys: pa.Array | pa.ChunkedArray, buckets: int, bucket: int) ->
 class Facts:
     """What the decision reads of a task's rows (its key bucket of the cleaned range), in offset order."""
 
-    table: pa.Table  # offset, key, delete_horizon_ms, is_control, aborted, marker_pending (+ timestamp/headers)
+    table: pa.Table  # DECISION_COLUMNS
     lengths: np.ndarray  # rows of each segment in ``table``, in segment order
-    read_lengths: np.ndarray  # rows of each segment as read (before the key-bucket filter)
+    read_lengths: np.ndarray  # live rows of each segment as read (before the key-bucket filter)
     selected: np.ndarray | None  # which rows read are the bucket's (None: all of them)
-    range_last_offset: int | None  # the whole cleaned range's last offset (the log-end rule), None when empty
     records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
 
     def segment_slices(self) -> list[slice]:
@@ -181,65 +154,86 @@ class Facts:
         return [slice(int(end - length), int(end)) for end, length in zip(ends, self.lengths, strict=True)]
 
     def positions(self) -> np.ndarray:
-        """Each row's index within its segment as read."""
+        """Each row's index among its segment's live rows."""
         ends = np.cumsum(self.read_lengths)
         read = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - self.read_lengths, self.read_lengths)
         return read if self.selected is None else read[self.selected]
 
     def row_bitmaps(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Per segment, a packed bitmap over its rows as read with the bits of ``rows`` (rows of ``table``)."""
+        """Per segment, a packed bitmap over its live rows with the bits of ``rows`` (rows of ``table``)."""
         bits = np.zeros(int(self.read_lengths.sum()), dtype=bool)
         bits[np.flatnonzero(rows) if self.selected is None else np.flatnonzero(self.selected)[rows]] = True
         ends = np.cumsum(self.read_lengths)
         return [np.packbits(bits[end - length:end]) for end, length in zip(ends, self.read_lengths, strict=True)]
 
 
+def _tail_versions(task: ReadTask) -> pa.Table:
+    """``key``, ``version_valid``, ``version`` of the keyed data records beyond the cleaned range."""
+    parts = []
+    for segment in task.tail:
+        columns = ["offset", "key", *rules.strategy_columns(task.strategy)]
+        table = task.store.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
+                                        else columns, start=task.log_start_offset)
+        data = pc.is_valid(table.column("key"))
+        if segment.control_count:
+            data = pc.and_(data, pc.invert(pc.fill_null(table.column("is_control"), False)))
+        table = table.filter(data)
+        valid, version = rules.versions(table, task.strategy, task.strategy_header)
+        parts.append(pa.table({"key": table.column("key"), "version_valid": pa.array(valid),
+                               "version": pa.array(version)}))
+    return pa.concat_tables(parts) if parts else pa.table({"key": pa.array([], pa.binary()),
+                                                           "version_valid": pa.array([], pa.int8()),
+                                                           "version": pa.array([], pa.int64())})
+
+
 def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Facts:
-    """Read the decision's columns of every segment (deletion vectors applied) and the transaction facts,
-    and keep the rows of the task's key bucket.
+    """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
+    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key bucket.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).
     """
-    transactional = any(s.transactional_count or s.control_count for s in (*task.segments, *task.beyond))
+    transactional = any(_has_transactions(s) for s in (*task.segments, *task.tail))
+    plain = _columns_for(task)
+    columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
     parts, lengths, records = [], [], {}
     for segment in task.segments:
         if segment.base_offset in whole:
-            table = records[segment.base_offset] = task.store.read_segment(task.tp, segment)
+            table = records[segment.base_offset] = task.store.read_segment(task.tp, segment,
+                                                                           start=task.log_start_offset)
         else:
-            table = task.store.read_segment(task.tp, segment, _columns_for(task, segment))
-        columns: dict[str, Any] = {"offset": _column(table, "offset", pa.int64()),
-                                   "key": _column(table, "key", pa.binary()),
-                                   "delete_horizon_ms": _column(table, "delete_horizon_ms", pa.int64())}
-        if task.strategy == "timestamp":
-            columns["timestamp"] = _column(table, "timestamp", pa.int64())
-        if task.strategy == "header":
-            columns["headers"] = _column(table, "headers", HEADER_TYPE)
-        if transactional:
-            columns.update({
-                "producer_id": _column(table, "producer_id", pa.int64(), -1),
-                "is_transactional": pc.fill_null(_column(table, "is_transactional", pa.bool_(), False), False),
-                "is_control": pc.fill_null(_column(table, "is_control", pa.bool_(), False), False),
-                "control_type": _column(table, "control_type", pa.string()),
-            })
-        parts.append(pa.table(columns))
+            table = task.store.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
+                                            start=task.log_start_offset)
+        parts.append(pa.table({name: _column(table, name) for name in columns}))
         lengths.append(table.num_rows)
-    facts = pa.concat_tables(parts) if parts else pa.table({"offset": pa.array([], pa.int64()),
-                                                            "key": pa.array([], pa.binary()),
-                                                            "delete_horizon_ms": pa.array([], pa.int64())})
-    n = facts.num_rows
+    raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
+    n = raw.num_rows
+    keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
+    control = np.zeros(n, dtype=bool)
     aborted = np.zeros(n, dtype=bool)
     pending = np.zeros(n, dtype=bool)
     if transactional and n:
-        txn_schema = facts.select(_TXN_COLUMNS).schema
-        later = [task.store.read_segment(task.tp, s, _TXN_COLUMNS).cast(txn_schema) for s in task.beyond]
-        found = transaction_facts(pa.concat_tables([facts.select(_TXN_COLUMNS), *later]))
+        control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
+        later = [task.store.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
+                 for s in task.tail if _has_transactions(s)]
+        found = rules.transaction_facts(pa.concat_tables([raw.select(rules.TRANSACTION_COLUMNS),
+                                                          *(t.cast(raw.select(rules.TRANSACTION_COLUMNS).schema)
+                                                            for t in later)]))
         aborted, pending = found.aborted[:n], found.marker_pending[:n]
-        facts = facts.drop_columns(["producer_id", "is_transactional", "control_type"])
-    else:
-        facts = facts.append_column("is_control", pa.array(np.zeros(n, dtype=bool)))
-    facts = facts.append_column("aborted", pa.array(aborted)).append_column("marker_pending", pa.array(pending))
-    last = facts.column("offset")[-1].as_py() if n else None
+    valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+    facts = pa.table({
+        "offset": raw.column("offset"), "key": raw.column("key"), "version_valid": pa.array(valid, pa.int8()),
+        "version": pa.array(version, pa.int64()), "competes": pa.array(rules.competes(keyed, control, aborted)),
+        "delete_horizon_ms": raw.column("delete_horizon_ms"), "is_control": pa.array(control),
+        "aborted": pa.array(aborted), "marker_pending": pa.array(pending),
+        "guarded": pa.array(np.zeros(n, dtype=bool)),
+    })
+    # A tombstone whose horizon passed may be guarded by a stale record of its key beyond the range; under
+    # the offset strategy every record beyond has a higher version, so none is.
+    candidates = facts.column("competes").to_numpy(zero_copy_only=False) & rules.expiring(facts, task.now_ms)
+    if task.strategy is not rules.Strategy.OFFSET and candidates.any() and task.tail:
+        guarded = rules.guarded_by_tail(facts, candidates, _tail_versions(task))
+        facts = facts.set_column(facts.column_names.index("guarded"), "guarded", pa.array(guarded))
     read_lengths = counts = np.array(lengths, dtype=np.int64)
     mine = None
     if task.buckets > 1 and n:  # after the transaction facts, which need every row
@@ -248,49 +242,30 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
         counts = np.array([np.count_nonzero(mine[end - length:end]) for end, length in zip(ends, counts, strict=True)],
                           dtype=np.int64)
         facts = facts.filter(pa.array(mine))
-    return Facts(facts, counts, read_lengths, mine, last, records)
+    return Facts(facts, counts, read_lengths, mine, records)
 
 
 def read_facts(task: ReadTask) -> pa.Table:
-    """The Spark SQL plans' facts table: the decision facts with the partition's constants on every row."""
+    """The Spark SQL plans' facts table: the decision facts with where each row lives."""
     facts = read_decision_facts(task)
     table = facts.table
     n = table.num_rows
-    if n == 0:
-        return FACTS_SCHEMA.empty_table()
     bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
-
-    def constant(value: Any, type_: pa.DataType) -> pa.Array:
-        return pa.nulls(n, type_) if value is None else pa.repeat(pa.scalar(value, type_), n)
-
     return pa.table({
-        "topic": constant(task.tp.topic, pa.string()),
-        "partition": constant(task.tp.partition, pa.int32()),
-        "segment_base": pa.array(bases),
-        "offset": table.column("offset"),
-        "position": pa.array(facts.positions()),
-        "key": table.column("key"),
-        "timestamp": _column(table, "timestamp", pa.int64()),
-        "headers": _column(table, "headers", HEADER_TYPE),
-        "delete_horizon_ms": table.column("delete_horizon_ms"),
-        "is_control": table.column("is_control"),
-        "aborted": table.column("aborted"),
-        "marker_pending": table.column("marker_pending"),
-        "strategy": constant(task.strategy, pa.string()),
-        "strategy_header": constant(task.strategy_header, pa.string()),
-        "range_last_offset": constant(facts.range_last_offset, pa.int64()),
-        "keyless_drop": constant(task.keyless_drop, pa.bool_()),
-        "error": constant(None, pa.string()),
-    }, schema=FACTS_SCHEMA)
+        "topic": pa.repeat(pa.scalar(task.tp.topic), n),
+        "partition": pa.repeat(pa.scalar(task.tp.partition, pa.int32()), n),
+        "segment_base": pa.array(bases, pa.int64()),
+        "position": pa.array(facts.positions(), pa.int64()),
+        **{name: table.column(name) for name in DECISION_COLUMNS},
+        "error": pa.nulls(n, pa.string()),
+    }, schema=rules.FACTS_SCHEMA)
 
 
-def _error_row(task: ReadTask, err: BaseException, schema: pa.Schema) -> pa.Table:
-    row: dict[str, list[Any]] = {name: [None] for name in schema.names}
-    row.update(topic=[task.tp.topic], partition=[task.tp.partition], segment_base=[-1],
+def _error_row(task: ReadTask, err: BaseException) -> pa.Table:
+    row: dict[str, list[Any]] = {name: [None] for name in rules.FACTS_SCHEMA.names}
+    row.update(topic=[task.tp.topic], partition=[task.tp.partition], segment_base=[-1], offset=[-1],
                error=[f"{type(err).__name__}: {err}"])
-    if "offset" in row:
-        row["offset"] = [-1]
-    return pa.table(row, schema=schema)
+    return pa.table(row, schema=rules.FACTS_SCHEMA)
 
 
 def read_facts_batches(batches: Iterator[pa.RecordBatch], tasks: dict[int, ReadTask]) -> Iterator[pa.RecordBatch]:
@@ -301,7 +276,7 @@ def read_facts_batches(batches: Iterator[pa.RecordBatch], tasks: dict[int, ReadT
             try:
                 table = read_facts(task)
             except Exception as err:  # isolate the partition; reported with its reason
-                table = _error_row(task, err, FACTS_SCHEMA)
+                table = _error_row(task, err)
             yield from table.to_batches(max_chunksize=BATCH_ROWS)
 
 
@@ -316,27 +291,27 @@ class Decided:
     code: np.ndarray
     stamp: np.ndarray
 
+    now_ms: int
+
     def outcomes(self, segments: tuple[SegmentMeta, ...]) -> list[tuple[SegmentMeta, slice, SegmentOutcome]]:
         """Per segment, its rows in ``code``/``stamp`` and the decision's counts for them."""
         result = []
+        upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
         for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
-            counts = np.bincount(self.code[part], minlength=len(REASONS) + 1)
-            dropped = {reason: int(counts[code]) for reason, code in arrow_dedupe.CODES.items() if counts[code]}
-            result.append((segment, part, SegmentOutcome(part.stop - part.start, int(counts[0]),
-                                                         int(self.stamp[part].sum()), dropped)))
+            code = self.code[part]
+            later = upcoming[part]
+            result.append((segment, part, SegmentOutcome(
+                len(code), int(np.count_nonzero(code == rules.KEPT)), int(self.stamp[part].sum()),
+                rules.reason_counts(code), int(later.min()) if len(later) and later.min() < rules.LONG_MAX else None)))
         return result
 
 
 def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided:
     """Read and decide a task's rows with Arrow (no shuffle of records)."""
     facts = read_decision_facts(task, whole)
-    if facts.table.num_rows == 0:
-        return Decided(facts, np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool))
-    decided = arrow_dedupe.decide(facts.table, strategy=task.strategy, header=task.strategy_header,
-                                  now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                  range_last_offset=facts.range_last_offset or 0,
+    decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
                                   unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
-    return Decided(facts, decided.code, decided.stamp)
+    return Decided(facts, decided.code, decided.stamp, task.now_ms)
 
 
 def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
@@ -348,10 +323,11 @@ def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
         return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": -1,
                  "error": f"{type(err).__name__}: {err}"}]
     offsets = decided.facts.table.column("offset").to_numpy()
-    bitmaps = decided.facts.row_bitmaps(decided.code != 0)
+    bitmaps = decided.facts.row_bitmaps(decided.code != rules.KEPT)
     return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": segment.base_offset,
              "records": outcome.records, "kept": outcome.kept, "stamped": outcome.stamped,
-             "dropped_by": outcome.dropped, "rows": int(rows), "dropped": bitmap,
+             "dropped_by": outcome.dropped, "next_horizon_ms": outcome.next_horizon_ms, "rows": int(rows),
+             "dropped": bitmap,
              "stamps": offsets[part][decided.stamp[part]], "error": None}
             for (segment, part, outcome), rows, bitmap in zip(decided.outcomes(task.segments),
                                                               decided.facts.read_lengths, bitmaps, strict=True)]
@@ -361,20 +337,16 @@ def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
 
 
 class Verdicts:
-    """The decision as stage 2 needs it: per source segment, which rows stay and which offsets go."""
+    """The decision as stage 2 needs it: per source segment, which live rows stay; the markers to stamp."""
 
     stamps: np.ndarray  # sorted offsets of kept markers to stamp
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def deletions(self, job: ApplyJob, segment: SegmentMeta) -> tuple[np.ndarray, int | None]:
-        """The offsets a segment loses, and the earliest delete horizon among the records it keeps."""
-        raise NotImplementedError
-
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
-        """A source segment's records (deletion vector applied)."""
-        return job.store.read_segment(job.tp, segment)
+        """A source segment's live records."""
+        return job.store.read_segment(job.tp, segment, start=job.log_start_offset)
 
 
 class DroppedRows(Verdicts):
@@ -391,20 +363,11 @@ class DroppedRows(Verdicts):
         self.stamps = np.sort(np.concatenate([np.zeros(0, dtype=np.int64),
                                               *(np.asarray(r["stamps"], dtype=np.int64) for r in rows)]))
 
-    def _bits(self, segment: SegmentMeta, rows: int) -> np.ndarray:
-        bits = self.bits.get(segment.base_offset, np.zeros(rows, dtype=bool))  # no decision rows: nothing read
-        if len(bits) != rows:
-            raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
-        return bits
-
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
-        return ~self._bits(segment, len(offsets))
-
-    def deletions(self, job: ApplyJob, segment: SegmentMeta) -> tuple[np.ndarray, int | None]:
-        table = job.store.read_segment(job.tp, segment, ["offset", "delete_horizon_ms"])
-        bits = self._bits(segment, table.num_rows)
-        return (table.column("offset").to_numpy()[bits],
-                pc.min(table.column("delete_horizon_ms").filter(pa.array(~bits))).as_py())
+        bits = self.bits.get(segment.base_offset, np.zeros(len(offsets), dtype=bool))  # no rows: nothing read
+        if len(bits) != len(offsets):
+            raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
+        return ~bits
 
 
 class DecidedRows(Verdicts):
@@ -413,43 +376,50 @@ class DecidedRows(Verdicts):
     def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
         self.decided = decided
         self.slices = {s.base_offset: part for s, part in zip(segments, decided.facts.segment_slices(), strict=True)}
-        offsets = decided.facts.table.column("offset").to_numpy()
-        self.offsets = offsets
-        self.stamps = offsets[decided.stamp]
+        self.offsets = decided.facts.table.column("offset").to_numpy()
+        self.stamps = self.offsets[decided.stamp]
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         part = self.slices[segment.base_offset]
         if part.stop - part.start != len(offsets) or not np.array_equal(self.offsets[part], offsets):
             raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
-        return self.decided.code[part] == 0
-
-    def deletions(self, job: ApplyJob, segment: SegmentMeta) -> tuple[np.ndarray, int | None]:
-        part = self.slices[segment.base_offset]
-        lost = self.decided.code[part] != 0
-        horizons = self.decided.facts.table.column("delete_horizon_ms").slice(part.start, part.stop - part.start)
-        return self.offsets[part][lost], pc.min(horizons.filter(pa.array(~lost))).as_py()
+        return self.decided.code[part] == rules.KEPT
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         cached = self.decided.facts.records.pop(segment.base_offset, None)  # used once: free it after
         return cached if cached is not None else super().records(job, segment)
 
 
+def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
+    """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
+    (segment,) = job.sources
+    table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
+                                   start=job.log_start_offset)
+    offsets = table.column("offset").to_numpy()
+    keep = verdicts.keep_mask(segment, offsets)
+    deleted = pa.array(offsets[~keep], pa.int64())
+    created = job.now_ms
+    if segment.deletes is not None:
+        deleted = pa.concat_arrays([job.store.read_deletes(job.tp, segment.deletes), deleted])
+        created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
+    kept = table.filter(pa.array(keep))
+    first, last = timestamp_stats(kept.column("timestamp"))
+    vector = job.store.write_deletes(job.tp, segment, deleted, created_ms=created,
+                                     live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
+                                     live_first_timestamp=first, live_max_timestamp=last)
+    updated = segment.model_copy(update={"deletes": vector})
+    return {"segment": updated.model_dump_json(), "records_read": 0, "bytes_read": 0,
+            "records_written": 0, "stamped": 0, "bytes_written": vector.size_bytes}
+
+
 def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
-    """Write the job's new object: a segment of the sources' surviving records, or a deletion vector."""
-    tp = job.tp
+    """Write the job's new object: a segment of the sources' surviving records, or a deletion vector.
+
+    A rewrite that keeps no record writes nothing (``segment`` None): its range stays in the manifest as
+    part of the log, without an object.
+    """
     if job.deletes_only:
-        (segment,) = job.sources
-        lost, live_horizon = verdicts.deletions(job, segment)
-        deleted = pa.array(lost, pa.int64())
-        created = job.created_ms
-        if segment.deletes is not None:
-            deleted = pa.concat_arrays([job.store.read_deletes(tp, segment.deletes), deleted])
-            created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
-        vector = job.store.write_deletes(tp, segment, deleted, created_ms=created,
-                                         live_min_delete_horizon_ms=live_horizon)
-        updated = segment.model_copy(update={"deletes": vector})
-        return {"segment": updated.model_dump_json(), "records_read": 0, "bytes_read": 0,
-                "records_written": 0, "bytes_written": vector.size_bytes}
+        return _extend_deletes(job, verdicts)
     pieces, records_read = [], 0
     for source in job.sources:
         table = verdicts.records(job, source)
@@ -457,21 +427,20 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
         keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
         pieces.append(table if keep.all() else table.filter(pa.array(keep)))
     output = pa.concat_tables(pieces)
-    horizons = output.column("delete_horizon_ms")
-    # Stamp the first pass's horizon on kept tombstones (data records with a key and no value) and on the
-    # markers the decision named.
-    tombstone = pc.and_(pc.and_(pc.invert(output.column("is_control")), pc.is_valid(output.column("key"))),
-                        pc.is_null(output.column("value")))
-    marked = pc.is_in(output.column("offset"), pa.array(verdicts.stamps)) if len(verdicts.stamps) else \
-        pa.array(np.zeros(output.num_rows, dtype=bool))
-    stamp = pc.and_(pc.is_null(horizons), pc.or_(tombstone, marked))
+    stamp = rules.needs_horizon(output, verdicts.stamps)
     if pc.any(stamp).as_py():
+        horizons = output.column("delete_horizon_ms")
         output = output.set_column(output.column_names.index("delete_horizon_ms"), "delete_horizon_ms",
                                    pc.if_else(stamp, pa.scalar(job.horizon_ms, pa.int64()), horizons))
-    segment = job.store.write_segment(tp, output, job.base_offset, job.next_offset, created_ms=job.created_ms)
-    return {"segment": segment.model_dump_json(), "records_read": records_read,
-            "bytes_read": sum(s.size_bytes for s in job.sources), "records_written": output.num_rows,
-            "bytes_written": segment.size_bytes}
+    result = {"records_read": records_read, "bytes_read": sum(s.size_bytes for s in job.sources),
+              "records_written": output.num_rows, "stamped": pc.sum(stamp).as_py() or 0, "segment": None,
+              "bytes_written": 0}
+    if output.num_rows:
+        # Kafka keeps the last source's modification time: records keep their age through rewrites.
+        segment = job.store.write_segment(job.tp, output, job.base_offset, job.next_offset,
+                                          created_ms=job.sources[-1].created_ms)
+        result.update(segment=segment.model_dump_json(), bytes_written=segment.size_bytes)
+    return result
 
 
 def apply_rows(job: ApplyJob, rows: list[dict[str, Any] | None]) -> dict[str, Any]:
@@ -499,11 +468,11 @@ def clean_in_task(task: ReadTask) -> dict[str, Any]:
     jobs = []
     for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes, task.first_dirty_offset,
                                                                task.policy)):
-        job = ApplyJob(task.tp, task.store, job_id, sources, task.horizon_ms, task.now_ms, deletes_only)
+        job = ApplyJob(task.tp, task.store, job_id, sources, task.horizon_ms, task.now_ms, task.log_start_offset,
+                       deletes_only)
         jobs.append({"job_id": job_id, "sources": [s.base_offset for s in sources], "deletes_only": deletes_only,
                      **apply_job(job, verdicts)})
-    return {"outcomes": {str(base): [o.records, o.kept, o.stamped, o.dropped] for base, o in outcomes.items()},
-            "jobs": jobs}
+    return {"outcomes": {str(base): asdict(outcome) for base, outcome in outcomes.items()}, "jobs": jobs}
 
 
 def clean_partition(task: ReadTask) -> dict[str, Any]:
@@ -516,6 +485,5 @@ def clean_partition(task: ReadTask) -> dict[str, Any]:
     return result
 
 
-def segment_from_json(text: str) -> SegmentMeta:
-    return SegmentMeta.model_validate(json.loads(text))
-
+def segment_from_json(text: str | None) -> SegmentMeta | None:
+    return SegmentMeta.model_validate(json.loads(text)) if text is not None else None

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from compaction.errors import StoreError
 from compaction.manifest import DELETES_NAME, SEGMENT_DIR, SEGMENT_NAME, Manifest, SegmentMeta
-from compaction.segment import checksum, decode_parquet, segment_stats
+from compaction.segment import checksum, decode_parquet, segment_stats, timestamp_stats
 from compaction.storage import TEMP_PREFIX
 from compaction.store import Store, TopicPartition
 
@@ -76,7 +76,7 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
         _check_offsets(latest, problem)
         if check_data:
             for segment in latest.segments:
-                records += _check_segment(store, tp, segment, problem)
+                records += _check_segment(store, tp, segment, latest.log_start_offset, problem)
         else:
             records = sum(s.live_records for s in latest.segments)
     orphans = sum(1 for name in listing if f"{SEGMENT_DIR}/{name}" not in referenced
@@ -103,7 +103,8 @@ def _check_offsets(manifest: Manifest, problem: Callable[[str, str], None]) -> N
                        "(the planner will reset it to the log start)")
 
 
-def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, problem: Callable[[str, str], None]) -> int:
+def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_start: int,
+                   problem: Callable[[str, str], None]) -> int:
     name = store.describe(tp, segment.path)
     try:
         data = store.storage.read_bytes(f"{tp.prefix}/{segment.path}")
@@ -143,12 +144,16 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, probl
         if present != len(deleted):
             problem(store.describe(tp, segment.deletes.path),
                     f"deletes {len(deleted) - present} offset(s) the segment does not hold")
-        shown = table.filter(pc.invert(pc.is_in(offsets, deleted)))
-        horizon = pc.min(shown.column("delete_horizon_ms")).as_py()
-        if horizon != segment.deletes.live_min_delete_horizon_ms:
-            problem(store.describe(tp, segment.deletes.path),
-                    f"live_min_delete_horizon_ms is {horizon} for the records left, the manifest records "
-                    f"{segment.deletes.live_min_delete_horizon_ms}")
+        # The live figures describe what readers see: not deleted, and not below the log start.
+        shown = table.filter(pc.and_(pc.invert(pc.is_in(offsets, deleted)), pc.greater_equal(offsets, log_start)))
+        first, largest = timestamp_stats(shown.column("timestamp"))
+        live_figures = {"live_min_delete_horizon_ms": pc.min(shown.column("delete_horizon_ms")).as_py(),
+                        "live_first_timestamp": first, "live_max_timestamp": largest}
+        for field, value in live_figures.items():
+            recorded = getattr(segment.deletes, field)
+            if value != recorded:
+                problem(store.describe(tp, segment.deletes.path),
+                        f"{field} is {value} for the records left, the manifest records {recorded}")
         live -= present
     return live
 

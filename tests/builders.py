@@ -6,6 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from compaction import rules
 from compaction.segment import records
 
 
@@ -28,3 +29,18 @@ def keyed(pairs: str, start: int | None = None) -> pa.Table:
         key, _, value = item.partition("=")
         rows.append(rec(key, None if value == "-" else value, None if start is None else start + i))
     return records(rows)
+
+
+def facts(*rows: dict[str, Any]) -> pa.Table:
+    """Decision facts (:data:`compaction.rules.FACTS_SCHEMA`) from dicts with an ``offset`` and whatever else
+    differs from a plain keyed record of the offset strategy (version = offset); ``competes`` is derived."""
+    columns: dict[str, list[Any]] = {name: [] for name in rules.FACTS_SCHEMA.names}
+    for row in rows:
+        full = {"topic": "t", "partition": 0, "segment_base": 0, "position": row["offset"], "key": None,
+                "version_valid": 1, "version": row["offset"], "delete_horizon_ms": None, "is_control": False,
+                "aborted": False, "marker_pending": False, "guarded": False, "error": None, **row}
+        full["key"] = full["key"].encode() if isinstance(full["key"], str) else full["key"]
+        full["competes"] = full["key"] is not None and not full["is_control"] and not full["aborted"]
+        for name in columns:
+            columns[name].append(full[name])
+    return pa.table(columns, schema=rules.FACTS_SCHEMA)

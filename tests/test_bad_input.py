@@ -121,7 +121,7 @@ def test_manifest_with_overlapping_segments(seeded: Store) -> None:
     doc["segments"][1]["base_offset"] = 1
     doc["segments"][1]["path"] = doc["segments"][1]["path"].replace("00000000000000000002-", "00000000000000000001-")
     seeded.storage.fs.pipe_file(seeded.storage.path(rel), json.dumps(doc).encode())
-    with pytest.raises(CorruptManifestError, match="must be contiguous"):
+    with pytest.raises(CorruptManifestError, match="must not overlap"):
         seeded.manifest(TP)
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from compaction.cleaner import PLANS, Cleaner, _Work, plan_store
+from compaction.cleaner import Cleaner, _Work, plan_store
 from compaction.config import Settings
 from compaction.generate import GenerateSpec, generate
-from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
-from compaction.manifest import Manifest, SegmentMeta
+from compaction.manifest import Manifest
 from compaction.report import RunReport
+from compaction.rules import Plan
 from compaction.segment import records
 from compaction.store import Store, TopicPartition, Writer
 from compaction.verify import verify
@@ -26,7 +27,7 @@ SETTINGS = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleane
                          environ={})
 
 
-@pytest.fixture(params=PLANS)
+@pytest.fixture(params=list(Plan))
 def plan(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -256,77 +257,96 @@ def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Stor
 
 def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_vectors(  # type: ignore[no-untyped-def]
         spark, local_store: Store) -> None:
-    no_vectors = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                          "cleaner": {"deletion.vector.max.ratio": 0}}, environ={})
-    for tp, settings in ((TopicPartition("t", 0), no_vectors), (TopicPartition("t", 1), SETTINGS)):
-        append(local_store, *(rec(i, f"k{i}") for i in range(0, 10)), tp=tp)
-        append(local_store, *(rec(i, f"k{i}") for i in range(10, 20)), tp=tp)
-        append(local_store, rec(20, "active"), tp=tp)
-        clean(spark, local_store, "arrow", settings=settings, topics="t")  # one merged clean segment [0, 20)
+    # Segments below segment.bytes / 8 (4 KiB here) are small: they merge with their neighbours.
+    sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 32768}
+    no_vectors = Settings.load(overrides={**sized, "cleaner": {"deletion.vector.max.ratio": 0}}, environ={})
+    default = Settings.load(overrides=sized, environ={})
+    for tp, settings in ((TopicPartition("t", 0), no_vectors), (TopicPartition("t", 1), default)):
+        append(local_store, *(rec(i, f"k{i}", hashlib.sha256(b"%d" % i).hexdigest()) for i in range(200)), tp=tp)
+        append(local_store, rec(200, "active"), tp=tp)
+        clean(spark, local_store, "arrow", settings=settings, topics="t")
         first = local_store.manifest(tp).segments[0]
-        assert (first.base_offset, first.next_offset) == (0, 20)
-        append(local_store, rec(21, "new1"), rec(22, "k5", "updated"), tp=tp)
-        append(local_store, rec(23, "active2"), tp=tp)
+        assert (first.base_offset, first.next_offset, first.deletes) == (0, 200, None)
+        assert first.size_bytes >= 4096, "a clean segment that is not small"
+        append(local_store, rec(201, "new1"), rec(202, "k5", "updated"), tp=tp)
+        append(local_store, rec(203, "active2"), tp=tp)
         report = clean(spark, local_store, "arrow", settings=settings)
         stats = next(r for r in report.partitions if r.partition == str(tp)).stats
         segment = local_store.manifest(tp).segments[0]
         if settings is no_vectors:  # Kafka's way: the clean segment that lost k5 is rewritten with its neighbours
             assert (stats["segments_rewritten"], stats["deletion_vectors_written"]) == (3, 0)
-            assert segment.path != first.path and segment.next_offset == 23
+            assert segment.path != first.path and segment.next_offset == 203
         else:  # the default: the clean segment keeps its object and gains a deletion vector
             assert (stats["segments_rewritten"], stats["deletion_vectors_written"]) == (2, 1)
             assert segment.path == first.path and segment.deletes is not None and segment.deletes.count == 1
+            assert [(s.base_offset, s.next_offset) for s in local_store.manifest(tp).segments] == [
+                (0, 200), (200, 203), (203, 204)], "the small dirty neighbours merged"
         assert [r["key"] for r in local_store.read(tp).to_pylist()].count(b"k5") == 1
-        assert offsets(local_store, tp) == [*range(0, 5), *range(6, 24)]
+        assert offsets(local_store, tp) == [*range(0, 5), *range(6, 204)]
 
 
 def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    # Every segment here is above segment.bytes / 8, so none merges as small.
+    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                        "log.segment.bytes": 16384}, environ={})
+
     append(local_store, *(rec(i, f"k{i}") for i in range(10)))
     append(local_store, rec(10, "active"))
-    clean(spark, local_store, "arrow")
+    clean(spark, local_store, "arrow", settings=settings)
     first = local_store.manifest(TP).segments[0]
     append(local_store, rec(11, "k1", "new"))
     append(local_store, rec(12, "active2"))
-    clean(spark, local_store, "arrow")
+    clean(spark, local_store, "arrow", settings=settings)
     assert local_store.manifest(TP).segments[0].deletes.count == 1  # type: ignore[union-attr]
     append(local_store, rec(13, "k2", "new"), rec(14, "k3", "new"))  # 3 of 10 deleted: past the 0.2 ratio
     append(local_store, rec(15, "active3"))
-    clean(spark, local_store, "arrow")
+    clean(spark, local_store, "arrow", settings=settings)
     rewritten = local_store.manifest(TP).segments[0]
     assert rewritten.path != first.path and rewritten.deletes is None and rewritten.record_count < 10
 
     append(local_store, rec(16, "k4", "new"))
     append(local_store, rec(17, "active4"))
-    clean(spark, local_store, "arrow")
+    clean(spark, local_store, "arrow", settings=settings)
     aged = local_store.manifest(TP).segments[0]
     assert aged.deletes is not None and aged.deletes.created_ms == NOW
     week = 604_800_000
-    report = clean(spark, local_store, "arrow", now=NOW + week)
+    report = clean(spark, local_store, "arrow", now=NOW + week, settings=settings)
     assert report.partitions[0].reason.startswith("deletion vectors older than deletion.vector.max.age.ms")
     purged = local_store.manifest(TP).segments[0]
     assert purged.deletes is None and purged.path != aged.path, "deleted records are physically gone in time"
 
 
-def test_a_large_partition_is_split_into_key_buckets_with_the_same_result(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def latest_per_key(rows: list[dict[str, Any]], horizon: int) -> list[tuple[int, int | None]]:
+    """The offset strategy's survivors, written out independently: each key's last record, keyless records,
+    and a horizon on tombstones (``(offset, delete_horizon_ms)`` in offset order)."""
+    last = {r["key"]: r["offset"] for r in rows if r["key"] is not None}
+    return [(r["offset"], horizon if r["value"] is None else None) for r in rows
+            if r["key"] is None or last[r["key"]] == r["offset"]]
+
+
+def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_latest_per_key(  # type: ignore[no-untyped-def]
+        spark, tmp_path) -> None:
     spec = GenerateSpec(records=12_000, keys=900, partitions=1, segment_records=1_500, tombstone_ratio=0.05,
                         keyless_ratio=0.01, seed=3, end_time_ms=NOW - DAY)
-    results = {}
+    tp = TopicPartition("orders", 0)
+    sized = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.bytes": 131_072}
     for limit in (1_000_000, 3_000):
         store = Store.open(str(tmp_path / f"s{limit}"))
         generate(store, spec, now_ms=NOW - DAY)
-        settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.roll.ms": 60_000,
-                                            "cleaner": {"task.max.records": limit}}, environ={})
+        written = store.read(tp, columns=["offset", "key", "value"]).to_pylist()
+        settings = Settings.load(overrides={**sized, "cleaner": {"task.max.records": limit}}, environ={})
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
         tasks = cleaner.read_tasks([_Work(p) for p in the_plan.selected], NOW)
         assert len(tasks) == (4 if limit == 3_000 else 1), "12,000 records in tasks of at most 3,000"
         cleaner.run(NOW, compaction_plan=the_plan)
+        assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
+            {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(written, NOW + DAY)]
         # A second pass: a few updates make the clean segments lose a record or two each (deletion vectors).
-        tp = TopicPartition("orders", 0)
-        append(store, *(rec(20_000 + i, f"key-{i * 37:010d}") for i in range(12)), tp=tp)
+        updates = [rec(20_000 + i, f"key-{i * 37:010d}") for i in range(12)]
+        append(store, *updates, tp=tp)
         append(store, rec(20_012, "active"), tp=tp)
-        small = Settings.load(overrides={"log.cleanup.policy": "compact", "log.roll.ms": 60_000,
-                                         "log.cleaner.min.cleanable.ratio": 0.0,
+        small = Settings.load(overrides={**sized, "log.cleaner.min.cleanable.ratio": 0.0,
                                          "cleaner": {"task.max.records": 200 if limit == 3_000 else limit}},
                               environ={})
         second = Cleaner(spark, store, small)
@@ -336,30 +356,10 @@ def test_a_large_partition_is_split_into_key_buckets_with_the_same_result(spark,
         report = second.run(NOW + 1, compaction_plan=second_plan)
         assert report.partitions[0].stats["deletion_vectors_written"] > 0
         assert [p for r in verify(store) for p in r.problems] == []
-        results[limit] = store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist()
-    assert results[3_000] == results[1_000_000]
-
-
-def _meta(base: int, end: int, size: int, tombstones: int = 0) -> SegmentMeta:
-    return SegmentMeta(path=f"segments/{base:020d}-x.parquet", base_offset=base, next_offset=end,
-                       record_count=end - base, size_bytes=size, checksum="sha256:0", created_ms=0,
-                       tombstone_count=tombstones)
-
-
-def test_plan_jobs_keeps_unchanged_segments_uses_vectors_and_merges_up_to_segment_bytes() -> None:
-    segments = [_meta(0, 10, 1000), _meta(10, 20, 1000), _meta(20, 30, 1000), _meta(30, 40, 1000),
-                _meta(40, 50, 100), _meta(50, 60, 100, tombstones=1), _meta(60, 70, 100)]
-    outcomes = {0: SegmentOutcome(10, 5, 0, {}), 10: SegmentOutcome(10, 9, 0, {}), 20: SegmentOutcome(10, 10, 0, {}),
-                30: SegmentOutcome(10, 10, 1, {}), 40: SegmentOutcome(10, 10, 0, {}), 50: SegmentOutcome(10, 10, 0, {}),
-                60: SegmentOutcome(10, 10, 0, {})}
-    policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
-    jobs = plan_jobs(segments, outcomes, first_dirty_offset=40, policy=policy)
-    assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [
-        ([0], False), ([10], True), ([30], False), ([40, 50, 60], False)]
-    no_vectors = ApplyPolicy(segment_bytes=900, now_ms=0, deletion_vector_max_ratio=0)
-    jobs = plan_jobs(segments, outcomes, first_dirty_offset=70, policy=no_vectors)
-    assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [
-        ([0], False), ([10], False), ([30], False)], "clean tombstones already carry their horizon"
+        everything = [*written, *({"offset": r["offset"], "key": r["key"].encode(), "value": b"v"} for r in updates),
+                      {"offset": 20_012, "key": b"active", "value": b"v"}]
+        assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
+            {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(everything, NOW + DAY)]
 
 
 def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -398,26 +398,7 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
     assert manifest.segments[0].path not in {s.path for s in after.segments}
 
 
-def test_read_only_needed_columns_for_the_decision(local_store: Store) -> None:
-    from compaction.tasks import ReadTask, read_facts
-
-    append(local_store, rec(0, "a", "x" * 1000), rec(1, "b", "y" * 1000), rec(2, "a", None))
-    segment = local_store.manifest(TP).segments[0]
-    asked: list[list[str] | None] = []
-    original = local_store.read_segment
-
-    def spy(tp, seg, columns=None, apply_deletes=True):  # type: ignore[no-untyped-def]
-        asked.append(None if columns is None else list(columns))
-        return original(tp, seg, columns, apply_deletes)
-
-    local_store.read_segment = spy  # type: ignore[method-assign]
-    facts = read_facts(ReadTask(TP, local_store, (segment,), (), "offset", "", False))
-    assert facts.num_rows == 3
-    assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"
-    assert pa.types.is_binary(facts.schema.field("key").type)
-
-
-def test_the_manifest_promises_unique_clean_keys_only_after_offset_strategy_passes(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     append(local_store, rec(0, "a"), rec(1, "a"), rec(2, "b"))
     append(local_store, rec(3, "active"))
     assert not local_store.manifest(TP).clean_keys_unique
@@ -429,5 +410,99 @@ def test_the_manifest_promises_unique_clean_keys_only_after_offset_strategy_pass
                                             "topics": {TP.topic: {"compaction.strategy": "timestamp"}}}, environ={})
     append(local_store, rec(5, "active2"))
     clean(spark, local_store, "arrow", settings=by_timestamp)
-    assert not local_store.manifest(TP).clean_keys_unique, "the timestamp strategy keeps the log's last record"
+    assert local_store.manifest(TP).clean_keys_unique, "no strategy keeps a superseded record"
     assert offsets(local_store) == [2, 3, 4, 5]
+
+
+def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    # Records without timestamps: their age is their segment's. Retention must count from the append.
+    local_store.append(TP, records([{"key": "a"}, {"key": "a"}]), now_ms=NOW - 3 * DAY)
+    local_store.append(TP, records([{"key": "b"}]), now_ms=NOW - 3 * DAY + 1)
+    local_store.append(TP, records([{"key": "active"}]), now_ms=NOW)
+    clean(spark, local_store, "arrow")
+    rewritten = local_store.manifest(TP).segments[0]
+    assert (rewritten.base_offset, rewritten.next_offset, rewritten.created_ms) == (0, 3, NOW - 3 * DAY + 1)
+    retention = Settings.load(overrides={"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
+                                         "log.cleaner.min.cleanable.ratio": 1.0}, environ={})
+    Cleaner(None, local_store, retention).run(NOW + 1)
+    assert offsets(local_store) == [3], "the rewritten records are as old as they were"
+
+
+def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    settings = Settings.load(overrides={"log.cleanup.policy": "compact,delete", "log.retention.ms": 100_000,
+                                        "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0},
+                             environ={})
+    for base in (0, 3):
+        append(local_store, *(rec(base + i, str(i % 2), timestamp=NOW - 200_000) for i in range(3)))
+    clean(spark, local_store, "arrow", settings=settings)
+    manifest = local_store.manifest(TP)
+    assert (manifest.segments, manifest.log_start_offset, manifest.log_end_offset) == ((), 6, 6)
+    append(local_store, *(rec(6 + i, f"k{i % 20}", timestamp=NOW) for i in range(40)))
+    append(local_store, rec(46, "active", timestamp=NOW))
+    clean(spark, local_store, "arrow", settings=settings)
+    assert offsets(local_store) == [*range(26, 47)], "a fresh log compacts as usual"
+
+
+def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                        "log.cleaner.delete.retention.ms": 2**63 - 1}, environ={})
+    append(local_store, rec(0, "a"), rec(1, "a", None))
+    append(local_store, rec(2, "active"))
+    report = clean(spark, local_store, plan, settings=settings)
+    assert report.partitions[0].status == "cleaned"
+    assert local_store.read(TP).to_pylist()[0]["delete_horizon_ms"] == 2**63 - 1
+
+
+def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 16384}
+    append(local_store, *(rec(i, f"k{i}", timestamp=NOW - 10 * DAY + i) for i in range(9)),
+           rec(9, "late", timestamp=NOW - DAY))
+    append(local_store, rec(10, "active", timestamp=NOW))
+    clean(spark, local_store, "arrow", settings=Settings.load(overrides=sized, environ={}))
+    append(local_store, rec(11, "late", "updated", timestamp=NOW))  # the newest record of [0, 10) goes
+    append(local_store, rec(12, "active-2", timestamp=NOW))
+    clean(spark, local_store, "arrow", settings=Settings.load(overrides=sized, environ={}))
+    segment = local_store.manifest(TP).segments[0]
+    assert segment.deletes is not None and segment.deletes.count == 1
+    assert (segment.max_timestamp, segment.live_max_timestamp) == (NOW - DAY, NOW - 10 * DAY + 8)
+    assert segment.live_size_bytes == segment.size_bytes * 9 // 10
+    retention = Settings.load(overrides={**sized, "log.cleanup.policy": "compact,delete", "log.retention.ms": 5 * DAY,
+                                         "log.cleaner.min.cleanable.ratio": 1.0}, environ={})
+    the_plan = plan_store(local_store, retention, NOW)
+    assert [s.base_offset for s in the_plan.partitions[0].expired_segments] == [0], \
+        "retention sees the live records' age, not the deleted one's"
+
+
+def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spark, local_store: Store,  # type: ignore[no-untyped-def]
+                                                                           plan: str) -> None:
+    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                        "log.segment.bytes": 8192}, environ={})  # no segment here is small
+    append(local_store, rec(0, "a"), rec(1, "b"), rec(2, "c"))
+    append(local_store, rec(3, "a"), rec(4, "b"), rec(5, "c"))
+    append(local_store, rec(6, "active"))
+    report = clean(spark, local_store, plan, settings=settings)
+    manifest = local_store.manifest(TP)
+    assert [(s.base_offset, s.next_offset) for s in manifest.segments] == [(3, 6), (6, 7)]
+    assert (manifest.log_start_offset, manifest.log_end_offset, manifest.first_dirty_offset) == (0, 7, 6)
+    assert report.partitions[0].stats["segments_emptied"] == 1
+    assert offsets(local_store) == [3, 4, 5, 6]
+    append(local_store, rec(7, "d"))
+    assert [s.base_offset for s in local_store.manifest(TP).segments] == [3, 6, 7], "appends go on at the log end"
+
+
+def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come_back(  # type: ignore[no-untyped-def]
+        spark, local_store: Store, plan: str) -> None:
+    by_timestamp = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                            "log.cleaner.compaction.strategy": "timestamp"}, environ={})
+    layout(local_store, [(0, 6, [rec(0, "k", "gone", timestamp=900), rec(1, "j", "gone", timestamp=1),
+                                 rec(4, "k", "live", timestamp=100), rec(5, "x", timestamp=1)]),
+                         (6, 7, [rec(6, "active", timestamp=1)])])
+    local_store.commit(TP, lambda m: {**m.model_dump(include={"log_end_offset", "last_stable_offset", "segments"}),
+                                      "log_start_offset": 3, "first_dirty_offset": 3},
+                       writer=Writer(), operation="append", now_ms=NOW)
+    clean(spark, local_store, plan, settings=by_timestamp)
+    assert [(r["offset"], r["value"]) for r in local_store.read(TP).to_pylist()] == [
+        (4, b"live"), (5, b"v"), (6, b"v")], "k@0 (below the log start) does not win over k@4"
+    segment = local_store.manifest(TP).segments[0]
+    stored = pq.read_table(local_store.storage.path(f"{TP.prefix}/{segment.path}")).column("offset").to_pylist()
+    assert stored == [4, 5, 6], "the records below the log start are physically gone with the rewrite"

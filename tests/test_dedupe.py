@@ -1,142 +1,136 @@
-"""Survivor decision on hand-built facts, for every dedupe plan: winners, tombstones, transactions, keyless."""
+"""Every dedupe plan finds the same winners and decides the same on hand-built facts.
+
+The Arrow plan runs without Spark; the Spark SQL plans run on the shared session. Expectations are
+written by hand.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
-from chispa import assert_df_equality
 
-from compaction import arrow_dedupe
-from compaction.cleaner import PLANS
-from compaction.dedupe import REASONS, WINNER_PLANS, decide
-from compaction.strategies import by_configured_strategy
-from compaction.tasks import FACTS_DDL, FACTS_SCHEMA
-
-pytestmark = pytest.mark.spark
+from compaction import arrow_dedupe, rules
+from compaction.dedupe import FACTS_TYPE, WINNER_PLANS, classify
+from compaction.rules import Plan, Reason
+from tests.builders import facts
 
 NOW = 1_000_000
-DAY = 86_400_000
-RESULT = "offset long, keep boolean, reason string, stamp boolean"
+Outcome = tuple[int, str | None]  # (offset, reason or None when kept)
 
 
-def be(n: int) -> bytes:
-    return n.to_bytes(8, "big", signed=True)
-
-
-def fact(offset: int, key: str | None, *, ts: int | None = None, header: bytes | None = None,
-         horizon: int | None = None, control: bool = False, aborted: bool = False, pending: bool = False,
-         strategy: str = "offset", last: int = 99, keyless_drop: bool = False, partition: int = 0) -> tuple[Any, ...]:
-    headers = [("v", header)] if header is not None else None
-    return ("t", partition, 0, offset, offset, key.encode() if key is not None else None, ts, headers, horizon,
-            control, aborted, pending, strategy, "v" if strategy == "header" else "", last, keyless_drop, None)
-
-
-def run(spark, plan: str, *facts: tuple[Any, ...]):  # type: ignore[no-untyped-def]
-    """The decision of ``plan`` on hand-built facts, as a (offset, keep, reason, stamp) frame."""
-    if plan == "arrow":
-        rows = []
-        table = pa.Table.from_pylist([dict(zip(FACTS_SCHEMA.names, f, strict=True)) for f in facts],
-                                     schema=FACTS_SCHEMA)
+def run(spark, plan: Plan, table: pa.Table, keyless_drop: bool = False) -> list[Outcome]:  # type: ignore[no-untyped-def]
+    """The plan's decision on ``table`` (rows of every partition), as (offset, reason) in offset order."""
+    if plan is Plan.ARROW:
+        result = []
         for partition in sorted(set(table.column("partition").to_pylist())):
-            part = table.filter(pa.compute.equal(table.column("partition"), partition))
-            part = part.sort_by("offset")
-            first = part.slice(0, 1).to_pylist()[0]
-            decided = arrow_dedupe.decide(part, strategy=first["strategy"], header=first["strategy_header"],
-                                          now_ms=NOW, keyless_drop=first["keyless_drop"],
-                                          range_last_offset=first["range_last_offset"])
-            for offset, code, stamp in zip(part.column("offset").to_pylist(), decided.code.tolist(),
-                                           decided.stamp.tolist(), strict=True):
-                rows.append((offset, code == 0, REASONS[code - 1] if code else None, bool(stamp)))
-        return spark.createDataFrame(rows, RESULT)
-    df = spark.createDataFrame(list(facts), FACTS_DDL)
-    decided = df.transform(by_configured_strategy).transform(WINNER_PLANS[plan]).transform(decide(NOW))
-    return decided.select("offset", "keep", "reason", "stamp").orderBy("partition", "offset")
+            part = table.filter(pa.compute.equal(table.column("partition"), partition)).sort_by("offset")
+            decided = arrow_dedupe.decide(part, now_ms=NOW, keyless_drop=keyless_drop)
+            result += zip(part.column("offset").to_pylist(), decided.code.tolist(), strict=True)
+    else:
+        df = spark.createDataFrame([tuple(row.values()) for row in table.to_pylist()], FACTS_TYPE)
+        decided = classify(df.transform(WINNER_PLANS[plan]), now_ms=NOW, keyless_drop=keyless_drop)
+        result = [(r["offset"], r["code"]) for r in decided.select("offset", "code").collect()]
+    return sorted((offset, None if code == rules.KEPT else list(Reason)[code - 1].value) for offset, code in result)
 
 
-def expect(spark, *rows: tuple[int, bool, str | None, bool]):  # type: ignore[no-untyped-def]
-    return spark.createDataFrame(list(rows), RESULT)
-
-
-@pytest.fixture(params=PLANS)
-def plan(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=[Plan.ARROW, *(pytest.param(p, marks=pytest.mark.spark) for p in WINNER_PLANS)])
+def plan(request: pytest.FixtureRequest) -> Plan:
     return request.param
 
 
-def test_offset_strategy_keeps_the_highest_offset_per_key_and_partition(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, "a"), fact(1, "b"), fact(2, "a"), fact(3, "a", partition=1),
-                 fact(4, "b"))
-    assert_df_equality(result, expect(spark, (0, False, "superseded", False), (1, False, "superseded", False),
-                                      (2, True, None, False), (4, True, None, False), (3, True, None, False)),
-                       ignore_nullable=True)
+@pytest.fixture
+def spark_or_none(request: pytest.FixtureRequest, plan: Plan):  # type: ignore[no-untyped-def]
+    """The shared session for the Spark SQL plans; the Arrow plan needs none."""
+    return None if plan is Plan.ARROW else request.getfixturevalue("spark")
 
 
-def test_timestamp_ties_go_to_the_higher_offset_and_missing_timestamps_lose(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    s = "timestamp"
-    result = run(spark, plan, fact(0, "a", ts=50, strategy=s), fact(1, "a", ts=10, strategy=s),
-                 fact(2, "b", ts=7, strategy=s), fact(3, "b", ts=7, strategy=s),
-                 fact(4, "c", ts=1, strategy=s), fact(5, "c", ts=None, strategy=s), fact(6, "c", ts=-5, strategy=s),
-                 fact(7, "z", ts=0, strategy=s, last=7))
-    assert_df_equality(result, expect(
-        spark, (0, True, None, False), (1, False, "superseded", False), (2, False, "superseded", False),
-        (3, True, None, False), (4, True, None, False), (5, False, "superseded", False),
-        (6, False, "superseded", False), (7, True, None, False)), ignore_nullable=True)
+def versioned(offset: int, key: str, version: int | None, **fields: Any) -> dict[str, Any]:
+    """A record of a non-offset strategy: ``version`` None means it has none (valid 0, version -1)."""
+    return {"offset": offset, "key": key, "version_valid": 0 if version is None else 1,
+            "version": -1 if version is None else version, **fields}
 
 
-def test_header_versions_with_malformed_and_missing_headers(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    s = "header"
-    result = run(spark, plan, fact(0, "a", header=be(9), strategy=s), fact(1, "a", header=be(3), strategy=s),
-                 fact(2, "a", header=b"bad", strategy=s), fact(3, "b", strategy=s), fact(4, "b", strategy=s),
-                 fact(5, "c", header=be(-1), strategy=s), fact(6, "c", strategy=s))
-    assert_df_equality(result, expect(
-        spark, (0, True, None, False), (1, False, "superseded", False), (2, False, "superseded", False),
-        (3, False, "superseded", False), (4, True, None, False), (5, True, None, False),
-        (6, False, "superseded", False)), ignore_nullable=True)
+def test_the_highest_offset_wins_per_key_and_partition(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+    table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "b"}, {"offset": 2, "key": "a"},
+                  {"offset": 3, "key": "a", "partition": 1}, {"offset": 4, "key": "b"})
+    assert run(spark_or_none, plan, table) == [(0, "superseded"), (1, "superseded"), (2, None), (3, None), (4, None)]
 
 
-def test_a_stamped_tombstone_competes_like_any_version(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    s = "timestamp"
-    result = run(spark, plan, fact(0, "a", ts=20, strategy=s), fact(1, "a", ts=10, horizon=NOW + 9, strategy=s),
-                 fact(2, "b", ts=10, strategy=s), fact(3, "b", ts=20, horizon=NOW + 9, strategy=s))
-    assert_df_equality(result, expect(spark, (0, True, None, False), (1, False, "superseded", False),
-                                      (2, False, "superseded", False), (3, True, None, False)), ignore_nullable=True)
+def test_a_higher_version_wins_ties_go_to_the_higher_offset_and_records_without_one_lose(  # type: ignore[no-untyped-def]
+        spark_or_none, plan: Plan) -> None:
+    table = facts(versioned(0, "a", 50), versioned(1, "a", 10),
+                  versioned(2, "b", 7), versioned(3, "b", 7),
+                  versioned(4, "c", 1), versioned(5, "c", None), versioned(6, "c", None),
+                  versioned(7, "d", None), versioned(8, "d", None),
+                  versioned(9, "e", -2**63), versioned(10, "e", None))
+    assert run(spark_or_none, plan, table) == [
+        (0, None), (1, "superseded"), (2, "superseded"), (3, None), (4, None), (5, "superseded"),
+        (6, "superseded"), (7, "superseded"), (8, None), (9, None), (10, "superseded")]
 
 
-def test_log_end_rule_keeps_the_last_record_under_timestamp_and_header_only(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, "a", ts=20, strategy="timestamp", last=1),
-                 fact(1, "a", ts=10, strategy="timestamp", last=1),
-                 fact(2, "b", partition=1, last=3), fact(3, "b", partition=1, last=3))
-    assert_df_equality(result, expect(spark, (0, True, None, False), (1, True, None, False),
-                                      (2, False, "superseded", False), (3, True, None, False)), ignore_nullable=True)
+def test_the_last_record_of_the_range_loses_like_any_other(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+    # Timestamp strategy: value @0 (t=300), tombstone @1 (t=500), stale value @2 (t=100) last in the range.
+    table = facts(versioned(0, "k", 300), versioned(1, "k", 500, delete_horizon_ms=NOW + 1), versioned(2, "k", 100))
+    assert run(spark_or_none, plan, table) == [(0, "superseded"), (1, None), (2, "superseded")]
 
 
-def test_tombstones_expire_at_their_horizon_unless_superseded_first(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, "a"), fact(1, "a", horizon=NOW - 5), fact(2, "b", horizon=NOW + 1),
-                 fact(3, "c", horizon=NOW), fact(4, "d", horizon=NOW), fact(5, "d"))
-    assert_df_equality(result, expect(spark, (0, False, "superseded", False), (1, False, "tombstone_expired", False),
-                                      (2, True, None, False), (3, False, "tombstone_expired", False),
-                                      (4, False, "superseded", False), (5, True, None, False)),
-                       ignore_nullable=True)
+def test_a_stamped_tombstone_competes_like_any_version(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+    table = facts(versioned(0, "a", 20), versioned(1, "a", 10, delete_horizon_ms=NOW - 9),
+                  versioned(2, "b", 10), versioned(3, "b", 20, delete_horizon_ms=NOW + 9))
+    assert run(spark_or_none, plan, table) == [(0, None), (1, "superseded"), (2, "superseded"), (3, None)]
 
 
-def test_keyless_records_are_kept_or_dropped_and_counted(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, None), fact(1, None, partition=1, keyless_drop=True), fact(2, "a"))
-    assert_df_equality(result, expect(spark, (0, True, None, False), (2, True, None, False),
-                                      (1, False, "keyless", False)), ignore_nullable=True)
+def test_tombstones_expire_at_their_horizon_unless_superseded_first_or_guarded(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+    table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "a", "delete_horizon_ms": NOW - 5},
+                  {"offset": 2, "key": "b", "delete_horizon_ms": NOW + 1},
+                  {"offset": 3, "key": "c", "delete_horizon_ms": NOW},
+                  {"offset": 4, "key": "d", "delete_horizon_ms": NOW}, {"offset": 5, "key": "d"},
+                  {"offset": 6, "key": "e", "delete_horizon_ms": NOW, "guarded": True})
+    assert run(spark_or_none, plan, table) == [
+        (0, "superseded"), (1, "tombstone_expired"), (2, None), (3, "tombstone_expired"), (4, "superseded"),
+        (5, None), (6, None)]
 
 
-def test_aborted_records_go_and_markers_follow_their_transaction(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, "a", aborted=True), fact(1, "a"), fact(2, None, control=True, pending=True),
-                 fact(3, None, control=True), fact(4, None, control=True, horizon=NOW + 5),
-                 fact(5, None, control=True, horizon=NOW), fact(6, "b", aborted=True))
-    assert_df_equality(result, expect(
-        spark, (0, False, "aborted", False), (1, True, None, False), (2, True, None, False), (3, True, None, True),
-        (4, True, None, False), (5, False, "marker_expired", False), (6, False, "aborted", False)),
-        ignore_nullable=True)
+def test_keyless_records_are_kept_or_dropped(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+    table = facts({"offset": 0}, {"offset": 1, "key": "a"})
+    assert run(spark_or_none, plan, table) == [(0, None), (1, None)]
+    assert run(spark_or_none, plan, table, keyless_drop=True) == [(0, "keyless"), (1, None)]
 
 
-def test_an_aborted_record_never_wins_over_a_committed_one(spark, plan: str) -> None:  # type: ignore[no-untyped-def]
-    result = run(spark, plan, fact(0, "a"), fact(1, "a", aborted=True))
-    assert_df_equality(result, expect(spark, (0, True, None, False), (1, False, "aborted", False)),
-                       ignore_nullable=True)
+def test_aborted_records_go_never_win_and_markers_follow_their_transaction(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+    table = facts({"offset": 0, "key": "a", "aborted": True}, {"offset": 1, "key": "a"},
+                  {"offset": 2, "is_control": True, "marker_pending": True}, {"offset": 3, "is_control": True},
+                  {"offset": 4, "is_control": True, "delete_horizon_ms": NOW + 5},
+                  {"offset": 5, "is_control": True, "delete_horizon_ms": NOW},
+                  {"offset": 6, "key": "b", "aborted": True}, {"offset": 7, "key": "c"},
+                  {"offset": 8, "key": "c", "aborted": True})
+    assert run(spark_or_none, plan, table) == [
+        (0, "aborted"), (1, None), (2, None), (3, None), (4, None), (5, "marker_expired"), (6, "aborted"),
+        (7, None), (8, "aborted")]
+
+
+def test_a_clean_section_with_unique_keys_is_decided_from_the_dirty_keys_alone() -> None:
+    rng = np.random.default_rng(7)
+    for strategy_versions in (False, True):
+        for _ in range(20):
+            clean = rng.permutation(200)[:rng.integers(1, 150)]  # a compacted section: each key once
+            dirty = rng.integers(0, 300, rng.integers(0, 100))
+            ids = np.concatenate([clean, dirty])
+            rows = []
+            for offset, key in enumerate(ids.tolist()):
+                row: dict[str, Any] = {"offset": offset, "key": None if rng.random() < 0.05 else f"k{key}",
+                                       "aborted": bool(rng.random() < 0.05)}
+                if strategy_versions:  # a timestamp-like version, often older in the dirty section
+                    row.update(version_valid=int(rng.random() < 0.9), version=int(rng.integers(0, 50)))
+                rows.append(row)
+            table = facts(*rows)
+            full = arrow_dedupe.decide(table, now_ms=0, keyless_drop=False)
+            trusted = arrow_dedupe.decide(table, now_ms=0, keyless_drop=False, unique_before=len(clean))
+            assert np.array_equal(full.code, trusted.code)
+    # What it trusts: two clean records of one key that no dirty record names both stay.
+    table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "a"}, {"offset": 2, "key": "b"})
+    assert arrow_dedupe.decide(table, now_ms=0, keyless_drop=False, unique_before=2).code.tolist() == [0, 0, 0]
+    assert arrow_dedupe.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [1, 0, 0]

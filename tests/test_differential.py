@@ -1,8 +1,12 @@
-"""Differential test: random logs cleaned by the job keep exactly what a small reference model keeps.
+"""Differential test: random logs cleaned by every plan keep exactly what a small reference model keeps.
 
-The model is written from SPEC §3 in plain Python, record by record, and shares no code with the job.
-Each example is a few topics (one per strategy) whose partitions receive appends between runs at
-increasing ``now``; after every run the (offset, delete horizon) pairs of each partition must match.
+The model is SPEC §3 written record by record in plain Python, sharing no code with the job. Each
+example is a history of steps; in each, every partition (one topic per strategy) receives appends, then
+the job runs at a later ``now`` (sometimes past the tombstones' horizons). After every run, each
+partition's (offset, delete horizon) pairs and checkpoint must equal the model's.
+
+The Arrow plan (whole partitions, and split into key ranges with a tiny ``task.max.records``) runs in
+this process over hundreds of examples; every plan also runs on Spark over a smaller fixed set.
 """
 
 from __future__ import annotations
@@ -17,23 +21,20 @@ from hypothesis import HealthCheck, given, settings
 
 from compaction.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.dedupe import PLANS
 from compaction.segment import records
 from compaction.store import Store, TopicPartition
-
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+from compaction.verify import verify
+from tests.inline import InlineSession
 
 RETENTION = 1000
 T0 = 10_000
-STEP = 700
 TOPICS = {"off": "offset", "ts": "timestamp", "hdr": "header"}
-CONFIG = Settings.load(overrides={
-    "log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-    "log.cleaner.delete.retention.ms": RETENTION,
-    "topics": {"ts": {"compaction.strategy": "timestamp"},
-               "hdr": {"compaction.strategy": "header", "compaction.strategy.header": "v"}}}, environ={})
-BUCKETED = Settings.load(overrides={**CONFIG.model_dump(by_alias=True, exclude={"cleaner", "store"}),
-                                    "cleaner": {"task.max.records": 4}}, environ={})
+BASE = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+        "log.cleaner.delete.retention.ms": RETENTION, "log.segment.bytes": 65_536,
+        "topics": {"ts": {"compaction.strategy": "timestamp"},
+                   "hdr": {"compaction.strategy": "header", "compaction.strategy.header": "v"}}}
+WHOLE = Settings.load(overrides=BASE, environ={})
+SPLIT = Settings.load(overrides={**BASE, "cleaner": {"task.max.records": 2}}, environ={})
 
 
 @dataclass
@@ -64,7 +65,8 @@ class Model:
     bases: list[int] = field(default_factory=list)  # base offset of each appended segment
     end: int = 0
     checkpoint: int = 0
-    open: dict[int, int] = field(default_factory=dict)
+    last_clean: int | None = None
+    open: dict[int, int] = field(default_factory=dict)  # producer -> first offset of its open transaction
 
     def append(self, recs: list[Rec]) -> None:
         self.bases.append(self.end)
@@ -76,70 +78,73 @@ class Model:
         self.log.extend(recs)
         self.end = recs[-1].offset + 1
 
-    def version(self, r: Rec) -> tuple[int, int, int]:
+    def version(self, r: Rec) -> tuple[int, int]:
+        """(has a version, the version): compared first, then the offset."""
         if self.strategy == "timestamp":
-            ok = r.timestamp is not None and r.timestamp >= 0
-            return (1, r.timestamp, r.offset) if ok else (0, -1, r.offset)  # type: ignore[return-value]
+            return (1, r.timestamp) if r.timestamp is not None and r.timestamp >= 0 else (0, -1)
         if self.strategy == "header":
-            ok = r.header is not None and len(r.header) == 8
-            return (1, int.from_bytes(r.header, "big", signed=True), r.offset) if ok else (0, -1, r.offset)  # type: ignore[arg-type]
-        return (1, r.offset, r.offset)
+            if r.header is not None and len(r.header) == 8:
+                return 1, int.from_bytes(r.header, "big", signed=True)
+            return 0, -1
+        return 1, r.offset
 
     def run(self, now: int) -> None:
-        lso = min(self.open.values(), default=self.end)
-        active = self.bases[-1]
-        uncleanable = max(self.checkpoint, min(lso, active))
-        end = active if uncleanable >= active else max(b for b in self.bases if b <= uncleanable)
+        # The cleaned range ends at the segment holding min(last stable offset, active segment's base).
+        stable = min(self.open.values(), default=self.end)
+        uncleanable = max(self.checkpoint, min(stable, self.bases[-1]))
+        end = max(b for b in self.bases if b <= uncleanable)
         in_range = [r for r in self.log if r.offset < end]
-        purge = any(r.horizon is not None and r.horizon <= now for r in in_range)
-        if not (self.checkpoint < end or purge) or not in_range:
+        # Selected when there is something new to clean, or a horizon passed since the last pass.
+        horizon_passed = any(r.horizon is not None and r.horizon <= now
+                             and (self.last_clean is None or r.horizon > self.last_clean) for r in in_range)
+        if not in_range or not (self.checkpoint < end or horizon_passed):
             return
-        fate: dict[int, str] = {}
+        # Transactions: a producer's records up to its next marker; an abort marker aborts them.
+        aborted: set[int] = set()
+        pending: set[int] = set()  # markers with records of their transaction still before them
         members: dict[int, list[Rec]] = {}
-        pending: dict[int, bool] = {}
         for r in self.log:
             if r.control is not None:
                 txn = members.pop(r.producer, [])
-                pending[r.offset] = bool(txn)
-                for m in txn:
-                    fate[m.offset] = r.control
+                if txn:
+                    pending.add(r.offset)
+                if r.control == "abort":
+                    aborted |= {m.offset for m in txn}
             elif r.transactional:
                 members.setdefault(r.producer, []).append(r)
-        aborted = {o for o, kind in fate.items() if kind == "abort"}
-        best: dict[str, tuple[int, int, int]] = {}
-        for r in in_range:
-            if r.key is not None and r.control is None and r.offset not in aborted:
-                best[r.key] = max(best.get(r.key, (-1, -1, -1)), self.version(r))
-        last = max(r.offset for r in in_range)
+        competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted]
+        best = {}
+        for r in competing:
+            best[r.key] = max(best.get(r.key, (-1, -1, -1)), (*self.version(r), r.offset))
+        beyond = [r for r in self.log if r.offset >= end and r.key is not None and r.control is None]
+
+        def guarded(r: Rec) -> bool:  # a stale record of its key waits beyond the range
+            return any(t.key == r.key and self.version(t) < self.version(r) for t in beyond)
+
         kept = []
         for r in self.log:
+            passed = r.horizon is not None and now >= r.horizon
             if r.offset >= end:
                 kept.append(r)
-                continue
-            passed = r.horizon is not None and now >= r.horizon
-            if r.control is not None:
-                if pending[r.offset]:
+            elif r.control is not None:
+                if r.offset in pending or not passed:
+                    r.horizon = r.horizon if r.horizon is not None or r.offset in pending else now + RETENTION
                     kept.append(r)
-                elif not passed:
+            elif r.offset in aborted:
+                continue
+            elif r.key is None:
+                kept.append(r)
+            elif best[r.key] != (*self.version(r), r.offset):
+                continue
+            elif r.value is None:
+                if not passed or guarded(r):
                     r.horizon = r.horizon if r.horizon is not None else now + RETENTION
                     kept.append(r)
-                continue
-            if r.offset in aborted:
-                continue
-            if r.key is None:
+            else:
                 kept.append(r)
-                continue
-            winner = best[r.key] == self.version(r)
-            if not winner and not (self.strategy != "offset" and r.offset == last):
-                continue
-            if r.value is None:
-                if winner and passed:
-                    continue
-                if r.horizon is None:
-                    r.horizon = now + RETENTION
-            kept.append(r)
         self.log = kept
         self.checkpoint = max(self.checkpoint, end)
+        self.last_clean = now
 
 
 KEYS = st.sampled_from(["a", "b", "c", None])
@@ -150,8 +155,8 @@ HEADERS = st.one_of(st.none(), st.integers(-3, 3).map(lambda n: n.to_bytes(8, "b
 @st.composite
 def batches(draw: st.DrawFn) -> dict[str, Any]:
     """One append: plain records, or a transaction's records with (usually) its marker."""
-    n = draw(st.integers(1, 5))
-    rows = [{"key": draw(KEYS), "tombstone": draw(st.booleans()) and draw(st.booleans()),
+    n = draw(st.integers(1, 4))
+    rows = [{"key": draw(KEYS), "tombstone": draw(st.integers(0, 3)) == 0,
              "timestamp": draw(st.one_of(st.none(), st.integers(-1, 50))), "header": draw(HEADERS)}
             for _ in range(n)]
     producer = draw(st.sampled_from([None, None, 1, 2]))
@@ -159,24 +164,23 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
     return {"rows": rows, "producer": producer, "marker": marker}
 
 
-HISTORY = st.lists(st.lists(st.lists(batches(), min_size=1, max_size=3), min_size=2, max_size=2), min_size=3,
-                   max_size=3)
+#: Steps: the time that passes before the run (sometimes past every horizon), and per partition its appends.
+HISTORY = st.lists(st.tuples(st.sampled_from([1, 300, RETENTION + 1]),
+                             st.lists(st.lists(batches(), max_size=3), min_size=6, max_size=6)),
+                   min_size=2, max_size=5)
 
 
-@pytest.mark.parametrize("plan", [*PLANS, "arrow-buckets"])
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
-@given(history=HISTORY)
-def test_job_keeps_exactly_what_the_reference_model_keeps(spark, plan: str, history) -> None:  # type: ignore[no-untyped-def]
+def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: list[Any]) -> None:
     store = Store.open(tempfile.mkdtemp(prefix="differential-"))
     partitions = [TopicPartition(topic, p) for topic in TOPICS for p in range(2)]
     models = {tp: Model(TOPICS[tp.topic]) for tp in partitions}
     counter = 0
-    for step, appends_per_partition in enumerate(history):
-        now = T0 + step * STEP
-        for index, tp in enumerate(partitions):
+    now = T0
+    for step, (elapsed, appends) in enumerate(history):
+        now += elapsed
+        for tp, batches_of_tp in zip(partitions, appends, strict=True):
             model = models[tp]
-            for batch in appends_per_partition[index % 2]:
+            for batch in batches_of_tp:
                 recs = []
                 for row in batch["rows"]:
                     counter += 1
@@ -188,14 +192,36 @@ def test_job_keeps_exactly_what_the_reference_model_keeps(spark, plan: str, hist
                                     control=batch["marker"]))
                 model.append(recs)
                 store.append(tp, records([r.row() for r in recs]), now_ms=now)
-        if plan == "arrow-buckets":  # every partition split into key buckets decided by separate tasks
-            Cleaner(spark, store, BUCKETED, dedupe_plan="arrow").run(now)
-        else:
-            Cleaner(spark, store, CONFIG, dedupe_plan=plan).run(now)
+        report = Cleaner(spark, store, cleaner_settings, dedupe_plan=plan).run(now)
+        assert not report.failed, [r.error for r in report.failed]
         for tp in partitions:
-            models[tp].run(now)
+            model = models[tp]
+            if not model.bases:
+                continue
+            model.run(now)
             table = store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist()
             actual = [(r["offset"], r["delete_horizon_ms"]) for r in table]
-            expected = [(r.offset, r.horizon) for r in models[tp].log]
+            expected = [(r.offset, r.horizon) for r in model.log]
             assert actual == expected, f"{tp} after run {step} at {now}"
-            assert store.manifest(tp).first_dirty_offset == models[tp].checkpoint or not models[tp].bases
+            assert store.manifest(tp).first_dirty_offset == model.checkpoint, f"{tp} checkpoint after run {step}"
+    assert [p for r in verify(store) for p in r.problems] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=HISTORY)
+def test_the_arrow_plan_keeps_exactly_what_the_reference_model_keeps(split: bool, history: list[Any]) -> None:
+    check_history(InlineSession(), "arrow", SPLIT if split else WHOLE, history)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", ["arrow", "arrow-split", "window", "aggregate"])
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(history=HISTORY)
+def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(spark, plan: str,  # type: ignore[no-untyped-def]
+                                                                          history: list[Any]) -> None:
+    split = plan == "arrow-split"
+    check_history(spark, "arrow" if split else plan, SPLIT if split else WHOLE, history)

@@ -76,8 +76,10 @@ def test_t43_invalid_checkpoint_is_reset_to_the_log_start() -> None:
 
 def test_t44_reset_is_recorded_even_when_nothing_is_selected() -> None:
     p = one(filthy(20, checkpoint=15, log_start=20))
-    assert (p.decision, p.first_dirty_offset, p.checkpoint_reset) == (
-        Decision.SKIP, 20, "checkpoint 15 is below the log start 20")
+    assert (p.needs_dedupe, p.first_dirty_offset, p.checkpoint_reset) == (
+        False, 20, "checkpoint 15 is below the log start 20"), "nothing to clean"
+    # Kafka's deleteOldSegments then removes the segments wholly below the log start: here the same plan.
+    assert (p.decision, p.reason, len(p.expired_segments)) == (Decision.CLEAN, "5 segment(s) below the log start", 5)
     logs = {TopicPartition("t", 0): filthy(20, 10, log_start=15), TopicPartition("t", 1): filthy(25, 5, partition=1)}
     result = plan(logs, lambda _: COMPACT, now_ms=0)
     assert str(result.selected[0].partition) == "t-1", "the filthiest log comes first"

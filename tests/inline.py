@@ -1,0 +1,65 @@
+"""A stand-in for the part of Spark's RDD API the Arrow plan uses, running tasks in this process.
+
+It lets the job's own code (planning, the Arrow plan's tasks, both stages of a split partition, the
+commits) run hundreds of times per test without starting a JVM. Tasks and their results are pickled on
+the way, as Spark ships them, so whatever would not reach an executor fails here too.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def _shipped(items: Iterable[Any]) -> list[Any]:
+    return [pickle.loads(pickle.dumps(item)) for item in items]
+
+
+class InlineRDD:
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = list(items)
+
+    def map(self, fn: Callable[[Any], Any]) -> InlineRDD:
+        return InlineRDD(_shipped(fn(item) for item in self.items))
+
+    def flatMap(self, fn: Callable[[Any], Iterable[Any]]) -> InlineRDD:
+        return InlineRDD(_shipped(out for item in self.items for out in fn(item)))
+
+    def union(self, other: InlineRDD) -> InlineRDD:
+        return InlineRDD(self.items + other.items)
+
+    def groupByKey(self, numPartitions: int | None = None) -> InlineRDD:
+        groups: dict[Any, list[Any]] = defaultdict(list)
+        for key, value in self.items:
+            groups[key].append(value)
+        return InlineRDD(groups.items())
+
+    def persist(self, *_: Any) -> InlineRDD:
+        return self
+
+    def unpersist(self) -> InlineRDD:
+        return self
+
+    def collect(self) -> list[Any]:
+        return list(self.items)
+
+
+class Broadcast:
+    def __init__(self, value: Any) -> None:
+        self.value = pickle.loads(pickle.dumps(value))
+
+
+class InlineContext:
+    def parallelize(self, items: Iterable[Any], numSlices: int | None = None) -> InlineRDD:
+        return InlineRDD(_shipped(items))
+
+    def broadcast(self, value: Any) -> Broadcast:
+        return Broadcast(value)
+
+
+class InlineSession:
+    """Passed to :class:`compaction.cleaner.Cleaner` in place of a SparkSession (the Arrow plan only)."""
+
+    sparkContext = InlineContext()
