@@ -35,6 +35,7 @@ from compaction.jsonl import parse_lines, write_lines
 from compaction.planner import CompactionPlan, Decision, format_duration
 from compaction.session import spark_session
 from compaction.status import format_table, human_bytes, partition_status
+from compaction.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store import Store, TopicPartition, Writer, read_manifests
 from compaction.verify import verify
 
@@ -97,7 +98,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def open_store(args: argparse.Namespace, settings: Settings | None = None) -> Store:
-    options = dict(settings.store.options) if settings else {}
+    options = settings.store.storage_options() if settings else {}
     options.update(storage_options(args))
     return Store.open(args.store, options)
 
@@ -296,7 +297,9 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", metavar="STORE", help="store URL: a path, file://, s3://bucket/prefix, memory://...")
     parser.add_argument("--storage-option", metavar="KEY=VALUE", action="append", type=parse_storage_option,
                         help="fsspec storage option, repeatable (e.g. client_kwargs.endpoint_url=http://...); "
-                             "credentials are better left to the environment (AWS_* variables)")
+                             "credentials are better left to the environment (AWS_* variables); "
+                             "retry_budget_ms=N bounds how long a failing storage call retries (default "
+                             f"{DEFAULT_RETRY_BUDGET_MS})")
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
