@@ -309,7 +309,8 @@ class Store:
         """Publish the next manifest version, rebuilding the change on the newest version until it wins.
 
         ``build(latest)`` returns the new log state (or raises CommitConflictError when its change no
-        longer applies); this method is the only code that publishes manifests.
+        longer applies); this method is the only code that publishes manifests. Who holds a version is
+        decided by :meth:`_publish`, which reads it back whenever the create's outcome is not a plain success.
         """
         rng = rng or random.Random()
         lost: int | None = None
@@ -328,22 +329,54 @@ class Store:
             except ValueError as err:
                 raise CommitConflictError(f"partition {tp}: the change does not apply to version "
                                           f"{version - 1}: {err}") from err
-            rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(version)}"
-            try:
-                created = self.storage.create_exclusive(rel, manifest.to_json())
-            except OSError:
-                # An unknown outcome (a timeout after the PUT may have landed): the commit id tells.
-                winner = self.latest(tp)
-                if winner is not None and winner.writer.commit_id == commit_id:
-                    return winner
-                raise
-            if created:
-                return manifest
+            holder = self._publish(tp, manifest, rng)
+            if holder.writer.commit_id == commit_id:
+                return holder
             lost = version
             # Lost the race for this version: back off (exponential, jittered), then rebase on the newer one.
             time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
         raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
                                   "concurrent writers")
+
+    def _publish(self, tp: TopicPartition, manifest: Manifest, rng: random.Random) -> Manifest:
+        """Create ``manifest``'s version exclusively; return the manifest that holds it, ours or another's.
+
+        A refused create is not proof of a lost race, nor a failed one proof of nothing written: a PUT
+        can land and lose its answer, and then botocore's retry of it is refused (412). So, as Delta
+        resolves an unknown outcome, the version is read back and its ``commit_id`` decides. Absent or
+        unreadable after a failure: the same bytes are sent again (one commit id, so whichever copy lands
+        is ours), until the storage's retry budget runs out; then the outcome is reported unknown.
+        """
+        rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(manifest.version)}"
+        data = manifest.to_json()
+        deadline: float | None = None
+        failure: Exception | None = None
+        pauses = 0
+        while True:
+            try:
+                if self.storage.create_exclusive(rel, data):
+                    return manifest
+            except (OSError, StoreError) as err:
+                failure = err
+            try:
+                return self.manifest(tp, manifest.version)
+            except MissingObjectError:
+                pass  # never landed (or not yet): send it again
+            except CorruptManifestError:
+                raise
+            except (OSError, StoreError) as err:
+                failure = err
+            now = time.monotonic()
+            deadline = deadline or now + self.storage.retry_budget_ms / 1000
+            if now >= deadline:
+                raise StoreError(
+                    f"the outcome of the commit of {self.storage.describe(rel)} is unknown: the store did not "
+                    f"confirm it within the retry budget of {self.storage.retry_budget_ms / 1000:g} s "
+                    f"({failure or 'refused, yet absent when read back'}); readers see version "
+                    f"{manifest.version - 1} or {manifest.version}"
+                ) from failure
+            time.sleep(min(deadline - now, rng.uniform(0, min(2.0, 0.05 * 2 ** pauses))))
+            pauses += 1
 
     def _newest_from(self, tp: TopicPartition, version: int) -> Manifest:
         """The newest manifest when ``version`` is known to exist: read it, then probe the next ones."""
