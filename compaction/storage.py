@@ -93,6 +93,36 @@ def _explain(err: Exception, budget_ms: int) -> str:
     return f"{name}: {err}"
 
 
+def _fsync(path: str) -> None:
+    """Flush a file or a folder (its entries) to the device."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: str, data: bytes) -> None:
+    with open(path, "wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _make_folders_durably(folder: str) -> None:
+    """Create ``folder`` and its missing parents, fsyncing the parent of each new one (its entry is there)."""
+    missing = []
+    probe = folder
+    while not os.path.isdir(probe):
+        missing.append(probe)
+        probe = os.path.dirname(probe)
+    if not missing:
+        return
+    os.makedirs(folder, exist_ok=True)
+    for created in reversed(missing):
+        _fsync(os.path.dirname(created))
+
+
 def _is_precondition_failure(err: OSError) -> bool:
     """S3 answers an If-None-Match PUT on an existing key with 412 (s3fs may map it to EINVAL)."""
     text = str(err).lower()
@@ -169,28 +199,39 @@ class Storage:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write a new object; callers only write fresh unique names, so overwriting never happens."""
+        """Write a new object; callers only write fresh unique names, so overwriting never happens.
+
+        On local disk the object and its folder are flushed to the device (``fsync``) before this returns,
+        so a manifest published afterwards never names an object a power cut could take back.
+        """
         if self.is_local:
-            self._call("mkdir", rel, lambda: self.fs.makedirs(os.path.dirname(self.path(rel)), exist_ok=True))
+            path = self.path(rel)
+            self._call("mkdir", rel, lambda: _make_folders_durably(os.path.dirname(path)))
+            self._call("write", rel, lambda: _write_durably(path, data))
+            self._call("sync", rel, lambda: _fsync(os.path.dirname(path)))
+            return
         self._call("write", rel, lambda: self.fs.pipe_file(self.path(rel), data))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Publish ``data`` at ``rel`` only if nothing is there yet; return False if it already exists.
 
-        Local disk: write a temporary file, then hard-link it into place (``link`` never clobbers).
+        Local disk: write and fsync a temporary file, hard-link it into place (``link`` never clobbers),
+        then fsync the folder, so the published name survives a power cut once this returns.
         Object stores: a conditional PUT (``If-None-Match: *``) through ``pipe_file(mode="create")``.
         Readers see either nothing or the whole object.
         """
         if self.is_local:
-            folder = os.path.dirname(rel)
-            temp = f"{folder}/{TEMP_PREFIX}{uuid.uuid4().hex}"
-            self.write_bytes(temp, data)
+            folder = os.path.dirname(self.path(rel))
+            temp = f"{os.path.dirname(rel)}/{TEMP_PREFIX}{uuid.uuid4().hex}"
+            self._call("mkdir", rel, lambda: _make_folders_durably(folder))
+            self._call("write", temp, lambda: _write_durably(self.path(temp), data))
             try:
                 self._call("link", rel, lambda: os.link(self.path(temp), self.path(rel)))
             except FileExistsError:
                 return False
             finally:
                 self._call("delete", temp, lambda: self.fs.rm_file(self.path(temp)))
+            self._call("sync", rel, lambda: _fsync(folder))
             return True
         try:
             self._call("create", rel, lambda: self.fs.pipe_file(self.path(rel), data, mode="create"))
