@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from compaction import job
+from compaction import job, logs
 from compaction.cleaner import PLANS, plan_store
 from compaction.config import Settings, parse_overrides
 from compaction.errors import (
@@ -325,7 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
                f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
                "or input (nothing changed)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log debug details; -vv also the storage clients' requests (credentials are masked "
+                             "at every level)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("plan", help="dry run: per partition the decision, reason, bytes, ratio and range",
@@ -450,30 +453,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace,
+                secrets: Iterable[str] = ()) -> int:
+    def error(text: str) -> None:
+        print(f"error: {logs.redact(text, secrets)}", file=sys.stderr)
+
     try:
         return func(args)
     except (ConfigError, InvalidRecordsError, OffsetOverlapError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        error(str(err))
         return EXIT_INVALID
     except StoreNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
+        error(str(err))
         return EXIT_FAILED
     except CompactionError as err:
-        print(f"error: {err}", file=sys.stderr)
+        error(str(err))
         return EXIT_FAILED
     except OSError as err:  # an object store's I/O error that the store layer passes on
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        error(f"{type(err).__name__}: {err}")
         return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    return run_command(args.func, args)
+    secrets = logs.secrets_in(os.environ, storage_options(args))
+    logs.install(args.verbose, secrets)
+    return run_command(args.func, args, secrets)
 
 
 if __name__ == "__main__":
