@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import fsspec
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from compaction.errors import MissingObjectError, StoreError
 
@@ -143,6 +144,9 @@ class Storage:
         self.storage_options = dict(storage_options or {})
         self.retry_budget_ms = int(self.storage_options.get(RETRY_BUDGET_OPTION, DEFAULT_RETRY_BUDGET_MS))
         self.is_local = isinstance(fs, LocalFileSystem)
+        # A call on local disk or in memory fails whole: a failed create wrote nothing. Over a network, an
+        # error can come after the write took effect.
+        self.outcomes_are_certain = isinstance(fs, (LocalFileSystem, MemoryFileSystem))
 
     @classmethod
     def from_url(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> Storage:

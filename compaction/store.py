@@ -345,7 +345,8 @@ class Store:
         can land and lose its answer, and then botocore's retry of it is refused (412). So, as Delta
         resolves an unknown outcome, the version is read back and its ``commit_id`` decides. Absent or
         unreadable after a failure: the same bytes are sent again (one commit id, so whichever copy lands
-        is ours), until the storage's retry budget runs out; then the outcome is reported unknown.
+        is ours), until the storage's retry budget runs out; then the outcome is reported unknown. (On local
+        disk and in memory a failed create wrote nothing, so its error is raised at once.)
         """
         rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(manifest.version)}"
         data = manifest.to_json()
@@ -361,7 +362,9 @@ class Store:
             try:
                 return self.manifest(tp, manifest.version)
             except MissingObjectError:
-                pass  # never landed (or not yet): send it again
+                if failure is not None and self.storage.outcomes_are_certain:
+                    raise failure from None  # nothing was written: a plain failure
+                # Never landed, or not yet: send it again.
             except CorruptManifestError:
                 raise
             except (OSError, StoreError) as err:

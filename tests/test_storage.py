@@ -1,14 +1,17 @@
 """Local stores flush before they publish: a new object and its folder before the manifest that names it,
-the manifest and its folder before the commit returns (a power cut cannot be simulated, the order can)."""
+the manifest and its folder before the commit returns (a power cut cannot be simulated, the order can).
+A local create that fails wrote nothing, so its failure is final."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from compaction.errors import StoreError
 from compaction.store import Store, TopicPartition
 from tests.builders import keyed
 
@@ -63,3 +66,19 @@ def test_folders_a_first_append_creates_are_flushed_into_their_parents_before_th
     flushed = {path for kind, path in disk_events[:published] if kind == "fsync"}
     assert {str(tmp_path), str(root), str(root / "orders"), str(root / "orders" / "0")} <= flushed
     assert disk_events[-1] == ("fsync", str(root / "orders" / "0" / "_manifests"))
+
+
+def test_a_local_commit_that_fails_is_reported_at_once_since_it_wrote_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TP, keyed("a=1"), now_ms=1)
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied", dst)
+
+    monkeypatch.setattr(os, "link", refuse)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="was denied"):
+        store.append(TP, keyed("b=2"), now_ms=2)
+    assert time.monotonic() - started < 1, "no retrying within the retry budget: the outcome is certain"
+    assert store.versions(TP) == [1]
