@@ -313,7 +313,7 @@ class Store:
         decided by :meth:`_publish`, which reads it back whenever the create's outcome is not a plain success.
         """
         rng = rng or random.Random()
-        lost: int | None = None
+        lost: Manifest | None = None  # the version that another writer won, as read back
         for attempt in range(max_attempts):
             latest = self.latest(tp) if lost is None else self._newest_from(tp, lost)
             state = {"clean_keys_unique": latest.clean_keys_unique if latest else False, **build(latest)}
@@ -332,7 +332,7 @@ class Store:
             holder = self._publish(tp, manifest, rng)
             if holder.writer.commit_id == commit_id:
                 return holder
-            lost = version
+            lost = holder
             # Lost the race for this version: back off (exponential, jittered), then rebase on the newer one.
             time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
         raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
@@ -381,9 +381,8 @@ class Store:
             time.sleep(min(deadline - now, rng.uniform(0, min(2.0, 0.05 * 2 ** pauses))))
             pauses += 1
 
-    def _newest_from(self, tp: TopicPartition, version: int) -> Manifest:
-        """The newest manifest when ``version`` is known to exist: read it, then probe the next ones."""
-        newest = self.manifest(tp, version)
+    def _newest_from(self, tp: TopicPartition, newest: Manifest) -> Manifest:
+        """The newest manifest, from one known to exist: probe the versions after it."""
         while True:
             try:
                 newest = self.manifest(tp, newest.version + 1)
