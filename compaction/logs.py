@@ -11,6 +11,9 @@ from types import TracebackType
 from typing import Any
 
 MASK = "****"
+#: Shorter values are not masked by value (masking "x" everywhere would garble every message); real
+#: credentials are far longer, and AWS-shaped ones are masked by their shape whatever their length.
+MIN_SECRET_LENGTH = 4
 
 #: Environment variables whose values are credentials (the ones botocore, gcsfs and adlfs read).
 SECRET_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
@@ -34,17 +37,17 @@ STORAGE_CLIENT_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec", "urllib3"
 
 def secrets_in(environ: Mapping[str, str], storage_options: Mapping[str, Any] | None = None) -> set[str]:
     """The credential values known up front: from the environment and from secret-looking storage options."""
-    found = {environ[name] for name in SECRET_VARIABLES if environ.get(name)}
+    found = {environ[name] for name in SECRET_VARIABLES if name in environ}
 
     def walk(options: Mapping[str, Any]) -> None:
         for key, value in options.items():
             if isinstance(value, Mapping):
                 walk(value)
-            elif isinstance(value, str) and value and SECRET_OPTION.search(str(key)):
+            elif isinstance(value, str) and SECRET_OPTION.search(str(key)):
                 found.add(value)
 
     walk(storage_options or {})
-    return found
+    return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
