@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from compaction import job
+from compaction import job, logs
 from compaction.cleaner import plan_store
 from compaction.config import Settings, parse_overrides
 from compaction.errors import (
@@ -36,6 +37,7 @@ from compaction.planner import CompactionPlan, Decision, format_duration
 from compaction.rules import Plan
 from compaction.session import spark_session
 from compaction.status import format_table, human_bytes, partition_status
+from compaction.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store import Store, TopicPartition, Writer, read_manifests
 from compaction.verify import verify
 
@@ -98,7 +100,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def open_store(args: argparse.Namespace, settings: Settings | None = None) -> Store:
-    options = dict(settings.store.options) if settings else {}
+    options = settings.store.storage_options() if settings else {}
     options.update(storage_options(args))
     return Store.open(args.store, options)
 
@@ -297,7 +299,9 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", metavar="STORE", help="store URL: a path, file://, s3://bucket/prefix, memory://...")
     parser.add_argument("--storage-option", metavar="KEY=VALUE", action="append", type=parse_storage_option,
                         help="fsspec storage option, repeatable (e.g. client_kwargs.endpoint_url=http://...); "
-                             "credentials are better left to the environment (AWS_* variables)")
+                             "credentials are better left to the environment (AWS_* variables); "
+                             "retry_budget_ms=N bounds how long a failing storage call retries (default "
+                             f"{DEFAULT_RETRY_BUDGET_MS})")
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
@@ -323,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
                f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
                "or input (nothing changed)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log debug details; -vv also the storage clients' requests (credentials are masked "
+                             "at every level)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("plan", help="dry run: per partition the decision, reason, bytes, ratio and range",
@@ -448,30 +454,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace,
+                secrets: Iterable[str] = ()) -> int:
+    def error(text: str) -> None:
+        print(f"error: {logs.redact(text, secrets)}", file=sys.stderr)
+
     try:
         return func(args)
     except (ConfigError, InvalidRecordsError, OffsetOverlapError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        error(str(err))
         return EXIT_INVALID
     except StoreNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
+        error(str(err))
         return EXIT_FAILED
     except CompactionError as err:
-        print(f"error: {err}", file=sys.stderr)
+        error(str(err))
         return EXIT_FAILED
     except OSError as err:  # an object store's I/O error that the store layer passes on
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        error(f"{type(err).__name__}: {err}")
         return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    return run_command(args.func, args)
+    secrets = logs.secrets_in(os.environ, storage_options(args))
+    logs.install(args.verbose, secrets)
+    return run_command(args.func, args, secrets)
 
 
 if __name__ == "__main__":

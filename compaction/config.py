@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from compaction.errors import ConfigError
 from compaction.rules import LONG_MAX, Plan, Strategy
+from compaction.storage import DEFAULT_RETRY_BUDGET_MS, RETRY_BUDGET_OPTION
 
 POLICIES = ("compact", "delete")
 ENV_PREFIX = "COMPACTION_SET_"
@@ -148,11 +149,17 @@ class CleanerSettings(BaseModel):
 
 
 class StoreSettings(BaseModel):
-    """How to reach the store: fsspec storage options (endpoint, region...; credentials belong in the env)."""
+    """How to reach the store, in the ``[store]`` table: fsspec storage options (endpoint, region...;
+    credentials belong in the environment) and how long a failing storage call may retry."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     options: dict[str, Any] = Field(default_factory=dict)
+    retry_budget_ms: int = Field(DEFAULT_RETRY_BUDGET_MS, alias="retry.budget.ms", ge=1000)
+
+    def storage_options(self) -> dict[str, Any]:
+        """What :meth:`compaction.storage.Storage.from_url` takes: the options and the retry budget."""
+        return {RETRY_BUDGET_OPTION: self.retry_budget_ms, **self.options}
 
 
 class _KafkaEnvironment(PydanticBaseSettingsSource):
@@ -212,7 +219,7 @@ class Settings(BaseSettings):
     retention_bytes: Any = Field(-1, alias="log.retention.bytes")
     topics: dict[str, dict[str, Any]] = Field(default_factory=dict)
     cleaner: CleanerSettings = Field(default_factory=CleanerSettings)  # type: ignore[arg-type]
-    store: StoreSettings = Field(default_factory=StoreSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)  # type: ignore[arg-type]
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

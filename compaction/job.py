@@ -43,7 +43,7 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
 
     The store is planned before Spark starts, so a bad configuration or an unreachable store fails fast.
     """
-    options_ = dict(settings.store.options)
+    options_ = settings.store.storage_options()
     options_.update(storage_options or {})
     store = Store.open(options.store, options_)
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark

@@ -10,15 +10,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import fsspec
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from compaction.errors import MissingObjectError, StoreError
 
 T = TypeVar("T")
 TEMP_PREFIX = ".tmp-"
+#: A storage option of ours (never passed to fsspec): how long a failing call may take, retries included.
+RETRY_BUDGET_OPTION = "retry_budget_ms"
+DEFAULT_RETRY_BUDGET_MS = 60_000
+_S3_PROTOCOLS = ("s3", "s3a")
 
 
 @dataclass(frozen=True)
@@ -47,14 +53,75 @@ def _mtime_ms(entry: Mapping[str, Any]) -> int | None:
 _CLIENT_LIBRARIES = {"botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google", "azure", "gcsfs", "adlfs"}
 
 
-def _explain(err: Exception) -> str:
+def s3_client_config(budget_ms: int) -> dict[str, Any]:
+    """botocore settings (s3fs ``config_kwargs``) under which a failing S3 call gives up within ``budget_ms``.
+
+    botocore's standard retry mode is the one retry layer: exponential backoff with full jitter (a random
+    pause of up to 1 s, then up to 2 s) on throttling, 5xx and connection errors. A call's worst case is
+    attempts x (connect + read timeout) + the pauses; the budget is split so that this adds up to it, with
+    three attempts when each can still get 2 s, fewer for smaller budgets.
+    """
+    budget_s = budget_ms / 1000
+    for attempts in (3, 2, 1):
+        pauses_s = 2 ** (attempts - 1) - 1  # the worst case of botocore's jittered pauses: 1 s, then 2 s
+        attempt_s = (budget_s - pauses_s) / attempts
+        if attempt_s >= 2:
+            break
+    connect_s = min(5.0, attempt_s / 3)
+    return {"connect_timeout": connect_s, "read_timeout": attempt_s - connect_s,
+            "retries": {"mode": "standard", "total_max_attempts": attempts}}
+
+
+def _endpoint(err: Exception) -> str:
+    """The endpoint (scheme and host) a botocore connection error names, or "" when it names none."""
+    url = (getattr(err, "kwargs", None) or {}).get("endpoint_url")
+    if not isinstance(url, str):
+        return ""
+    parts = urlsplit(url)
+    return f" {parts.scheme}://{parts.netloc}" if parts.netloc else f" {url}"
+
+
+def _explain(err: Exception, budget_ms: int) -> str:
     name = type(err).__name__
     if name == "NoCredentialsError":
         return ("no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or an instance "
                 "role in the environment")
+    gave_up = f"gave up within the retry budget of {budget_ms / 1000:g} s"
     if name in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
-        return f"the endpoint cannot be reached ({err})"
+        return f"the endpoint{_endpoint(err)} cannot be reached ({err}); {gave_up}"
+    if name in ("ReadTimeoutError", "ConnectionClosedError"):
+        return f"the endpoint{_endpoint(err)} did not answer ({err}); {gave_up}"
     return f"{name}: {err}"
+
+
+def _fsync(path: str) -> None:
+    """Flush a file or a folder (its entries) to the device."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: str, data: bytes) -> None:
+    with open(path, "wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _make_folders_durably(folder: str) -> None:
+    """Create ``folder`` and its missing parents, fsyncing the parent of each new one (its entry is there)."""
+    missing = []
+    probe = folder
+    while not os.path.isdir(probe):
+        missing.append(probe)
+        probe = os.path.dirname(probe)
+    if not missing:
+        return
+    os.makedirs(folder, exist_ok=True)
+    for created in reversed(missing):
+        _fsync(os.path.dirname(created))
 
 
 def _is_precondition_failure(err: OSError) -> bool:
@@ -75,15 +142,34 @@ class Storage:
         self.root = root.rstrip("/")
         self.url = url
         self.storage_options = dict(storage_options or {})
+        self.retry_budget_ms = int(self.storage_options.get(RETRY_BUDGET_OPTION, DEFAULT_RETRY_BUDGET_MS))
         self.is_local = isinstance(fs, LocalFileSystem)
+        # A call on local disk or in memory fails whole: a failed create wrote nothing. Over a network, an
+        # error can come after the write took effect.
+        self.outcomes_are_certain = isinstance(fs, (LocalFileSystem, MemoryFileSystem))
 
     @classmethod
     def from_url(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> Storage:
-        """Resolve a URL (``file://``, a plain path, ``s3://``, ``memory://``...) to a filesystem and root."""
+        """Resolve a URL (``file://``, a plain path, ``s3://``, ``memory://``...) to a filesystem and root.
+
+        ``storage_options`` go to fsspec, except ``retry_budget_ms``: on S3 it sets botocore's attempts and
+        timeouts (:func:`s3_client_config`; explicit ``config_kwargs`` win) and switches off s3fs's own retry
+        loop, which would multiply botocore's attempts and pause without jitter.
+        """
+        options = dict(storage_options or {})
+        budget = options.pop(RETRY_BUDGET_OPTION, DEFAULT_RETRY_BUDGET_MS)
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
+            raise StoreError(f"cannot open store {url!r}: storage option {RETRY_BUDGET_OPTION} must be a positive "
+                             f"number of milliseconds, not {budget!r}")
+        s3 = fsspec.core.split_protocol(url)[0] in _S3_PROTOCOLS
+        if s3:
+            options["config_kwargs"] = {**s3_client_config(int(budget)), **options.get("config_kwargs", {})}
         try:
-            fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+            fs, root = fsspec.core.url_to_fs(url, **options)
         except (ImportError, ValueError) as err:
             raise StoreError(f"cannot open store {url!r}: {err}") from err
+        if s3:
+            fs.retries = 1  # s3fs's class attribute: the tries of its own loop around every botocore call
         return cls(fs, root, url, storage_options)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -104,11 +190,10 @@ class Storage:
             raise
         except PermissionError as err:
             raise StoreError(f"access to {self.describe(rel)} was denied: {err}") from err
-        except OSError:
-            raise
         except Exception as err:
+            # Also botocore's timeouts, which are OSErrors too (through requests' exception classes).
             if type(err).__module__.split(".")[0] in _CLIENT_LIBRARIES:
-                raise StoreError(f"cannot {op} {self.describe(rel)}: {_explain(err)}") from err
+                raise StoreError(f"cannot {op} {self.describe(rel)}: {_explain(err, self.retry_budget_ms)}") from err
             raise
 
     def read_bytes(self, rel: str) -> bytes:
@@ -118,28 +203,39 @@ class Storage:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write a new object; callers only write fresh unique names, so overwriting never happens."""
+        """Write a new object; callers only write fresh unique names, so overwriting never happens.
+
+        On local disk the object and its folder are flushed to the device (``fsync``) before this returns,
+        so a manifest published afterwards never names an object a power cut could take back.
+        """
         if self.is_local:
-            self._call("mkdir", rel, lambda: self.fs.makedirs(os.path.dirname(self.path(rel)), exist_ok=True))
+            path = self.path(rel)
+            self._call("mkdir", rel, lambda: _make_folders_durably(os.path.dirname(path)))
+            self._call("write", rel, lambda: _write_durably(path, data))
+            self._call("sync", rel, lambda: _fsync(os.path.dirname(path)))
+            return
         self._call("write", rel, lambda: self.fs.pipe_file(self.path(rel), data))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Publish ``data`` at ``rel`` only if nothing is there yet; return False if it already exists.
 
-        Local disk: write a temporary file, then hard-link it into place (``link`` never clobbers).
+        Local disk: write and fsync a temporary file, hard-link it into place (``link`` never clobbers),
+        then fsync the folder, so the published name survives a power cut once this returns.
         Object stores: a conditional PUT (``If-None-Match: *``) through ``pipe_file(mode="create")``.
         Readers see either nothing or the whole object.
         """
         if self.is_local:
-            folder = os.path.dirname(rel)
-            temp = f"{folder}/{TEMP_PREFIX}{uuid.uuid4().hex}"
-            self.write_bytes(temp, data)
+            folder = os.path.dirname(self.path(rel))
+            temp = f"{os.path.dirname(rel)}/{TEMP_PREFIX}{uuid.uuid4().hex}"
+            self._call("mkdir", rel, lambda: _make_folders_durably(folder))
+            self._call("write", temp, lambda: _write_durably(self.path(temp), data))
             try:
                 self._call("link", rel, lambda: os.link(self.path(temp), self.path(rel)))
             except FileExistsError:
                 return False
             finally:
                 self._call("delete", temp, lambda: self.fs.rm_file(self.path(temp)))
+            self._call("sync", rel, lambda: _fsync(folder))
             return True
         try:
             self._call("create", rel, lambda: self.fs.pipe_file(self.path(rel), data, mode="create"))

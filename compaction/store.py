@@ -317,10 +317,11 @@ class Store:
         """Publish the next manifest version, rebuilding the change on the newest version until it wins.
 
         ``build(latest)`` returns the new log state (or raises CommitConflictError when its change no
-        longer applies); this method is the only code that publishes manifests.
+        longer applies); this method is the only code that publishes manifests. Who holds a version is
+        decided by :meth:`_publish`, which reads it back whenever the create's outcome is not a plain success.
         """
         rng = rng or random.Random()
-        lost: int | None = None
+        lost: Manifest | None = None  # the version that another writer won, as read back
         for attempt in range(max_attempts):
             latest = self.latest(tp) if lost is None else self._newest_from(tp, lost)
             # The cleaner's partition-level state carries over unless the change sets it.
@@ -339,26 +340,60 @@ class Store:
             except ValueError as err:
                 raise CommitConflictError(f"partition {tp}: the change does not apply to version "
                                           f"{version - 1}: {err}") from err
-            rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(version)}"
-            try:
-                created = self.storage.create_exclusive(rel, manifest.to_json())
-            except OSError:
-                # An unknown outcome (a timeout after the PUT may have landed): the commit id tells.
-                winner = self.latest(tp)
-                if winner is not None and winner.writer.commit_id == commit_id:
-                    return winner
-                raise
-            if created:
-                return manifest
-            lost = version
+            holder = self._publish(tp, manifest, rng)
+            if holder.writer.commit_id == commit_id:
+                return holder
+            lost = holder
             # Lost the race for this version: back off (exponential, jittered), then rebase on the newer one.
             time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
         raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
                                   "concurrent writers")
 
-    def _newest_from(self, tp: TopicPartition, version: int) -> Manifest:
-        """The newest manifest when ``version`` is known to exist: read it, then probe the next ones."""
-        newest = self.manifest(tp, version)
+    def _publish(self, tp: TopicPartition, manifest: Manifest, rng: random.Random) -> Manifest:
+        """Create ``manifest``'s version exclusively; return the manifest that holds it, ours or another's.
+
+        A refused create is not proof of a lost race, nor a failed one proof of nothing written: a PUT
+        can land and lose its answer, and then botocore's retry of it is refused (412). So, as Delta
+        resolves an unknown outcome, the version is read back and its ``commit_id`` decides. Absent or
+        unreadable after a failure: the same bytes are sent again (one commit id, so whichever copy lands
+        is ours), until the storage's retry budget runs out; then the outcome is reported unknown. (On local
+        disk and in memory a failed create wrote nothing, so its error is raised at once.)
+        """
+        rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(manifest.version)}"
+        data = manifest.to_json()
+        deadline: float | None = None
+        failure: Exception | None = None
+        pauses = 0
+        while True:
+            try:
+                if self.storage.create_exclusive(rel, data):
+                    return manifest
+            except (OSError, StoreError) as err:
+                failure = err
+            try:
+                return self.manifest(tp, manifest.version)
+            except MissingObjectError:
+                if failure is not None and self.storage.outcomes_are_certain:
+                    raise failure from None  # nothing was written: a plain failure
+                # Never landed, or not yet: send it again.
+            except CorruptManifestError:
+                raise
+            except (OSError, StoreError) as err:
+                failure = err
+            now = time.monotonic()
+            deadline = deadline or now + self.storage.retry_budget_ms / 1000
+            if now >= deadline:
+                raise StoreError(
+                    f"the outcome of the commit of {self.storage.describe(rel)} is unknown: the store did not "
+                    f"confirm it within the retry budget of {self.storage.retry_budget_ms / 1000:g} s "
+                    f"({failure or 'refused, yet absent when read back'}); readers see version "
+                    f"{manifest.version - 1} or {manifest.version}"
+                ) from failure
+            time.sleep(min(deadline - now, rng.uniform(0, min(2.0, 0.05 * 2 ** pauses))))
+            pauses += 1
+
+    def _newest_from(self, tp: TopicPartition, newest: Manifest) -> Manifest:
+        """The newest manifest, from one known to exist: probe the versions after it."""
         while True:
             try:
                 newest = self.manifest(tp, newest.version + 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -57,8 +58,21 @@ def test_unreachable_s3_endpoint_fails_fast_with_a_clear_message() -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
     code, out, seconds = compaction("run", "s3://nightly-store", "--now", NOW, "--storage-option",
                                     f"client_kwargs.endpoint_url={endpoint}")
-    assert code == 1 and "cannot list s3://nightly-store: the endpoint cannot be reached" in out
+    assert code == 1 and f"cannot list s3://nightly-store: the endpoint {endpoint} cannot be reached" in out
     assert seconds < 60
+
+
+@pytest.mark.s3
+def test_a_silent_s3_endpoint_fails_within_the_configured_retry_budget() -> None:
+    with socket.socket() as silent:  # accepts connections (in the kernel), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        code, out, seconds = compaction("run", "s3://nightly-store", "--now", NOW, "--set",
+                                        "store.retry.budget.ms=2000", "--storage-option",
+                                        f"client_kwargs.endpoint_url={endpoint}")
+    assert code == 1 and f"cannot list s3://nightly-store: the endpoint {endpoint} did not answer" in out
+    assert "gave up within the retry budget of 2 s" in out and seconds < 2 + 5  # + the start-up
 
 
 @pytest.mark.s3

@@ -1,0 +1,83 @@
+"""Nothing the command line prints carries a credential, at any verbosity (SPEC §5)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compaction.logs import MASK, redact, secrets_in
+from tests.s3server import new_bucket
+
+ROOT = Path(__file__).resolve().parent.parent
+# Distinctive values, so that any trace of them in the output is found.
+KEY_ID = "AKIAQWERTYSECRET7788"
+SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzSECRET"
+TOKEN = "IQoJb3JpZ2luX2VjEXAMPLESESSIONTOKENzz9+/w=="
+
+
+def _clean_environment(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=str(tmp_path / "no-config"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-file"))
+    return env
+
+
+def _credentials(source: str, tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    """The environment and extra flags that hand the CLI the credentials from ``source``."""
+    env = _clean_environment(tmp_path)
+    if source == "environment":
+        env.update(AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_SESSION_TOKEN=TOKEN)
+        return env, []
+    if source == "profile":  # values the CLI cannot know up front: masked by their shape
+        profile = tmp_path / "credentials"
+        profile.write_text(f"[default]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = {SECRET}\n"
+                           f"aws_session_token = {TOKEN}\n")
+        env["AWS_SHARED_CREDENTIALS_FILE"] = str(profile)
+        return env, []
+    return env, ["--storage-option", f"key={KEY_ID}", "--storage-option", f"secret={SECRET}",
+                 "--storage-option", f"token={TOKEN}"]
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("source", ["environment", "profile", "options"])
+def test_verbose_commands_print_no_credential(s3_endpoint: str, tmp_path: Path, source: str) -> None:
+    url = new_bucket(s3_endpoint)
+    env, flags = _credentials(source, tmp_path)
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"key": "a", "value": "1"}\n')
+    where = ["--storage-option", f"client_kwargs.endpoint_url={s3_endpoint}", *flags]
+
+    def cli(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "compaction.cli", *args, *where], env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    printed = []
+    for batch in ([("-v", "append", url, "orders", "0", str(records))],  # then the rest side by side
+                  [("-vv", "status", url), ("-vv", "read", url, "orders", "0"), ("-vv", "read", url, "orders", "9")]):
+        for process in [cli(*args) for args in batch]:
+            output, _ = process.communicate(timeout=120)
+            assert process.returncode == (1 if process.args[-len(where) - 1] == "9" else 0), output[-3000:]
+            printed.append(output)
+    output = "\n".join(printed)
+
+    assert "x-amz-security-token:" in output.lower(), "the storage client's request dumps were printed (-vv)"
+    assert "error: partition" in output, "and an error"
+    for secret in (KEY_ID, SECRET, TOKEN, TOKEN[:20], SECRET[:20]):
+        assert secret not in output
+
+
+def test_known_secrets_and_recognisable_credentials_are_masked() -> None:
+    secrets = secrets_in({"AWS_SECRET_ACCESS_KEY": SECRET, "HOME": "/home/me"},
+                         {"client_kwargs": {"endpoint_url": "http://x", "aws_session_token": TOKEN}})
+    assert secrets == {SECRET, TOKEN}
+    text = (f"secret {SECRET} token {TOKEN}; Authorization: AWS4-HMAC-SHA256 Credential=ASIAXYZXYZXYZXYZXYZ1/"
+            f"20260101/us-east-1/s3/aws4_request, Signature=0a1b2c; headers={{'X-Amz-Security-Token': b'abc/+='}}\n"
+            "x-amz-security-token:abc/+=\n")
+    assert redact(text, secrets) == (
+        f"secret {MASK} token {MASK}; Authorization: AWS4-HMAC-SHA256 Credential={MASK}/20260101/us-east-1/s3/"
+        f"aws4_request, Signature={MASK}; headers={{'X-Amz-Security-Token': b'{MASK}'}}\n"
+        f"x-amz-security-token:{MASK}\n")
