@@ -28,7 +28,7 @@ def _greatest(keys: pa.Array, rows: np.ndarray, fields: list[np.ndarray]) -> np.
             continue
         table = pa.table({"key": keys.take(pa.array(rows)), "value": current, "row": rows})
         best = table.group_by("key", use_threads=False).aggregate([("value", "max")])
-        kept = table.join(best, "key").filter(pc.equal(pc.field("value"), pc.field("value_max")))
+        kept = table.join(best, "key", use_threads=False).filter(pc.equal(pc.field("value"), pc.field("value_max")))
         rows = np.sort(kept.column("row").to_numpy())
     if not len(rows):
         return rows

@@ -240,7 +240,7 @@ def guarded_by_tail(facts: pa.Table, candidates: np.ndarray, tail: pa.Table) -> 
     mine = pa.table({"key": facts.column("key").take(pa.array(rows)), "row": pa.array(rows),
                      "valid": facts.column("version_valid").take(pa.array(rows)),
                      "version": facts.column("version").take(pa.array(rows))})
-    joined = mine.join(lowest, "key", join_type="inner")
+    joined = mine.join(lowest, "key", join_type="inner", use_threads=False)
     valid = joined.column("valid").to_numpy().astype(bool)
     lower = valid & ((joined.column("version_valid_min").to_numpy() == 0)
                      | (joined.column("version_min").to_numpy() < joined.column("version").to_numpy()))

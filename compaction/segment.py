@@ -140,7 +140,9 @@ def decode_parquet(source: Any, where: str, columns: Sequence[str] | None = None
     try:
         file = pq.ParquetFile(source)
         check_schema(file.schema_arrow, where)
-        table = file.read(columns=list(columns) if columns is not None else None)
+        # One thread: Spark runs a task per core, and Arrow's pool threads can abort the interpreter at
+        # exit (apache/arrow#34314), turning a finished command into exit code -6.
+        table = file.read(columns=list(columns) if columns is not None else None, use_threads=False)
     except SegmentSchemaError:
         raise
     except (pa.ArrowException, OSError, ValueError) as err:

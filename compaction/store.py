@@ -256,7 +256,7 @@ class Store:
             raise CorruptSegmentError(f"deletion vector {where} is {size} bytes, the manifest records "
                                       f"{vector.size_bytes}")
         try:
-            table = pq.read_table(source)
+            table = pq.read_table(source, use_threads=False)
         except (pa.ArrowException, OSError) as err:
             raise CorruptSegmentError(f"deletion vector {where} is not a readable Parquet file: {err}") from err
         if table.schema != DELETES_SCHEMA:
