@@ -88,7 +88,9 @@ class Cleaner:
 
     def __init__(self, spark: SparkSession | None, store: Store, settings: Settings, *,
                  dedupe_plan: str | None = None, writer: Writer | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, wall_ms: int | None = None) -> None:
+        """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
+        plus ``delete.retention.ms``, so a backdated ``now`` cannot shorten a tombstone's life in real time."""
         try:
             self.dedupe_plan = rules.Plan(dedupe_plan or settings.cleaner.dedupe_plan)
         except ValueError as err:
@@ -99,6 +101,7 @@ class Cleaner:
         self.settings = settings
         self.writer = writer or Writer(id="compaction-run")
         self.progress = progress or log.info
+        self.wall_ms = wall_ms
 
     @property
     def session(self) -> SparkSession:
@@ -189,10 +192,11 @@ class Cleaner:
                     policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms)))
         return tasks
 
-    @staticmethod
-    def _horizon(p: PartitionPlan, now_ms: int) -> int:
+    def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
+        """The horizon this pass stamps: from ``now``, or from the wall clock if that is later (SPEC §3)."""
         assert p.config is not None
-        return rules.delete_horizon(now_ms, p.config.delete_retention_ms)
+        return rules.delete_horizon(max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms),
+                                    p.config.delete_retention_ms)
 
     def _job(self, p: PartitionPlan, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
              now_ms: int) -> ApplyJob:

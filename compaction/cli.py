@@ -158,7 +158,8 @@ def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], 
 def cmd_run(args: argparse.Namespace) -> int:
     settings = load_settings(args)
     now = args.now if args.now is not None else wall_clock_ms()
-    options = JobOptions(store=args.store, now_ms=now, topics=args.topics, dry_run=args.dry_run,
+    options = JobOptions(store=args.store, now_ms=now, wall_ms=wall_clock_ms(), topics=args.topics,
+                         dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
     code, outcome = run_job(options, settings, spark_factory(args, settings), storage_options(args))
     if isinstance(outcome, CompactionPlan):
@@ -274,8 +275,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     store = open_store(args)
-    now = args.now if args.now is not None else wall_clock_ms()
-    results, failures = collect_store(store, selected_partitions(store, args), now_ms=now, grace_ms=args.grace,
+    results, failures = collect_store(store, selected_partitions(store, args), wall_ms=wall_clock_ms(),
+                                      grace_ms=args.grace,
                                       keep_versions=args.keep_versions, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for result in results:
@@ -441,15 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gc", help="delete unreferenced objects after a grace period; prune old manifests",
                        description="Delete objects in each partition's own folders that no retained manifest "
                                    "references, once older than --grace; prune manifest versions beyond "
-                                   "--keep-versions that were superseded more than --grace ago.")
+                                   "--keep-versions that were superseded more than --grace ago. The grace period is "
+                                   "measured on the wall clock (objects' modification times), never on a run's --now.")
     _store_args(p)
     _selection_args(p)
     p.add_argument("--grace", type=parse_duration, default=DEFAULT_GRACE_MS, help="grace period (default: 1d)")
     p.add_argument("--keep-versions", type=int, default=DEFAULT_KEEP_VERSIONS,
                    help=f"manifest versions always kept (default: {DEFAULT_KEEP_VERSIONS})")
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
-    p.add_argument("--now", type=parse_time, default=None,
-                   help="current time, epoch ms or ISO-8601 (default: the clock)")
     p.set_defaults(func=cmd_gc)
     return parser
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compaction.errors import StoreError
-from compaction.manifest import MANIFEST_DIR, SEGMENT_DIR, manifest_name
+from compaction.manifest import MANIFEST_DIR, MANIFEST_NAME, SEGMENT_DIR, manifest_name
 from compaction.storage import TEMP_PREFIX
 from compaction.store import Store, TopicPartition
 from compaction.verify import is_store_object
@@ -33,18 +33,25 @@ class GcResult:
     unknown_objects: list[str] = field(default_factory=list)
 
 
-def collect_garbage(store: Store, tp: TopicPartition, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS,
+def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms: int = DEFAULT_GRACE_MS,
                     keep_versions: int = DEFAULT_KEEP_VERSIONS, dry_run: bool = False) -> GcResult:
-    """Collect one partition. Raises StoreError (and deletes nothing) if any retained manifest is unreadable."""
+    """Collect one partition. Raises StoreError (and deletes nothing) if any retained manifest is unreadable.
+
+    The grace period is measured on the wall clock only (``wall_ms``, read once by the caller): objects by
+    their modification time, a manifest version by when its successor was written (that object's
+    modification time), never by the ``now`` a run was given, which may be a backfill's.
+    """
     if keep_versions < 1:
         raise ValueError("keep_versions must be at least 1")
     result = GcResult(str(tp))
-    versions = store.versions(tp)
+    written = {int(m.group(1)): e.mtime_ms for e in store.storage.list_dir(f"{tp.prefix}/{MANIFEST_DIR}")
+               if (m := MANIFEST_NAME.match(e.name))}
+    versions = sorted(written)
     manifests = {v: store.manifest(tp, v) for v in versions}  # unreadable -> StoreError, nothing deleted
     prunable = []
     for version in versions[: max(0, len(versions) - keep_versions)]:
-        successor = manifests.get(version + 1)
-        if successor is None or successor.writer.time_ms + grace_ms > now_ms:
+        superseded = written.get(version + 1)
+        if superseded is None or superseded + grace_ms > wall_ms:
             break
         prunable.append(version)
     retained = [manifests[v] for v in versions if v not in set(prunable)]
@@ -65,7 +72,7 @@ def collect_garbage(store: Store, tp: TopicPartition, *, now_ms: int, grace_ms: 
             if not (is_ours(entry.name) or entry.name.startswith(TEMP_PREFIX)):
                 result.unknown_objects.append(rel)
                 continue
-            if entry.mtime_ms is None or entry.mtime_ms + grace_ms > now_ms:
+            if entry.mtime_ms is None or entry.mtime_ms + grace_ms > wall_ms:
                 result.waiting_objects += 1
                 continue
             if not dry_run:

@@ -28,6 +28,7 @@ class JobOptions:
 
     store: str
     now_ms: int
+    wall_ms: int  # the wall clock at the start, read once: safety bounds (gc's grace, tombstones' minimum life)
     topics: str | None = None
     dry_run: bool = False
     report_path: str | None = None
@@ -54,14 +55,15 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
         return EXIT_OK, the_plan
     # Spark starts only when some partition needs its records read (retention alone is metadata).
     spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
-    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=out)
+    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=out,
+                      wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     if options.report_path:
         report.write(options.report_path)
         out(f"report written to {options.report_path}")
     write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway)
     if options.gc:
-        results, failures = collect_store(store, store.topic_partitions(options.topics), now_ms=options.now_ms,
+        results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
                                           grace_ms=settings.cleaner.gc_grace_ms,
                                           keep_versions=settings.cleaner.gc_keep_versions)
         out(f"gc deleted {sum(len(r.deleted_objects) for r in results)} object(s); "

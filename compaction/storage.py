@@ -281,6 +281,16 @@ class Storage:
         except FileNotFoundError as err:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
+    def read_buffer(self, rel: str) -> pa.Buffer:
+        """A whole object's bytes: memory-mapped on local disk (no copy), fetched in one request elsewhere."""
+        if not self.is_local:
+            return pa.py_buffer(self.read_bytes(rel))
+        try:
+            with self._call("open", rel, lambda: pa.memory_map(self.path(rel), "r")) as mapped:
+                return mapped.read_buffer()
+        except FileNotFoundError as err:
+            raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
+
     def exists(self, rel: str) -> bool:
         return bool(self._call("exists", rel, lambda: self.fs.exists(self.path(rel))))
 

@@ -52,6 +52,7 @@ from compaction.segment import (
     SEGMENT_SCHEMA,
     check_records,
     checksum,
+    checksum_matches,
     conform,
     decode_parquet,
     encode_parquet,
@@ -248,15 +249,24 @@ class Store:
                               created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms,
                               live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp)
 
+    def _read_whole(self, rel: str, kind: str, size: int, recorded: str) -> pa.Buffer:
+        """An object's bytes, checked against the size and checksum its manifest recorded: bytes that
+        changed since the commit are never decoded, rewritten or given a fresh checksum."""
+        where = self.storage.describe(rel)
+        data = self.storage.read_buffer(rel)
+        if data.size != size:
+            raise CorruptSegmentError(f"{kind} {where} is {data.size} bytes, but the manifest records {size}")
+        if not checksum_matches(data, recorded):
+            raise CorruptSegmentError(f"{kind} {where} does not match the checksum the manifest records "
+                                      f"({recorded}): its bytes changed after it was committed")
+        return data
+
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
         rel = f"{tp.prefix}/{vector.path}"
         where = self.storage.describe(rel)
-        source, size = self.storage.open_input(rel)
-        if size != vector.size_bytes:
-            raise CorruptSegmentError(f"deletion vector {where} is {size} bytes, the manifest records "
-                                      f"{vector.size_bytes}")
+        data = self._read_whole(rel, "deletion vector", vector.size_bytes, vector.checksum)
         try:
-            table = pq.read_table(source, use_threads=False)
+            table = pq.read_table(pa.BufferReader(data), use_threads=False)
         except (pa.ArrowException, OSError) as err:
             raise CorruptSegmentError(f"deletion vector {where} is not a readable Parquet file: {err}") from err
         if table.schema != DELETES_SCHEMA:
@@ -266,21 +276,28 @@ class Store:
     def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
                      start: int | None = None) -> pa.Table:
         """A segment's live records (the asked columns): its deletion vector applied and, with ``start``
-        (the log start offset), the records below it left out. Checks the object's size and schema."""
+        (the log start offset), the records below it left out.
+
+        Reading every column reads the whole object and checks its size and checksum; reading some reads
+        only their pages, which check their own CRCs. Either way the schema is checked.
+        """
         rel = f"{tp.prefix}/{segment.path}"
         where = self.storage.describe(rel)
-        source, size = self.storage.open_input(rel)
         wanted = None if columns is None else list(dict.fromkeys(columns))
         trim = start is not None and segment.base_offset < start
         needs_offset = (segment.deletes is not None or trim) and wanted is not None and "offset" not in wanted
-        try:
-            if size != segment.size_bytes:
-                raise CorruptSegmentError(f"segment {where} is {size} bytes, but the manifest records "
-                                          f"{segment.size_bytes}")
-            table = decode_parquet(source, where, None if wanted is None else
-                                   (["offset", *wanted] if needs_offset else wanted))
-        finally:
-            source.close()
+        if wanted is None or set(wanted) >= set(SEGMENT_SCHEMA.names):
+            data = self._read_whole(rel, "segment", segment.size_bytes, segment.checksum)
+            table = decode_parquet(data, where, None if wanted is None else wanted)
+        else:
+            source, size = self.storage.open_input(rel)
+            try:
+                if size != segment.size_bytes:
+                    raise CorruptSegmentError(f"segment {where} is {size} bytes, but the manifest records "
+                                              f"{segment.size_bytes}")
+                table = decode_parquet(source, where, ["offset", *wanted] if needs_offset else wanted)
+            finally:
+                source.close()
         if segment.deletes is not None:
             deleted = self.read_deletes(tp, segment.deletes)
             table = table.filter(pc.invert(pc.is_in(table.column("offset"), deleted)))

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from compaction.errors import StoreError
 from compaction.manifest import DELETES_NAME, SEGMENT_DIR, SEGMENT_NAME, Manifest, SegmentMeta
-from compaction.segment import checksum, decode_parquet, segment_stats, timestamp_stats
+from compaction.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
 from compaction.storage import TEMP_PREFIX
 from compaction.store import Store, TopicPartition
 
@@ -76,7 +76,8 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
         _check_offsets(latest, problem)
         if check_data:
             for segment in latest.segments:
-                records += _check_segment(store, tp, segment, latest.log_start_offset, problem)
+                if segment.path.rsplit("/", 1)[-1] in listing:  # a missing object is reported above
+                    records += _check_segment(store, tp, segment, latest.log_start_offset, problem)
         else:
             records = sum(s.live_records for s in latest.segments)
     orphans = sum(1 for name in listing if f"{SEGMENT_DIR}/{name}" not in referenced
@@ -107,10 +108,11 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
                    problem: Callable[[str, str], None]) -> int:
     name = store.describe(tp, segment.path)
     try:
-        data = store.storage.read_bytes(f"{tp.prefix}/{segment.path}")
-    except StoreError:
-        return 0  # already reported as missing
-    if checksum(data) != segment.checksum:
+        data = store.storage.read_buffer(f"{tp.prefix}/{segment.path}")
+    except StoreError as err:
+        problem(name, f"cannot be read: {err}")
+        return 0
+    if not checksum_matches(data, segment.checksum):
         problem(name, f"checksum {checksum(data)} differs from the manifest's {segment.checksum}")
         return 0
     try:

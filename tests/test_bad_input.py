@@ -17,7 +17,8 @@ from compaction.errors import (
     StoreError,
 )
 from compaction.gc import collect_garbage
-from compaction.segment import SEGMENT_SCHEMA
+from compaction.segment import SEGMENT_SCHEMA, checksum
+from compaction.storage import Storage
 from compaction.store import Store, TopicPartition
 from compaction.verify import verify
 from tests.builders import keyed, rec, table
@@ -59,7 +60,7 @@ def test_truncated_segment(seeded: Store) -> None:
     data = seeded.storage.read_bytes(rel)
     seeded.storage.fs.pipe_file(seeded.storage.path(rel), data[: len(data) // 2])
     _everything_fails_cleanly(seeded, CorruptSegmentError, rel.split("/")[-1])
-    collect_garbage(seeded, TP, now_ms=10**13, grace_ms=0)
+    collect_garbage(seeded, TP, wall_ms=10**13, grace_ms=0)
     assert seeded.storage.exists(rel), "gc never deletes a referenced object, corrupt or not"
 
 
@@ -80,7 +81,8 @@ def test_segment_with_a_wrong_column_type(seeded: Store) -> None:
     seeded.storage.fs.pipe_file(seeded.storage.path(rel), data)
     manifest_rel = _manifest_path(seeded)
     doc = json.loads(seeded.storage.read_bytes(manifest_rel))
-    doc["segments"][0]["size_bytes"] = len(data)  # same size as recorded: only the schema is wrong
+    doc["segments"][0]["size_bytes"] = len(data)  # size and checksum as recorded: only the schema is wrong
+    doc["segments"][0]["checksum"] = checksum(data)
     seeded.storage.fs.pipe_file(seeded.storage.path(manifest_rel), json.dumps(doc).encode())
     with pytest.raises(SegmentSchemaError, match=r"column 'timestamp' has type string.*requires int64"):
         seeded.read(TP)
@@ -95,7 +97,7 @@ def test_manifest_that_is_not_json(seeded: Store) -> None:
     with pytest.raises(CorruptManifestError, match="not valid JSON"):
         seeded.append(TP, keyed("c=1"), now_ms=3)
     with pytest.raises(CorruptManifestError):
-        collect_garbage(seeded, TP, now_ms=10**13, grace_ms=0)
+        collect_garbage(seeded, TP, wall_ms=10**13, grace_ms=0)
     assert snapshot(seeded) == before
 
 
@@ -139,3 +141,33 @@ def test_schema_check_names_a_missing_column() -> None:
         check_schema(pa.schema([f for f in SEGMENT_SCHEMA if f.name != "producer_epoch"]), "s1")
     with pytest.raises(SegmentSchemaError, match="unexpected column"):
         check_schema(SEGMENT_SCHEMA.append(pa.field("extra", pa.int8())), "s1")
+
+
+def tamper(store: Store, rel: str) -> None:
+    """Change an object's bytes without changing its size or making it undecodable (the footer's writer name)."""
+    data = store.storage.fs.cat_file(store.storage.path(rel))
+    assert b"parquet-cpp-arrow" in data
+    store.storage.fs.pipe_file(store.storage.path(rel), data.replace(b"parquet-cpp-arrow", b"parquet-cpp-arroW"))
+
+
+def test_a_segment_whose_bytes_changed_but_still_decode_is_never_read_whole(seeded: Store) -> None:
+    rel = _segment_path(seeded)
+    tamper(seeded, rel)
+    with pytest.raises(CorruptSegmentError, match="does not match the checksum the manifest records"):
+        seeded.read(TP)
+    _everything_fails_cleanly(seeded, CorruptSegmentError, rel.split("/")[-1])
+
+
+def test_a_segment_that_cannot_be_read_is_reported_by_verify(seeded: Store) -> None:
+    rel = _segment_path(seeded)
+
+    class Unreadable(Storage):
+        def _call(self, op: str, path: str, fn):  # type: ignore[no-untyped-def]
+            if path == rel and op != "list":
+                raise StoreError(f"cannot {op} {path}: access denied")
+            return super()._call(op, path, fn)
+
+    inner = seeded.storage
+    broken = Store(Unreadable(inner.fs, inner.root, inner.url, inner.storage_options))
+    problems = [str(p) for r in verify(broken, [TP]) for p in r.problems]
+    assert any(rel.split("/")[-1] in p and "cannot be read" in p for p in problems), problems

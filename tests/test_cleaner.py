@@ -506,3 +506,38 @@ def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come
     segment = local_store.manifest(TP).segments[0]
     stored = pq.read_table(local_store.storage.path(f"{TP.prefix}/{segment.path}")).column("offset").to_pylist()
     assert stored == [4, 5, 6], "the records below the log start are physically gone with the rewrite"
+
+
+def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+    from tests.test_bad_input import tamper
+
+    for tp in (TopicPartition("t", 0), TopicPartition("t", 1)):
+        append(local_store, rec(0, "a"), rec(1, "a"), tp=tp)
+        append(local_store, rec(2, "active"), tp=tp)
+    bad = TopicPartition("t", 1)
+    tamper(local_store, f"{bad.prefix}/{local_store.manifest(bad).segments[0].path}")
+    report = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan).run(NOW)
+    assert {r.partition: r.status for r in report.partitions} == {"t-0": "cleaned", "t-1": "failed"}
+    assert "does not match the checksum" in (report.failed[0].error or "")
+    assert local_store.versions(bad) == [1, 2], "the changed segment was not laundered into a new one"
+    assert [p.partition for r in verify(local_store) for p in r.problems] == ["t-1"]
+
+
+def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    from tests.test_bad_input import tamper
+
+    sized = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                     "log.segment.bytes": 16384}, environ={})
+    append(local_store, *(rec(i, f"k{i}") for i in range(10)))
+    append(local_store, rec(10, "active"))
+    clean(spark, local_store, "arrow", settings=sized)
+    append(local_store, rec(11, "k1", "new"))
+    append(local_store, rec(12, "active2"))
+    clean(spark, local_store, "arrow", settings=sized)
+    vector = local_store.manifest(TP).segments[0].deletes
+    assert vector is not None
+    tamper(local_store, f"{TP.prefix}/{vector.path}")
+    append(local_store, rec(13, "k2", "new"))
+    append(local_store, rec(14, "active3"))
+    report = Cleaner(spark, local_store, sized).run(NOW)
+    assert report.partitions[0].status == "failed" and "deletion vector" in (report.partitions[0].error or "")

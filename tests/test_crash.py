@@ -96,7 +96,7 @@ def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: s
             problems = [p for r in verify(store, [TP]) for p in r.problems]
             assert problems == [], problems
 
-            collect_garbage(store, TP, now_ms=10**13, grace_ms=0, keep_versions=1)
+            collect_garbage(store, TP, wall_ms=10**13, grace_ms=0, keep_versions=1)
             manifest = store.manifest(TP)
             live = {s.path.split("/")[-1] for s in manifest.segments}
             live |= {s.deletes.path.split("/")[-1] for s in manifest.segments if s.deletes}

@@ -7,6 +7,7 @@ back under any strategy) and T56's horizon stamping.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from compaction.cli import EXIT_OK, main
 
 pytestmark = pytest.mark.spark
 
-NOW = 1_800_000_000_000
+# Runs start an hour ahead of the wall clock, so their horizons come from --now alone (a --now behind the
+# wall clock stamps them from the wall clock).
+NOW = (int(time.time()) + 3600) * 1000
 DAY = 86_400_000
 
 
@@ -42,8 +45,9 @@ class Cli:
                               "--no-timestamp")
         assert code == EXIT_OK, out
 
-    def run(self, now: int = NOW) -> str:
-        code, out = self.call("run", self.store, "--conf", str(self.conf), "--now", str(now))
+    def run(self, now: int | None = NOW) -> str:
+        """A run at ``now`` (None: the wall clock, as a nightly run without --now)."""
+        code, out = self.call("run", self.store, "--conf", str(self.conf), *(("--now", str(now)) if now else ()))
         assert code == EXIT_OK, out
         return out
 
@@ -181,3 +185,16 @@ def test_an_expired_tombstone_that_lost_on_version_goes_and_the_next_plan_select
     assert [r["offset"] for r in cli.read()] == [0, 2]
     for now in (NOW, NOW + DAY):
         assert [p["decision"] for p in cli.plan(now)["partitions"]] == ["skip"], f"at {now}"
+
+
+def test_a_backdated_run_never_shortens_a_tombstones_life_in_real_time(cli: Cli) -> None:
+    wall = int(time.time() * 1000)
+    backfill = wall - 30 * DAY  # a replay of a night a month ago
+    cli.append(rec("k", "v"), rec("k", None), now=backfill)
+    cli.append(rec("active"), now=backfill)
+    cli.run(backfill)
+    horizon = next(r["delete_horizon_ms"] for r in cli.read() if r.get("key") == "k")
+    assert horizon >= wall + DAY, "stamped from the wall clock, not from the backdated now"
+    cli.append(rec("active-2"))
+    cli.run(None)  # tonight's run, minutes after the replay: the delete has lived minutes, not a day
+    assert [r["value"] for r in cli.read() if r.get("key") == "k"] == [None]
