@@ -11,7 +11,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup run test cluster-test bench bench-quick lint clean
+.PHONY: help setup airflow-setup run test cluster-test soak bench bench-quick lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,10 @@ test: setup airflow-setup ## run every test: unit, Spark, S3 (moto), the Spark c
 
 cluster-test: setup ## only the standalone-cluster test (master + 2 workers and S3 on 127.0.0.1)
 	$(BIN)/python -m pytest -m cluster -s
+
+SOAK_MINUTES ?= 30
+soak: setup ## appenders and the cleaner side by side for SOAK_MINUTES (default 30), verify after each cycle
+	$(BIN)/python scripts/soak.py --minutes $(SOAK_MINUTES)
 
 bench: $(BIN)/.bench-installed ## benchmark S1-S4 vs DuckDB, Polars and the pyarrow floor (bench/results/latest.*)
 	$(BIN)/python bench/harness.py
