@@ -24,6 +24,7 @@ from compaction.config import Settings, parse_overrides
 from compaction.errors import (
     CompactionError,
     ConfigError,
+    InvalidArgumentError,
     InvalidRecordsError,
     OffsetOverlapError,
     StoreError,
@@ -33,12 +34,13 @@ from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.generate import GenerateSpec, generate, topic_names
 from compaction.job import JobOptions, run_job
 from compaction.jsonl import parse_lines, write_lines
+from compaction.manifest import partition_name_problem
 from compaction.planner import CompactionPlan, Decision, format_duration
 from compaction.rules import Plan
 from compaction.session import spark_session
 from compaction.status import format_table, human_bytes, partition_status
 from compaction.storage import DEFAULT_RETRY_BUDGET_MS
-from compaction.store import Store, TopicPartition, Writer, read_manifests
+from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
 from compaction.verify import verify
 
 EXIT_OK = 0
@@ -88,6 +90,14 @@ def parse_storage_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def topic_partition(args: argparse.Namespace) -> TopicPartition:
+    """The TOPIC and PARTITION arguments, held to the names the store uses (``00``, ``+1``, ``³`` are refused)."""
+    problem = partition_name_problem(args.partition)
+    if problem:
+        raise InvalidArgumentError(f"partition {args.partition!r} of topic {args.topic!r} {problem}")
+    return TopicPartition(args.topic, int(args.partition))
+
+
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for key, value in getattr(args, "storage_option", None) or []:
@@ -110,11 +120,10 @@ def load_settings(args: argparse.Namespace) -> Settings:
     return Settings.load(args.conf, parse_overrides(args.set or []))
 
 
-def selected_partitions(store: Store, args: argparse.Namespace) -> list[TopicPartition]:
+def selected_partitions(store: Store, args: argparse.Namespace) -> tuple[list[TopicPartition], list[IllegalFolder]]:
+    """The partitions --topics selects, and the folders among them that cannot be a topic or a partition."""
     store.require_exists()
-    if getattr(args, "topic", None) is not None and getattr(args, "partition", None) is not None:
-        return [TopicPartition(args.topic, args.partition)]
-    return store.topic_partitions(getattr(args, "topics", None))
+    return store.scan(getattr(args, "topics", None))
 
 
 # Commands ------------------------------------------------------------------------------------------------
@@ -191,6 +200,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
+    tp = topic_partition(args)
     store = open_store(args)
     path = Path(args.file)
     if not path.exists():
@@ -209,7 +219,6 @@ def cmd_append(args: argparse.Namespace) -> int:
     elif not args.no_timestamp:
         filled = pc.fill_null(table.column("timestamp").cast(pa.int64()), now)
         table = table.set_column(table.column_names.index("timestamp"), "timestamp", filled)
-    tp = TopicPartition(args.topic, args.partition)
     manifest = store.append(tp, table, now_ms=now, writer=Writer(id="compaction-append"))
     segment = manifest.segments[-1]
     print(f"appended {segment.record_count} record(s) to {tp} at [{segment.base_offset}, {segment.next_offset}) "
@@ -218,8 +227,8 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
+    tp = topic_partition(args)
     store = open_store(args)
-    tp = TopicPartition(args.topic, args.partition)
     table = store.read(tp, start=args.start, end=args.end)
     if args.output and args.output.endswith(".parquet"):
         pq.write_table(table, args.output)
@@ -234,9 +243,9 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     store = open_store(args)
-    partitions = selected_partitions(store, args)
+    partitions, illegal = selected_partitions(store, args)
     manifests = read_manifests(store, partitions)
-    rows, failures, statuses = [], [], []
+    rows, failures, statuses = [], [f"{folder}; not read" for folder in illegal], []
     for tp, manifest in manifests.items():
         if isinstance(manifest, StoreError):
             failures.append(f"{tp}: {manifest}")
@@ -260,23 +269,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args)
-    reports = verify(store, selected_partitions(store, args), check_data=not args.metadata_only)
-    problems = [p for r in reports for p in r.problems]
+    partitions, illegal = selected_partitions(store, args)
+    reports = verify(store, partitions, check_data=not args.metadata_only)
+    problems = [f"{folder}; not checked" for folder in illegal] + [str(p) for r in reports for p in r.problems]
     for report in reports:
         state = "ok" if not report.problems else f"{len(report.problems)} problem(s)"
         print(f"{report.partition}: version {report.version}, {report.segments} segment(s), "
               f"{report.records} record(s), {report.orphans} unreferenced object(s): {state}")
     for problem in problems:
         print(f"PROBLEM {problem}")
-    if not reports:
+    if not reports and not illegal:
         print(f"no partitions found in {store.url}")
     return EXIT_FAILED if problems else EXIT_OK
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
     store = open_store(args)
-    results, failures = collect_store(store, selected_partitions(store, args), wall_ms=wall_clock_ms(),
-                                      grace_ms=args.grace,
+    partitions, illegal = selected_partitions(store, args)
+    results, failures = collect_store(store, partitions, wall_ms=wall_clock_ms(), grace_ms=args.grace,
                                       keep_versions=args.keep_versions, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for result in results:
@@ -288,9 +298,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
             print(f"{result.partition}: left alone unknown object {unknown}")
     for name, err in failures.items():
         print(f"{name}: skipped, nothing deleted: {err}")
+    for folder in illegal:
+        print(f"{folder.path}: skipped, nothing deleted: {folder.reason}")
     print(f"{verb} {sum(len(r.deleted_objects) for r in results)} object(s), "
           f"{human_bytes(sum(r.deleted_bytes for r in results))}")
-    return EXIT_FAILED if failures else EXIT_OK
+    return EXIT_FAILED if failures or illegal else EXIT_OK
 
 
 # Parser --------------------------------------------------------------------------------------------------
@@ -408,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--no-timestamp.")
     _store_args(p)
     p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("partition", metavar="PARTITION", type=int)
+    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
     p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, or JSON Lines")
     p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
     p.add_argument("--now", type=parse_time, default=None,
@@ -418,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("read", help="dump a partition's live log as JSON Lines or Parquet")
     _store_args(p)
     p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("partition", metavar="PARTITION", type=int)
+    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
     p.add_argument("--from", dest="start", type=int, default=None, help="first offset (inclusive)")
     p.add_argument("--to", dest="end", type=int, default=None, help="last offset (exclusive)")
     p.add_argument("-o", "--output", default=None, help="write to this file (.parquet for Parquet) instead of stdout")
@@ -461,7 +473,7 @@ def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
 
     try:
         return func(args)
-    except (ConfigError, InvalidRecordsError, OffsetOverlapError) as err:
+    except (ConfigError, InvalidArgumentError, InvalidRecordsError, OffsetOverlapError) as err:
         error(str(err))
         return EXIT_INVALID
     except StoreNotFoundError as err:

@@ -31,6 +31,11 @@ class SegmentSchemaError(CorruptSegmentError):
     """Raised when a segment's columns do not match the segment format (a missing, extra or mistyped column)."""
 
 
+class InvalidArgumentError(CompactionError):
+    """Raised when an argument is unusable: a topic or partition that breaks Kafka's naming rules, a time
+    outside Kafka's Long range or in the future."""
+
+
 class InvalidRecordsError(CompactionError):
     """Raised when records given to append are unusable (bad columns, unordered offsets, bad control types)."""
 

@@ -17,7 +17,35 @@ SEGMENT_DIR = "segments"
 SEGMENT_NAME = re.compile(r"^segments/(\d{20})-([0-9A-Za-z_-]{1,64})\.(parquet|log)$")
 DELETES_NAME = re.compile(r"^segments/(\d{20})-([0-9A-Za-z_-]{1,64})\.deletes\.parquet$")
 MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+#: Kafka's Topic.validate: 1 to 249 of these characters, and neither "." nor "..".
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}\Z")
+MAX_TOPIC_LENGTH = 249
+#: A partition's folder is its number written the one canonical way: ASCII digits, no sign, no leading zero.
+PARTITION_NAME = re.compile(r"^(0|[1-9][0-9]{0,9})\Z")
+MAX_PARTITION = 2**31 - 1  # Kafka's partition numbers are Java ints
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a legal Kafka topic name (Kafka's Topic.validate), or None when it is one."""
+    if not name:
+        return "is empty"
+    if name in (".", ".."):
+        return 'cannot be "." or ".."'
+    if len(name) > MAX_TOPIC_LENGTH:
+        return f"is {len(name)} characters long, longer than the {MAX_TOPIC_LENGTH} Kafka allows"
+    if not TOPIC_NAME.match(name):
+        return "contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+def partition_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a partition number as the store writes it (``0``, ``1``, ... ``2147483647``),
+    or None when it is one."""
+    if PARTITION_NAME.match(name) and int(name) <= MAX_PARTITION:
+        return None
+    return (f"is not a partition number: a non-negative decimal integer up to {MAX_PARTITION} in ASCII digits, "
+            "without sign, spaces or leading zeros")
 
 
 def manifest_name(version: int) -> str:
@@ -149,7 +177,7 @@ class Manifest(_Frozen):
 
     format_version: Literal[1] = 1
     topic: str
-    partition: int = Field(ge=0)
+    partition: int = Field(ge=0, le=MAX_PARTITION)
     version: int = Field(ge=1)
     log_start_offset: int = Field(ge=0)
     log_end_offset: int = Field(ge=0)
@@ -169,8 +197,9 @@ class Manifest(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> Manifest:
-        if not TOPIC_NAME.match(self.topic):
-            raise ValueError(f"topic name {self.topic!r} is not a legal Kafka topic name")
+        problem = topic_name_problem(self.topic)
+        if problem:
+            raise ValueError(f"topic name {self.topic!r} {problem}")
         previous = None
         for segment in self.segments:
             if previous is not None and segment.base_offset < previous.next_offset:

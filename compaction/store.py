@@ -29,6 +29,7 @@ from compaction.errors import (
     CommitConflictError,
     CorruptManifestError,
     CorruptSegmentError,
+    InvalidArgumentError,
     InvalidRecordsError,
     MissingObjectError,
     OffsetOverlapError,
@@ -38,7 +39,7 @@ from compaction.errors import (
 from compaction.manifest import (
     MANIFEST_DIR,
     MANIFEST_NAME,
-    TOPIC_NAME,
+    MAX_PARTITION,
     DeletionVector,
     Manifest,
     SegmentMeta,
@@ -46,7 +47,9 @@ from compaction.manifest import (
     deletes_name,
     manifest_name,
     parse_manifest,
+    partition_name_problem,
     segment_name,
+    topic_name_problem,
 )
 from compaction.segment import (
     SEGMENT_SCHEMA,
@@ -71,12 +74,34 @@ class TopicPartition:
     topic: str
     partition: int
 
+    def __post_init__(self) -> None:
+        # The names become paths under the store: an illegal one could reach outside it ("..") or alias
+        # another partition.
+        problem = topic_name_problem(self.topic) if isinstance(self.topic, str) else "is not a string"
+        if problem:
+            raise InvalidArgumentError(f"topic name {self.topic!r} {problem}")
+        if isinstance(self.partition, bool) or not isinstance(self.partition, int) \
+                or not 0 <= self.partition <= MAX_PARTITION:
+            raise InvalidArgumentError(f"partition {self.partition!r} of topic {self.topic} is not a partition "
+                                       f"number (0 to {MAX_PARTITION})")
+
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
 
     @property
     def prefix(self) -> str:
         return f"{self.topic}/{self.partition}"
+
+
+@dataclass(frozen=True)
+class IllegalFolder:
+    """A folder where a topic or a partition would be, whose name cannot be one: never read, never collected."""
+
+    path: str  # relative to the store: "bad topic" or "orders/00"
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -168,21 +193,50 @@ class Store:
         if not self.storage.list_dir("", detail=False) and not self.storage.exists(""):
             raise StoreNotFoundError(f"store {self.storage.describe('')} does not exist")
 
+    def _folders(self, rel: str) -> list[str]:
+        return sorted(e.name for e in self.storage.list_dir(rel, detail=False) if e.is_dir)
+
     def topics(self) -> list[str]:
-        return sorted(e.name for e in self.storage.list_dir("", detail=False)
-                      if e.is_dir and TOPIC_NAME.match(e.name))
+        """The topics: folders at the root named as Kafka names topics."""
+        return [name for name in self._folders("") if topic_name_problem(name) is None]
 
     def partitions(self, topic: str) -> list[int]:
-        return sorted(int(e.name) for e in self.storage.list_dir(topic, detail=False)
-                      if e.is_dir and e.name.isdigit())
+        """A topic's partitions: its folders named by a partition number, written the one canonical way."""
+        problem = topic_name_problem(topic)
+        if problem:
+            raise InvalidArgumentError(f"topic name {topic!r} {problem}")
+        return sorted(int(name) for name in self._folders(topic) if partition_name_problem(name) is None)
+
+    def scan(self, topics: str | Sequence[str] | None = None) -> tuple[list[TopicPartition], list[IllegalFolder]]:
+        """All partitions, optionally of the topics matching glob pattern(s) such as ``orders*``, and the
+        folders among them whose names cannot be a topic or a partition (reported, never read)."""
+        patterns = [topics] if isinstance(topics, str) else list(topics or ["*"])
+        illegal: list[IllegalFolder] = []
+        names = []
+        for name in self._folders(""):
+            if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                continue
+            problem = topic_name_problem(name)
+            if problem:
+                illegal.append(IllegalFolder(name, f"not a topic: the name {problem}"))
+            else:
+                names.append(name)
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            per_topic = list(pool.map(self._folders, names))
+        found = []
+        for topic, folders in zip(names, per_topic, strict=True):
+            for folder in folders:
+                problem = partition_name_problem(folder)
+                if problem:
+                    illegal.append(IllegalFolder(f"{topic}/{folder}", f"not a partition of {topic}: the name "
+                                                                      f"{problem}"))
+                else:
+                    found.append(TopicPartition(topic, int(folder)))
+        return sorted(found), illegal
 
     def topic_partitions(self, topics: str | Sequence[str] | None = None) -> list[TopicPartition]:
         """All partitions, optionally of the topics matching glob pattern(s) such as ``orders*``."""
-        patterns = [topics] if isinstance(topics, str) else list(topics or ["*"])
-        names = [t for t in self.topics() if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            per_topic = list(pool.map(self.partitions, names))
-        return [TopicPartition(t, p) for t, parts in zip(names, per_topic, strict=True) for p in parts]
+        return self.scan(topics)[0]
 
     # Manifests ---------------------------------------------------------------------------------------
 
@@ -431,8 +485,6 @@ class Store:
         are re-based: auto-assigned offsets move to the new log end (a new object is written), explicit
         ones are kept if they still fit, else the append fails with CommitConflictError.
         """
-        if not TOPIC_NAME.match(tp.topic) or tp.partition < 0:
-            raise InvalidRecordsError(f"{tp.topic!r} partition {tp.partition} is not a legal topic partition")
         where = f"records for {tp}"
         table = conform(records, where)
         if table.num_rows == 0:

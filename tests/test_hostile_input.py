@@ -1,0 +1,172 @@
+"""Hostile input through the command line: refused with exit code 4 and a message naming what is wrong, and
+nothing in the store changes (no object, no manifest, no stray file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compaction import cli
+from compaction.cli import EXIT_FAILED, EXIT_INVALID, main
+from compaction.errors import InvalidArgumentError
+from compaction.store import IllegalFolder, Store, TopicPartition
+from tests.builders import keyed
+from tests.test_bad_input import snapshot
+
+TP = TopicPartition("orders", 0)
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
+CLOCK = 1_767_225_600_000  # what the command line's clock says in these tests (2026-01-01)
+MINUTE = 60_000
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "wall_clock_ms", lambda: CLOCK)
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Store:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TP, keyed("a=1 b=2"), now_ms=1)
+    return store
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def refused(capsys: pytest.CaptureFixture[str], store: Store, *argv: str, code: int = EXIT_INVALID) -> str:
+    """Run a command that must be refused: its exit code, no traceback, and the store byte for byte as before."""
+    before = snapshot(store)
+    actual, out = run(capsys, *argv)
+    assert actual == code, out
+    assert out.startswith("error: ") and "Traceback" not in out, out
+    assert snapshot(store) == before
+    return out
+
+
+def jsonl(tmp_path: Path, *rows: dict | str) -> str:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return str(path)
+
+
+# Topic and partition names ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topic", [".", "..", "a/b", "../orders", "a" * 250, "bad topic", "ä", ""])
+def test_illegal_topic_names_are_refused(seeded: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         topic: str) -> None:
+    source = jsonl(tmp_path, {"key": "k", "value": "v"})
+    out = refused(capsys, seeded, "append", seeded.url, topic, "0", source, "--now", str(CLOCK))
+    assert f"topic name {topic!r}" in out
+    out = refused(capsys, seeded, "read", seeded.url, topic, "0")
+    assert f"topic name {topic!r}" in out
+    with pytest.raises(InvalidArgumentError, match="topic name"):
+        TopicPartition(topic, 0)
+
+
+def test_kafka_topic_name_rules_hold_at_their_bounds() -> None:
+    assert TopicPartition("a" * 249, 0).topic == "a" * 249
+    assert TopicPartition("...", 0).topic == "...", "Kafka refuses exactly '.' and '..'"
+    with pytest.raises(InvalidArgumentError, match=re.escape('cannot be "." or ".."')):
+        TopicPartition(".", 0)
+    with pytest.raises(InvalidArgumentError, match="250 characters long, longer than the 249"):
+        TopicPartition("a" * 250, 0)
+
+
+@pytest.mark.parametrize("partition", ["00", "01", "³", "١", "-1", "+1", " 1", "1 ", "x", "2147483648", ""])
+def test_partitions_that_are_not_canonical_numbers_are_refused(seeded: Store, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str],
+                                                               partition: str) -> None:
+    source = jsonl(tmp_path, {"key": "k", "value": "v"})
+    out = refused(capsys, seeded, "append", seeded.url, "orders", partition, source, "--now", str(CLOCK))
+    assert f"partition {partition!r} of topic 'orders' is not a partition number" in out
+    out = refused(capsys, seeded, "read", seeded.url, "orders", partition)
+    assert f"partition {partition!r}" in out
+
+
+@pytest.mark.parametrize("partition", [-1, 2**31, True, 1.0, "0"])
+def test_the_api_refuses_partitions_that_are_not_partition_numbers(partition: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="is not a partition number"):
+        TopicPartition("orders", partition)  # type: ignore[arg-type]
+
+
+ILLEGAL_FOLDERS = ["bad topic/0", "orders/00", "orders/³", "orders/x", "orders/-1"]
+
+
+def test_folders_that_cannot_be_topics_or_partitions_are_reported_and_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    store = Store.open(str(root))
+    store.append(TP, keyed("a=1 b=2"), now_ms=1)
+    manifest = store.append(TP, keyed("a=3"), now_ms=2)
+    orphan = store.write_segment(TP, keyed("z=9", start=3), 3, 4, created_ms=3)  # never committed
+    day_old = (CLOCK - 86_400_000) / 1000
+    os.utime(root / "orders" / "0" / orphan.path, (day_old, day_old))
+    for folder in ILLEGAL_FOLDERS:  # each a full copy of orders/0, orphan included: gc would find work there
+        shutil.copytree(root / "orders" / "0", root / folder)
+    inside = {path: data for path, data in snapshot(store).items()
+              if any(f"/{folder}/" in path for folder in ILLEGAL_FOLDERS)}
+
+    assert store.topic_partitions() == [TP], "each partition once, none from an illegal folder"
+    partitions, illegal = store.scan()
+    assert partitions == [TP]
+    assert [f.path for f in illegal] == ["bad topic", "orders/-1", "orders/00", "orders/x", "orders/³"]
+
+    code, out = run(capsys, "status", store.url)
+    assert code == EXIT_FAILED and "orders-0" in out and "3 records" in out
+    assert "bad topic: not a topic" in out
+    for folder in ILLEGAL_FOLDERS[1:]:
+        assert f"{folder}: not a partition of orders" in out, out
+    code, out = run(capsys, "status", store.url, "--json")
+    doc = json.loads(out)
+    assert [p["partition"] for p in doc["partitions"]] == ["orders-0"] and len(doc["errors"]) == 5
+
+    code, out = run(capsys, "verify", store.url)
+    assert code == EXIT_FAILED and "orders-0: version 2, 2 segment(s), 3 record(s), 1 unreferenced object(s): ok" in out
+    assert "PROBLEM bad topic: not a topic" in out
+    for folder in ILLEGAL_FOLDERS[1:]:
+        assert f"PROBLEM {folder}: not a partition of orders" in out, out
+
+    code, out = run(capsys, "gc", store.url, "--grace", "1h")
+    assert code == EXIT_FAILED and "deleted 1 object(s)" in out
+    assert "bad topic: skipped, nothing deleted" in out
+    for folder in ILLEGAL_FOLDERS[1:]:
+        assert f"{folder}: skipped, nothing deleted" in out, out
+    assert not store.storage.exists(f"{TP.prefix}/{orphan.path}"), "the rest of the store was collected"
+    assert store.manifest(TP) == manifest
+    after = snapshot(store)
+    assert {path: after.get(path) for path in inside} == inside, "gc never deletes inside an illegal folder"
+
+
+def test_every_backend_lists_only_legal_partitions_and_names_the_rest(store: Store) -> None:
+    store.append(TP, keyed("a=1"), now_ms=1)
+    for folder in ILLEGAL_FOLDERS:
+        store.storage.write_bytes(f"{folder}/_manifests/{1:020d}.json", b"{}")
+    assert store.scan() == ([TP], [IllegalFolder("bad topic", "not a topic: the name contains a character other "
+                                                              "than ASCII alphanumerics, '.', '_' and '-'"),
+                                   *(IllegalFolder(f"orders/{name}", "not a partition of orders: the name is not a "
+                                                   "partition number: a non-negative decimal integer up to "
+                                                   "2147483647 in ASCII digits, without sign, spaces or leading "
+                                                   "zeros") for name in ("-1", "00", "x", "³"))])
+    assert store.scan("other*") == ([], [])
+    assert store.topics() == ["orders"] and store.partitions("orders") == [0]
+    with pytest.raises(InvalidArgumentError, match=re.escape("topic name '..'")):
+        store.partitions("..")
+
+
+def test_snapshot_sees_every_file(seeded: Store) -> None:
+    """The guard the tests above rely on: a stray file anywhere in the store changes the snapshot."""
+    before = snapshot(seeded)
+    with open(os.path.join(seeded.storage.root, "orders", "0", "segments", "stray"), "wb") as stray:
+        stray.write(b"")
+    assert snapshot(seeded) != before
