@@ -14,9 +14,13 @@ SEGMENT_DIR = "segments"
 
 #: Segment and deletion-vector objects live in the partition's own ``segments/`` folder and are named
 #: ``<20-digit base offset>-<unique id>.<ext>``; anything else (``..``, absolute paths) is rejected.
-SEGMENT_NAME = re.compile(r"^segments/(\d{20})-([0-9A-Za-z_-]{1,64})\.(parquet|log)$")
-DELETES_NAME = re.compile(r"^segments/(\d{20})-([0-9A-Za-z_-]{1,64})\.deletes\.parquet$")
-MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
+#: Digits are ASCII only and ``\Z`` ends a name: ``\d`` would take other scripts' digits (which ``int()``
+#: reads) and ``$`` a trailing newline, so two names could stand for one offset or version.
+SEGMENT_NAME = re.compile(r"^segments/([0-9]{20})-([0-9A-Za-z_-]{1,64})\.(parquet|log)\Z")
+DELETES_NAME = re.compile(r"^segments/([0-9]{20})-([0-9A-Za-z_-]{1,64})\.deletes\.parquet\Z")
+MANIFEST_NAME = re.compile(r"^([0-9]{20})\.json\Z")
+#: The largest version a 20-digit manifest name holds: a version past it could be written but never listed.
+MAX_VERSION = 10**20 - 1
 
 #: Kafka's Topic.validate: 1 to 249 of these characters, and neither "." nor "..".
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}\Z")
@@ -200,6 +204,8 @@ class Manifest(_Frozen):
         problem = topic_name_problem(self.topic)
         if problem:
             raise ValueError(f"topic name {self.topic!r} {problem}")
+        if self.version > MAX_VERSION:
+            raise ValueError(f"version {self.version} does not fit a 20-digit manifest name (at most {MAX_VERSION})")
         previous = None
         for segment in self.segments:
             if previous is not None and segment.base_offset < previous.next_offset:

@@ -40,6 +40,7 @@ from compaction.manifest import (
     MANIFEST_DIR,
     MANIFEST_NAME,
     MAX_PARTITION,
+    MAX_VERSION,
     DeletionVector,
     Manifest,
     SegmentMeta,
@@ -498,6 +499,9 @@ class Store:
         written: dict[int, SegmentMeta] = {}  # base offset -> object already written for that placement
 
         def build(latest: Manifest | None) -> dict[str, Any]:
+            if latest is not None and latest.version >= MAX_VERSION:
+                raise StoreError(f"partition {self.describe(tp)} is at manifest version {latest.version}, the "
+                                 f"last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits")
             log_end = latest.log_end_offset if latest else 0
             if explicit:
                 first = table.column("offset")[0].as_py()

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 
 from compaction.errors import StoreError
-from compaction.manifest import DELETES_NAME, SEGMENT_DIR, SEGMENT_NAME, Manifest, SegmentMeta
+from compaction.manifest import (
+    DELETES_NAME,
+    MANIFEST_DIR,
+    MANIFEST_NAME,
+    SEGMENT_DIR,
+    SEGMENT_NAME,
+    Manifest,
+    SegmentMeta,
+)
 from compaction.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
 from compaction.storage import TEMP_PREFIX
 from compaction.store import Store, TopicPartition
@@ -44,7 +52,15 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
     def problem(obj: str, message: str) -> None:
         problems.append(Problem(str(tp), obj, message))
 
-    versions = store.versions(tp)
+    versions = []
+    for name in (e.name for e in store.storage.list_dir(f"{tp.prefix}/{MANIFEST_DIR}", detail=False)):
+        match = MANIFEST_NAME.match(name)
+        if match:
+            versions.append(int(match.group(1)))
+        elif not name.startswith(TEMP_PREFIX):
+            problem(store.describe(tp, f"{MANIFEST_DIR}/{name}"),
+                    "is not named <20-digit version>.json: readers ignore it")
+    versions.sort()
     if not versions:
         problem(store.describe(tp), "partition folder has no committed manifest")
         return PartitionReport(str(tp), None, 0, 0, 0, tuple(problems))

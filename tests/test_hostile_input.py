@@ -13,8 +13,9 @@ import pytest
 
 from compaction import cli
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, main
-from compaction.errors import InvalidArgumentError
+from compaction.errors import InvalidArgumentError, StoreError
 from compaction.store import IllegalFolder, Store, TopicPartition
+from compaction.verify import verify
 from tests.builders import keyed
 from tests.test_bad_input import snapshot
 
@@ -162,6 +163,47 @@ def test_every_backend_lists_only_legal_partitions_and_names_the_rest(store: Sto
     assert store.topics() == ["orders"] and store.partitions("orders") == [0]
     with pytest.raises(InvalidArgumentError, match=re.escape("topic name '..'")):
         store.partitions("..")
+
+
+# Manifest versions beyond the 20-digit names --------------------------------------------------------------
+
+
+def _manifest_doc(store: Store) -> dict:
+    return json.loads(store.storage.read_bytes(f"{TP.prefix}/_manifests/{1:020d}.json"))
+
+
+def _put_manifest(store: Store, name: str, version: int) -> None:
+    store.storage.write_bytes(f"{TP.prefix}/_manifests/{name}", json.dumps({**_manifest_doc(store),
+                                                                           "version": version}).encode())
+
+
+def test_an_append_past_the_last_20_digit_version_is_refused(seeded: Store, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    last = 10**20 - 1
+    _put_manifest(seeded, f"{last}.json", last)
+    assert seeded.manifest(TP).version == last
+    source = jsonl(tmp_path, {"key": "k", "value": "v"})
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", source, "--now", str(CLOCK),
+                  code=EXIT_FAILED)
+    assert "orders/0 is at manifest version 99999999999999999999, the last a 20-digit manifest name holds" in out
+    with pytest.raises(StoreError, match="takes no more commits"):
+        seeded.append(TP, keyed("c=1"), now_ms=2)
+    assert seeded.manifest(TP).version == last
+
+
+def test_manifest_names_that_are_not_20_digit_versions_are_ignored_and_flagged(seeded: Store) -> None:
+    wide = f"{10**20}.json"
+    foreign = "٠" * 19 + "٢.json"  # Arabic-Indic digits, which int() reads as 2
+    trailing = f"{3:020d}.json\n"
+    _put_manifest(seeded, wide, 10**20)
+    _put_manifest(seeded, foreign, 2)
+    _put_manifest(seeded, trailing, 3)
+    assert seeded.versions(TP) == [1]
+    assert seeded.manifest(TP).version == 1
+    problems = [str(p) for r in verify(seeded, [TP]) for p in r.problems]
+    for name in (wide, foreign, trailing):
+        assert any(name in p and "is not named <20-digit version>.json: readers ignore it" in p for p in problems), \
+            (name, problems)
 
 
 def test_snapshot_sees_every_file(seeded: Store) -> None:
