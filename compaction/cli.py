@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from compaction.errors import (
 from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.generate import GenerateSpec, generate, topic_names
 from compaction.job import JobOptions, run_job
-from compaction.jsonl import parse_lines, write_lines
+from compaction.jsonl import decode_utf8, parse_lines, write_lines
 from compaction.manifest import partition_name_problem
 from compaction.planner import CompactionPlan, Decision, format_duration
 from compaction.rules import Plan
@@ -211,8 +212,9 @@ def cmd_append(args: argparse.Namespace) -> int:
         except Exception as err:  # pyarrow raises several types for a bad file
             raise InvalidRecordsError(f"input file {path} is not a readable Parquet file: {err}") from err
     else:
-        with path.open(encoding="utf-8") as stream:
-            table = parse_lines(stream, str(path))
+        # Universal newlines, as a text-mode file reads them; the bytes are decoded first so that a byte that is
+        # not UTF-8 is reported with its line.
+        table = parse_lines(io.StringIO(decode_utf8(path.read_bytes(), str(path)), newline=None), str(path))
     now = args.now if args.now is not None else wall_clock_ms()
     if not args.no_timestamp and "timestamp" not in table.column_names:
         table = table.append_column("timestamp", pa.array([now] * table.num_rows, pa.int64()))

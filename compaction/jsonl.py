@@ -21,6 +21,28 @@ from compaction.segment import COLUMNS, records
 _BINARY = ("key", "value")
 
 
+def decode_utf8(data: bytes, source: str) -> str:
+    """JSON Lines bytes as text; bytes that are not UTF-8 are an error naming the line and the byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        line_start = data.rfind(b"\n", 0, err.start) + 1
+        raise InvalidRecordsError(
+            f"{source} line {line} is not UTF-8: byte 0x{data[err.start]:02x} at "
+            f"column {err.start - line_start + 1} (byte offset {err.start} in the file); JSON Lines are UTF-8 "
+            "text, and key_base64 / value_base64 carry other bytes"
+        ) from None
+
+
+def _text(value: str, where: str, what: str, hint: str = "") -> bytes:
+    try:
+        return value.encode()
+    except UnicodeEncodeError as err:  # a lone surrogate such as "\ud800", which JSON's escapes allow
+        raise InvalidRecordsError(f"{where}: {what} is not Unicode text (a lone surrogate at character "
+                                  f"{err.start}){hint}") from None
+
+
 def _decode_bytes(obj: dict[str, Any], name: str, where: str) -> bytes | None:
     if f"{name}_base64" in obj:
         try:
@@ -29,13 +51,14 @@ def _decode_bytes(obj: dict[str, Any], name: str, where: str) -> bytes | None:
             raise InvalidRecordsError(f"{where}: {name}_base64 is not valid base64") from err
     value = obj.pop(name, None)
     if value is None or isinstance(value, str):
-        return value.encode() if value is not None else None
+        return _text(value, where, name, f"; use {name}_base64 for arbitrary bytes") if value is not None else None
     raise InvalidRecordsError(f"{where}: {name} must be a string or null, not {type(value).__name__}")
 
 
 def _decode_header(header: Any, where: str) -> tuple[str, bytes | None]:
     if not isinstance(header, dict) or not isinstance(header.get("key"), str):
         raise InvalidRecordsError(f"{where}: each header must be an object with a string 'key'")
+    _text(header["key"], where, f"header key {header['key']!r}")
     if "value_long" in header:
         number = header["value_long"]
         if not isinstance(number, int) or isinstance(number, bool):
@@ -55,6 +78,8 @@ def parse_lines(lines: Iterable[str], source: str) -> pa.Table:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise InvalidRecordsError(f"{where} is not valid JSON: {err.msg}") from err
+        except RecursionError:
+            raise InvalidRecordsError(f"{where} is nested too deeply to be a record") from None
         if not isinstance(obj, dict):
             raise InvalidRecordsError(f"{where} must be a JSON object")
         row: dict[str, Any] = {name: _decode_bytes(obj, name, where) for name in _BINARY}
@@ -66,6 +91,8 @@ def parse_lines(lines: Iterable[str], source: str) -> pa.Table:
         unknown = set(obj) - set(COLUMNS)
         if unknown:
             raise InvalidRecordsError(f"{where}: unknown field(s) {sorted(unknown)}")
+        if isinstance(obj.get("control_type"), str):
+            _text(obj["control_type"], where, "control_type")
         row.update(obj)
         rows.append(row)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compaction import cli
-from compaction.cli import EXIT_FAILED, EXIT_INVALID, main
+from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
 from compaction.errors import InvalidArgumentError, StoreError
 from compaction.store import IllegalFolder, Store, TopicPartition
 from compaction.verify import verify
@@ -204,6 +204,41 @@ def test_manifest_names_that_are_not_20_digit_versions_are_ignored_and_flagged(s
     for name in (wide, foreign, trailing):
         assert any(name in p and "is not named <20-digit version>.json: readers ignore it" in p for p in problems), \
             (name, problems)
+
+
+# JSON Lines that are not UTF-8 text ------------------------------------------------------------------------
+
+
+def test_jsonl_that_is_not_utf8_is_refused_with_its_line_and_byte(seeded: Store, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"key": "a", "value": "1"}\n{"key": "caf\xe9", "value": "2"}\n')
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))
+    assert f"{path} line 2 is not UTF-8: byte 0xe9 at column 13 (byte offset 39 in the file)" in out
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"key": "\\ud800", "value": "v"}', "line 1: key is not Unicode text (a lone surrogate at character 0); "
+                                         "use key_base64"),
+    ('{"key": "k", "value": "x\\udfff"}', "line 1: value is not Unicode text"),
+    ('{"key": "k", "headers": [{"key": "\\ud800", "value": "v"}]}', "line 1: header key '\\ud800' is not Unicode"),
+    ('{"key": "k", "is_control": true, "control_type": "\\ud800"}', "line 1: control_type is not Unicode text"),
+    ("[" * 100_000 + "]" * 100_000, "line 1 is nested too deeply to be a record"),
+])
+def test_jsonl_text_that_cannot_be_stored_is_refused(seeded: Store, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str], line: str,
+                                                     message: str) -> None:
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", jsonl(tmp_path, line), "--now", str(CLOCK))
+    assert message in out
+
+
+def test_jsonl_with_windows_line_ends_is_still_read(seeded: Store, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes('{"key": "é", "value": "1"}\r\n{"key": "b", "value": "2"}\r\n'.encode())
+    code, out = run(capsys, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))
+    assert code == EXIT_OK, out
+    assert seeded.read(TP, start=2).column("key").to_pylist() == ["é".encode(), b"b"]
 
 
 def test_snapshot_sees_every_file(seeded: Store) -> None:
