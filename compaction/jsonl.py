@@ -16,9 +16,14 @@ from typing import IO, Any
 import pyarrow as pa
 
 from compaction.errors import InvalidRecordsError
+from compaction.rules import LONG_MAX, LONG_MIN
 from compaction.segment import COLUMNS, records
 
 _BINARY = ("key", "value")
+#: The integer columns and Kafka's range for each (JSON integers are unbounded): Longs, and a Short epoch.
+_INTEGERS = {"offset": (LONG_MIN, LONG_MAX), "timestamp": (LONG_MIN, LONG_MAX),
+             "producer_id": (LONG_MIN, LONG_MAX), "producer_epoch": (-(2**15), 2**15 - 1),
+             "delete_horizon_ms": (LONG_MIN, LONG_MAX)}
 
 
 def decode_utf8(data: bytes, source: str) -> str:
@@ -41,6 +46,17 @@ def _text(value: str, where: str, what: str, hint: str = "") -> bytes:
     except UnicodeEncodeError as err:  # a lone surrogate such as "\ud800", which JSON's escapes allow
         raise InvalidRecordsError(f"{where}: {what} is not Unicode text (a lone surrogate at character "
                                   f"{err.start}){hint}") from None
+
+
+def _check_integer(obj: dict[str, Any], name: str, where: str) -> None:
+    value = obj.get(name)
+    if value is None:
+        return
+    low, high = _INTEGERS[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidRecordsError(f"{where}: {name} must be an integer, not {json.dumps(value)}")
+    if not low <= value <= high:
+        raise InvalidRecordsError(f"{where}: {name} {value} is outside Kafka's range for it [{low}, {high}]")
 
 
 def _decode_bytes(obj: dict[str, Any], name: str, where: str) -> bytes | None:
@@ -91,6 +107,8 @@ def parse_lines(lines: Iterable[str], source: str) -> pa.Table:
         unknown = set(obj) - set(COLUMNS)
         if unknown:
             raise InvalidRecordsError(f"{where}: unknown field(s) {sorted(unknown)}")
+        for name in _INTEGERS:
+            _check_integer(obj, name, where)
         if isinstance(obj.get("control_type"), str):
             _text(obj["control_type"], where, "control_type")
         row.update(obj)

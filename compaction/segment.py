@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compaction.errors import CorruptSegmentError, InvalidRecordsError, SegmentSchemaError
+from compaction.rules import LONG_MAX
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -99,7 +100,8 @@ def conform(table: pa.Table, where: str) -> pa.Table:
 
 
 def check_records(table: pa.Table, where: str) -> None:
-    """Check the per-row rules of the format: offsets present and strictly increasing, markers well formed."""
+    """Check records given to append against the format's per-row rules: offsets present, strictly increasing
+    and inside Kafka's range, markers well formed."""
     offsets = table.column("offset")
     if offsets.null_count:
         raise InvalidRecordsError(f"{where}: {offsets.null_count} record(s) have no offset")
@@ -108,6 +110,13 @@ def check_records(table: pa.Table, where: str) -> None:
         increasing = pc.all(pc.greater(values[1:], values[:-1])).as_py()
         if not increasing:
             raise InvalidRecordsError(f"{where}: offsets are not strictly increasing")
+    first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+    if first < 0:
+        raise InvalidRecordsError(f"{where}: offset {first} is negative: offsets start at 0")
+    if last >= LONG_MAX:
+        # The log end offset (the next offset) is a Long too, so the last offset must stay below Long.MAX.
+        raise InvalidRecordsError(f"{where}: offset {last} leaves no log end offset below Kafka's Long.MAX "
+                                  f"({LONG_MAX}): the last offset must be at most {LONG_MAX - 1}")
     is_control = pc.fill_null(table.column("is_control"), False)
     control_type = table.column("control_type")
     bad_marker = pc.and_(is_control, pc.invert(pc.fill_null(pc.is_in(control_type, pa.array(CONTROL_TYPES)), False)))

@@ -52,6 +52,7 @@ from compaction.manifest import (
     segment_name,
     topic_name_problem,
 )
+from compaction.rules import LONG_MAX
 from compaction.segment import (
     SEGMENT_SCHEMA,
     check_records,
@@ -516,6 +517,10 @@ class Store:
                 placed = table
                 base = log_end if latest is not None else first
             else:
+                if log_end + table.num_rows > LONG_MAX:
+                    raise InvalidRecordsError(
+                        f"{where}: {table.num_rows} record(s) from the log end {log_end} would leave no log end "
+                        f"offset below Kafka's Long.MAX ({LONG_MAX})")
                 offsets = pa.array(range(log_end, log_end + table.num_rows), pa.int64())
                 placed = table.set_column(0, "offset", offsets)
                 check_records(placed, where)

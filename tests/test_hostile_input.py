@@ -9,6 +9,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from compaction import cli
@@ -16,7 +18,7 @@ from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
 from compaction.errors import InvalidArgumentError, StoreError
 from compaction.store import IllegalFolder, Store, TopicPartition
 from compaction.verify import verify
-from tests.builders import keyed
+from tests.builders import keyed, rec, table
 from tests.test_bad_input import snapshot
 
 TP = TopicPartition("orders", 0)
@@ -239,6 +241,65 @@ def test_jsonl_with_windows_line_ends_is_still_read(seeded: Store, tmp_path: Pat
     code, out = run(capsys, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))
     assert code == EXIT_OK, out
     assert seeded.read(TP, start=2).column("key").to_pylist() == ["é".encode(), b"b"]
+
+
+# Numbers outside Kafka's ranges ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"key": "k", "offset": -5}, "offset -5 is negative"),
+    ({"key": "k", "offset": 2**63}, f"offset {2**63} is outside Kafka's range for it [{LONG_MIN}, {LONG_MAX}]"),
+    ({"key": "k", "offset": LONG_MAX}, f"offset {LONG_MAX} leaves no log end offset below Kafka's Long.MAX"),
+    ({"key": "k", "offset": True}, "offset must be an integer, not true"),
+    ({"key": "k", "timestamp": 2**64}, f"timestamp {2**64} is outside Kafka's range"),
+    ({"key": "k", "timestamp": LONG_MIN - 1}, f"timestamp {LONG_MIN - 1} is outside Kafka's range"),
+    ({"key": "k", "timestamp": 1.5}, "timestamp must be an integer, not 1.5"),
+    ({"key": "k", "producer_id": 2**63}, f"producer_id {2**63} is outside Kafka's range"),
+    ({"key": "k", "producer_id": LONG_MIN - 1}, f"producer_id {LONG_MIN - 1} is outside Kafka's range"),
+    ({"key": "k", "producer_epoch": 2**15}, "producer_epoch 32768 is outside Kafka's range for it [-32768, 32767]"),
+    ({"key": "k", "value": None, "delete_horizon_ms": 2**63}, "delete_horizon_ms 9223372036854775808 is outside"),
+])
+def test_jsonl_numbers_outside_kafkas_ranges_are_refused(seeded: Store, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str], row: dict,
+                                                         message: str) -> None:
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", jsonl(tmp_path, row), "--now", str(CLOCK))
+    assert message in out
+
+
+def test_a_first_offset_below_zero_is_refused_in_an_empty_partition(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TopicPartition("other", 0), keyed("a=1"), now_ms=1)  # the store exists; orders-0 does not
+    out = refused(capsys, store, "append", store.url, "orders", "0", jsonl(tmp_path, {"key": "k", "offset": -1}),
+                  "--now", str(CLOCK))
+    assert "offset -1 is negative" in out
+
+
+@pytest.mark.parametrize(("column", "message"), [
+    (pa.array([-1, 0], pa.int64()), "offset -1 is negative"),
+    (pa.array([LONG_MAX - 1, LONG_MAX], pa.int64()), f"offset {LONG_MAX} leaves no log end offset"),
+    (pa.array([2**63], pa.uint64()), "column 'offset' has type uint64, which cannot be read as int64"),
+])
+def test_parquet_offsets_outside_kafkas_range_are_refused(seeded: Store, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str], column: pa.Array,
+                                                          message: str) -> None:
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"offset": column, "key": pa.array([b"k"] * len(column))}), path)
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))
+    assert message in out
+
+
+def test_assigned_offsets_stop_where_the_log_end_would_pass_long_max(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TP, table(rec("a", offset=LONG_MAX - 3)), now_ms=1)  # log end LONG_MAX - 2
+    out = refused(capsys, store, "append", store.url, "orders", "0",
+                  jsonl(tmp_path, {"key": "b"}, {"key": "c"}, {"key": "d"}), "--now", str(CLOCK))
+    assert f"3 record(s) from the log end {LONG_MAX - 2} would leave no log end offset" in out
+    code, out = run(capsys, "append", store.url, "orders", "0", jsonl(tmp_path, {"key": "b"}, {"key": "c"}),
+                    "--now", str(CLOCK))
+    assert code == EXIT_OK, out
+    assert store.manifest(TP).log_end_offset == LONG_MAX, "the last offset is Long.MAX - 1, the log end fits"
 
 
 def test_snapshot_sees_every_file(seeded: Store) -> None:
