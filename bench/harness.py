@@ -138,7 +138,7 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     conf.write_text(CONFIG)
     report = work / "report.json"
     measure = run_measured([PYTHON, "-m", "compaction.cli", "run", target, "--conf", str(conf), "--now", str(NOW),
-                            "--report", str(report), "--spark-conf", "spark.ui.enabled=false",
+                            "--allow-future-now", "--report", str(report), "--spark-conf", "spark.ui.enabled=false",
                             "--spark-conf", "spark.ui.showConsoleProgress=false", *(extra or [])], env=env())
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
@@ -271,7 +271,8 @@ def s4(work: Path, records: int) -> dict[str, Any]:
             report = work / "report.json"
             measure = run_measured([str(ROOT / "scripts" / "spark-submit.sh"), "--master", cluster.url,
                                     "--driver-memory", "1g", "--executor-memory", "2g", "--config", str(conf),
-                                    "--python", PYTHON, "--", target, "--now", str(NOW), "--report", str(report)],
+                                    "--python", PYTHON, "--", target, "--now", str(NOW), "--allow-future-now",
+                                    "--report", str(report)],
                                    env=env())
             doc = json.loads(report.read_text())
             if doc["totals"]["failed"]:

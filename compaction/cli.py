@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +38,7 @@ from compaction.job import JobOptions, run_job
 from compaction.jsonl import decode_utf8, parse_lines, write_lines
 from compaction.manifest import partition_name_problem
 from compaction.planner import CompactionPlan, Decision, format_duration
-from compaction.rules import Plan
+from compaction.rules import LONG_MAX, LONG_MIN, Plan
 from compaction.session import spark_session
 from compaction.status import format_table, human_bytes, partition_status
 from compaction.storage import DEFAULT_RETRY_BUDGET_MS
@@ -50,6 +51,9 @@ EXIT_USAGE = 2  # argparse's own code for bad arguments
 EXIT_PARTIAL = job.EXIT_PARTIAL  # some partitions failed, the others were committed
 EXIT_INVALID = 4  # invalid configuration or input; nothing was changed
 
+#: How far ahead of this machine's clock --now may be (the scheduler's clock can run a little ahead).
+FUTURE_NOW_TOLERANCE_MS = 5 * 60_000
+
 log = logging.getLogger("compaction")
 
 
@@ -59,7 +63,7 @@ def wall_clock_ms() -> int:
 
 def parse_time(text: str) -> int:
     """Epoch milliseconds, or an ISO-8601 instant (UTC when it has no offset)."""
-    if text.lstrip("-").isdigit():
+    if re.fullmatch(r"-?[0-9]+", text, re.ASCII):  # not str.isdigit(), which takes "³" and other scripts' digits
         return int(text)
     try:
         moment = datetime.fromisoformat(text)
@@ -89,6 +93,37 @@ def parse_storage_option(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def _show_ms(ms: int) -> str:
+    try:
+        return f"{ms} ({datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec='milliseconds')})"
+    except (OverflowError, ValueError, OSError):
+        return str(ms)
+
+
+def check_long(flag: str, ms: int) -> int:
+    """``ms`` if it is a Kafka Long (every time in the store is one), else InvalidArgumentError naming ``flag``."""
+    if not LONG_MIN <= ms <= LONG_MAX:
+        raise InvalidArgumentError(f"{flag} {ms} is outside Kafka's Long range [{LONG_MIN}, {LONG_MAX}]")
+    return ms
+
+
+def command_now(args: argparse.Namespace, clock: int) -> int:
+    """The command's ``now``: --now, a Long not in the future (unless --allow-future-now), or the clock.
+
+    A future ``now`` would stamp delete horizons, age segments out of retention and lift min.compaction.lag.ms
+    as if that time had come; a past one (a backfill, a retry) is how runs are repeated exactly.
+    """
+    if args.now is None:
+        return clock
+    now = check_long("--now", args.now)
+    if now > clock + FUTURE_NOW_TOLERANCE_MS and not args.allow_future_now:
+        raise InvalidArgumentError(
+            f"--now {_show_ms(now)} is in the future: this machine's clock says {_show_ms(clock)} (a "
+            f"{FUTURE_NOW_TOLERANCE_MS // 60_000}-minute skew is tolerated); use --allow-future-now for tests and "
+            "replays")
+    return now
 
 
 def topic_partition(args: argparse.Namespace) -> TopicPartition:
@@ -132,9 +167,9 @@ def selected_partitions(store: Store, args: argparse.Namespace) -> tuple[list[To
 
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = load_settings(args)
+    now = command_now(args, wall_clock_ms())
     store = open_store(args, settings)
     store.require_exists()
-    now = args.now if args.now is not None else wall_clock_ms()
     result = plan_store(store, settings, now, args.topics)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
@@ -167,9 +202,9 @@ def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], 
 
 def cmd_run(args: argparse.Namespace) -> int:
     settings = load_settings(args)
-    now = args.now if args.now is not None else wall_clock_ms()
-    options = JobOptions(store=args.store, now_ms=now, wall_ms=wall_clock_ms(), topics=args.topics,
-                         dry_run=args.dry_run,
+    clock = wall_clock_ms()
+    now = command_now(args, clock)
+    options = JobOptions(store=args.store, now_ms=now, wall_ms=clock, topics=args.topics, dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
     code, outcome = run_job(options, settings, spark_factory(args, settings), storage_options(args))
     if isinstance(outcome, CompactionPlan):
@@ -183,8 +218,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    now = command_now(args, wall_clock_ms())
     store = open_store(args)
-    now = args.now if args.now is not None else wall_clock_ms()
+    if args.end_time is not None:
+        check_long("--end-time", args.end_time)
     spec = GenerateSpec(
         topics=topic_names(args.topics), partitions=args.partitions, records=args.records, keys=args.keys,
         update_ratio=args.update_ratio, tombstone_ratio=args.tombstone_ratio, keyless_ratio=args.keyless_ratio,
@@ -202,6 +239,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_append(args: argparse.Namespace) -> int:
     tp = topic_partition(args)
+    now = command_now(args, wall_clock_ms())
     store = open_store(args)
     path = Path(args.file)
     if not path.exists():
@@ -215,7 +253,6 @@ def cmd_append(args: argparse.Namespace) -> int:
         # Universal newlines, as a text-mode file reads them; the bytes are decoded first so that a byte that is
         # not UTF-8 is reported with its line.
         table = parse_lines(io.StringIO(decode_utf8(path.read_bytes(), str(path)), newline=None), str(path))
-    now = args.now if args.now is not None else wall_clock_ms()
     if not args.no_timestamp and "timestamp" not in table.column_names:
         table = table.append_column("timestamp", pa.array([now] * table.num_rows, pa.int64()))
     elif not args.no_timestamp:
@@ -329,6 +366,14 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
                              "or cleaner.NAME=VALUE")
 
 
+def _now_args(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--now", type=parse_time, default=None,
+                        help=f"{what}, epoch ms or ISO-8601 (default: the clock); more than "
+                             f"{FUTURE_NOW_TOLERANCE_MS // 60_000} minutes ahead of the clock is refused")
+    parser.add_argument("--allow-future-now", action="store_true",
+                        help="accept a --now in the future (tests and replays)")
+
+
 def _selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topics", metavar="PATTERN", help="only topics matching this glob (e.g. 'orders*')")
 
@@ -355,8 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(p)
     _selection_args(p)
     _config_args(p)
-    p.add_argument("--now", type=parse_time, default=None, help="plan as of this time, epoch ms or ISO-8601 "
-                                                                "(default: the clock)")
+    _now_args(p, "plan as of this time")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_plan)
 
@@ -369,9 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(p)
     _selection_args(p)
     _config_args(p)
-    p.add_argument("--now", type=parse_time, default=None,
-                   help="the run's time, epoch ms or ISO-8601 (default: the clock); pass the schedule's logical "
-                        "time so that retries and backfills decide exactly the same")
+    _now_args(p, "the run's time (pass the schedule's logical time so that retries and backfills decide "
+                 "exactly the same)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing (no Spark)")
     p.add_argument("--report", metavar="PATH", help="write the JSON run report here")
     p.add_argument("--gc", action="store_true", help="run gc after the commits (grace and kept versions from "
@@ -411,8 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hot-key-records", type=int, default=0,
                    help="records of partition 0 that all update one key (default: 0)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--now", type=parse_time, default=None,
-                   help="commit time, epoch ms or ISO-8601 (default: the clock)")
+    _now_args(p, "commit time")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("append", help="append a Parquet or JSON Lines file as a new segment",
@@ -425,8 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
     p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, or JSON Lines")
     p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
-    p.add_argument("--now", type=parse_time, default=None,
-                   help="append time, epoch ms or ISO-8601 (default: the clock)")
+    _now_args(p, "append time")
     p.set_defaults(func=cmd_append)
 
     p = sub.add_parser("read", help="dump a partition's live log as JSON Lines or Parquet")

@@ -9,7 +9,8 @@ Usage: scripts/spark-submit.sh [OPTIONS] -- STORE [JOB OPTIONS]
 Packages the `compaction` library as a zip for --py-files, ships the configuration file, and submits
 jobs/compact.py with spark-submit. The same script runs in local mode and on a cluster. Everything after
 `--` goes to the job, which takes the flags of `compaction run` (for example `--now`, `--report`,
-`--topics`, `--gc`, `--dry-run`; see `compaction run --help`).
+`--topics`, `--gc`, `--dry-run`; see `compaction run --help`). A `--now` in the future is refused (exit
+code 4) unless `--allow-future-now` is given too.
 
 Options (each also settable through the environment variable in brackets):
   --master URL            local[*], local[N], spark://HOST:PORT, yarn or k8s://https://HOST:PORT

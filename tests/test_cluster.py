@@ -34,7 +34,7 @@ def _store(endpoint: str) -> tuple[str, Store]:
 def _submit(url: str, config: Path, report: Path, *options: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.perf_counter()
     process = subprocess.run([str(ROOT / "scripts" / "spark-submit.sh"), *options, "--config", str(config), "--",
-                              url, "--now", str(NOW), "--report", str(report)],
+                              url, "--now", str(NOW), "--allow-future-now", "--report", str(report)],
                              env=cluster_env(), capture_output=True, text=True, timeout=900)
     return process, time.perf_counter() - started
 

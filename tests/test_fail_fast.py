@@ -17,7 +17,7 @@ from tests.cluster import free_port
 from tests.s3server import CREDENTIALS, new_bucket, storage_options
 
 ROOT = Path(__file__).resolve().parent.parent
-NOW = "2030-01-01T00:00:00Z"
+NOW = "2026-01-01T00:00:00Z"  # in the past: a future --now is refused
 
 
 def snapshot(store: Store) -> dict[str, bytes]:

@@ -302,6 +302,41 @@ def test_assigned_offsets_stop_where_the_log_end_would_pass_long_max(tmp_path: P
     assert store.manifest(TP).log_end_offset == LONG_MAX, "the last offset is Long.MAX - 1, the log end fits"
 
 
+# --now -------------------------------------------------------------------------------------------------------
+
+
+def _now_commands(store: Store, tmp_path: Path) -> list[list[str]]:
+    source = jsonl(tmp_path, {"key": "k", "value": "v"})
+    return [["plan", store.url, "--set", "log.cleanup.policy=compact"], ["run", store.url, "--dry-run"],
+            ["generate", store.url, "--records", "10", "--partitions", "1"],
+            ["append", store.url, "orders", "0", source]]
+
+
+@pytest.mark.parametrize("now", [str(LONG_MAX + 1), str(LONG_MIN - 1), str(10**30)])
+def test_a_now_outside_the_long_range_is_refused_by_every_command(seeded: Store, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  now: str) -> None:
+    for command in _now_commands(seeded, tmp_path):
+        out = refused(capsys, seeded, *command, "--now", now, "--allow-future-now")
+        assert f"--now {now} is outside Kafka's Long range [{LONG_MIN}, {LONG_MAX}]" in out, command
+
+
+def test_a_now_in_the_future_is_refused_unless_allowed(seeded: Store, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    ahead = str(CLOCK + 6 * MINUTE)
+    for command in _now_commands(seeded, tmp_path):
+        out = refused(capsys, seeded, *command, "--now", ahead)
+        assert f"--now {ahead} (2026-01-01T00:06:00.000+00:00) is in the future" in out, command
+        assert "use --allow-future-now for tests and replays" in out
+    out = refused(capsys, seeded, "run", seeded.url, "--now", "2027-01-01T00:00:00Z")
+    assert "is in the future" in out
+    append = _now_commands(seeded, tmp_path)[3]
+    assert run(capsys, *append, "--now", str(CLOCK + 4 * MINUTE))[0] == EXIT_OK, "clock skew is tolerated"
+    assert run(capsys, *append, "--now", ahead, "--allow-future-now")[0] == EXIT_OK
+    assert run(capsys, *append, "--now", "2025-06-01T00:00:00Z")[0] == EXIT_OK, "a past time replays"
+    assert seeded.manifest(TP).version == 4
+
+
 def test_snapshot_sees_every_file(seeded: Store) -> None:
     """The guard the tests above rely on: a stray file anywhere in the store changes the snapshot."""
     before = snapshot(seeded)
