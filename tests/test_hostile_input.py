@@ -15,7 +15,7 @@ import pytest
 
 from compaction import cli
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
-from compaction.errors import InvalidArgumentError, StoreError
+from compaction.errors import InvalidArgumentError, InvalidRecordsError, StoreError
 from compaction.store import IllegalFolder, Store, TopicPartition
 from compaction.verify import verify
 from tests.builders import keyed, rec, table
@@ -335,6 +335,35 @@ def test_a_now_in_the_future_is_refused_unless_allowed(seeded: Store, tmp_path: 
     assert run(capsys, *append, "--now", ahead, "--allow-future-now")[0] == EXIT_OK
     assert run(capsys, *append, "--now", "2025-06-01T00:00:00Z")[0] == EXIT_OK, "a past time replays"
     assert seeded.manifest(TP).version == 4
+
+
+# Fields only the cleaner sets ------------------------------------------------------------------------------
+
+
+def test_a_tombstone_with_a_preset_delete_horizon_is_refused(seeded: Store, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    source = jsonl(tmp_path, {"key": "a", "value": "2"}, {"key": "b", "value": None, "delete_horizon_ms": 1})
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", source, "--now", str(CLOCK))
+    assert "records for orders-0: the record at offset 3 carries delete_horizon_ms 1, which only the cleaner sets" \
+        in out
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"key": [b"b"], "value": pa.array([None], pa.binary()), "delete_horizon_ms": [5]}), path)
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))
+    assert "carries delete_horizon_ms 5, which only the cleaner sets" in out
+    marker = rec(None, None, producer_id=7, is_control=True, control_type="abort", delete_horizon_ms=5)
+    with pytest.raises(InvalidRecordsError, match="only the cleaner sets"):
+        seeded.append(TP, table(marker), now_ms=2)
+
+
+def test_a_dump_of_an_uncleaned_log_appends_again(seeded: Store, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    seeded.append(TP, keyed("a=-"), now_ms=2)
+    dump = tmp_path / "dump.parquet"
+    assert run(capsys, "read", seeded.url, "orders", "0", "-o", str(dump))[0] == EXIT_OK
+    copy = Store.open(str(tmp_path / "copy"))
+    code, out = run(capsys, "append", copy.url, "orders", "0", str(dump), "--now", str(CLOCK), "--no-timestamp")
+    assert code == EXIT_OK, out
+    assert copy.read(TP).equals(seeded.read(TP))
 
 
 def test_snapshot_sees_every_file(seeded: Store) -> None:
