@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from compaction.errors import CommitConflictError, InvalidRecordsError
-from compaction.manifest import Manifest
+from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError
+from compaction.manifest import Manifest, topic_name_problem
 from compaction.segment import HEADER_TYPE, NO_PRODUCER, SEGMENT_SCHEMA
 from compaction.store import Store, TopicPartition, Writer
 
@@ -180,5 +180,11 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
 
 
 def topic_names(value: str | Sequence[str]) -> tuple[str, ...]:
+    """Topic names from ``a,b`` or a list, all checked before any is written (a bad one must not leave half a store)."""
     names = value.split(",") if isinstance(value, str) else list(value)
-    return tuple(name.strip() for name in names if name.strip())
+    topics = tuple(name.strip() for name in names if name.strip())
+    for topic in topics:
+        problem = topic_name_problem(topic)
+        if problem:
+            raise InvalidArgumentError(f"topic name {topic!r} {problem}")
+    return topics

@@ -77,6 +77,13 @@ def test_illegal_topic_names_are_refused(seeded: Store, tmp_path: Path, capsys: 
         TopicPartition(topic, 0)
 
 
+def test_generate_checks_every_topic_name_before_writing_any(seeded: Store,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = refused(capsys, seeded, "generate", seeded.url, "--topics", "payments,bad topic", "--records", "10",
+                  "--partitions", "1", "--now", str(CLOCK))
+    assert "topic name 'bad topic'" in out
+
+
 def test_kafka_topic_name_rules_hold_at_their_bounds() -> None:
     assert TopicPartition("a" * 249, 0).topic == "a" * 249
     assert TopicPartition("...", 0).topic == "...", "Kafka refuses exactly '.' and '..'"
