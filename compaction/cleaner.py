@@ -15,6 +15,10 @@ Stages (one Spark job each, over all selected partitions at once):
    source's base offset.
 3. **Commit**: per partition, through the store's commit primitive (rebasing over concurrent appends).
    A partition that fails anywhere is reported uncleanable with the reason; the others still commit.
+
+Every object a task attempt writes has a name of its own (:func:`compaction.tasks.object_id`), and only the
+objects of the attempt whose result the driver collected are committed: a retried or speculative attempt
+never publishes twice, and the losers' objects are left to gc.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +104,7 @@ class Cleaner:
         self.settings = settings
         self.writer = writer or Writer(id="compaction-run")
         self.progress = progress or log.info
+        self.pass_id = uuid.uuid4().hex  # names the objects of a pass; new for every run
 
     @property
     def session(self) -> SparkSession:
@@ -113,6 +119,7 @@ class Cleaner:
         ``before_commit`` runs between the Spark stages and the commits (tests use it to interleave writers).
         """
         started = time.perf_counter()
+        self.pass_id = uuid.uuid4().hex
         the_plan = compaction_plan or plan_store(self.store, self.settings, now_ms, topics)
         selected = the_plan.selected
         self.progress(f"planned {len(the_plan.partitions)} partition(s): {len(selected)} to clean, "
@@ -186,7 +193,7 @@ class Cleaner:
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
                     first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms)))
+                    policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id))
         return tasks
 
     @staticmethod
@@ -197,7 +204,7 @@ class Cleaner:
     def _job(self, p: PartitionPlan, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
              now_ms: int) -> ApplyJob:
         return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
-                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only)
+                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id)
 
     def _clean_in_tasks(self, items: list[_Work], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
