@@ -15,18 +15,32 @@ Stages (one Spark job each, over all selected partitions at once):
    source's base offset.
 3. **Commit**: per partition, through the store's commit primitive (rebasing over concurrent appends).
    A partition that fails anywhere is reported uncleanable with the reason; the others still commit.
+
+A Spark job of stage 1 or 2 covers many partitions, and Spark aborts it when one task fails all its
+attempts (a task's own errors are caught in it and reported per partition, but a killed Python worker or a
+lost executor cannot be). Then the job's partitions run again, one job each, so that only the partition
+whose task keeps failing is lost (:meth:`Cleaner._isolate`).
+
+Every object a task attempt writes has a name of its own (:func:`compaction.tasks.object_id`), and only the
+objects of the attempt whose result the driver collected are committed: a retried or speculative attempt
+never publishes twice, and the losers' objects are left to gc.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 import time
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import RDD, StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from compaction import rules
@@ -51,6 +65,24 @@ from compaction.tasks import (
 log = logging.getLogger("compaction.cleaner")
 Progress = Callable[[str], None]
 
+#: What a Spark action raises when its job fails for good: a task failed all its attempts, or the JVM is gone.
+SPARK_JOB_FAILURES = (Py4JError, PySparkException)
+
+
+def spark_failure(err: Exception) -> str:
+    """One line saying why a Spark job failed: its last task failure's cause, with no stack trace."""
+    text = str(err.java_exception.getMessage()) if isinstance(err, Py4JJavaError) else str(err)
+    attempts = re.search(r"failed (\d+) times", text)
+    lost = re.search(r"most recent failure: Lost task .*?\): ", text)
+    cause = text[lost.end():] if lost else text
+    lines = cause.strip().splitlines() or [""]
+    if "Traceback (most recent call last)" in cause:  # a Python exception that left a task: its last line
+        lines = [line for line in lines if line.strip() and not line[0].isspace()]
+        cause = lines[-1]
+    else:
+        cause = re.sub(r"^[\w.$]+(Exception|Error): ", "", lines[0]).split(". Consider setting")[0]
+    return f"Spark task failed {attempts.group(1)} times: {cause}" if attempts else f"Spark job failed: {cause}"
+
 
 @dataclass
 class _Work:
@@ -64,6 +96,12 @@ class _Work:
     records_written: int = 0
     stamped: int = 0  # records the rewrites gave their first delete horizon
     error: str | None = None
+
+    def reset(self) -> None:
+        """Forget what a failed Spark job produced (none of it was committed)."""
+        self.outcomes, self.jobs, self.results = {}, [], {}
+        self.bytes_written = self.records_written = self.stamped = 0
+        self.error = None
 
     def add(self, job_id: int, result: dict[str, Any]) -> None:
         """Record an apply job's result."""
@@ -102,6 +140,7 @@ class Cleaner:
         self.writer = writer or Writer(id="compaction-run")
         self.progress = progress or log.info
         self.wall_ms = wall_ms
+        self.pass_id = uuid.uuid4().hex  # names the objects of a pass; new for every run
 
     @property
     def session(self) -> SparkSession:
@@ -116,6 +155,7 @@ class Cleaner:
         ``before_commit`` runs between the Spark stages and the commits (tests use it to interleave writers).
         """
         started = time.perf_counter()
+        self.pass_id = uuid.uuid4().hex
         the_plan = compaction_plan or plan_store(self.store, self.settings, now_ms, topics)
         selected = the_plan.selected
         self.progress(f"planned {len(the_plan.partitions)} partition(s): {len(selected)} to clean, "
@@ -124,14 +164,13 @@ class Cleaner:
         needing_spark = [w for w in work.values() if w.plan.needs_dedupe]
         whole = [w for w in needing_spark if self.dedupe_plan is rules.Plan.ARROW and self._buckets(w.plan) == 1]
         staged = [w for w in needing_spark if w not in whole]
-        if whole:
-            self._clean_in_tasks(whole, now_ms)
-        if staged:
-            decisions = self._decide(staged, now_ms)
+        for items, clean in ((whole, self._clean_in_tasks), (staged, self._clean_staged)):
+            if not items:
+                continue
             try:
-                self._apply(decisions, [w for w in staged if w.error is None and w.jobs])
-            finally:
-                decisions.unpersist()
+                clean(items, now_ms)
+            except SPARK_JOB_FAILURES as err:
+                self._isolate(items, clean, now_ms, err)
         if before_commit is not None:
             before_commit()
         results = []
@@ -146,6 +185,32 @@ class Cleaner:
             results.append(PartitionResult.from_plan(p))
         return RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
                                elapsed_ms=int((time.perf_counter() - started) * 1000))
+
+    def _isolate(self, items: list[_Work], clean: Callable[[list[_Work], int], None], now_ms: int,
+                 err: Exception) -> None:
+        """After a Spark job failed for good, run ``clean`` again for each partition in a job of its own.
+
+        The failed job returned nothing, and Spark's message names a task, which only in some stages is one
+        partition (a shuffle's tasks hold rows of many). So every partition runs again, a few jobs at a time
+        from driver threads; the one whose task keeps failing is reported with the reason in one line. What
+        the failed job wrote is never committed.
+        """
+        if len(items) == 1:  # already alone: its attempts are spent
+            items[0].reset()
+            items[0].error = spark_failure(err)
+            return
+        self.progress(f"a Spark job failed ({spark_failure(err)}); cleaning its {len(items)} partition(s) in a "
+                      "job each, so that only the one that keeps failing is left out")
+
+        def clean_alone(item: _Work) -> None:
+            item.reset()
+            try:
+                clean([item], now_ms)
+            except SPARK_JOB_FAILURES as failure:
+                item.error = spark_failure(failure)
+
+        with ThreadPoolExecutor(max_workers=max(1, self.session.sparkContext.defaultParallelism)) as pool:
+            list(pool.map(clean_alone, items))
 
     # Stage 1 -----------------------------------------------------------------------------------------
 
@@ -189,7 +254,7 @@ class Cleaner:
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
                     first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms)))
+                    policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id))
         return tasks
 
     def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
@@ -201,7 +266,7 @@ class Cleaner:
     def _job(self, p: PartitionPlan, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
              now_ms: int) -> ApplyJob:
         return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
-                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only)
+                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id)
 
     def _clean_in_tasks(self, items: list[_Work], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
@@ -274,6 +339,14 @@ class Cleaner:
             decisions.unpersist()
             raise
         return decisions
+
+    def _clean_staged(self, items: list[_Work], now_ms: int) -> None:
+        """Stage 1 for the items' key buckets (or the Spark SQL plans), then stage 2's apply jobs."""
+        decisions = self._decide(items, now_ms)
+        try:
+            self._apply(decisions, [w for w in items if w.error is None and w.jobs])
+        finally:
+            decisions.unpersist()
 
     # Stage 2 -----------------------------------------------------------------------------------------
 

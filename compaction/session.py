@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pyspark
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from compaction.errors import CompactionError
@@ -26,6 +28,10 @@ DEFAULTS = {
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "true",
 }
+
+#: Attempts per task: Spark's default on a cluster (``spark.task.maxFailures``), given to local mode too.
+TASK_ATTEMPTS = 4
+LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
 
 
 def class_archive() -> Path:
@@ -71,6 +77,17 @@ def check_master(master: str) -> None:
                               "k8s://...")
 
 
+def with_task_retries(master: str, attempts: int | str = TASK_ATTEMPTS) -> str:
+    """``local``, ``local[N]`` or ``local[*]`` as ``local[N,attempts]``; any other master as it is.
+
+    Local mode ignores ``spark.task.maxFailures`` and gives each task a single attempt, so one killed Python
+    worker would abort the whole job; a cluster retries the task. A master that names its attempts
+    (``local[N,F]``) is kept.
+    """
+    found = LOCAL_MASTER.fullmatch(master)
+    return f"local[{found.group(1) or 1},{attempts}]" if found else master
+
+
 def spark_session(master: str | None = None, app_name: str = "compaction",
                   conf: Mapping[str, str] | None = None, light_driver: bool = False) -> SparkSession:
     """Get or create the session; ``master`` None leaves it to spark-submit (``local[*]`` outside it).
@@ -79,16 +96,24 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     executors share the driver's JVM, so the Spark SQL plans leave it off.
 
     Python workers must run this interpreter (they import pyarrow and this package), so PYSPARK_PYTHON
-    defaults to it when unset.
+    defaults to it when unset. A local master gets task retries (:func:`with_task_retries`), also one that
+    spark-submit was given.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    attempts = (conf or {}).get("spark.task.maxFailures")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = "local[*]"  # not under spark-submit, which sets the master (and the gateway) itself
+    elif master is None:
+        SparkContext._ensure_initialized()  # joins the JVM spark-submit started, so the conf reads its settings
+        submitted = SparkConf()  # spark-submit's --master and --conf
+        given = submitted.get("spark.master") or ""
+        if LOCAL_MASTER.fullmatch(given):
+            master, attempts = given, attempts or submitted.get("spark.task.maxFailures")
     if master is not None:
         check_master(master)
-        builder = builder.master(master)
+        builder = builder.master(with_task_retries(master, attempts or TASK_ATTEMPTS))
     settings = dict(DEFAULTS)
     if master is not None and master.startswith("local"):
         # Local mode talks only to itself: bind to loopback, not to whatever the host name resolves to.

@@ -274,11 +274,13 @@ class Store:
     # Segments ----------------------------------------------------------------------------------------
 
     def write_segment(self, tp: TopicPartition, table: pa.Table, base_offset: int, next_offset: int,
-                      created_ms: int, compression: str = "zstd") -> SegmentMeta:
-        """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed."""
+                      created_ms: int, compression: str = "zstd", object_id: str | None = None) -> SegmentMeta:
+        """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed.
+
+        ``object_id`` (default: a random one) names the object and must be unique to this write."""
         stats = segment_stats(table)
         data = encode_parquet(table, compression)
-        rel = segment_name(base_offset, uuid.uuid4().hex)
+        rel = segment_name(base_offset, object_id or uuid.uuid4().hex)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return SegmentMeta(
             path=rel, base_offset=base_offset, next_offset=next_offset, record_count=stats.record_count,
@@ -291,15 +293,16 @@ class Store:
 
     def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
                       live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
-                      live_max_timestamp: int | None = None) -> DeletionVector:
+                      live_max_timestamp: int | None = None, object_id: str | None = None) -> DeletionVector:
         """Write a deletion vector (sorted offsets) for ``segment``; not yet committed. The caller gives the
-        figures of the records it leaves visible (earliest delete horizon, first and largest timestamp)."""
+        figures of the records it leaves visible (earliest delete horizon, first and largest timestamp) and
+        may name the object as :meth:`write_segment`."""
         offsets = pc.unique(offsets.cast(pa.int64()))
         offsets = offsets.take(pc.sort_indices(offsets))
         sink = pa.BufferOutputStream()
         pq.write_table(pa.table([offsets], schema=DELETES_SCHEMA), sink, compression="zstd")
         data = sink.getvalue().to_pybytes()
-        rel = deletes_name(segment.base_offset, uuid.uuid4().hex)
+        rel = deletes_name(segment.base_offset, object_id or uuid.uuid4().hex)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
                               created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms,

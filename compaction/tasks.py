@@ -12,6 +12,7 @@ deletion vector.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 
 from compaction import arrow_dedupe, rules
 from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
@@ -52,6 +54,7 @@ class ReadTask:
     # For a partition decided and applied in one task (the Arrow plan, one bucket):
     policy: ApplyPolicy | None = None
     horizon_ms: int = 0
+    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its objects (:func:`object_id`)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class ApplyJob:
     now_ms: int
     log_start_offset: int
     deletes_only: bool = False
+    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its object (:func:`object_id`)
 
     @property
     def base_offset(self) -> int:
@@ -336,6 +340,19 @@ def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
 # Stage 2: apply -------------------------------------------------------------------------------------------
 
 
+def object_id(pass_id: str) -> str:
+    """The id in the names of the objects this task attempt writes: ``<pass id>-<task attempt id>``.
+
+    The pass id is the driver's, new for every pass; the task attempt id is Spark's, unique in the
+    application. So an attempt's names are its own: a retried or speculative attempt never writes over an
+    object another attempt wrote, which the driver may already have committed, nor over one a committed
+    manifest of an earlier pass names. The driver commits only the attempt whose result it collected; the
+    objects of the others are garbage that gc removes after its grace period.
+    """
+    task = TaskContext.get()
+    return f"{pass_id}-{task.taskAttemptId() if task is not None else 0}"
+
+
 class Verdicts:
     """The decision as stage 2 needs it: per source segment, which live rows stay; the markers to stamp."""
 
@@ -406,7 +423,8 @@ def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
     first, last = timestamp_stats(kept.column("timestamp"))
     vector = job.store.write_deletes(job.tp, segment, deleted, created_ms=created,
                                      live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
-                                     live_first_timestamp=first, live_max_timestamp=last)
+                                     live_first_timestamp=first, live_max_timestamp=last,
+                                     object_id=object_id(job.pass_id))
     updated = segment.model_copy(update={"deletes": vector})
     return {"segment": updated.model_dump_json(), "records_read": 0, "bytes_read": 0,
             "records_written": 0, "stamped": 0, "bytes_written": vector.size_bytes}
@@ -438,7 +456,7 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
     if output.num_rows:
         # Kafka keeps the last source's modification time: records keep their age through rewrites.
         segment = job.store.write_segment(job.tp, output, job.base_offset, job.next_offset,
-                                          created_ms=job.sources[-1].created_ms)
+                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id))
         result.update(segment=segment.model_dump_json(), bytes_written=segment.size_bytes)
     return result
 
@@ -469,7 +487,7 @@ def clean_in_task(task: ReadTask) -> dict[str, Any]:
     for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes, task.first_dirty_offset,
                                                                task.policy)):
         job = ApplyJob(task.tp, task.store, job_id, sources, task.horizon_ms, task.now_ms, task.log_start_offset,
-                       deletes_only)
+                       deletes_only, task.pass_id)
         jobs.append({"job_id": job_id, "sources": [s.base_offset for s in sources], "deletes_only": deletes_only,
                      **apply_job(job, verdicts)})
     return {"outcomes": {str(base): asdict(outcome) for base, outcome in outcomes.items()}, "jobs": jobs}

@@ -85,27 +85,31 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def spark_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str = "2g") -> Iterator[Cluster]:
-    """Start a master and ``workers`` workers on 127.0.0.1; yield the cluster; stop them all by pid."""
+def spark_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str = "2g",
+                  hosts: tuple[str, ...] = ("127.0.0.1",)) -> Iterator[Cluster]:
+    """Start a master on 127.0.0.1 and ``workers`` workers, each on the next of ``hosts`` (loopback addresses:
+    Spark runs a speculative copy of a task only on another host); yield the cluster; stop them all by pid."""
     work.mkdir(parents=True, exist_ok=True)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port, ui_port = free_port(), free_port()
     cluster = Cluster(f"spark://127.0.0.1:{port}", ui_port, work)
     env = cluster_env()
 
-    def start(name: str, *args: str) -> None:
+    def start(name: str, *args: str, host: str = "127.0.0.1") -> None:
         log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        cluster.processes.append(subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                  cwd=work, start_new_session=True))
+        cluster.processes.append(subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
+                                                  env={**env, "SPARK_LOCAL_IP": host}, cwd=work,
+                                                  start_new_session=True))
 
     try:
         start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
               "--webui-port", str(ui_port))
         _wait(lambda: _listening(port) and _listening(ui_port), "the Spark master listening")
         for i in range(workers):
-            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", cluster.url, "--host", "127.0.0.1",
+            host = hosts[i % len(hosts)]
+            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host,
                   "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
-                  "--work-dir", str(work / f"worker-{i}"))
+                  "--work-dir", str(work / f"worker-{i}"), host=host)
         _wait(lambda: cluster.alive_workers() == workers, f"{workers} workers registering")
         yield cluster
     finally:

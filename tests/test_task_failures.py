@@ -1,0 +1,163 @@
+"""Spark task failures: a killed Python worker is retried; a partition whose task keeps failing is reported with
+a one-line reason while the others commit; retried and speculative attempts never publish twice."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction.cleaner import Cleaner, spark_failure
+from compaction.config import Settings
+from compaction.gc import collect_garbage
+from compaction.job import EXIT_PARTIAL, JobOptions, run_job
+from compaction.segment import records
+from compaction.store import Store, TopicPartition
+from compaction.verify import verify
+from tests.cluster import cluster_env, spark_cluster
+from tests.task_faults import faulty
+
+NOW = 1_800_000_000_000
+PARTITIONS = [TopicPartition("t", i) for i in range(3)]
+BAD = PARTITIONS[1]
+OVERRIDES = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0}
+SETTINGS = Settings.load(overrides=OVERRIDES, environ={})
+#: The two ways through Spark: a whole partition in one task; or stage 1 (key buckets here, or the Spark SQL
+#: plans) then stage 2's apply jobs. Every failed attempt costs a new Python worker (~2 s), so one of each.
+PATHS = {"arrow": SETTINGS,
+         "arrow-split": Settings.load(overrides={**OVERRIDES, "cleaner": {"task.max.records": 3}}, environ={})}
+
+
+def seed(store: Store, partitions: list[TopicPartition] = PARTITIONS) -> None:
+    """Each partition: ``a b a`` then ``c b`` then an active segment; the survivors are offsets 2, 3, 4, 5."""
+    for tp in partitions:
+        for rows in ([("a", "1"), ("b", "1"), ("a", "2")], [("c", "1"), ("b", "2")], [("active", "1")]):
+            store.append(tp, records([{"key": k, "value": v} for k, v in rows]), now_ms=NOW)
+
+
+def offsets(store: Store, tp: TopicPartition) -> list[int]:
+    return store.read(tp, columns=["offset"]).column("offset").to_pylist()
+
+
+@pytest.mark.spark
+def test_a_worker_killed_once_is_retried_and_every_partition_commits(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    seed(local_store)
+    store = faulty(local_store, kill=f"{BAD.prefix}/", first_attempt_only=True)
+    report = Cleaner(spark, store, SETTINGS).run(NOW)
+    assert {r.partition: r.status for r in report.partitions} == {str(tp): "cleaned" for tp in PARTITIONS}
+    assert {str(tp): offsets(local_store, tp) for tp in PARTITIONS} == {str(tp): [2, 3, 4, 5] for tp in PARTITIONS}
+    assert [p for r in verify(local_store) for p in r.problems] == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_commit(  # type: ignore[no-untyped-def]
+        spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    seed(local_store)
+    opened = Store.open
+    monkeypatch.setattr(Store, "open", lambda url, options=None: faulty(opened(url, options), kill=f"{BAD.prefix}/"))
+    printed: list[str] = []
+    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW), PATHS[path], lambda: spark,
+                           out=printed.append)
+
+    assert code == EXIT_PARTIAL
+    assert any(line.startswith("deciding survivors") for line in printed) == (path == "arrow-split")
+    status: dict[str, Any] = {r.partition: r.status for r in report.partitions}  # type: ignore[union-attr]
+    assert status == {"t-0": "cleaned", "t-1": "failed", "t-2": "cleaned"}
+    (failure,) = report.to_dict()["failures"]  # type: ignore[union-attr]
+    assert failure["partition"] == "t-1"
+    assert failure["error"] == "Spark task failed 4 times: Python worker exited unexpectedly (crashed)"
+    assert [line for line in printed if "t-1" in line and "failed" in line] == [
+        "[2/3] failed t-1: Spark task failed 4 times: Python worker exited unexpectedly (crashed)"]
+    assert not any("\tat " in line or "Traceback" in line for line in printed), "no stack trace reaches the user"
+    assert local_store.versions(BAD) == [1, 2, 3], "the failed partition is untouched"
+    assert offsets(local_store, PARTITIONS[0]) == offsets(local_store, PARTITIONS[2]) == [2, 3, 4, 5]
+    assert [p for r in verify(local_store) for p in r.problems] == []
+
+
+def test_the_reason_is_the_last_failure_in_one_line() -> None:
+    aborted = ("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times, most recent failure: Lost task "
+               "1.3 in stage 3.0 (TID 17) (10.0.0.7 executor 2): ExecutorLostFailure (executor 2 exited caused by "
+               "one of the running tasks) Reason: Container killed on request. Exit code is 137\n\tat org.apache.x")
+    assert spark_failure(Exception(aborted)) == ("Spark task failed 4 times: ExecutorLostFailure (executor 2 exited "
+                                                 "caused by one of the running tasks) Reason: Container killed on "
+                                                 "request. Exit code is 137")
+    python = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n  File \"x.py\","
+              " line 1, in f\n    raise SystemExit(3)\nSystemExit: 3\n SQLSTATE: 38000)")
+    assert spark_failure(Exception(python)) == "Spark job failed: SystemExit: 3"
+    stopped = "org.apache.spark.SparkException: Job 7 cancelled because SparkContext was shut down\n\tat org.x"
+    assert spark_failure(Exception(stopped)) == "Spark job failed: Job 7 cancelled because SparkContext was shut down"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The driver of a pass under speculation, in a process of its own: the tests' session is local, and Spark runs
+#: a speculative copy of a task only on another host than the original attempt, so this needs a cluster of
+#: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 20 s: Spark
+#: kills a losing attempt); the other tasks finish at once, so Spark soon takes the paused ones for slow and
+#: runs a copy on the other host, which wins. The job starts once both executors are there.
+DRIVER = """
+import sys
+from compaction.cleaner import Cleaner
+from compaction.config import Settings
+from compaction.session import spark_session
+from compaction.store import Store
+from tests.task_faults import faulty
+
+master, url, out, now = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+spark = spark_session(master, conf={
+    "spark.speculation": "true", "spark.speculation.multiplier": "1", "spark.speculation.quantile": "0.01",
+    "spark.speculation.minTaskRuntime": "100ms", "spark.speculation.interval": "100ms",
+    "spark.scheduler.minRegisteredResourcesRatio": "1", "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+    "spark.cores.max": "4", "spark.executor.memory": "1g", "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false"})
+settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0},
+                         environ={})
+report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=20.0), settings).run(now)
+spark.stop()
+report.write(out)
+"""
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_speculative_attempts_never_publish_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    partitions = [TopicPartition("t", i) for i in range(4)]
+    store = Store.open(str(tmp_path / "store"))
+    seed(store, partitions)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # executors import tests.task_faults
+    with spark_cluster(tmp_path / "cluster", workers=2, cores=2, hosts=("127.0.0.1", "127.0.0.2")) as cluster:
+        process = subprocess.run([sys.executable, "-c", DRIVER, cluster.url, store.url, str(tmp_path / "report.json"),
+                                  str(NOW)], env=cluster_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [r["status"] for r in report["partitions"]] == ["cleaned"] * 4
+
+    # Exactly what a pass without speculation leaves: each key's latest record.
+    assert {str(tp): offsets(store, tp) for tp in partitions} == {str(tp): [2, 3, 4, 5] for tp in partitions}
+    assert [p for r in verify(store) for p in r.problems] == []
+    orphans = set()
+    for tp in partitions:
+        manifests = [store.manifest(tp, v) for v in store.versions(tp)]
+        for manifest in manifests:
+            paths = [s.path for s in manifest.segments]
+            assert len(set(paths)) == len(paths), "every committed manifest names one object per segment"
+        added = {s.path for s in manifests[-1].segments} - {s.path for s in manifests[-2].segments}
+        found = {re.fullmatch(r"segments/\d{20}-([0-9a-f]{32})-\d+\.parquet", path) for path in added}
+        assert None not in found and len({m.group(1) for m in found if m}) == 1, "named by the pass id and attempt"
+        referenced = {s.path for m in manifests for s in m.segments}
+        written = {f"segments/{e.name}" for e in store.storage.list_dir(f"{tp.prefix}/segments")}
+        orphans |= {f"{tp.prefix}/{path}" for path in written - referenced}
+    assert {path.split("/")[1] for path in orphans} >= {"0", "2"}, "the losing attempts' objects were not committed"
+
+    # They are garbage: gc removes exactly them, and the log reads the same.
+    deleted = {f"{tp.prefix}/{path}" for tp in partitions for path in
+               collect_garbage(store, tp, now_ms=int(time.time() * 1000) + 1, grace_ms=0).deleted_objects}
+    assert deleted == orphans
+    assert {str(tp): offsets(store, tp) for tp in partitions} == {str(tp): [2, 3, 4, 5] for tp in partitions}
+    assert [p for r in verify(store) for p in r.problems] == []
