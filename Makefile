@@ -20,7 +20,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m compaction.session
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m compaction.clean.session
 	@touch $@
 
 setup: $(BIN)/.installed ## create .venv and install the project with its dev tools
@@ -62,9 +62,11 @@ bench: $(BIN)/.bench-installed ## benchmark S1-S4 vs DuckDB, Polars and the pyar
 bench-quick: $(BIN)/.bench-installed ## the same harness at 1/20 of the sizes, one run each (about a minute)
 	$(BIN)/python bench/harness.py --quick
 
-lint: setup ## ruff and mypy
-	$(BIN)/ruff check compaction tests bench jobs dags
+lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vulture)
+	$(BIN)/ruff check compaction tests bench jobs dags scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
 
 clean: ## remove the demo store, reports, packages and caches (keeps the virtualenvs)
 	rm -rf $(STORE) out dist .pytest_cache .mypy_cache .ruff_cache

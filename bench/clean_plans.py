@@ -15,10 +15,10 @@ import shutil
 import time
 from pathlib import Path
 
-from compaction.cleaner import Cleaner
+from compaction.clean.cleaner import Cleaner
+from compaction.clean.session import spark_session
 from compaction.config import Settings
 from compaction.generate import GenerateSpec, generate
-from compaction.session import spark_session
 from compaction.store import Store
 
 NOW = 1_800_000_000_000

@@ -43,12 +43,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compaction.cleaner import Cleaner, _Work, plan_store  # noqa: E402
+from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store  # noqa: E402
+from compaction.clean.layout import SegmentOutcome, plan_jobs  # noqa: E402
+from compaction.clean.tasks import decide_facts  # noqa: E402
 from compaction.config import Settings  # noqa: E402
 from compaction.generate import GenerateSpec, generate  # noqa: E402
-from compaction.layout import SegmentOutcome, plan_jobs  # noqa: E402
 from compaction.store import Store  # noqa: E402
-from compaction.tasks import decide_facts  # noqa: E402
 
 NOW = 1_800_000_000_000
 WRITTEN = NOW - 3_600_000
@@ -160,7 +160,7 @@ def engine(work: Path, name: str, source: str) -> Measure:
 
 
 def spark_startup() -> Measure:
-    code = ("import time; from compaction.session import spark_session; t = time.perf_counter(); "
+    code = ("import time; from compaction.clean.session import spark_session; t = time.perf_counter(); "
             "s = spark_session('local[*]', conf={'spark.ui.enabled': 'false'}); "
             "print(time.perf_counter() - t); s.stop()")
     measure = run_measured([PYTHON, "-c", code], env=env())
@@ -204,7 +204,7 @@ def max_task_records(source: str) -> tuple[int, int]:
     cleaner = Cleaner(None, store, settings)
     the_plan = plan_store(store, settings, NOW)
     largest = max(the_plan.selected, key=lambda p: sum(s.live_records for s in p.segments))
-    tasks = cleaner.read_tasks([_Work(largest)], NOW)
+    tasks = cleaner.read_tasks([PartitionWork(largest)], NOW)
     decided = [decide_facts(task) for task in tasks]
     held = [d.facts.table.num_rows for d in decided]
     outcomes: dict[int, SegmentOutcome] = {}
@@ -213,7 +213,7 @@ def max_task_records(source: str) -> tuple[int, int]:
             before = outcomes.get(segment.base_offset)
             outcomes[segment.base_offset] = before.merge(outcome) if before else outcome
     assert largest.first_dirty_offset is not None
-    jobs = plan_jobs(largest.segments, outcomes, largest.first_dirty_offset, cleaner._policy(largest, NOW))
+    jobs = plan_jobs(largest.segments, outcomes, largest.first_dirty_offset, cleaner.apply_policy(largest, NOW))
     held += [sum(s.live_records for s in sources) for sources, _ in jobs]
     return max(held), sum(s.live_records for s in largest.segments)
 

@@ -12,10 +12,10 @@ import argparse
 import time
 import tracemalloc
 
-from compaction.config import TopicConfig
-from compaction.manifest import Manifest, SegmentMeta, WriterInfo
-from compaction.planner import plan
+from compaction.clean.planner import plan
+from compaction.clean.settings import TopicConfig
 from compaction.store import TopicPartition
+from compaction.store.manifest import Manifest, SegmentMeta, WriterInfo
 
 HOUR = 3_600_000
 NOW = 1_767_225_600_000

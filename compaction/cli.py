@@ -21,7 +21,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from compaction import job, logs
-from compaction.cleaner import plan_store
+from compaction.clean.cleaner import plan_store
+from compaction.clean.planner import CompactionPlan, Decision, format_duration
+from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
+from compaction.clean.session import spark_session
 from compaction.config import Settings, parse_overrides
 from compaction.errors import (
     CompactionError,
@@ -32,18 +35,15 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
-from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.generate import GenerateSpec, generate, topic_names
 from compaction.job import JobOptions, run_job
-from compaction.jsonl import decode_utf8, parse_lines, write_lines
-from compaction.manifest import partition_name_problem
-from compaction.planner import CompactionPlan, Decision, format_duration
-from compaction.rules import LONG_MAX, LONG_MIN, Plan
-from compaction.session import spark_session
-from compaction.status import format_table, human_bytes, partition_status
-from compaction.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
-from compaction.verify import verify
+from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
+from compaction.store.jsonl import decode_utf8, parse_lines, write_lines
+from compaction.store.manifest import partition_name_problem
+from compaction.store.status import format_table, human_bytes, partition_status
+from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
+from compaction.store.verify import verify
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # verify found problems, or the command failed

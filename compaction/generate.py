@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError
-from compaction.manifest import Manifest, topic_name_problem
-from compaction.segment import HEADER_TYPE, NO_PRODUCER, SEGMENT_SCHEMA
 from compaction.store import Store, TopicPartition, Writer
+from compaction.store.manifest import Manifest, topic_name_problem
+from compaction.store.segment import HEADER_TYPE, NO_PRODUCER, SEGMENT_SCHEMA
 
 KEY_PREFIX = b"key-"
 KEY_DIGITS = 10

@@ -9,12 +9,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import Cleaner, plan_store
+from compaction.clean.cleaner import Cleaner, plan_store
+from compaction.clean.outcome import RunReport
+from compaction.clean.planner import CompactionPlan
 from compaction.config import Settings
-from compaction.gc import collect_store
-from compaction.planner import CompactionPlan
-from compaction.report import RunReport, write_metrics
+from compaction.report import write_metrics, write_report
 from compaction.store import Store, Writer
+from compaction.store.gc import collect_store
 
 log = logging.getLogger("compaction.job")
 
@@ -59,7 +60,7 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     if options.report_path:
-        report.write(options.report_path)
+        write_report(report, options.report_path)
         out(f"report written to {options.report_path}")
     write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway)
     if options.gc:

@@ -22,13 +22,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from compaction.cleaner import Cleaner
+from compaction.clean.cleaner import Cleaner
+from compaction.clean.session import spark_session
 from compaction.config import Settings
-from compaction.gc import collect_store
-from compaction.segment import records
-from compaction.session import spark_session
 from compaction.store import Store, TopicPartition, Writer
-from compaction.verify import verify
+from compaction.store.gc import collect_store
+from compaction.store.segment import records
+from compaction.store.verify import verify
 
 TOPIC = "soak"
 SETTINGS = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.1,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from compaction import rules
-from compaction.segment import records
+from compaction.clean import rules
+from compaction.store.segment import records
 
 
 def rec(key: str | None, value: str | None = "v", offset: int | None = None, **fields: Any) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def keyed(pairs: str, start: int | None = None) -> pa.Table:
 
 
 def facts(*rows: dict[str, Any]) -> pa.Table:
-    """Decision facts (:data:`compaction.rules.FACTS_SCHEMA`) from dicts with an ``offset`` and whatever else
+    """Decision facts (:data:`compaction.clean.rules.FACTS_SCHEMA`) from dicts with an ``offset`` and whatever else
     differs from a plain keyed record of the offset strategy (version = offset); ``competes`` is derived."""
     columns: dict[str, list[Any]] = {name: [] for name in rules.FACTS_SCHEMA.names}
     for row in rows:

@@ -64,7 +64,7 @@ def store_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[s
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local SparkSession for the whole run (start-up costs ~10 s): 2 cores, no UI, few partitions."""
-    from compaction.session import spark_session
+    from compaction.clean.session import spark_session
 
     session = spark_session("local[2]", "compaction-tests", conf={
         "spark.ui.enabled": "false",

@@ -60,6 +60,6 @@ class InlineContext:
 
 
 class InlineSession:
-    """Passed to :class:`compaction.cleaner.Cleaner` in place of a SparkSession (the Arrow plan only)."""
+    """Passed to :class:`compaction.clean.cleaner.Cleaner` in place of a SparkSession (the Arrow plan only)."""
 
     sparkContext = InlineContext()

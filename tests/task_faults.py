@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from pyspark import TaskContext
 
-from compaction.storage import Storage
 from compaction.store import Store
+from compaction.store.storage import Storage
 
 T = TypeVar("T")
 

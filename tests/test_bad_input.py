@@ -16,11 +16,11 @@ from compaction.errors import (
     SegmentSchemaError,
     StoreError,
 )
-from compaction.gc import collect_garbage
-from compaction.segment import SEGMENT_SCHEMA, checksum
-from compaction.storage import Storage
 from compaction.store import Store, TopicPartition
-from compaction.verify import verify
+from compaction.store.gc import collect_garbage
+from compaction.store.segment import SEGMENT_SCHEMA, checksum
+from compaction.store.storage import Storage
+from compaction.store.verify import verify
 from tests.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)
@@ -135,7 +135,7 @@ def test_append_overlapping_an_existing_segment(seeded: Store) -> None:
 
 
 def test_schema_check_names_a_missing_column() -> None:
-    from compaction.segment import check_schema
+    from compaction.store.segment import check_schema
 
     with pytest.raises(SegmentSchemaError, match="segment s1 has no column 'producer_epoch'"):
         check_schema(pa.schema([f for f in SEGMENT_SCHEMA if f.name != "producer_epoch"]), "s1")

@@ -8,15 +8,15 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from compaction.cleaner import Cleaner, _Work, plan_store
+from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store
+from compaction.clean.outcome import RunReport
+from compaction.clean.rules import Plan
 from compaction.config import Settings
 from compaction.generate import GenerateSpec, generate
-from compaction.manifest import Manifest
-from compaction.report import RunReport
-from compaction.rules import Plan
-from compaction.segment import records
 from compaction.store import Store, TopicPartition, Writer
-from compaction.verify import verify
+from compaction.store.manifest import Manifest
+from compaction.store.segment import records
+from compaction.store.verify import verify
 
 pytestmark = pytest.mark.spark
 
@@ -87,7 +87,7 @@ def test_t1_keys_with_a_later_version_go_and_others_survive(spark, local_store: 
     report = clean(spark, local_store, plan)
     expected = [str(i) for i in range(42) if i not in (1, 3, 5, 7, 9)] + ["1", "3", "5", "7", "9", "active"]
     assert keys(local_store) == expected
-    assert report.partitions[0].stats["dropped"] == {"superseded": 5}
+    assert report.partitions[0].stats.dropped == {"superseded": 5}
     assert local_store.manifest(TP).first_dirty_offset == 47
 
 
@@ -114,10 +114,10 @@ def test_t9_keyless_records_are_kept_or_dropped_and_counted(spark, local_store: 
     stats = report.partitions[0].stats
     if keyless == "keep":
         assert offsets(local_store) == list(range(11))
-        assert stats["invalid_messages_read"] == 0
+        assert stats.invalid_messages_read == 0
     else:
         assert offsets(local_store) == list(range(5, 11))
-        assert stats["invalid_messages_read"] == 5 and stats["dropped"] == {"keyless": 5}
+        assert stats.invalid_messages_read == 5 and stats.dropped == {"keyless": 5}
 
 
 def test_t10_tombstones_remove_their_keys_and_stay_with_a_horizon(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
@@ -160,7 +160,7 @@ def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, loca
     assert local_store.manifest(TP).version == before and report.totals["cleaned"] == 0
     report = clean(spark, local_store, plan, now=NOW + DAY)
     assert report.partitions[0].reason == "tombstones expired: delete horizon passed"
-    assert report.partitions[0].stats["dropped"] == {"tombstone_expired": 1}
+    assert report.partitions[0].stats.dropped == {"tombstone_expired": 1}
     assert offsets(local_store) == [2]
     assert local_store.manifest(TP).log_end_offset == 3, "the offset range is kept when records go"
 
@@ -172,7 +172,7 @@ def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) ->
     report = clean(spark, local_store, plan)
     assert keys(local_store) == ["3", "2", "active"]
     assert offsets(local_store) == [3, 6, 7, 8, 9, 10]
-    assert report.partitions[0].stats["dropped"] == {"aborted": 4, "superseded": 1}
+    assert report.partitions[0].stats.dropped == {"aborted": 4, "superseded": 1}
 
 
 def test_t17_transactions_spanning_segments(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
@@ -274,10 +274,10 @@ def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_
         stats = next(r for r in report.partitions if r.partition == str(tp)).stats
         segment = local_store.manifest(tp).segments[0]
         if settings is no_vectors:  # Kafka's way: the clean segment that lost k5 is rewritten with its neighbours
-            assert (stats["segments_rewritten"], stats["deletion_vectors_written"]) == (3, 0)
+            assert (stats.segments_rewritten, stats.deletion_vectors_written) == (3, 0)
             assert segment.path != first.path and segment.next_offset == 203
         else:  # the default: the clean segment keeps its object and gains a deletion vector
-            assert (stats["segments_rewritten"], stats["deletion_vectors_written"]) == (2, 1)
+            assert (stats.segments_rewritten, stats.deletion_vectors_written) == (2, 1)
             assert segment.path == first.path and segment.deletes is not None and segment.deletes.count == 1
             assert [(s.base_offset, s.next_offset) for s in local_store.manifest(tp).segments] == [
                 (0, 200), (200, 203), (203, 204)], "the small dirty neighbours merged"
@@ -337,7 +337,7 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         settings = Settings.load(overrides={**sized, "cleaner": {"task.max.records": limit}}, environ={})
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
-        tasks = cleaner.read_tasks([_Work(p) for p in the_plan.selected], NOW)
+        tasks = cleaner.read_tasks([PartitionWork(p) for p in the_plan.selected], NOW)
         assert len(tasks) == (4 if limit == 3_000 else 1), "12,000 records in tasks of at most 3,000"
         cleaner.run(NOW, compaction_plan=the_plan)
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
@@ -351,10 +351,10 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
                               environ={})
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
-        split = len(second.read_tasks([_Work(p) for p in second_plan.selected], NOW + 1)) > 1
+        split = len(second.read_tasks([PartitionWork(p) for p in second_plan.selected], NOW + 1)) > 1
         assert split == (limit == 3_000)
         report = second.run(NOW + 1, compaction_plan=second_plan)
-        assert report.partitions[0].stats["deletion_vectors_written"] > 0
+        assert report.partitions[0].stats.deletion_vectors_written > 0
         assert [p for r in verify(store) for p in r.problems] == []
         everything = [*written, *({"offset": r["offset"], "key": r["key"].encode(), "value": b"v"} for r in updates),
                       {"offset": 20_012, "key": b"active", "value": b"v"}]
@@ -392,7 +392,7 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
                                         "log.cleaner.min.cleanable.ratio": 1.0}, environ={})
     manifest = local_store.manifest(TP)
     change_plan = Cleaner(None, local_store, settings).run(NOW)
-    assert change_plan.partitions[0].stats["dropped"] == {"retention": 1}
+    assert change_plan.partitions[0].stats.dropped == {"retention": 1}
     after = local_store.manifest(TP)
     assert after.log_start_offset == 1 and offsets(local_store) == [1, 2]
     assert manifest.segments[0].path not in {s.path for s in after.segments}
@@ -484,7 +484,7 @@ def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spar
     manifest = local_store.manifest(TP)
     assert [(s.base_offset, s.next_offset) for s in manifest.segments] == [(3, 6), (6, 7)]
     assert (manifest.log_start_offset, manifest.log_end_offset, manifest.first_dirty_offset) == (0, 7, 6)
-    assert report.partitions[0].stats["segments_emptied"] == 1
+    assert report.partitions[0].stats.segments_emptied == 1
     assert offsets(local_store) == [3, 4, 5, 6]
     append(local_store, rec(7, "d"))
     assert [s.base_offset for s in local_store.manifest(TP).segments] == [3, 6, 7], "appends go on at the log end"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from compaction.cleaner import Cleaner
+from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
 from compaction.generate import GenerateSpec, generate
 from compaction.store import Store
-from compaction.verify import verify
+from compaction.store.verify import verify
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

@@ -12,7 +12,7 @@ import pytest
 
 from compaction.generate import GenerateSpec, generate
 from compaction.store import Store
-from compaction.verify import verify
+from compaction.store.verify import verify
 from tests.cluster import cluster_env, spark_cluster
 from tests.s3server import new_bucket, storage_options
 

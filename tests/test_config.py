@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.cli import EXIT_INVALID, main
-from compaction.config import LONG_MAX, Settings, TopicConfig, parse_overrides
+from compaction.config import Settings, parse_overrides
 from compaction.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,11 +8,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from compaction.gc import collect_garbage
-from compaction.manifest import MANIFEST_DIR, SEGMENT_DIR
-from compaction.storage import Storage
 from compaction.store import Replacement, Store, TopicPartition, Writer
-from compaction.verify import verify
+from compaction.store.gc import collect_garbage
+from compaction.store.manifest import MANIFEST_DIR, SEGMENT_DIR
+from compaction.store.storage import Storage
+from compaction.store.verify import verify
 from tests.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compaction import arrow_dedupe, rules
-from compaction.dedupe import FACTS_TYPE, WINNER_PLANS, classify
-from compaction.rules import Plan, Reason
+from compaction.clean import arrow_dedupe, rules
+from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify
+from compaction.clean.rules import Plan, Reason
 from tests.builders import facts
 
 NOW = 1_000_000

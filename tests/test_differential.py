@@ -19,11 +19,11 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from compaction.cleaner import Cleaner
+from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.segment import records
 from compaction.store import Store, TopicPartition
-from compaction.verify import verify
+from compaction.store.segment import records
+from compaction.store.verify import verify
 from tests.inline import InlineSession
 
 RETENTION = 1000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from compaction.gc import collect_garbage
-from compaction.manifest import MANIFEST_DIR, SEGMENT_DIR
 from compaction.store import Replacement, Store, TopicPartition, Writer
+from compaction.store.gc import collect_garbage
+from compaction.store.manifest import MANIFEST_DIR, SEGMENT_DIR
 from tests.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)

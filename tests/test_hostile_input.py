@@ -17,7 +17,7 @@ from compaction import cli
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
 from compaction.errors import InvalidArgumentError, InvalidRecordsError, StoreError
 from compaction.store import IllegalFolder, Store, TopicPartition
-from compaction.verify import verify
+from compaction.store.verify import verify
 from tests.builders import keyed, rec, table
 from tests.test_bad_input import snapshot
 

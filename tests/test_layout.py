@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
-from compaction.manifest import DeletionVector, SegmentMeta
+from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
+from compaction.store.manifest import DeletionVector, SegmentMeta
 
 
 def meta(base: int, end: int, size: int, tombstones: int = 0, deletes: DeletionVector | None = None) -> SegmentMeta:

@@ -8,11 +8,12 @@ import itertools
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from compaction.config import LONG_MAX, Settings, TopicConfig
+from compaction.clean.planner import Decision, plan, plan_partition
+from compaction.clean.settings import LONG_MAX, TopicConfig
+from compaction.config import Settings
 from compaction.errors import CorruptManifestError
-from compaction.manifest import Manifest, SegmentMeta, WriterInfo
-from compaction.planner import Decision, plan, plan_partition
 from compaction.store import TopicPartition
+from compaction.store.manifest import Manifest, SegmentMeta, WriterInfo
 
 HOUR = 3_600_000
 BATCH = 70  # bytes of a one-record batch in Kafka's tests; only ratios matter here
@@ -185,7 +186,7 @@ def test_a_tombstone_purge_only_partition_is_selected() -> None:
 
 
 def test_tombstone_purge_looks_only_at_records_a_deletion_vector_leaves_visible() -> None:
-    from compaction.manifest import DeletionVector
+    from compaction.store.manifest import DeletionVector
 
     def vector(live_horizon: int | None) -> DeletionVector:
         return DeletionVector(path="segments/00000000000000000000-v.deletes.parquet", count=1, size_bytes=1,

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compaction import rules
-from compaction.rules import LONG_MAX, Reason, Strategy
-from compaction.segment import HEADER_TYPE, records
+from compaction.clean import rules
+from compaction.clean.rules import LONG_MAX, Reason, Strategy
+from compaction.store.segment import HEADER_TYPE, records
 from tests.builders import facts
 
 NOW = 1_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compaction.session import with_task_retries
+from compaction.clean.session import with_task_retries
 
 
 @pytest.mark.parametrize(("master", "expected"), [

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from compaction.store import Store, TopicPartition, Writer
-from compaction.verify import verify
+from compaction.store.verify import verify
 from tests.builders import keyed
 
 TP = TopicPartition("events", 0)

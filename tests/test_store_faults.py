@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from compaction.errors import StoreError
-from compaction.manifest import Manifest
 from compaction.store import Replacement, Store, TopicPartition, Writer
-from compaction.verify import verify
+from compaction.store.manifest import Manifest
+from compaction.store.verify import verify
 from tests.builders import keyed, rec, table
 from tests.faultproxy import Fault, FaultProxy, fault_proxy
 from tests.s3server import new_bucket, storage_options

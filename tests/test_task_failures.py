@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from compaction.cleaner import Cleaner, spark_failure
+from compaction.clean.cleaner import Cleaner, spark_failure
 from compaction.config import Settings
-from compaction.gc import collect_garbage
 from compaction.job import EXIT_PARTIAL, JobOptions, run_job
-from compaction.segment import records
 from compaction.store import Store, TopicPartition
-from compaction.verify import verify
+from compaction.store.gc import collect_garbage
+from compaction.store.segment import records
+from compaction.store.verify import verify
 from tests.cluster import cluster_env, spark_cluster
 from tests.task_faults import faulty
 
@@ -103,9 +103,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: runs a copy on the other host, which wins. The job starts once both executors are there.
 DRIVER = """
 import sys
-from compaction.cleaner import Cleaner
+from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.session import spark_session
+from compaction.clean.session import spark_session
 from compaction.store import Store
 from tests.task_faults import faulty
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from compaction.rules import Strategy
-from compaction.segment import records
+from compaction.clean.rules import Strategy
+from compaction.clean.tasks import ReadTask, in_key_range, read_facts
 from compaction.store import Store, TopicPartition
-from compaction.tasks import ReadTask, in_key_range, read_facts
+from compaction.store.segment import records
 
 TP = TopicPartition("t", 0)
 

@@ -49,7 +49,7 @@ def make_class_archive() -> Path:
     """Run a small local job whose JVM dumps the classes it loaded into :func:`class_archive` at exit."""
     archive = class_archive()
     archive.parent.mkdir(parents=True, exist_ok=True)
-    code = ("from compaction.session import spark_session\n"
+    code = ("from compaction.clean.session import spark_session\n"
             f"s = spark_session('local[2]', conf={{'spark.ui.enabled': 'false', 'spark.driver.extraJavaOptions': "
             f"'-XX:ArchiveClassesAtExit={archive}'}})\n"
             "s.sparkContext.parallelize(range(4), 4).map(lambda x: x).collect()\n"

@@ -1,8 +1,8 @@
 """The Spark SQL plans: each key's greatest competing record found with a window or an aggregate.
 
-Input: the facts of cleaned ranges (:data:`compaction.rules.FACTS_SCHEMA`, read by executors). A plan
-adds ``is_winner``, stating :data:`compaction.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
-whose survivor is unspecified); :func:`classify` then applies :func:`compaction.rules.classify` to each
+Input: the facts of cleaned ranges (:data:`compaction.clean.rules.FACTS_SCHEMA`, read by executors). A plan
+adds ``is_winner``, stating :data:`compaction.clean.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
+whose survivor is unspecified); :func:`classify` then applies :func:`compaction.clean.rules.classify` to each
 Arrow batch, and :func:`per_segment` sums the decision up per segment.
 """
 
@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from compaction import rules
+from compaction.clean import rules
 
 KEY = ("topic", "partition", "key")
 

@@ -22,14 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
-from compaction import arrow_dedupe, rules
-from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
-from compaction.manifest import SegmentMeta
-from compaction.segment import SEGMENT_SCHEMA, timestamp_stats
+from compaction.clean import arrow_dedupe, rules
+from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.store import Store, TopicPartition
+from compaction.store.manifest import SegmentMeta
+from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
 BATCH_ROWS = 131_072
-#: The decision columns of the facts (what :func:`compaction.rules.classify` and the plans read).
+#: The decision columns of the facts (what :func:`compaction.clean.rules.classify` and the plans read).
 DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
                     "aborted", "marker_pending", "guarded")
 
@@ -192,7 +192,7 @@ def _tail_versions(task: ReadTask) -> pa.Table:
 
 def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Facts:
     """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
-    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key bucket.
+    compute their facts with :mod:`compaction.clean.rules`, and keep the rows of the task's key bucket.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).

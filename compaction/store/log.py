@@ -36,7 +36,7 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
-from compaction.manifest import (
+from compaction.store.manifest import (
     MANIFEST_DIR,
     MANIFEST_NAME,
     MAX_PARTITION,
@@ -52,8 +52,8 @@ from compaction.manifest import (
     segment_name,
     topic_name_problem,
 )
-from compaction.rules import LONG_MAX
-from compaction.segment import (
+from compaction.store.segment import (
+    LONG_MAX,
     SEGMENT_SCHEMA,
     check_records,
     checksum,
@@ -63,7 +63,7 @@ from compaction.segment import (
     encode_parquet,
     segment_stats,
 )
-from compaction.storage import Storage
+from compaction.store.storage import Storage
 
 MAX_COMMIT_ATTEMPTS = 64
 DELETES_SCHEMA = pa.schema([("offset", pa.int64())])

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compaction.errors import StoreError
-from compaction.manifest import MANIFEST_DIR, MANIFEST_NAME, SEGMENT_DIR, manifest_name
-from compaction.storage import TEMP_PREFIX
-from compaction.store import Store, TopicPartition
-from compaction.verify import is_store_object
+from compaction.store.log import Store, TopicPartition
+from compaction.store.manifest import MANIFEST_DIR, MANIFEST_NAME, SEGMENT_DIR, manifest_name
+from compaction.store.storage import TEMP_PREFIX
+from compaction.store.verify import is_store_object
 
 DEFAULT_GRACE_MS = 86_400_000
 DEFAULT_KEEP_VERSIONS = 10

@@ -16,8 +16,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from compaction.errors import InvalidRecordsError
-from compaction.rules import LONG_MAX, LONG_MIN
-from compaction.segment import COLUMNS, records
+from compaction.store.segment import COLUMNS, LONG_MAX, LONG_MIN, records
 
 _BINARY = ("key", "value")
 #: The integer columns and Kafka's range for each (JSON integers are unbounded): Longs, and a Short epoch.

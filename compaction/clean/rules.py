@@ -37,8 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-LONG_MAX = 2**63 - 1
-LONG_MIN = -(2**63)
+from compaction.store.segment import LONG_MAX, LONG_MIN
 
 
 class Strategy(StrEnum):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compaction.manifest import SegmentMeta
-from compaction.rules import saturating_add
+from compaction.clean.rules import saturating_add
+from compaction.store.manifest import SegmentMeta
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 
 from compaction.errors import StoreError
-from compaction.manifest import (
+from compaction.store.log import Store, TopicPartition
+from compaction.store.manifest import (
     DELETES_NAME,
     MANIFEST_DIR,
     MANIFEST_NAME,
@@ -18,9 +19,8 @@ from compaction.manifest import (
     Manifest,
     SegmentMeta,
 )
-from compaction.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
-from compaction.storage import TEMP_PREFIX
-from compaction.store import Store, TopicPartition
+from compaction.store.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
+from compaction.store.storage import TEMP_PREFIX
 
 
 @dataclass(frozen=True)

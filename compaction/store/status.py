@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from compaction.manifest import Manifest
+from compaction.store.manifest import Manifest
 
 
 @dataclass(frozen=True)

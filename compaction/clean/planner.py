@@ -9,15 +9,17 @@ ratio, ``max.compaction.lag.ms``, tombstone purges and retention for ``compact,d
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from compaction import rules
-from compaction.config import TopicConfig
-from compaction.manifest import Manifest, SegmentMeta
+from compaction.clean import rules
+from compaction.clean.layout import ApplyPolicy
+from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.store import TopicPartition
+from compaction.store.manifest import Manifest, SegmentMeta
 
 
 class Decision(StrEnum):
@@ -317,3 +319,24 @@ def format_duration(ms: int) -> str:
     parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
     shown = [f"{value}{unit}" for value, unit in parts if value]
     return "".join(shown[:2]) if shown else f"{ms}ms"
+
+
+def key_buckets(p: PartitionPlan, task_max_records: int) -> int:
+    """Key buckets (tasks) a partition's cleaned range is split into, so that no task decides too much.
+
+    A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
+    columns of clean ones (a quarter of the cost each, so up to four times as many records in all).
+    """
+    assert p.first_dirty_offset is not None
+    dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
+    total = sum(s.live_records for s in p.segments)
+    return max(1, math.ceil(dirty / task_max_records), math.ceil(total / (4 * task_max_records)))
+
+
+def apply_policy(p: PartitionPlan, now_ms: int, cleaner: CleanerSettings, buckets: int) -> ApplyPolicy:
+    """How a partition's decisions become objects; a split partition's rewrites each read no more records
+    than one of its decision tasks."""
+    assert p.config is not None
+    share = math.ceil(sum(s.live_records for s in p.segments) / buckets)
+    return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
+                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)))

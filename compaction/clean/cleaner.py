@@ -21,7 +21,7 @@ attempts (a task's own errors are caught in it and reported per partition, but a
 lost executor cannot be). Then the job's partitions run again, one job each, so that only the partition
 whose task keeps failing is lost (:meth:`Cleaner._isolate`).
 
-Every object a task attempt writes has a name of its own (:func:`compaction.tasks.object_id`), and only the
+Every object a task attempt writes has a name of its own (:func:`compaction.clean.tasks.object_id`), and only the
 objects of the attempt whose result the driver collected are committed: a retried or speculative attempt
 never publishes twice, and the losers' objects are left to gc.
 """
@@ -29,7 +29,6 @@ never publishes twice, and the losers' objects are left to gc.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import time
 import uuid
@@ -43,16 +42,13 @@ from pyspark import RDD, StorageLevel
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from compaction import rules
-from compaction.config import Settings
-from compaction.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
-from compaction.errors import CompactionError, StoreError
-from compaction.layout import ApplyPolicy, SegmentOutcome, plan_jobs
-from compaction.manifest import Manifest, SegmentMeta
-from compaction.planner import CompactionPlan, Decision, PartitionPlan, plan
-from compaction.report import PartitionResult, RunReport
-from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
-from compaction.tasks import (
+from compaction.clean import rules
+from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
+from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
+from compaction.clean.outcome import PartitionResult, RunReport
+from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan, apply_policy, key_buckets, plan
+from compaction.clean.settings import CleanerConfig
+from compaction.clean.tasks import (
     ApplyJob,
     ReadTask,
     apply_rows,
@@ -61,8 +57,11 @@ from compaction.tasks import (
     read_facts_batches,
     segment_from_json,
 )
+from compaction.errors import CompactionError, StoreError
+from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
+from compaction.store.manifest import Manifest, SegmentMeta
 
-log = logging.getLogger("compaction.cleaner")
+log = logging.getLogger("compaction.clean.cleaner")
 Progress = Callable[[str], None]
 
 #: What a Spark action raises when its job fails for good: a task failed all its attempts, or the JVM is gone.
@@ -85,7 +84,7 @@ def spark_failure(err: Exception) -> str:
 
 
 @dataclass
-class _Work:
+class PartitionWork:
     """What the Spark stages produce for one partition."""
 
     plan: PartitionPlan
@@ -111,7 +110,7 @@ class _Work:
         self.stamped += result["stamped"]
 
 
-def plan_store(store: Store, settings: Settings, now_ms: int, topics: str | None = None) -> CompactionPlan:
+def plan_store(store: Store, settings: CleanerConfig, now_ms: int, topics: str | None = None) -> CompactionPlan:
     """Read the partitions' newest manifests and plan them (no Spark involved)."""
     manifests = read_manifests(store, store.topic_partitions(topics))
     for topic in sorted({tp.topic for tp in manifests}):
@@ -124,7 +123,7 @@ def plan_store(store: Store, settings: Settings, now_ms: int, topics: str | None
 class Cleaner:
     """Runs clean passes of one store with one SparkSession."""
 
-    def __init__(self, spark: SparkSession | None, store: Store, settings: Settings, *,
+    def __init__(self, spark: SparkSession | None, store: Store, settings: CleanerConfig, *,
                  dedupe_plan: str | None = None, writer: Writer | None = None,
                  progress: Progress | None = None, wall_ms: int | None = None) -> None:
         """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
@@ -160,9 +159,9 @@ class Cleaner:
         selected = the_plan.selected
         self.progress(f"planned {len(the_plan.partitions)} partition(s): {len(selected)} to clean, "
                       f"{len(the_plan.uncleanable)} uncleanable")
-        work = {p.partition: _Work(p) for p in selected}
+        work = {p.partition: PartitionWork(p) for p in selected}
         needing_spark = [w for w in work.values() if w.plan.needs_dedupe]
-        whole = [w for w in needing_spark if self.dedupe_plan is rules.Plan.ARROW and self._buckets(w.plan) == 1]
+        whole = [w for w in needing_spark if self.dedupe_plan is rules.Plan.ARROW and self.key_buckets(w.plan) == 1]
         staged = [w for w in needing_spark if w not in whole]
         for items, clean in ((whole, self._clean_in_tasks), (staged, self._clean_staged)):
             if not items:
@@ -186,7 +185,7 @@ class Cleaner:
         return RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
                                elapsed_ms=int((time.perf_counter() - started) * 1000))
 
-    def _isolate(self, items: list[_Work], clean: Callable[[list[_Work], int], None], now_ms: int,
+    def _isolate(self, items: list[PartitionWork], clean: Callable[[list[PartitionWork], int], None], now_ms: int,
                  err: Exception) -> None:
         """After a Spark job failed for good, run ``clean`` again for each partition in a job of its own.
 
@@ -202,7 +201,7 @@ class Cleaner:
         self.progress(f"a Spark job failed ({spark_failure(err)}); cleaning its {len(items)} partition(s) in a "
                       "job each, so that only the one that keeps failing is left out")
 
-        def clean_alone(item: _Work) -> None:
+        def clean_alone(item: PartitionWork) -> None:
             item.reset()
             try:
                 clean([item], now_ms)
@@ -214,37 +213,25 @@ class Cleaner:
 
     # Stage 1 -----------------------------------------------------------------------------------------
 
-    def _buckets(self, p: PartitionPlan) -> int:
-        """Key buckets (tasks) for a partition under the Arrow plan.
-
-        A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
-        columns of clean ones (a quarter of the cost each, so up to four times as many records in all).
-        """
+    def key_buckets(self, p: PartitionPlan) -> int:
+        """Key buckets (tasks) for a partition: :func:`~compaction.clean.planner.key_buckets` under the Arrow
+        plan; the Spark SQL plans shuffle by key instead."""
         if self.dedupe_plan is not rules.Plan.ARROW:
             return 1
-        limit = self.settings.cleaner.task_max_records
-        assert p.first_dirty_offset is not None
-        dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
-        total = sum(s.live_records for s in p.segments)
-        return max(1, math.ceil(dirty / limit), math.ceil(total / (4 * limit)))
+        return key_buckets(p, self.settings.cleaner.task_max_records)
 
-    def _policy(self, p: PartitionPlan, now_ms: int) -> ApplyPolicy:
-        """How the partition's decisions become objects; a split partition's rewrites each read no more
-        records than one of its decision tasks."""
-        assert p.config is not None
-        cleaner = self.settings.cleaner
-        share = math.ceil(sum(s.live_records for s in p.segments) / self._buckets(p))
-        return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                           cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)))
+    def apply_policy(self, p: PartitionPlan, now_ms: int) -> ApplyPolicy:
+        """How the partition's decisions become objects (:func:`~compaction.clean.planner.apply_policy`)."""
+        return apply_policy(p, now_ms, self.settings.cleaner, self.key_buckets(p))
 
-    def read_tasks(self, items: list[_Work], now_ms: int) -> list[ReadTask]:
+    def read_tasks(self, items: list[PartitionWork], now_ms: int) -> list[ReadTask]:
         """One task per partition, or per key bucket when its cleaned range exceeds ``task.max.records``."""
         tasks = []
         for item in items:
             p = item.plan
             assert p.config is not None and p.manifest is not None and p.first_uncleanable_offset is not None
             end = p.first_uncleanable_offset
-            buckets = self._buckets(p)
+            buckets = self.key_buckets(p)
             for bucket in range(buckets):
                 tasks.append(ReadTask(
                     tp=p.partition, store=self.store, segments=p.segments,
@@ -254,7 +241,7 @@ class Cleaner:
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
                     first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self._policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id))
+                    policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id))
         return tasks
 
     def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
@@ -268,7 +255,7 @@ class Cleaner:
         return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
                         log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id)
 
-    def _clean_in_tasks(self, items: list[_Work], now_ms: int) -> None:
+    def _clean_in_tasks(self, items: list[PartitionWork], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
@@ -305,7 +292,7 @@ class Cleaner:
         winners = self.facts(tasks).transform(WINNER_PLANS[self.dedupe_plan])
         return per_segment(classify(winners, now_ms=now_ms, keyless_drop=keyless_drop)).rdd.map(decision_row)
 
-    def _decide(self, items: list[_Work], now_ms: int) -> RDD:
+    def _decide(self, items: list[PartitionWork], now_ms: int) -> RDD:
         """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
@@ -332,15 +319,15 @@ class Cleaner:
                 assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
                     item.outcomes.setdefault(segment.base_offset, SegmentOutcome(0, 0, 0, {}))
+                jobs = plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self.apply_policy(p, now_ms))
                 item.jobs = [self._job(p, job_id, sources, deletes_only, now_ms)
-                             for job_id, (sources, deletes_only) in enumerate(
-                                 plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self._policy(p, now_ms)))]
+                             for job_id, (sources, deletes_only) in enumerate(jobs)]
         except BaseException:
             decisions.unpersist()
             raise
         return decisions
 
-    def _clean_staged(self, items: list[_Work], now_ms: int) -> None:
+    def _clean_staged(self, items: list[PartitionWork], now_ms: int) -> None:
         """Stage 1 for the items' key buckets (or the Spark SQL plans), then stage 2's apply jobs."""
         decisions = self._decide(items, now_ms)
         try:
@@ -350,7 +337,7 @@ class Cleaner:
 
     # Stage 2 -----------------------------------------------------------------------------------------
 
-    def _apply(self, decisions: RDD, items: list[_Work]) -> None:
+    def _apply(self, decisions: RDD, items: list[PartitionWork]) -> None:
         """Run each job over its segments' decision rows (from every key bucket), one task per job."""
         if not items:
             return
@@ -381,7 +368,7 @@ class Cleaner:
 
     # Commit ------------------------------------------------------------------------------------------
 
-    def _commit(self, item: _Work, now_ms: int, started: float) -> PartitionResult:
+    def _commit(self, item: PartitionWork, now_ms: int, started: float) -> PartitionResult:
         p = item.plan
         manifest = p.manifest
         assert manifest is not None
@@ -410,7 +397,7 @@ class Cleaner:
         return PartitionResult.cleaned(p, committed, item.outcomes, item.jobs, added, item.records_written,
                                        item.bytes_written, elapsed_ms=int((time.perf_counter() - started) * 1000))
 
-    def _next_horizon(self, item: _Work, now_ms: int) -> int | None:
+    def _next_horizon(self, item: PartitionWork, now_ms: int) -> int | None:
         """The earliest delete horizon still to come in the cleaned range after this pass."""
         horizons = [o.next_horizon_ms for o in item.outcomes.values() if o.next_horizon_ms is not None]
         if item.stamped:

@@ -13,7 +13,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compaction.errors import CorruptSegmentError, InvalidRecordsError, SegmentSchemaError
-from compaction.rules import LONG_MAX
+
+#: Kafka's Long range: offsets, timestamps and producer ids are Longs; sums of times saturate at LONG_MAX.
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

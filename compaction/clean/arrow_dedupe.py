@@ -1,8 +1,8 @@
 """The Arrow plan: each key's greatest competing record found with Arrow group-bys inside one task.
 
 Keys never cross a topic partition, so a partition's records need not be shuffled. Everything but the
-search for each key's greatest record in :data:`compaction.rules.SURVIVAL_ORDER` is
-:func:`compaction.rules.classify`'s.
+search for each key's greatest record in :data:`compaction.clean.rules.SURVIVAL_ORDER` is
+:func:`compaction.clean.rules.classify`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction import rules
+from compaction.clean import rules
 
 
 def _greatest(keys: pa.Array, rows: np.ndarray, fields: list[np.ndarray]) -> np.ndarray:

@@ -1,0 +1,195 @@
+"""What a clean pass did: per-partition results with Kafka's CleanerStats, and the run's totals and gauges.
+
+Value objects only: :mod:`compaction.report` writes them out (JSON, summaries, Prometheus).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from compaction.clean.layout import SegmentOutcome
+from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
+from compaction.store.manifest import Manifest, SegmentMeta
+from compaction.store.status import human_bytes
+
+if TYPE_CHECKING:
+    from compaction.clean.tasks import ApplyJob
+
+log = logging.getLogger("compaction.cleaner")
+
+
+class Status(StrEnum):
+    """A partition's outcome in a run."""
+
+    CLEANED = "cleaned"
+    SKIPPED = "skipped"
+    FAILED = "failed"  # selected, but its clean pass or commit failed; nothing of it was committed
+    UNCLEANABLE = "uncleanable"  # could not be planned (unreadable manifest, corrupt segment...)
+
+
+FAILURES = (Status.FAILED, Status.UNCLEANABLE)
+
+
+@dataclass
+class CleanerStats:
+    """Kafka's CleanerStats and more, for one partition. ``messages_read``/``map_bytes_read`` cover the whole
+    cleaned range (what the decision scanned), ``bytes_read`` the segments recopied."""
+
+    messages_read: int = 0
+    map_bytes_read: int = 0
+    bytes_read: int = 0
+    messages_written: int = 0
+    bytes_written: int = 0
+    invalid_messages_read: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # records removed, by reason
+    segments_rewritten: int = 0
+    segments_written: int = 0
+    segments_emptied: int = 0
+    deletion_vectors_written: int = 0
+    segments_untouched: int = 0
+    segments_expired: int = 0
+    size_before: int = 0
+    size_after: int = 0
+    records_before: int = 0
+    records_after: int = 0
+    cleanable_bytes: int = 0  # of a failed partition: what stays dirty (Kafka's uncleanable-bytes)
+
+
+@dataclass
+class PartitionResult:
+    """One partition's outcome. Stats follow Kafka's CleanerStats: ``messages_read``/``map_bytes_read`` cover
+    the whole cleaned range (what the decision scanned), ``bytes_read`` the segments recopied."""
+
+    partition: str
+    status: Status
+    reason: str
+    error: str | None = None
+    version_before: int | None = None
+    version_after: int | None = None
+    checkpoint_before: int | None = None
+    checkpoint_after: int | None = None
+    clean_range: list[int] | None = None
+    stats: CleanerStats = field(default_factory=lambda: CleanerStats())
+    elapsed_ms: int = 0
+
+    @classmethod
+    def from_plan(cls, p: PartitionPlan) -> PartitionResult:
+        status = Status.UNCLEANABLE if p.decision is Decision.UNCLEANABLE else Status.SKIPPED
+        return cls(str(p.partition), status, p.reason, error=p.reason if status is Status.UNCLEANABLE else None,
+                   version_before=p.manifest.version if p.manifest else None, checkpoint_before=p.checkpoint)
+
+    @classmethod
+    def failed(cls, p: PartitionPlan, error: str, outcomes: dict[int, SegmentOutcome]) -> PartitionResult:
+        log.warning("partition %s is uncleanable: %s", p.partition, error)
+        return cls(str(p.partition), Status.FAILED, p.reason, error=error,
+                   version_before=p.manifest.version if p.manifest else None, checkpoint_before=p.checkpoint,
+                   clean_range=[p.log_start_offset or 0, p.first_uncleanable_offset or 0],
+                   stats=CleanerStats(cleanable_bytes=p.cleanable_bytes))
+
+    @classmethod
+    def cleaned(cls, p: PartitionPlan, committed: Manifest, outcomes: dict[int, SegmentOutcome],
+                jobs: Sequence[ApplyJob], added: list[SegmentMeta], records_written: int, bytes_written: int,
+                elapsed_ms: int) -> PartitionResult:
+        dropped: dict[str, int] = {}
+        for outcome in outcomes.values():
+            for reason, count in outcome.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        expired_records = sum(s.live_records for s in p.expired_segments)
+        if expired_records:
+            dropped["retention"] = expired_records
+        range_before = list(p.expired_segments) + list(p.segments)
+        rewritten = [s for j in jobs if not j.deletes_only for s in j.sources]
+        replaced = {s.path for j in jobs for s in j.sources}
+        range_after = [s for s in p.segments if s.path not in replaced] + added
+        stats = CleanerStats(
+            messages_read=sum(o.records for o in outcomes.values()),
+            map_bytes_read=sum(s.size_bytes for s in p.segments),
+            bytes_read=sum(s.size_bytes for s in rewritten),
+            messages_written=records_written,
+            bytes_written=bytes_written,
+            invalid_messages_read=dropped.get("keyless", 0),
+            dropped=dropped,
+            segments_rewritten=len(rewritten),
+            segments_written=len(added) - sum(1 for j in jobs if j.deletes_only),
+            # rewrites that kept no record: their segments go, their range stays part of the log
+            segments_emptied=sum(1 for j in jobs if not j.deletes_only) - len(added)
+            + sum(1 for j in jobs if j.deletes_only),
+            deletion_vectors_written=sum(1 for j in jobs if j.deletes_only),
+            segments_untouched=len(p.segments) - len(replaced),
+            segments_expired=len(p.expired_segments),
+            size_before=sum(s.size_bytes for s in range_before),
+            size_after=sum(s.size_bytes for s in range_after),
+            records_before=sum(s.live_records for s in range_before),
+            records_after=sum(s.live_records for s in range_after),
+        )
+        return cls(str(p.partition), Status.CLEANED, p.reason,
+                   version_before=p.manifest.version if p.manifest else None, version_after=committed.version,
+                   checkpoint_before=p.checkpoint, checkpoint_after=committed.first_dirty_offset,
+                   clean_range=[p.log_start_offset or 0, p.first_uncleanable_offset or 0], stats=stats,
+                   elapsed_ms=elapsed_ms)
+
+    def summary(self) -> str:
+        """Kafka's cleaner log line, shortened: ``cleaned orders-3 [0, 48210): 2.1 GB -> 420 MB, ...``."""
+        if self.status is not Status.CLEANED:
+            return f"{self.status} {self.partition}: {self.error or self.reason}"
+        s = self.stats
+        size = 100 * (1 - s.size_after / s.size_before) if s.size_before else 0.0
+        messages = 100 * (1 - s.records_after / s.records_before) if s.records_before else 0.0
+        start, end = self.clean_range or [0, 0]
+        return (f"cleaned {self.partition} [{start}, {end}): {human_bytes(s.size_before)} -> "
+                f"{human_bytes(s.size_after)}, {size:.1f}% size reduction, {messages:.1f}% fewer messages "
+                f"({s.segments_rewritten} segment(s) rewritten into {s.segments_written}, "
+                f"{s.deletion_vectors_written} with new deletions, {s.segments_untouched} untouched; "
+                f"{self.reason})")
+
+
+@dataclass
+class RunReport:
+    """The machine-readable record of one run (written as JSON with ``--report``)."""
+
+    run_id: str
+    store: str
+    now_ms: int
+    dedupe_plan: str
+    elapsed_ms: int
+    partitions: list[PartitionResult]
+    totals: dict[str, Any]
+    metrics: dict[str, int]
+
+    @classmethod
+    def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,
+              results: list[PartitionResult], elapsed_ms: int) -> RunReport:
+        cleaned = [r for r in results if r.status is Status.CLEANED]
+        bad = [r for r in results if r.status in FAILURES]
+        totals: dict[str, Any] = {"partitions": len(results), "cleaned": len(cleaned), "failed": len(bad),
+                                  "skipped": len(results) - len(cleaned) - len(bad)}
+        for key in ("messages_read", "bytes_read", "map_bytes_read", "messages_written", "bytes_written",
+                    "size_before", "size_after", "records_before", "records_after"):
+            totals[key] = sum(getattr(r.stats, key) for r in cleaned)
+        dropped: dict[str, int] = {}
+        for r in cleaned:
+            for reason, count in r.stats.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        totals["dropped"] = dropped
+        metrics = {
+            "max-compaction-delay-secs": plan.max_compaction_delay_ms // 1000,
+            "max-dirty-percent": plan.max_dirty_percent,
+            "uncleanable-partitions-count": len(bad),
+            "uncleanable-bytes": sum(r.stats.cleanable_bytes for r in bad),
+            "max-clean-time-secs": elapsed_ms // 1000,
+            "cleaner-recopy-percent": 100 * totals["bytes_written"] // max(totals["bytes_read"], 1),
+        }
+        return cls(run_id, store, now_ms, dedupe_plan, elapsed_ms, results, totals, metrics)
+
+    @property
+    def failed(self) -> list[PartitionResult]:
+        return [r for r in self.partitions if r.status in FAILURES]
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["failures"] = [{"partition": r.partition, "error": r.error} for r in self.failed]
+        return doc

@@ -1,0 +1,146 @@
+"""The cleaner's configuration model: a topic's settings with Kafka's names, defaults and validators, and
+the job's own ``[cleaner]`` settings. The application (:mod:`compaction.config`) loads them from files, the
+environment and flags; the cleaner only reads them, through :class:`CleanerConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from compaction.clean.rules import Plan, Strategy
+from compaction.errors import ConfigError
+from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
+from compaction.store.segment import LONG_MAX
+
+POLICIES = ("compact", "delete")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The effective configuration of one topic (broker defaults with its overrides applied)."""
+
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86_400_000
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
+    compaction_strategy: Strategy = Strategy.OFFSET
+    compaction_strategy_header: str = ""
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+
+# Kafka's topic-level name -> (TopicConfig field, broker-level synonym)
+TOPIC_KEYS: dict[str, tuple[str, str]] = {
+    "cleanup.policy": ("cleanup_policy", "log.cleanup.policy"),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "log.cleaner.min.cleanable.ratio"),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", "log.cleaner.min.compaction.lag.ms"),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", "log.cleaner.max.compaction.lag.ms"),
+    "delete.retention.ms": ("delete_retention_ms", "log.cleaner.delete.retention.ms"),
+    "segment.bytes": ("segment_bytes", "log.segment.bytes"),
+    "segment.ms": ("segment_ms", "log.roll.ms"),
+    "compaction.strategy": ("compaction_strategy", "log.cleaner.compaction.strategy"),
+    "compaction.strategy.header": ("compaction_strategy_header", "log.cleaner.compaction.strategy.header"),
+    "retention.ms": ("retention_ms", "log.retention.ms"),
+    "retention.bytes": ("retention_bytes", "log.retention.bytes"),
+}
+#: Kafka's broker-level name -> its topic-level name.
+BROKER_NAMES = {broker: topic for topic, (_, broker) in TOPIC_KEYS.items()}
+
+#: Kafka's validators: name -> (lowest allowed, highest allowed) for numbers.
+RANGES: dict[str, tuple[float, float | None]] = {
+    "min.cleanable.dirty.ratio": (0, 1),
+    "min.compaction.lag.ms": (0, None),
+    "max.compaction.lag.ms": (1, None),
+    "delete.retention.ms": (0, None),
+    "segment.bytes": (14, None),
+    "segment.ms": (1, None),
+    "retention.ms": (-1, None),
+    "retention.bytes": (-1, None),
+}
+
+
+def _invalid(value: Any, name: str, reason: str) -> ConfigError:
+    return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
+
+
+def check_value(key: str, value: Any, name: str | None = None) -> Any:
+    """Validate one setting (by its topic-level ``key``) the way Kafka's ConfigDef does, with Kafka's messages.
+
+    ``name`` is the name the user wrote (a broker-level synonym, say), used in the message.
+    """
+    name = name or key
+    if key == "cleanup.policy":
+        items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
+        if not items or any(item not in POLICIES for item in items):
+            raise _invalid(value, name, f"String must be one of: {', '.join(POLICIES)}")
+        return tuple(sorted(set(items)))
+    if key == "compaction.strategy":
+        try:
+            return Strategy(str(value).lower())
+        except ValueError:
+            raise _invalid(value, name, f"String must be one of: {', '.join(Strategy)}") from None
+    if key == "compaction.strategy.header":
+        if not isinstance(value, str):
+            raise _invalid(value, name, "Expected value to be a string")
+        return value.strip()
+    low, high = RANGES[key]
+    kind = "DOUBLE" if key == "min.cleanable.dirty.ratio" else "LONG"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "LONG" and isinstance(value, float)):
+        raise _invalid(value, name, f"Not a number of type {kind}")
+    if value < low:
+        raise _invalid(value, name, f"Value must be at least {low}")
+    if high is not None and value > high:
+        raise _invalid(value, name, f"Value must be no more than {high}")
+    if kind == "LONG" and value > LONG_MAX:
+        raise _invalid(value, name, f"Not a number of type {kind}")
+    return float(value) if kind == "DOUBLE" else int(value)
+
+
+def check_topic(config: TopicConfig, where: str) -> TopicConfig:
+    """Kafka's cross-field rules (LogConfig.validateValues and KIP-280's topic validation)."""
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) > "
+                          f"max.compaction.lag.ms ({config.max_compaction_lag_ms}){where}")
+    if config.compaction_strategy == "header" and not config.compaction_strategy_header:
+        raise ConfigError(f"compaction.strategy.header must be specified.{where}")
+    return config
+
+
+class CleanerSettings(BaseModel):
+    """The job's own settings (no Kafka equivalent), in the ``[cleaner]`` table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
+    dedupe_plan: Plan = Field(Plan.ARROW, alias="dedupe.plan")
+    task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1)
+    deletion_vector_max_ratio: float = Field(0.2, alias="deletion.vector.max.ratio", ge=0, lt=1)
+    deletion_vector_max_age_ms: int = Field(604_800_000, alias="deletion.vector.max.age.ms", ge=0)
+    max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)
+    gc_grace_ms: int = Field(DEFAULT_GRACE_MS, alias="gc.grace.ms", ge=0)
+    gc_keep_versions: int = Field(DEFAULT_KEEP_VERSIONS, alias="gc.keep.versions", ge=1)
+    metrics_textfile: str | None = Field(None, alias="metrics.textfile")
+    metrics_pushgateway: str | None = Field(None, alias="metrics.pushgateway")
+
+
+class CleanerConfig(Protocol):
+    """What the cleaner reads of a configuration: its own settings and each topic's effective settings."""
+
+    @property
+    def cleaner(self) -> CleanerSettings: ...
+
+    def topic_config(self, topic: str) -> TopicConfig: ...

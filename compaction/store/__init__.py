@@ -1,0 +1,22 @@
+"""The store: topic partitions as segment objects plus versioned manifests, on any fsspec filesystem.
+
+What lives here, bottom up:
+
+- :mod:`~compaction.store.storage`: the narrow I/O boundary (read, exclusive create, list, delete) with
+  retries on a time budget; nothing else touches a filesystem.
+- :mod:`~compaction.store.segment`: the Parquet segment format (columns, schema check, statistics) and
+  :mod:`~compaction.store.jsonl`, the JSON Lines input format of ``append``.
+- :mod:`~compaction.store.manifest`: one committed version of a partition's log, as a validated model.
+- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read, append, and the commit
+  protocol (exclusive create of the next manifest version, rebase over a concurrent writer).
+- :mod:`~compaction.store.verify`, :mod:`~compaction.store.gc`, :mod:`~compaction.store.status`: the
+  store's own maintenance and views.
+
+The store knows nothing of cleaning: it keeps whatever a writer commits, if it is a valid log.
+"""
+
+from compaction.store.log import IllegalFolder, Replacement, Store, TopicPartition, Writer, read_manifests
+from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta
+
+__all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentMeta", "Store", "TopicPartition",
+           "Writer", "read_manifests"]
