@@ -24,34 +24,132 @@ Vocabulary (Kafka's; every identifier in this package uses these words):
 - **marker**: a transaction control record (commit or abort).
 
 No code below the command line reads the clock: ``now`` is always an argument.
+
+The package is laid out as its architecture (``docs/architecture.md``): :mod:`compaction.store` (the store:
+storage, formats, manifests and commits), :mod:`compaction.clean` (choosing and cleaning partitions), and
+the application edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`,
+:mod:`compaction.report`). The names below are the public API; they load on first use, so that importing
+the package does not start the JVM libraries a store command never needs.
 """
 
-from compaction.errors import (
-    CommitConflictError,
-    CompactionError,
-    ConfigError,
-    CorruptManifestError,
-    CorruptSegmentError,
-    InvalidRecordsError,
-    MissingObjectError,
-    OffsetOverlapError,
-    PlanError,
-    SegmentSchemaError,
-    StoreError,
-    StoreNotFoundError,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name -> the module that defines it.
+_API = {
+    "CommitConflictError": "compaction.errors",
+    "CompactionError": "compaction.errors",
+    "ConfigError": "compaction.errors",
+    "CorruptManifestError": "compaction.errors",
+    "CorruptSegmentError": "compaction.errors",
+    "InvalidRecordsError": "compaction.errors",
+    "MissingObjectError": "compaction.errors",
+    "OffsetOverlapError": "compaction.errors",
+    "PlanError": "compaction.errors",
+    "SegmentSchemaError": "compaction.errors",
+    "StoreError": "compaction.errors",
+    "StoreNotFoundError": "compaction.errors",
+    "DeletionVector": "compaction.store",
+    "Manifest": "compaction.store",
+    "SegmentMeta": "compaction.store",
+    "Store": "compaction.store",
+    "TopicPartition": "compaction.store",
+    "Writer": "compaction.store",
+    "verify": "compaction.store.verify",
+    "collect_store": "compaction.store.gc",
+    "Plan": "compaction.clean.rules",
+    "Strategy": "compaction.clean.rules",
+    "CleanerSettings": "compaction.clean.settings",
+    "TopicConfig": "compaction.clean.settings",
+    "CompactionPlan": "compaction.clean.planner",
+    "Decision": "compaction.clean.planner",
+    "PartitionPlan": "compaction.clean.planner",
+    "Cleaner": "compaction.clean.cleaner",
+    "plan_store": "compaction.clean.cleaner",
+    "CleanerStats": "compaction.clean.outcome",
+    "PartitionResult": "compaction.clean.outcome",
+    "RunReport": "compaction.clean.outcome",
+    "Status": "compaction.clean.outcome",
+    "Settings": "compaction.config",
+    "GenerateSpec": "compaction.generate",
+    "generate": "compaction.generate",
+}
 
 __all__ = [
+    "Cleaner",
+    "CleanerSettings",
+    "CleanerStats",
     "CommitConflictError",
     "CompactionError",
+    "CompactionPlan",
     "ConfigError",
     "CorruptManifestError",
     "CorruptSegmentError",
+    "Decision",
+    "DeletionVector",
+    "GenerateSpec",
     "InvalidRecordsError",
+    "Manifest",
     "MissingObjectError",
     "OffsetOverlapError",
+    "PartitionPlan",
+    "PartitionResult",
+    "Plan",
     "PlanError",
+    "RunReport",
+    "SegmentMeta",
     "SegmentSchemaError",
+    "Settings",
+    "Status",
+    "Store",
     "StoreError",
     "StoreNotFoundError",
+    "Strategy",
+    "TopicConfig",
+    "TopicPartition",
+    "Writer",
+    "collect_store",
+    "generate",
+    "plan_store",
+    "verify",
 ]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
+    from compaction.clean.cleaner import Cleaner, plan_store
+    from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
+    from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
+    from compaction.clean.rules import Plan, Strategy
+    from compaction.clean.settings import CleanerSettings, TopicConfig
+    from compaction.config import Settings
+    from compaction.errors import (
+        CommitConflictError,
+        CompactionError,
+        ConfigError,
+        CorruptManifestError,
+        CorruptSegmentError,
+        InvalidRecordsError,
+        MissingObjectError,
+        OffsetOverlapError,
+        PlanError,
+        SegmentSchemaError,
+        StoreError,
+        StoreNotFoundError,
+    )
+    from compaction.generate import GenerateSpec, generate
+    from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
+    from compaction.store.gc import collect_store
+    from compaction.store.verify import verify
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API:
+        raise AttributeError(f"module 'compaction' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_API[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
