@@ -59,6 +59,7 @@ _API = {
     "Writer": "compaction.store",
     "verify": "compaction.store.verify",
     "collect_store": "compaction.store.gc",
+    "records": "compaction.store.segment",
     "Plan": "compaction.clean.rules",
     "Strategy": "compaction.clean.rules",
     "CleanerSettings": "compaction.clean.settings",
@@ -113,6 +114,7 @@ __all__ = [
     "collect_store",
     "generate",
     "plan_store",
+    "records",
     "verify",
 ]
 
@@ -140,6 +142,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from compaction.generate import GenerateSpec, generate
     from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
+    from compaction.store.segment import records
     from compaction.store.verify import verify
 
 
