@@ -18,8 +18,8 @@ from pathlib import Path
 from compaction.clean.cleaner import Cleaner
 from compaction.clean.session import spark_session
 from compaction.config import Settings
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store
+from compaction.synthetic import GenerateSpec, generate
 
 NOW = 1_800_000_000_000
 

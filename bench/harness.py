@@ -47,8 +47,8 @@ from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store  # noqa:
 from compaction.clean.layout import SegmentOutcome, plan_jobs  # noqa: E402
 from compaction.clean.tasks import decide_facts  # noqa: E402
 from compaction.config import Settings  # noqa: E402
-from compaction.generate import GenerateSpec, generate  # noqa: E402
 from compaction.store import Store  # noqa: E402
+from compaction.synthetic import GenerateSpec, generate  # noqa: E402
 
 NOW = 1_800_000_000_000
 WRITTEN = NOW - 3_600_000

@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store, read_manifests
+from compaction.synthetic import GenerateSpec, generate
 
 
 def main() -> None:

@@ -74,8 +74,8 @@ _API = {
     "RunReport": "compaction.clean.outcome",
     "Status": "compaction.clean.outcome",
     "Settings": "compaction.config",
-    "GenerateSpec": "compaction.generate",
-    "generate": "compaction.generate",
+    "GenerateSpec": "compaction.synthetic",
+    "generate": "compaction.synthetic",
 }
 
 __all__ = [
@@ -139,11 +139,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         StoreError,
         StoreNotFoundError,
     )
-    from compaction.generate import GenerateSpec, generate
     from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
     from compaction.store.segment import records
     from compaction.store.verify import verify
+    from compaction.synthetic import GenerateSpec, generate
 
 
 def __getattr__(name: str) -> Any:

@@ -35,7 +35,6 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
-from compaction.generate import GenerateSpec, generate, topic_names
 from compaction.job import JobOptions, run_job
 from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
@@ -44,6 +43,7 @@ from compaction.store.manifest import partition_name_problem
 from compaction.store.status import format_table, human_bytes, partition_status
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store.verify import verify
+from compaction.synthetic import GenerateSpec, generate, topic_names
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # verify found problems, or the command failed

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store, TopicPartition
+from compaction.synthetic import GenerateSpec, generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 

@@ -12,11 +12,11 @@ from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.rules import Plan
 from compaction.config import Settings
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store, TopicPartition, Writer
 from compaction.store.manifest import Manifest
 from compaction.store.segment import records
 from compaction.store.verify import verify
+from compaction.synthetic import GenerateSpec, generate
 
 pytestmark = pytest.mark.spark
 

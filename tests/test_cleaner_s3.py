@@ -6,9 +6,9 @@ import pytest
 
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store
 from compaction.store.verify import verify
+from compaction.synthetic import GenerateSpec, generate
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store
 from compaction.store.verify import verify
+from compaction.synthetic import GenerateSpec, generate
 from tests.cluster import cluster_env, spark_cluster
 from tests.s3server import new_bucket, storage_options
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compaction.generate import GenerateSpec, generate
 from compaction.store import Store
+from compaction.synthetic import GenerateSpec, generate
 from tests.cluster import free_port
 from tests.s3server import CREDENTIALS, new_bucket, storage_options
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from compaction.generate import GenerateSpec, generate, partition_records
 from compaction.store import Store, TopicPartition
+from compaction.synthetic import GenerateSpec, generate, partition_records
 
 
 def test_same_seed_same_records_and_different_seed_different_records() -> None:

@@ -1,4 +1,4 @@
-"""Synthetic keyed topics for demos, tests and benchmarks, deterministic for a given seed."""
+"""Synthetic keyed topics (the `generate` command) for demos, tests and benchmarks, deterministic for a given seed."""
 
 from __future__ import annotations
 
