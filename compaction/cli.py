@@ -25,7 +25,7 @@ from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision, format_duration
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
 from compaction.clean.session import spark_session
-from compaction.config import Settings, parse_overrides
+from compaction.config import Settings
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -153,7 +153,7 @@ def open_store(args: argparse.Namespace, settings: Settings | None = None) -> St
 
 def load_settings(args: argparse.Namespace) -> Settings:
     """Configuration from --conf, the environment and --set flags; validated before any work."""
-    return Settings.load(args.conf, parse_overrides(args.set or []))
+    return Settings.load(args.conf, flags=args.set or [])
 
 
 def selected_partitions(store: Store, args: argparse.Namespace) -> tuple[list[TopicPartition], list[IllegalFolder]]:
