@@ -135,7 +135,8 @@ def test_errors_name_the_file_and_line_and_suggest_a_name(tmp_path: Path, text: 
 def test_errors_name_the_environment_variable_or_the_flag() -> None:
     with pytest.raises(ConfigError, match=r"\(set in environment variable COMPACTION_SET_LOG_ROLL_MS\)$"):
         Settings.load(environ={"COMPACTION_SET_LOG_ROLL_MS": "0"})
-    with pytest.raises(ConfigError, match=r"did you mean 'segment.ms'\?\) \(in \[topics.'t'\], set in --set t:segment=1\)"):
+    expected = r"did you mean 'segment.ms'\?\) \(in \[topics.'t'\], set in --set t:segment=1\)"
+    with pytest.raises(ConfigError, match=expected):
         Settings.load(environ={}, flags=["t:segment=1"])
 
 
