@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError
 from compaction.store import Store, TopicPartition, Writer
-from compaction.store.manifest import Manifest, topic_name_problem
+from compaction.store.manifest import Manifest
+from compaction.store.names import topic_name_problem
 from compaction.store.segment import HEADER_TYPE, NO_PRODUCER, SEGMENT_SCHEMA
 
 KEY_PREFIX = b"key-"
