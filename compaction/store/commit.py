@@ -25,10 +25,11 @@ from compaction.errors import (
 from compaction.store.manifest import (
     MANIFEST_DIR,
     MANIFEST_NAME,
+    MAX_VERSION,
     Manifest,
     SegmentMeta,
-    WriterInfo,
     manifest_name,
+    new_manifest,
     parse_manifest,
 )
 from compaction.store.names import TopicPartition
@@ -155,30 +156,33 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
            max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None) -> Manifest:
     """Publish the next manifest version, rebuilding the change on the newest version until it wins.
 
-    ``build(latest)`` returns the new log state (or raises CommitConflictError when its change no
-    longer applies). Who holds a version is decided by :func:`_publish`, which reads it back whenever the
+    ``build(latest)`` returns the new log state, or raises CommitConflictError where it finds that its
+    change no longer applies to ``latest``: that is the only conflict. A state that breaks the manifest's
+    rules is the writer's bug and raises InvalidManifestError; whatever else ``build`` raises passes
+    through as it is. Who holds a version is decided by :func:`_publish`, which reads it back whenever the
     create's outcome is not a plain success.
     """
     rng = rng or random.Random()
     lost: Manifest | None = None  # the version that another writer won, as read back
     for attempt in range(max_attempts):
         latest = newest_manifest(storage, tp) if lost is None else _newest_from(storage, tp, lost)
+        if latest is not None and latest.version >= MAX_VERSION:
+            # Checked before build, which may write objects: a version past it could never be listed.
+            raise StoreError(f"partition {storage.describe(tp.prefix)} is at manifest version {latest.version}, "
+                             f"the last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits")
         # The cleaner's partition-level state carries over unless the change sets it.
         state = {"clean_keys_unique": latest.clean_keys_unique if latest else False,
                  "last_clean_ms": latest.last_clean_ms if latest else None,
                  "next_horizon_ms": latest.next_horizon_ms if latest else None, **build(latest)}
         version = latest.version + 1 if latest else 1
         commit_id = uuid.uuid4().hex
-        try:
-            manifest = Manifest(
-                topic=tp.topic, partition=tp.partition, version=version,
-                writer=WriterInfo(id=writer.id, run_id=writer.run_id, operation=operation,  # type: ignore[arg-type]
-                                  time_ms=now_ms, commit_id=commit_id),
-                **state,
-            )
-        except ValueError as err:
-            raise CommitConflictError(f"partition {tp}: the change does not apply to version "
-                                      f"{version - 1}: {err}") from err
+        manifest = new_manifest(
+            f"{storage.describe(tp.prefix)} version {version} ({operation} by {writer.id})",
+            topic=tp.topic, partition=tp.partition, version=version,
+            writer={"id": writer.id, "run_id": writer.run_id, "operation": operation, "time_ms": now_ms,
+                    "commit_id": commit_id},
+            **state,
+        )
         holder = _publish(storage, tp, manifest, rng)
         if holder.writer.commit_id == commit_id:
             return holder

@@ -34,7 +34,7 @@ from compaction.errors import (
 from compaction.store import commit as commits
 from compaction.store import deletes
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
-from compaction.store.manifest import MAX_VERSION, DeletionVector, Manifest, SegmentMeta, segment_name
+from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, segment_name
 from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
 from compaction.store.segment import (
     LONG_MAX,
@@ -254,9 +254,6 @@ class Store:
         written: dict[int, SegmentMeta] = {}  # base offset -> object already written for that placement
 
         def build(latest: Manifest | None) -> dict[str, Any]:
-            if latest is not None and latest.version >= MAX_VERSION:
-                raise StoreError(f"partition {self.describe(tp)} is at manifest version {latest.version}, the "
-                                 f"last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits")
             log_end = latest.log_end_offset if latest else 0
             if explicit:
                 first = table.column("offset")[0].as_py()

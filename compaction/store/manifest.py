@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from compaction.errors import CorruptManifestError
+from compaction.errors import CorruptManifestError, InvalidManifestError
 from compaction.store.names import MAX_PARTITION, topic_name_problem
 
 MANIFEST_DIR = "_manifests"
@@ -212,15 +212,27 @@ class Manifest(_Frozen):
         return self.model_dump_json(indent=1).encode()
 
 
+def _problem(err: ValidationError) -> str:
+    """The first rule a manifest breaks, and where: `` at segments.0.path: segment path ... is not ...``."""
+    first = err.errors()[0]
+    location = ".".join(str(part) for part in first.get("loc", ()))
+    reason = first.get("msg", str(err)).removeprefix("Value error, ")
+    return f"{f' at {location}' if location else ''}: {reason}"
+
+
 def parse_manifest(data: bytes, where: str) -> Manifest:
     """Parse and validate a manifest; any problem becomes a CorruptManifestError naming ``where``."""
     try:
         return Manifest.model_validate_json(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        location = ".".join(str(part) for part in first.get("loc", ()))
-        reason = first.get("msg", str(err)).removeprefix("Value error, ")
-        if first.get("type") == "json_invalid":
-            raise CorruptManifestError(f"manifest {where} is not valid JSON: {reason}") from err
-        detail = f" at {location}" if location else ""
-        raise CorruptManifestError(f"manifest {where} is invalid{detail}: {reason}") from err
+        if err.errors()[0].get("type") == "json_invalid":
+            raise CorruptManifestError(f"manifest {where} is not valid JSON{_problem(err)}") from err
+        raise CorruptManifestError(f"manifest {where} is invalid{_problem(err)}") from err
+
+
+def new_manifest(where: str, **fields: Any) -> Manifest:
+    """A manifest to commit, from its fields; any problem becomes an InvalidManifestError naming ``where``."""
+    try:
+        return Manifest(**fields)
+    except ValidationError as err:
+        raise InvalidManifestError(f"the change would commit an invalid manifest {where}{_problem(err)}") from err
