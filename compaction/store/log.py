@@ -279,20 +279,34 @@ class Store:
             last = placed.column("offset")[placed.num_rows - 1].as_py()
             if base not in written:
                 written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms)
-            segment = written[base]
-            open_txns = dict(latest.open_transactions) if latest else {}
-            _track_transactions(placed, open_txns, where)
-            next_offset = last + 1
-            return {
-                "log_start_offset": latest.log_start_offset if latest and latest.segments else base,
-                "log_end_offset": next_offset,
-                "last_stable_offset": min(open_txns.values(), default=next_offset),
-                "first_dirty_offset": latest.first_dirty_offset if latest and latest.segments else base,
-                "open_transactions": open_txns,
-                "segments": (*(latest.segments if latest else ()), segment),
-            }
+            return appended_state(latest, [written[base]], placed, where)
 
         return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
+
+
+def appended_state(latest: Manifest | None, segments: Sequence[SegmentMeta], records: pa.Table,
+                   where: str) -> dict[str, Any]:
+    """The log state (for :meth:`Store.commit`) once ``segments``, which hold ``records``, follow ``latest``.
+
+    The segments start at or after ``latest``'s log end; none appends nothing. The last stable offset is
+    Kafka's: the first offset of the earliest transaction still open (those ``latest`` left open, less those
+    the records' markers end, plus those they begin), or the log end when none is.
+    """
+    log_end = latest.log_end_offset if latest else 0
+    base = segments[0].base_offset if segments else log_end
+    next_offset = segments[-1].next_offset if segments else log_end
+    open_txns = dict(latest.open_transactions) if latest else {}
+    _track_transactions(records, open_txns, where)
+    # An empty log (never written, or emptied by retention) starts where the new records do.
+    kept = latest if latest is not None and latest.segments else None
+    return {
+        "log_start_offset": kept.log_start_offset if kept else base,
+        "log_end_offset": next_offset,
+        "last_stable_offset": min(open_txns.values(), default=next_offset),
+        "first_dirty_offset": kept.first_dirty_offset if kept else base,
+        "open_transactions": open_txns,
+        "segments": (*(latest.segments if latest else ()), *segments),
+    }
 
 
 def _track_transactions(table: pa.Table, open_txns: dict[int, int], where: str) -> None:
