@@ -23,6 +23,11 @@ class CorruptManifestError(StoreError):
     """Raised when a manifest is not valid JSON or breaks the manifest format's rules."""
 
 
+class InvalidManifestError(StoreError):
+    """Raised when a writer's change would commit a manifest that breaks the manifest format's rules: a bug
+    in the writer, never a conflict."""
+
+
 class CorruptSegmentError(StoreError):
     """Raised when a segment object cannot be read as a segment (truncated, unreadable, bad checksum)."""
 
