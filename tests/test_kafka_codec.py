@@ -216,10 +216,10 @@ def test_codecs_are_framed_as_kafka_frames_them() -> None:
     """Snappy in xerial framing (snappy-java's stream, 32 KiB blocks), LZ4 frames with independent 64 KiB
     blocks and no checksums (KafkaLZ4BlockOutputStream); zstd frames without a content size (zstd-jni's
     stream) read too."""
-    recs = records([{"offset": i, "value": compressible(i, 1000)} for i in range(50)])
+    recs = records([{"offset": i, "value": compressible(i, 1000)} for i in range(100)])  # above one 64 KiB block
     payloads = {}
     for codec in ("snappy", "lz4"):
-        data = encode(recs, batch_table([{"base_offset": 0, "record_count": 50, "compression": codec}]))
+        data = encode(recs, batch_table([{"base_offset": 0, "record_count": 100, "compression": codec}]))
         payloads[codec] = data[HEADER_BYTES:]
     snappy = payloads["snappy"]
     assert snappy[:16] == b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
@@ -228,7 +228,7 @@ def test_codecs_are_framed_as_kafka_frames_them() -> None:
     assert lz4[:4] == struct.pack("<I", 0x184D2204)
     assert (lz4[4], lz4[5]) == (0x60, 0x40)  # version 1, independent blocks, no checksums; 64 KiB blocks
 
-    raw = encode(recs, batch_table([{"base_offset": 0, "record_count": 50}]))
+    raw = encode(recs, batch_table([{"base_offset": 0, "record_count": 100}]))
     sink = io.BytesIO()
     with zstandard.ZstdCompressor(write_content_size=False).stream_writer(sink, closefd=False) as writer:
         writer.write(raw[HEADER_BYTES:])
@@ -257,11 +257,18 @@ def test_control_records_get_kafkas_key_and_value() -> None:
 
 
 def test_log_append_time_records_take_the_max_timestamp() -> None:
-    recs = records([{"offset": 0, "timestamp": NOW, "value": b"a"}, {"offset": 1, "timestamp": NOW, "value": b"b"}])
-    data = encode(recs, batch_table([{"base_offset": 0, "record_count": 2, "attributes": 0x08,
-                                      "max_timestamp": NOW}]))
-    assert decode(data, where="lat").records.column("timestamp").to_pylist() == [NOW, NOW]
-    assert [r[1] for r in kafka_python_read(data)[0]["records"]] == [NOW, NOW]
+    """A broker appending with LogAppendTime sets only the max timestamp: records keep their create-time deltas,
+    but read as the append time."""
+    recs = records([{"offset": 0, "timestamp": NOW - 50, "value": b"a"},
+                    {"offset": 1, "timestamp": NOW, "value": b"b"}])
+    raw = bytearray(encode(recs, batch_table([{"base_offset": 0, "record_count": 2}])))
+    struct.pack_into(">h", raw, 21, 0x08)
+    struct.pack_into(">q", raw, 35, NOW + 1000)
+    data = reseal(raw)
+    decoded = decode(data, where="lat")
+    assert decoded.records.column("timestamp").to_pylist() == [NOW + 1000, NOW + 1000]
+    assert [r[1] for r in kafka_python_read(data)[0]["records"]] == [NOW + 1000, NOW + 1000]
+    assert kafka_python_read(encode(decoded.records, decoded.batches)) == kafka_python_read(data)
 
 
 def test_compression_argument_rewrites_every_batch() -> None:
@@ -391,6 +398,37 @@ def test_unknown_magic_codec_and_malformed_records_are_refused() -> None:
         decode(reseal(bad), where="u")
 
 
+def test_records_must_tile_their_batch_exactly() -> None:
+    """Behind a valid CRC: bytes left after the last record, a record longer than its fields, a negative
+    offset delta or a key length below -1 are malformed records (Kafka: "Invalid record size")."""
+    recs = records([{"offset": 0, "key": None, "value": b"abc"}, {"offset": 1, "key": None, "value": b"d"}])
+    data = encode(recs, batch_table([{"base_offset": 0, "record_count": 2}]))
+    assert data[HEADER_BYTES:HEADER_BYTES + 6] == bytes([2 * 9, 0, 0, 0, 1, 6])  # length 9, attrs, ts, offset, key
+    fewer = bytearray(data)
+    struct.pack_into(">i", fewer, 57, 1)
+    longer = bytearray(data + b"\x00")
+    struct.pack_into(">i", longer, 8, len(longer) - 12)
+    longer[HEADER_BYTES + 10] += 2  # the second record grows by the byte appended
+    assert longer[HEADER_BYTES + 10] == 2 * 8
+    negative_delta = bytearray(data)
+    negative_delta[HEADER_BYTES + 3] = 1
+    short_key = bytearray(data)
+    short_key[HEADER_BYTES + 4] = 3
+    for bad in (fewer, longer, negative_delta, short_key):
+        with pytest.raises(CorruptBatchError, match="batch at offset 0 has a malformed record"):
+            decode(reseal(bad), where="tile")
+
+
+def test_a_length_running_off_the_buffer_names_its_batch() -> None:
+    """Ten batches walk in lockstep; a corrupt length in the last one sends its cursor past the end."""
+    recs = records([{"offset": i, "value": b"v%d" % i} for i in range(40)])
+    data = bytearray(encode(recs, batch_table([{"base_offset": 4 * j, "record_count": 4} for j in range(10)])))
+    last = decode(bytes(data), where="x").batches.column("position")[9].as_py()
+    data[last + HEADER_BYTES:last + HEADER_BYTES + 2] = b"\xfe\x7f"  # a length of 8191
+    with pytest.raises(CorruptBatchError, match=r"batch at offset 36 has a malformed record \(record 0 of 4"):
+        decode(reseal(data), where="x")
+
+
 def fuzz_log() -> bytes:
     """Ten small batches (enough for the lockstep), one with headers and a long record."""
     rows = [{"offset": i, "key": b"k%d" % (i % 4), "value": b"v" * (i % 5) if i % 6 else None,
@@ -409,7 +447,8 @@ FUZZ_RECORD_BYTES = np.concatenate([np.arange(row["position"] + HEADER_BYTES, ro
                 max_size=4))
 def test_damage_behind_a_valid_crc_decodes_or_raises_corrupt_batch(damage: list[tuple[int, int]]) -> None:
     """Damage the records (CRCs made valid again): decode either agrees with kafka-python or raises
-    CorruptBatchError, never another error."""
+    CorruptBatchError, never another error. (kafka-python is not asked to refuse what we refuse, nor the
+    other way round: it reads a record's attributes byte as a varint, where Kafka reads one byte.)"""
     bad = bytearray(FUZZ_LOG)
     for index, mask in damage:
         bad[FUZZ_RECORD_BYTES[index]] ^= mask
@@ -420,7 +459,7 @@ def test_damage_behind_a_valid_crc_decodes_or_raises_corrupt_batch(damage: list[
         return
     try:
         theirs = kafka_python_read(data)
-    except Exception:  # kafka-python's own errors are not ours to judge
+    except Exception:
         return
     assert ours == theirs
 
