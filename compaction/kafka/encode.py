@@ -301,8 +301,8 @@ def _encode_records(records: pa.Table, keys: pa.Array, values: pa.Array, offset_
                     ts_delta: np.ndarray, counts: np.ndarray) -> _Region:
     """Lay out every record's bytes with numpy (the varints) and one Arrow ``take`` (keys, values, headers).
 
-    Each record is five pieces: its fixed prefix (length, attributes, timestamp delta, offset delta, key
-    length), its key, its value length, its value, and its header count plus headers; the take puts all the
+    Each record is six pieces: its fixed prefix (length, attributes, timestamp delta, offset delta, key
+    length), its key, its value length, its value, its header count and its headers; the take puts all the
     pieces in order into one buffer.
     """
     n = records.num_rows
@@ -346,7 +346,7 @@ def _encode_records(records: pa.Table, keys: pa.Array, values: pa.Array, offset_
     source = pa.concat_arrays([fixed_pieces, keys.cast(kind), values.cast(kind), header_blobs.cast(kind)])
     rows = np.arange(n)
     # Per record: prefix, key, value length, value, header count, headers.
-    order = np.stack([3 * rows, 3 * n + rows, 3 * rows + 1, 4 * n + rows, 3 * rows + 2, 5 * n + rows], axis=1)
+    order = rows[:, None] * np.array([3, 1, 3, 1, 3, 1]) + np.array([0, 3 * n, 1, 4 * n, 2, 5 * n])
     laid = source.take(pa.array(order.ravel()))
     piece_bounds = np.frombuffer(laid.buffers()[1], dtype=np.int64 if wide else np.int32)
     piece_bounds = piece_bounds[laid.offset:laid.offset + len(laid) + 1]
@@ -391,7 +391,7 @@ def _encode_headers(records: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray
     source = pa.concat_arrays([fixed_pieces, names, contents])
     rows = np.arange(h)
     # Per header: key length, key, value length, value.
-    order = np.stack([2 * rows, 2 * h + rows, 2 * rows + 1, 3 * h + rows], axis=1)
+    order = rows[:, None] * np.array([2, 1, 2, 1]) + np.array([0, 2 * h, 1, 3 * h])
     laid = source.take(pa.array(order.ravel()))
     piece_bounds = np.frombuffer(laid.buffers()[1], dtype=np.int64)[laid.offset:laid.offset + len(laid) + 1]
     blob_bounds = piece_bounds[np.concatenate([[0], np.cumsum(count)]) * 4]
