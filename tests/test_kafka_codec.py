@@ -256,6 +256,13 @@ def test_control_records_get_kafkas_key_and_value() -> None:
                          "is_control": True}]), batches)
 
 
+def test_an_empty_buffer_is_an_empty_log() -> None:
+    decoded = decode(b"", where="empty")
+    assert decoded.records.schema.equals(RECORD_SCHEMA) and decoded.records.num_rows == 0
+    assert decoded.batches.schema.equals(BATCH_SCHEMA) and decoded.batches.num_rows == 0
+    assert encode(decoded.records, decoded.batches) == b""
+
+
 def test_log_append_time_records_take_the_max_timestamp() -> None:
     """A broker appending with LogAppendTime sets only the max timestamp: records keep their create-time deltas,
     but read as the append time."""

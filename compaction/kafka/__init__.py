@@ -3,7 +3,8 @@
     decoded = decode(data, where="orders/0/00000000000000000000.log")
     decoded.records   # RECORD_SCHEMA: one row per record (the segment schema of compaction.segment)
     decoded.batches   # BATCH_SCHEMA: one row per batch, empty batches included
-    data == encode(decoded.records, decoded.batches)   # for batches as Kafka writes them
+    encode(decoded.records, decoded.batches)   # the same batches, each with its codec; byte for byte when
+                                               # uncompressed with CREATE_TIME (compressors may differ from Java's)
 
 Vocabulary (Kafka's ``DefaultRecordBatch``):
 
