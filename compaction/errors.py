@@ -32,6 +32,16 @@ class CorruptSegmentError(StoreError):
     """Raised when a segment object cannot be read as a segment (truncated, unreadable, bad checksum)."""
 
 
+class CorruptBatchError(CorruptSegmentError):
+    """Raised when a Kafka record batch cannot be read (bad CRC, framing, codec or magic); names the object and
+    the batch's base offset."""
+
+    def __init__(self, message: str, *, where: str, base_offset: int | None) -> None:
+        super().__init__(message)
+        self.where = where
+        self.base_offset = base_offset
+
+
 class SegmentSchemaError(CorruptSegmentError):
     """Raised when a segment's columns do not match the segment format (a missing, extra or mistyped column)."""
 
