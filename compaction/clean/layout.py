@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compaction.clean.rules import saturating_add
+import numpy as np
+
+from compaction.clean.rules import KEPT, LONG_MAX, reason_counts, saturating_add
 from compaction.store.manifest import SegmentMeta
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SegmentOutcome:
     """The decision's counts for one segment of a cleaned range: live records read, kept, markers to stamp,
     records dropped by reason, and the earliest delete horizon still to come among the kept records."""
@@ -23,6 +25,19 @@ class SegmentOutcome:
     stamped: int
     dropped: dict[str, int]
     next_horizon_ms: int | None = None
+
+    @classmethod
+    def empty(cls) -> SegmentOutcome:
+        """The outcome of a segment no decision row speaks of (none of its rows was read)."""
+        return cls(records=0, kept=0, stamped=0, dropped={})
+
+    @classmethod
+    def from_decision(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray) -> SegmentOutcome:
+        """The counts of one segment's decided rows: their codes (``KEPT`` or a reason's), which markers to
+        stamp, and their upcoming delete horizons (``LONG_MAX`` where none)."""
+        return cls(records=len(code), kept=int(np.count_nonzero(code == KEPT)), stamped=int(stamp.sum()),
+                   dropped=reason_counts(code),
+                   next_horizon_ms=int(upcoming.min()) if len(upcoming) and upcoming.min() < LONG_MAX else None)
 
     @property
     def lost(self) -> int:
@@ -34,8 +49,9 @@ class SegmentOutcome:
         for reason, count in other.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
         horizons = [h for h in (self.next_horizon_ms, other.next_horizon_ms) if h is not None]
-        return SegmentOutcome(self.records + other.records, self.kept + other.kept, self.stamped + other.stamped,
-                              dropped, min(horizons, default=None))
+        return SegmentOutcome(records=self.records + other.records, kept=self.kept + other.kept,
+                              stamped=self.stamped + other.stamped, dropped=dropped,
+                              next_horizon_ms=min(horizons, default=None))
 
     def estimated_bytes(self, segment: SegmentMeta) -> int:
         """The size of the records it keeps, pro rata of the live records read."""
