@@ -56,6 +56,9 @@ from compaction.store.manifest import Manifest, SegmentMeta
 log = logging.getLogger("compaction.clean.cleaner")
 Progress = Callable[[str], None]
 
+#: Progress lines give sizes in MB of 2**20 bytes, as Kafka's cleaner log does.
+BYTES_PER_MB = 2**20
+
 #: What a Spark action raises when its job fails for good: a task failed all its attempts, or the JVM is gone.
 SPARK_JOB_FAILURES = (Py4JError, PySparkException)
 
@@ -100,6 +103,17 @@ class PartitionWork:
         self.bytes_written += result.bytes_written
         self.records_written += result.records_written
         self.stamped += result.stamped
+
+
+def _extent(items: list[PartitionWork]) -> str:
+    """How much the items' cleaned ranges hold, for progress lines."""
+    size = sum(w.plan.work_bytes for w in items) / BYTES_PER_MB
+    return f"{sum(len(w.plan.segments) for w in items)} segment(s), {size:,.1f} MB"
+
+
+def _elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a :func:`time.perf_counter` reading)."""
+    return int((time.perf_counter() - started) * 1000)
 
 
 def plan_store(store: Store, settings: CleanerConfig, now_ms: int, topics: str | None = None) -> CompactionPlan:
@@ -175,7 +189,7 @@ class Cleaner:
                 self._reset_checkpoint(p, now_ms)
             results.append(PartitionResult.from_plan(p))
         return RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                               elapsed_ms=int((time.perf_counter() - started) * 1000))
+                               elapsed_ms=_elapsed_ms(started))
 
     def _isolate(self, items: list[PartitionWork], clean: Callable[[list[PartitionWork], int], None], now_ms: int,
                  err: Exception) -> None:
@@ -252,9 +266,7 @@ class Cleaner:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
-        self.progress(f"cleaning {len(items)} partition(s) in {len(tasks)} task(s), "
-                      f"{sum(len(w.plan.segments) for w in items)} segment(s), "
-                      f"{sum(w.plan.work_bytes for w in items) / 2**20:,.1f} MB (plan: arrow)")
+        self.progress(f"cleaning {len(items)} partition(s) in {len(tasks)} task(s), {_extent(items)} (plan: arrow)")
         # An RDD of the tasks themselves: no SQL planning or Arrow transfer is needed for metadata results,
         # which makes a fresh session's first job seconds shorter.
         results: list[CleanedPartition] = (self.session.sparkContext.parallelize(tasks, len(tasks))
@@ -290,10 +302,8 @@ class Cleaner:
         """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
-        total = sum(w.plan.work_bytes for w in items)
         self.progress(f"deciding survivors in {len(items)} partition(s) with {len(tasks)} task(s), "
-                      f"{sum(len(w.plan.segments) for w in items)} segment(s), {total / 2**20:,.1f} MB "
-                      f"(plan: {self.dedupe_plan})")
+                      f"{_extent(items)} (plan: {self.dedupe_plan})")
         decisions = self.decisions(tasks, now_ms).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts: list[DecisionRow] = decisions.map(DecisionRow.counts).collect()
@@ -387,7 +397,7 @@ class Cleaner:
         except StoreError as err:
             return PartitionResult.failed(p, f"{type(err).__name__}: {err}", item.outcomes)
         return PartitionResult.cleaned(p, committed, item.outcomes, item.jobs, added, item.records_written,
-                                       item.bytes_written, elapsed_ms=int((time.perf_counter() - started) * 1000))
+                                       item.bytes_written, elapsed_ms=_elapsed_ms(started))
 
     def _next_horizon(self, item: PartitionWork, now_ms: int) -> int | None:
         """The earliest delete horizon still to come in the cleaned range after this pass."""

@@ -26,8 +26,9 @@ from compaction.store import TopicPartition
 KEY = ("topic", "partition", "key")
 
 FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
-DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in
-                              ("topic", "partition", "segment_base", "position", "offset", "error")),
+#: The facts :func:`classify` passes through to :func:`per_segment`, before the decision's own columns.
+PASSED_ON = ("topic", "partition", "segment_base", "position", "offset", "error")
+DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
                             ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64())])
 DECIDED_TYPE: StructType = from_arrow_schema(DECIDED_SCHEMA)
 
@@ -65,7 +66,7 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
             winner = table.column("is_winner").to_numpy(zero_copy_only=False).astype(bool)
             decided = rules.classify(table, winner, now_ms=now_ms, keyless_drop=keyless_drop)
             upcoming = rules.upcoming_horizons(table, decided.code, now_ms)
-            columns = [table.column(name) for name in DECIDED_SCHEMA.names[:-3]]
+            columns = [table.column(name) for name in PASSED_ON]
             yield from pa.table([*columns, pa.array(decided.code), pa.array(decided.stamp),
                                  pa.array(upcoming, mask=upcoming == rules.LONG_MAX)],
                                 schema=DECIDED_SCHEMA).to_batches()

@@ -63,6 +63,13 @@ class SegmentOutcome:
 #: nightly pass does not recopy the clean section, and a small one is recopied only until it is not.
 SMALL_SEGMENT_DIVISOR = 8
 
+#: ``deletion.vector.max.ratio``'s default: a clean segment takes a deletion vector while at most this share
+#: of its records is deleted; beyond it, readers skip too much of what they read and a rewrite pays off.
+DEFAULT_DELETION_VECTOR_MAX_RATIO = 0.2
+#: ``deletion.vector.max.age.ms``'s default, seven days: a deletion vector only hides records, so a segment
+#: carrying one is rewritten within this time and its deleted records are removed physically.
+DEFAULT_DELETION_VECTOR_MAX_AGE_MS = 7 * 24 * 3600 * 1000
+
 
 @dataclass(frozen=True)
 class ApplyPolicy:
@@ -70,8 +77,8 @@ class ApplyPolicy:
 
     segment_bytes: int
     now_ms: int
-    deletion_vector_max_ratio: float = 0.2
-    deletion_vector_max_age_ms: int = 604_800_000
+    deletion_vector_max_ratio: float = DEFAULT_DELETION_VECTOR_MAX_RATIO
+    deletion_vector_max_age_ms: int = DEFAULT_DELETION_VECTOR_MAX_AGE_MS
     max_group_records: int | None = None  # a rewrite reads at most this many records (one task's share)
 
 

@@ -34,6 +34,8 @@ from compaction.clean.payloads import (
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
+#: Rows per Arrow batch a facts task hands to Spark SQL: large batches keep the per-batch overhead small,
+#: and at a few dozen bytes a row (plus the key) one batch stays a few MB on its way into the JVM.
 BATCH_ROWS = 131_072
 #: The decision columns of the facts (what :func:`compaction.clean.rules.classify` and the plans read).
 DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
@@ -60,6 +62,7 @@ def _columns_for(task: ReadTask) -> list[str]:
     return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
 
 
+#: About how many keys the key-range bounds are computed from: enough for even ranges, cheap to sort.
 SAMPLE_ROWS = 65_536
 
 
