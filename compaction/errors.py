@@ -69,3 +69,8 @@ class ConfigError(CompactionError):
 
 class PlanError(CompactionError):
     """Raised when a partition cannot be planned (for example its manifest is unreadable)."""
+
+
+class PayloadVersionError(CompactionError):
+    """Raised when a task or result shipped between the driver and executors was built by another version of
+    this library (the driver and the executors run different builds)."""

@@ -106,6 +106,7 @@ import sys
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
 from compaction.clean.session import spark_session
+from compaction.report import write_report
 from compaction.store import Store
 from tests.task_faults import faulty
 
@@ -120,7 +121,7 @@ settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleane
                          environ={})
 report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=20.0), settings).run(now)
 spark.stop()
-report.write(out)
+write_report(report, out)
 """
 
 
@@ -157,7 +158,7 @@ def test_speculative_attempts_never_publish_twice(tmp_path: Path, monkeypatch: p
 
     # They are garbage: gc removes exactly them, and the log reads the same.
     deleted = {f"{tp.prefix}/{path}" for tp in partitions for path in
-               collect_garbage(store, tp, now_ms=int(time.time() * 1000) + 1, grace_ms=0).deleted_objects}
+               collect_garbage(store, tp, wall_ms=int(time.time() * 1000) + 1, grace_ms=0).deleted_objects}
     assert deleted == orphans
     assert {str(tp): offsets(store, tp) for tp in partitions} == {str(tp): [2, 3, 4, 5] for tp in partitions}
     assert [p for r in verify(store) for p in r.problems] == []

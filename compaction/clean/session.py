@@ -31,6 +31,8 @@ DEFAULTS = {
 
 #: Attempts per task: Spark's default on a cluster (``spark.task.maxFailures``), given to local mode too.
 TASK_ATTEMPTS = 4
+#: Seconds to wait for a standalone master to accept a connection: a live one answers at once.
+MASTER_CONNECT_TIMEOUT_S = 5
 LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
 
 
@@ -69,7 +71,7 @@ def check_master(master: str) -> None:
             if not host or not port.isdigit():
                 raise CompactionError(f"Spark master {master} must look like spark://HOST:PORT")
             try:
-                socket.create_connection((host, int(port)), timeout=5).close()
+                socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
             except OSError as err:
                 raise CompactionError(f"no Spark master is listening at {master} ({err})") from err
     elif not (master == "yarn" or master.startswith(("local", "k8s://", "mesos://", "sc://"))):
