@@ -98,9 +98,9 @@ def test_the_reason_is_the_last_failure_in_one_line() -> None:
 ROOT = Path(__file__).resolve().parent.parent
 #: The driver of a pass under speculation, in a process of its own: the tests' session is local, and Spark runs
 #: a speculative copy of a task only on another host than the original attempt, so this needs a cluster of
-#: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 20 s: Spark
-#: kills a losing attempt); the other tasks finish at once, so Spark soon takes the paused ones for slow and
-#: runs a copy on the other host, which wins. The job starts once both executors are there.
+#: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 120 s, so that
+#: the copy wins even on a loaded machine; Spark kills a losing attempt); the other tasks finish at once, so
+#: Spark soon takes the paused ones for slow and runs a copy on the other host, which wins. The job starts once both executors are there.
 DRIVER = """
 import sys
 from compaction.clean.cleaner import Cleaner
@@ -119,7 +119,7 @@ spark = spark_session(master, conf={
     "spark.ui.showConsoleProgress": "false"})
 settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0},
                          environ={})
-report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=20.0), settings).run(now)
+report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=120.0), settings).run(now)
 spark.stop()
 write_report(report, out)
 """
