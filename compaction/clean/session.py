@@ -38,6 +38,10 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 #: Attempts per task: Spark's default on a cluster (``spark.task.maxFailures``), given to local mode too.
 TASK_ATTEMPTS = 4
 LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
+#: Every local master Spark takes: local, local[N], local[*], local[N,F], local[*,F], and local-cluster[N,C,M]
+#: (N workers of C cores and M MiB in separate JVMs on this machine, as a standalone cluster schedules them).
+ANY_LOCAL_MASTER = re.compile(r"local(?:\[(?:\*|[1-9][0-9]*)(?:,[1-9][0-9]*)?\])?"
+                              r"|local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]", re.ASCII)
 
 
 def class_archive() -> Path:
@@ -78,9 +82,13 @@ def check_master(master: str) -> None:
                 socket.create_connection((host, int(port)), timeout=5).close()
             except OSError as err:
                 raise CompactionError(f"no Spark master is listening at {master} ({err})") from err
-    elif not (master == "yarn" or master.startswith(("local", "k8s://", "mesos://", "sc://"))):
-        raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn or "
-                              "k8s://...")
+    elif master.startswith("local"):
+        if not ANY_LOCAL_MASTER.fullmatch(master):
+            raise CompactionError(f"Spark master {master!r} is not local, local[N], local[*], local[N,F] or "
+                                  "local-cluster[WORKERS,CORES,MEMORY_MB]")
+    elif not (master == "yarn" or master.startswith(("k8s://", "mesos://", "sc://"))):
+        raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn, "
+                              "k8s://... or local-cluster[N,C,M]")
 
 
 def with_task_retries(master: str, attempts: int | str = TASK_ATTEMPTS) -> str:
