@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from compaction.cli import EXIT_OK, EXIT_PARTIAL, main
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
+from tests.pushgateway import Pushgateway
 from tests.s3server import new_bucket, storage_options
 
 NOW = "2026-01-02T00:00:00Z"
@@ -51,38 +50,6 @@ def samples(text: str) -> dict[str, dict[str, float]]:
         for sample in family.samples:
             found.setdefault(sample.name, {})[sample.labels.get("store", "")] = sample.value
     return found
-
-
-class Pushgateway:
-    """A loopback HTTP server standing in for a Pushgateway: it records each push (method, path, body)."""
-
-    def __init__(self) -> None:
-        self.pushes: list[tuple[str, str, str]] = []
-        pushes = self.pushes
-
-        class Handler(BaseHTTPRequestHandler):
-            def _record(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-                pushes.append((self.command, self.path, body))
-                self.send_response(200)
-                self.end_headers()
-
-            do_POST = do_PUT = _record  # noqa: N815
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Pushgateway:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
