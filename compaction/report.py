@@ -94,7 +94,7 @@ def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: s
     from prometheus_client import CollectorRegistry, Gauge, generate_latest, pushadd_to_gateway, write_to_textfile
 
     store = report.store
-    values = {metric_name(gauge): value for gauge, value in report.metrics.items()}
+    values: dict[str, float] = {metric_name(gauge): value for gauge, value in report.metrics.items()}
     if not report.failed:
         if finished_ms is None:
             raise ValueError("a successful run's metrics need the wall-clock time it finished")

@@ -23,7 +23,8 @@ from tests.s3server import CREDENTIALS, new_bucket, storage_options
 pytestmark = [pytest.mark.airflow, pytest.mark.s3, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
-AIRFLOW = Path(os.environ.get("COMPACTION_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python")).parent / "airflow"
+AIRFLOW_PYTHON = Path(os.environ.get("COMPACTION_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python"))
+AIRFLOW = AIRFLOW_PYTHON.parent / "airflow"
 SECTION = "## Your first week"
 WRITTEN_MS = 1_767_225_600_000  # 2026-01-01, before the section's logical date (2026-01-02)
 SERVER_PROPERTIES = """\
