@@ -657,6 +657,21 @@ def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return EXIT_FAILED
 
 
+def check_run(argv: Sequence[str]) -> int:
+    """Check ``compaction run ARGV``'s flags, configuration and --now without running it, touching neither the
+    store nor Spark: 0 when a run would start, 2 for a bad flag, 4 for an invalid configuration."""
+    args = build_parser().parse_args(["run", *argv])
+    secrets = logs.secrets_in(os.environ, storage_options(args))
+    logs.install(args.verbose, secrets)
+
+    def check(args: argparse.Namespace) -> int:
+        load_settings(args)
+        command_now(args, wall_clock_ms())
+        return EXIT_OK
+
+    return run_command(check, args, secrets)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

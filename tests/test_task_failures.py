@@ -100,7 +100,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: a speculative copy of a task only on another host than the original attempt, so this needs a cluster of
 #: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 120 s, so that
 #: the copy wins even on a loaded machine; Spark kills a losing attempt); the other tasks finish at once, so
-#: Spark soon takes the paused ones for slow and runs a copy on the other host, which wins. The job starts once both executors are there.
+#: Spark soon takes the paused ones for slow and runs a copy on the other host, which wins. The job starts
+#: once both executors are there.
 DRIVER = """
 import sys
 from compaction.clean.cleaner import Cleaner
