@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.store.segment import LONG_MAX, LONG_MIN
+from compaction.schema import LONG_MAX, LONG_MIN
 
 
 class Strategy(StrEnum):

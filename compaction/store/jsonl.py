@@ -16,7 +16,8 @@ from typing import IO, Any
 import pyarrow as pa
 
 from compaction.errors import InvalidRecordsError
-from compaction.store.segment import COLUMNS, LONG_MAX, LONG_MIN, records
+from compaction.schema import LONG_MAX, LONG_MIN
+from compaction.store.segment import COLUMNS, records
 
 _BINARY = ("key", "value")
 #: The integer columns and Kafka's range for each (JSON integers are unbounded): Longs, and a Short epoch.
