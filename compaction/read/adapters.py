@@ -54,8 +54,7 @@ def to_polars(scan: Scan) -> pl.LazyFrame:
             if left is not None and left <= 0:
                 return
 
-    return register_io_source(source, schema=schema, explain_name="compaction",
-                              explain_detail=f"{scan.topic} versions {scan.versions}")
+    return register_io_source(source, schema=schema)
 
 
 def to_duckdb(scan: Scan, connection: DuckDBPyConnection, name: str) -> DuckDBPyRelation:
