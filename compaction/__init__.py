@@ -38,6 +38,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+__version__ = "0.1.0"
+
 #: Public name -> the module that defines it.
 _API = {
     "CommitConflictError": "compaction.errors",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fnmatch
 import io
 import json
 import logging
@@ -21,12 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from compaction import job, logs
+from compaction import __version__, job, logs
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision, format_duration
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
 from compaction.clean.session import spark_session
-from compaction.config import Settings, parse_overrides
+from compaction.config import Settings, did_you_mean
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -65,10 +66,31 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)  # clock-ok: the CLI is where `now` comes from
 
 
+#: Integers --now and other times take as epoch milliseconds: below 10^8 (synthetic times early on 1 Jan
+#: 1970, as tests and replays use) or from 10^11 (1973) up to 10^14 (year 5138). In between lie epoch seconds
+#: (1973 to 5138 in seconds), above lie micro- and nanoseconds: refused with what was probably meant.
+SECONDS_LIKE = (10**8, 10**11)
+MICROS_LIKE = 10**14
+#: The longest duration taken in a unit other than ms (a larger number was probably meant in milliseconds).
+MAX_PLAUSIBLE_DURATION_MS = 100 * 365 * 86_400_000
+DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000,
+                  "w": 7 * 86_400_000}
+
+
 def parse_time(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 instant (UTC when it has no offset)."""
+    """Epoch milliseconds (held to a plausible range), or an ISO-8601 instant (UTC when it has no offset)."""
     if re.fullmatch(r"-?[0-9]+", text, re.ASCII):  # not str.isdigit(), which takes "³" and other scripts' digits
-        return int(text)
+        value = int(text)
+        if LONG_MIN <= value <= LONG_MAX:  # outside, the command names Kafka's Long range
+            if SECONDS_LIKE[0] <= abs(value) < SECONDS_LIKE[1]:
+                raise argparse.ArgumentTypeError(
+                    f"{text} looks like epoch seconds ({_show_ms(value * 1000)}); times are epoch milliseconds "
+                    f"or ISO-8601: did you mean {value * 1000}?")
+            if abs(value) >= MICROS_LIKE:
+                raise argparse.ArgumentTypeError(
+                    f"{text} looks like epoch microseconds or nanoseconds (as milliseconds it is after the year "
+                    f"5000); times are epoch milliseconds or ISO-8601: did you mean {value // 1000}?")
+        return value
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as err:
@@ -79,14 +101,44 @@ def parse_time(text: str) -> int:
 
 
 def parse_duration(text: str) -> int:
-    """Milliseconds from ``500``, ``90s``, ``15m``, ``36h`` or ``7d``."""
-    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-    for suffix in ("ms", "s", "m", "h", "d"):
-        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
-            return int(float(text[: -len(suffix)]) * units[suffix])
-    if text.isdigit():
-        return int(text)
-    raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 500, 90s, 15m, 36h or 7d")
+    """Milliseconds from a number with a unit: ``900000ms``, ``90s``, ``15m``, ``36h``, ``7d``, ``2w`` (or ``0``)."""
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)?", text.strip(), re.ASCII)
+    if match is None or (match.group(2) is not None and match.group(2) not in DURATION_UNITS):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 900000ms, 90s, 15m, 36h or 7d")
+    number, unit = match.groups()
+    if unit is None:
+        if float(number) != 0:
+            raise argparse.ArgumentTypeError(f"{text!r} has no unit: write {text}ms, {text}s, {text}h or {text}d")
+        return 0
+    ms = int(float(number) * DURATION_UNITS[unit])
+    if unit != "ms" and ms > MAX_PLAUSIBLE_DURATION_MS:
+        raise argparse.ArgumentTypeError(f"{text!r} is over 100 years; did you mean {number}ms?")
+    if ms > LONG_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is beyond Kafka's Long range of milliseconds")
+    return ms
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1, for counts such as --keep-versions and --partitions."""
+    if not re.fullmatch(r"[0-9]+", text.strip(), re.ASCII) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def parse_spark_conf(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of a Spark property."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"Spark setting {text!r} must look like KEY=VALUE (e.g. "
+                                         "spark.executor.memory=4g)")
+    return key.strip(), value
+
+
+def parse_conf(text: str) -> str | tuple[str, str]:
+    """``--conf``: a configuration file, or (spark-submit's habit) a Spark property ``spark.KEY=VALUE``."""
+    if text.startswith("spark.") and "=" in text:
+        return parse_spark_conf(text)
+    return text
 
 
 def parse_storage_option(text: str) -> tuple[str, Any]:
@@ -155,15 +207,72 @@ def open_store(args: argparse.Namespace, settings: Settings | None = None) -> St
     return Store.open(args.store, options)
 
 
+def conf_file(args: argparse.Namespace) -> str | None:
+    """The configuration file among the --conf values (the others are Spark properties)."""
+    files = [value for value in getattr(args, "conf", None) or [] if isinstance(value, str)]
+    if len(files) > 1:
+        raise InvalidArgumentError(f"--conf names {len(files)} configuration files ({', '.join(files)}); give one")
+    return files[0] if files else None
+
+
+def spark_properties(args: argparse.Namespace) -> dict[str, str]:
+    """Spark properties from --spark-conf KEY=VALUE and --conf spark.KEY=VALUE, in the order given."""
+    pairs = [value for value in getattr(args, "conf", None) or [] if isinstance(value, tuple)]
+    return dict(pairs + list(getattr(args, "spark_conf", None) or []))
+
+
 def load_settings(args: argparse.Namespace) -> Settings:
     """Configuration from --conf, the environment and --set flags; validated before any work."""
-    return Settings.load(args.conf, parse_overrides(args.set or []))
+    return Settings.load(conf_file(args), flags=getattr(args, "set", None) or [])
+
+
+def topic_patterns(args: argparse.Namespace) -> list[str] | None:
+    """--topics as glob patterns: one glob (``orders*``) or a comma-separated list (``orders,payments``)."""
+    text = getattr(args, "topics", None)
+    if text is None:
+        return None
+    patterns = [p.strip() for p in text.split(",") if p.strip()]
+    if not patterns:
+        raise InvalidArgumentError(f"--topics {text!r} names no topic")
+    return patterns
 
 
 def selected_partitions(store: Store, args: argparse.Namespace) -> tuple[list[TopicPartition], list[IllegalFolder]]:
     """The partitions --topics selects, and the folders among them that cannot be a topic or a partition."""
     store.require_exists()
-    return store.scan(getattr(args, "topics", None))
+    return store.scan(topic_patterns(args))
+
+
+def check_selection(store: Store, settings: Settings, args: argparse.Namespace, strict: bool) -> None:
+    """Name the likely mistakes that would make a run select nothing: --topics matching no topic, a
+    ``[topics."x"]`` table naming no topic, no topic compacted (no --conf: Kafka's default policy is delete).
+
+    Each is a warning; with ``strict`` (a run), one that leaves nothing of what was asked for is an error.
+    """
+    topics = store.topics()
+    patterns = topic_patterns(args)
+    unmatched = [p for p in patterns or [] if not any(fnmatch.fnmatchcase(t, p) for t in topics)]
+    for pattern in unmatched:
+        log.warning("--topics %r matches no topic of %s%s", pattern, store.url, did_you_mean(pattern, topics))
+    for pattern in settings.topics:
+        if not any(fnmatch.fnmatchcase(t, pattern) for t in topics):
+            log.warning("configuration [topics.%r] names no topic of %s%s", pattern, store.url,
+                        did_you_mean(pattern, topics))
+    chosen = [t for t in topics if patterns is None or any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+    if patterns and not chosen:
+        problem = (f"--topics {args.topics!r} matches no topic of {store.url}"
+                   f"{did_you_mean(unmatched[0], topics) if len(unmatched) == 1 else ''}")
+        if strict:
+            raise InvalidArgumentError(problem)
+        return
+    if chosen and not any(settings.topic_config(t).compact for t in chosen):
+        problem = (f"none of the {len(chosen)} topic(s) selected has cleanup.policy=compact, so nothing can be "
+                   "cleaned" + ("; no --conf was given and Kafka's default policy is delete: pass --conf FILE "
+                                "(e.g. conf/production.toml) or --set log.cleanup.policy=compact"
+                                if conf_file(args) is None else ""))
+        if strict:
+            raise InvalidArgumentError(problem)
+        log.warning(problem)
 
 
 # Commands ------------------------------------------------------------------------------------------------
@@ -174,7 +283,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     now = command_now(args, wall_clock_ms())
     store = open_store(args, settings)
     store.require_exists()
-    result = plan_store(store, settings, now, args.topics)
+    check_selection(store, settings, args, strict=False)
+    result = plan_store(store, settings, now, topic_patterns(args))
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
@@ -199,7 +309,7 @@ def print_plan(result: CompactionPlan) -> None:
 
 
 def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
-    conf = dict(item.split("=", 1) for item in args.spark_conf or [])
+    conf = spark_properties(args)
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
     return lambda: spark_session(args.master, conf=conf, light_driver=arrow)
 
@@ -208,7 +318,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = load_settings(args)
     clock = wall_clock_ms()
     now = command_now(args, clock)
-    options = JobOptions(store=args.store, now_ms=now, wall_ms=clock, topics=args.topics, dry_run=args.dry_run,
+    store = open_store(args, settings)
+    store.require_exists()
+    check_selection(store, settings, args, strict=True)
+    options = JobOptions(store=args.store, now_ms=now, wall_ms=clock, topics=topic_patterns(args),
+                         dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
     code, outcome = run_job(options, settings, spark_factory(args, settings), storage_options(args))
     if isinstance(outcome, CompactionPlan):
@@ -413,7 +527,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    store = open_store(args)
+    store = open_store(args, load_settings(args))
     partitions, illegal = selected_partitions(store, args)
     manifests = read_manifests(store, partitions)
     rows, failures, statuses = [], [f"{folder}; not read" for folder in illegal], []
@@ -439,7 +553,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    store = open_store(args)
+    store = open_store(args, load_settings(args))
     partitions, illegal = selected_partitions(store, args)
     reports = verify(store, partitions, check_data=not args.metadata_only)
     problems = [f"{folder}; not checked" for folder in illegal] + [str(p) for r in reports for p in r.problems]
@@ -455,10 +569,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    store = open_store(args)
+    settings = load_settings(args)
+    store = open_store(args, settings)
     partitions, illegal = selected_partitions(store, args)
-    results, failures = collect_store(store, partitions, wall_ms=wall_clock_ms(), grace_ms=args.grace,
-                                      keep_versions=args.keep_versions, dry_run=args.dry_run)
+    grace = args.grace if args.grace is not None else settings.cleaner.gc_grace_ms
+    keep = args.keep_versions if args.keep_versions is not None else settings.cleaner.gc_keep_versions
+    results, failures = collect_store(store, partitions, wall_ms=wall_clock_ms(), grace_ms=grace,
+                                      keep_versions=keep, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for result in results:
         if result.deleted_objects or result.pruned_versions or result.unknown_objects:
@@ -489,9 +606,10 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--conf", metavar="FILE", help="TOML configuration (e.g. conf/local.toml); without it, "
-                                                      "Kafka's defaults apply (cleanup.policy=delete: nothing "
-                                                      "is compacted)")
+    parser.add_argument("--conf", metavar="FILE", action="append", type=parse_conf,
+                        help="configuration file: TOML (e.g. conf/local.toml) or Kafka's server.properties; without "
+                             "it, Kafka's defaults apply (cleanup.policy=delete: nothing is compacted). As with "
+                             "spark-submit, --conf spark.KEY=VALUE sets a Spark property instead")
     parser.add_argument("--set", metavar="NAME=VALUE", action="append",
                         help="override a setting, repeatable: a broker-level name (log.cleaner.min.cleanable."
                              "ratio=0.2), TOPIC:NAME=VALUE for a topic (orders:min.cleanable.dirty.ratio=0.1), "
@@ -507,7 +625,8 @@ def _now_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _selection_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topics", metavar="PATTERN", help="only topics matching this glob (e.g. 'orders*')")
+    parser.add_argument("--topics", metavar="PATTERN", help="only these topics: a glob ('orders*') or a "
+                                                           "comma-separated list of names or globs ('orders,pay*')")
 
 
 def _scan_args(parser: argparse.ArgumentParser) -> None:
@@ -529,6 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
                f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
                "or input (nothing changed)",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log debug details; -vv also the storage clients' requests (credentials are masked "
                              "at every level)")
@@ -565,7 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how executors decide survivors: arrow (in each partition's task), window or aggregate "
                         "(Spark SQL over a shuffle) (default: [cleaner] dedupe.plan, arrow)")
     p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
-    p.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", help="extra Spark setting, repeatable")
+    p.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", type=parse_spark_conf,
+                   help="extra Spark setting, repeatable (also accepted as --conf spark.KEY=VALUE)")
     p.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")
     p.set_defaults(func=cmd_run)
 
@@ -575,9 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "is given. Into an existing partition, records are appended after its log end.")
     _store_args(p)
     p.add_argument("--topics", default="orders", help="comma-separated topic names (default: orders)")
-    p.add_argument("--partitions", type=int, default=4, help="partitions per topic (default: 4)")
+    p.add_argument("--partitions", type=positive_int, default=4, help="partitions per topic (default: 4)")
     p.add_argument("--records", type=int, default=100_000, help="records per topic (default: 100000)")
-    p.add_argument("--keys", type=int, default=10_000, help="key cardinality per topic (default: 10000)")
+    p.add_argument("--keys", type=positive_int, default=10_000, help="key cardinality per topic (default: 10000)")
     p.add_argument("--update-ratio", type=float, default=None,
                    help="probability that a record updates a key written earlier instead of inserting a new one")
     p.add_argument("--tombstone-ratio", type=float, default=0.01, help="share of keyed records that are tombstones")
@@ -588,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-span", type=parse_duration, default=7 * 86_400_000,
                    help="records' timestamps span this duration up to --end-time (default: 7d)")
     p.add_argument("--missing-timestamp-ratio", type=float, default=0.0, help="share of records without timestamp")
-    p.add_argument("--segment-records", type=int, default=10_000, help="records per segment (default: 10000)")
+    p.add_argument("--segment-records", type=positive_int, default=10_000, help="records per segment (default: 10000)")
     p.add_argument("--version-header", default=None,
                    help="add this header to every record: an 8-byte big-endian version (for the header strategy)")
     p.add_argument("--skew", type=float, default=None,
@@ -682,6 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="per partition: segments, bytes, records, checkpoint, dirty bytes")
     _store_args(p)
     _selection_args(p)
+    _config_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_status)
 
@@ -691,6 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "checksums, offsets and statistics of every live segment.")
     _store_args(p)
     _selection_args(p)
+    _config_args(p)
     p.add_argument("--metadata-only", action="store_true", help="skip reading segment data")
     p.set_defaults(func=cmd_verify)
 
@@ -701,9 +824,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "measured on the wall clock (objects' modification times), never on a run's --now.")
     _store_args(p)
     _selection_args(p)
-    p.add_argument("--grace", type=parse_duration, default=DEFAULT_GRACE_MS, help="grace period (default: 1d)")
-    p.add_argument("--keep-versions", type=int, default=DEFAULT_KEEP_VERSIONS,
-                   help=f"manifest versions always kept (default: {DEFAULT_KEEP_VERSIONS})")
+    _config_args(p)
+    p.add_argument("--grace", type=parse_duration, default=None,
+                   help=f"grace period with a unit, e.g. 36h or 7d (default: [cleaner] gc.grace.ms, "
+                        f"{DEFAULT_GRACE_MS // 86_400_000}d)")
+    p.add_argument("--keep-versions", type=positive_int, default=None,
+                   help=f"manifest versions always kept, at least 1 (default: [cleaner] gc.keep.versions, "
+                        f"{DEFAULT_KEEP_VERSIONS})")
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     p.set_defaults(func=cmd_gc)
     return parser

@@ -12,15 +12,18 @@ order, then an exact-name table last.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import logging
 import os
-from collections.abc import Mapping
-from dataclasses import replace
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from compaction.clean.settings import (
     BROKER_NAMES,
@@ -34,6 +37,8 @@ from compaction.errors import ConfigError
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS, RETRY_BUDGET_OPTION
 
 ENV_PREFIX = "COMPACTION_SET_"
+
+log = logging.getLogger("compaction.config")
 
 
 class StoreSettings(BaseModel):
@@ -50,53 +55,14 @@ class StoreSettings(BaseModel):
         return {RETRY_BUDGET_OPTION: self.retry_budget_ms, **self.options}
 
 
-class _KafkaEnvironment(PydanticBaseSettingsSource):
-    """``COMPACTION_SET_LOG_RETENTION_MS`` sets ``log.retention.ms``; ``COMPACTION_SET_CLEANER__GC_GRACE_MS``
-    sets ``gc.grace.ms`` in ``[cleaner]``."""
-
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        super().__init__(settings_cls)
-        self.environ = environ
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for name, raw in self.environ.items():
-            if not name.startswith(ENV_PREFIX):
-                continue
-            key = name[len(ENV_PREFIX):].lower()
-            section, _, leaf = key.rpartition("__")
-            dotted = leaf.replace("_", ".")
-            value: Any = _parse_scalar(raw)
-            if section:
-                values.setdefault(section, {})[dotted] = value
-            else:
-                values[dotted] = value
-        return values
-
-
-def _parse_scalar(raw: str) -> Any:
-    lowered = raw.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
-
-
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Everything a run is configured with; frozen, and validated before any work starts.
 
     Kafka's broker-level names (``log.cleaner.min.cleanable.ratio``...) may sit at the top of a file; they
     are gathered into ``broker``. Their defaults are :class:`TopicConfig`'s, written once.
     """
 
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     broker: dict[str, Any] = Field(default_factory=dict)
     topics: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -121,14 +87,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"Unknown configuration '{name}'")
             check_value(BROKER_NAMES[name], value, name)
         return broker
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)  # load() merges the explicit sources itself, in a documented order
 
     @field_validator("topics")
     @classmethod
@@ -166,66 +124,252 @@ class Settings(BaseSettings):
 
     @classmethod
     def load(cls, conf_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
-             environ: Mapping[str, str] | None = None) -> Settings:
-        """Merge defaults < TOML file < environment < overrides, validate, and return the settings."""
-        layers: list[dict[str, Any]] = []
+             environ: Mapping[str, str] | None = None, flags: Sequence[str] = ()) -> Settings:
+        """Merge Kafka's defaults < the file (TOML, or Kafka's ``.properties``) < the environment < ``overrides``
+        (a mapping shaped like the TOML file) < ``--set`` ``flags``; validate, and return the settings.
+
+        Raises :class:`ConfigError` naming the setting, what was expected and where it was set.
+        """
+        entries: list[Entry] = []
         if conf_file is not None:
-            path = Path(conf_file)
-            if not path.is_file():
-                raise ConfigError(f"configuration file {path} does not exist")
-            try:
-                layers.append(TomlConfigSettingsSource(cls, toml_file=path)())
-            except ValueError as err:  # tomllib.TOMLDecodeError is a ValueError
-                raise ConfigError(f"configuration file {path} is not valid TOML: {err}") from err
-        layers.append(_KafkaEnvironment(cls, os.environ if environ is None else environ)())
-        layers.append(dict(overrides or {}))
+            entries += read_file(Path(conf_file))
+        entries += from_environment(os.environ if environ is None else environ)
+        entries += from_mapping(overrides or {}, "the overrides")
+        entries += from_flags(flags)
         merged: dict[str, Any] = {}
-        for layer in layers:
-            _deep_merge(merged, layer)
+        for entry in entries:
+            _set(merged, entry.path, entry.value)
         try:
             settings = cls(**merged)
         except ValidationError as err:
-            raise ConfigError(_describe(err, merged)) from err
+            raise ConfigError(_describe(err, entries)) from err
         settings.validate_all()
         return settings
 
 
-def _deep_merge(target: dict[str, Any], source: Mapping[str, Any]) -> None:
-    for key, value in source.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _deep_merge(target[key], value)
-        else:
-            target[key] = dict(value) if isinstance(value, Mapping) else value
-
-
-def _describe(err: ValidationError, merged: Mapping[str, Any]) -> str:
+def _describe(err: ValidationError, entries: Sequence[Entry]) -> str:
     first = err.errors()[0]
-    location = [str(part) for part in first.get("loc", ())]
+    location = tuple(str(part) for part in first.get("loc", ()))
     name = location[-1] if location else "?"
+    where = _source_of(entries, location)
+    message = first.get("msg", str(err)).removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         section = f" in [{'.'.join(location[:-1])}]" if len(location) > 1 else ""
-        return f"Unknown configuration '{name}'{section}"
-    message = first.get("msg", str(err)).removeprefix("Value error, ")
-    if message.startswith(("Invalid value", "Unknown topic config", "Unknown configuration", "conflict",
-                           "compaction.strategy")):
-        return message
-    return f"Invalid value {first.get('input')} for configuration {name}: {message}"
+        return f"Unknown configuration '{name}'{section}{did_you_mean(name, _known(location[:-1]))}{where}"
+    if not message.startswith(("Invalid value", "Unknown", "conflict", "compaction.strategy")):
+        message = f"Invalid value {first.get('input')} for configuration {name}: {message}"
+    return message + where
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` (broker level or ``cleaner.NAME``) and ``TOPIC:NAME=VALUE`` flags to a settings mapping."""
-    result: dict[str, Any] = {}
+def _source_of(entries: Sequence[Entry], location: tuple[str, ...]) -> str:
+    """`` (set in FILE line N)`` for the last entry that set the value at ``location``, if one did."""
+    for entry in reversed(entries):
+        if entry.path == location or (len(location) > len(entry.path) and location[:len(entry.path)] == entry.path):
+            return f" (set in {entry.source})"
+    return ""
+
+
+# Sources ------------------------------------------------------------------------------------------------
+
+#: Tables of the file that are not Kafka names: per-topic overrides and the job's own settings.
+TOPICS, CLEANER, STORE = "topics", "cleaner", "store"
+
+#: Kafka's broker names given in another unit: name -> (the name in milliseconds, factor). Kafka lets the
+#: milliseconds name win over minutes, and minutes over hours.
+UNIT_NAMES = {
+    "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.roll.hours": ("log.roll.ms", 3_600_000),
+}
+_UNIT_RANK = {"hours": 0, "minutes": 1}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One setting as a source gave it: where it goes (a broker name, or a table and a name) and where it
+    came from, for error messages."""
+
+    path: tuple[str, ...]
+    value: Any
+    source: str
+
+
+def _known(table: tuple[str, ...]) -> list[str]:
+    """The names a table takes: Kafka's broker names at the top, topic names in ``[topics."x"]``..."""
+    if not table:
+        return [*BROKER_NAMES, *UNIT_NAMES]
+    if table[0] == TOPICS:
+        return list(TOPIC_KEYS)
+    model = CleanerSettings if table[0] == CLEANER else StoreSettings
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` when a known name is close to ``name``."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_names(entries: list[Entry], ignore_unknown: bool = False) -> list[Entry]:
+    """Refuse (or, for a Kafka ``.properties`` file, list once and drop) names this job does not use, and
+    turn Kafka's hours and minutes names into milliseconds."""
+    kept, ignored = [], []
+    for entry in entries:
+        table, name = entry.path[:-1], entry.path[-1]
+        if name not in _known(table[:1]):
+            if ignore_unknown:
+                ignored.append(name + did_you_mean(name, _known(table[:1])))
+                continue
+            hint = did_you_mean(name, _known(table[:1]))
+            if table[:1] == (TOPICS,):  # Kafka's wording for topic-level names
+                raise ConfigError(f"Unknown topic config name: {name}{hint} (in [topics.{table[1]!r}], set in "
+                                  f"{entry.source})")
+            where = f" in [{'.'.join(table)}]" if table else ""
+            raise ConfigError(f"Unknown configuration '{name}'{where}{hint} (set in {entry.source})")
+        kept.append(entry)
+    if ignored:
+        log.warning("ignoring %d setting(s) this job does not use: %s", len(ignored), ", ".join(ignored))
+    # hours, then minutes, then the milliseconds name itself, so that the finer unit wins within a source
+    kept.sort(key=lambda e: _UNIT_RANK.get(e.path[-1].rsplit(".", 1)[-1], 2) if e.path[-1] in UNIT_NAMES else 2)
+    converted = []
+    for entry in kept:
+        if entry.path[-1] in UNIT_NAMES:
+            target, factor = UNIT_NAMES[entry.path[-1]]
+            value = entry.value * factor if isinstance(entry.value, int) and not isinstance(entry.value, bool) \
+                else entry.value
+            entry = Entry((*entry.path[:-1], target), value, entry.source)
+        converted.append(entry)
+    for entry in converted:  # each value on its own, so that an error names where it was set
+        table, name = entry.path[:-1], entry.path[-1]
+        if not table or table[0] == TOPICS:
+            try:
+                check_value(BROKER_NAMES.get(name, name), entry.value, name)
+            except ConfigError as err:
+                raise ConfigError(f"{err} (set in {entry.source})") from None
+    return converted
+
+
+def read_file(path: Path) -> list[Entry]:
+    """A TOML file, or a Kafka ``.properties`` file (``server.properties`` as it is)."""
+    if not path.is_file():
+        raise ConfigError(f"configuration file {path} does not exist")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".properties":
+        return _check_names(_properties(text, str(path)), ignore_unknown=True)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"configuration file {path} is not valid TOML: {err}") from err
+    return from_mapping(doc, str(path), text.splitlines())
+
+
+def _line_of(lines: Sequence[str], name: str) -> str:
+    """`` line N`` of the first line that sets ``name`` (quoted or dotted), or of its last part."""
+    for candidate in (name, name.rsplit(".", 1)[-1]):
+        pattern = re.compile(rf"^\s*(\"{re.escape(candidate)}\"|{re.escape(candidate)})\s*=")
+        for number, line in enumerate(lines, start=1):
+            if pattern.match(line):
+                return f" line {number}"
+    return ""
+
+
+def _properties(text: str, source: str) -> list[Entry]:
+    """Java ``.properties`` syntax: ``name=value``, ``name: value`` or ``name value``; ``#``/``!`` comments;
+    a trailing backslash continues a line."""
+    entries, pending, first = [], "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        first = first or number
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending += line[:-1]
+            continue
+        line, pending = pending + line, ""
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        name, value = (match.group(1), match.group(2)) if match else (line, "")
+        entries.append(Entry((name,), _parse_scalar(value), f"{source} line {first}"))
+        first = 0
+    return entries
+
+
+def from_mapping(doc: Mapping[str, Any], source: str, lines: Sequence[str] = ()) -> list[Entry]:
+    """A TOML document (or a mapping shaped like one) as entries; nested tables of unquoted dotted names
+    (``log.cleaner.min.cleanable.ratio = 0.5``) become Kafka's dotted names. ``lines``: the file's text,
+    to name the line of each setting."""
+    entries = []
+    for key, value in doc.items():
+        if key == TOPICS and isinstance(value, Mapping):
+            for pattern, table in value.items():
+                if not isinstance(table, Mapping):
+                    raise ConfigError(f"[topics] must hold tables of settings per topic; {pattern!r} is "
+                                      f"{value!r} (set in {source})")
+                entries += [Entry((TOPICS, pattern, name), v, source) for name, v in _dotted(table)]
+        elif key == STORE and isinstance(value, Mapping):
+            for name, v in value.items():
+                entries += [Entry((STORE, "options"), dict(v), source)] if name == "options" else \
+                    [Entry((STORE, n), x, source) for n, x in _dotted({name: v})]
+        elif key == CLEANER and isinstance(value, Mapping):
+            entries += [Entry((CLEANER, name), v, source) for name, v in _dotted(value)]
+        else:
+            entries += [Entry((name,), v, source) for name, v in _dotted({key: value})]
+    if lines:
+        entries = [Entry(e.path, e.value, f"{source}{_line_of(lines, e.path[-1])}") for e in entries]
+    return _check_names(entries)
+
+
+def _dotted(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items = []
+    for key, value in table.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        items += _dotted(value, name) if isinstance(value, Mapping) else [(name, value)]
+    return items
+
+
+def from_environment(environ: Mapping[str, str]) -> list[Entry]:
+    """``COMPACTION_SET_LOG_RETENTION_MS`` sets ``log.retention.ms``; ``COMPACTION_SET_CLEANER__GC_GRACE_MS``
+    sets ``gc.grace.ms`` in ``[cleaner]``."""
+    entries = []
+    for variable, raw in environ.items():
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        section, _, leaf = variable[len(ENV_PREFIX):].lower().rpartition("__")
+        path = (section, leaf.replace("_", ".")) if section else (leaf.replace("_", "."),)
+        entries.append(Entry(path, _parse_scalar(raw), f"environment variable {variable}"))
+    return _check_names(entries)
+
+
+def from_flags(items: Sequence[str]) -> list[Entry]:
+    """``--set NAME=VALUE`` (a broker name, ``cleaner.NAME`` or ``store.NAME``) and ``--set TOPIC:NAME=VALUE``."""
+    entries = []
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep:
+        if not sep or not key:
             raise ConfigError(f"--set {item!r} must look like NAME=VALUE or TOPIC:NAME=VALUE")
-        value = _parse_scalar(raw)
         topic, colon, name = key.partition(":")
         if colon:
-            result.setdefault("topics", {}).setdefault(topic, {})[name] = value
-        elif key.startswith(("cleaner.", "store.")):
-            section, _, leaf = key.partition(".")
-            result.setdefault(section, {})[leaf] = value
+            path: tuple[str, ...] = (TOPICS, topic, name)
+        elif key.startswith((CLEANER + ".", STORE + ".")):
+            path = tuple(key.split(".", 1))
         else:
-            result[key] = value
-    return result
+            path = (key,)
+        entries.append(Entry(path, _parse_scalar(raw), f"--set {item}"))
+    return _check_names(entries)
+
+
+def _parse_scalar(raw: str) -> Any:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw.strip()
+
+
+def _set(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        target = target.setdefault(key, {})
+    target[path[-1]] = value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ class JobOptions:
     store: str
     now_ms: int
     wall_ms: int  # the wall clock at the start, read once: safety bounds (gc's grace, tombstones' minimum life)
-    topics: str | None = None
+    topics: str | Sequence[str] | None = None  # glob patterns
     dry_run: bool = False
     report_path: str | None = None
     gc: bool = False

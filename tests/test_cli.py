@@ -81,7 +81,7 @@ def test_verify_fails_on_a_missing_object_and_gc_reports(tmp_path: Path, capsys:
 def test_time_and_duration_parsing() -> None:
     assert parse_time("1767225600000") == parse_time("2026-01-01T00:00:00Z") == parse_time("2026-01-01T00:00:00")
     assert parse_duration("36h") == 36 * 3_600_000
-    assert parse_duration("90s") == 90_000 and parse_duration("250") == 250
+    assert parse_duration("90s") == 90_000 and parse_duration("250ms") == 250
 
 
 def test_plan_prints_decisions_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,8 +91,10 @@ def test_plan_prints_decisions_and_json(tmp_path: Path, capsys: pytest.CaptureFi
     code, out = run(capsys, "plan", store, "--conf", "conf/local.toml", "--now", NOW)
     assert code == EXIT_OK
     assert "orders-0   clean" in out and "dirty ratio 1.00 > 0.50" in out and "[0, 800)" in out
-    code, out = run(capsys, "plan", store, "--now", NOW, "--json")
-    doc = json.loads(out)
+    assert main(["plan", store, "--now", NOW, "--json"]) == EXIT_OK
+    printed = capsys.readouterr()
+    doc = json.loads(printed.out)
+    assert "no --conf was given and Kafka's default policy is delete" in printed.err
     assert [p["decision"] for p in doc["partitions"]] == ["skip", "skip"]
     assert doc["partitions"][0]["reason"] == "cleanup.policy=delete: not compacted"
     code, out = run(capsys, "plan", store, "--now", "2026-01-20T00:00:00Z", "--json", "--set",

@@ -8,7 +8,7 @@ import pytest
 
 from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.cli import EXIT_INVALID, main
-from compaction.config import Settings, parse_overrides
+from compaction.config import Settings
 from compaction.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,9 +46,8 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     settings = Settings.load(conf, environ=env)
     assert (settings.defaults.min_cleanable_dirty_ratio, settings.cleaner.keyless_records) == (0.4, "keep")
 
-    flags = parse_overrides(["log.cleaner.min.cleanable.ratio=0.6", "orders:segment.ms=3000",
-                             "cleaner.max.bytes.per.run=1000"])
-    settings = Settings.load(conf, flags, environ=env)
+    flags = ["log.cleaner.min.cleanable.ratio=0.6", "orders:segment.ms=3000", "cleaner.max.bytes.per.run=1000"]
+    settings = Settings.load(conf, environ=env, flags=flags)
     assert settings.defaults.min_cleanable_dirty_ratio == 0.6
     assert settings.topic_config("orders").segment_ms == 3000
     assert settings.topic_config("orders").compaction_strategy == "timestamp", "flags merge into file tables"
@@ -101,3 +100,64 @@ def test_invalid_configuration_exits_with_its_own_code_before_any_work(tmp_path:
     not_toml.write_text("= nope")
     assert main(["plan", missing_store, "--conf", str(not_toml)]) == EXIT_INVALID
     assert not Path(missing_store).exists()
+
+
+def test_unquoted_dotted_names_are_kafkas_names(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text('log.cleanup.policy = "compact"\nlog.cleaner.min.cleanable.ratio = 0.2\n'
+                    '[topics.orders]\nmin.compaction.lag.ms = 5\n[cleaner]\ngc.grace.ms = 1000\n')
+    settings = Settings.load(conf, environ={})
+    assert settings.defaults.compact and settings.defaults.min_cleanable_dirty_ratio == 0.2
+    assert settings.topic_config("orders").min_compaction_lag_ms == 5
+    assert settings.cleaner.gc_grace_ms == 1000
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('log.cleaner.min.cleanable.ration = 0.2\n',
+     "Unknown configuration 'log.cleaner.min.cleanable.ration' (did you mean 'log.cleaner.min.cleanable.ratio'?) "
+     "(set in {conf} line 1)"),
+    ('\n[cleaner]\n"gc.grace" = 5\n',
+     "Unknown configuration 'gc.grace' in [cleaner] (did you mean 'gc.grace.ms'?) (set in {conf} line 3)"),
+    ('"log.cleanup.policy" = "compact"\n"log.retention.ms" = -5\n',
+     "Invalid value -5 for configuration log.retention.ms: Value must be at least -1 (set in {conf} line 2)"),
+    ('[cleaner]\n"task.max.records" = 0\n',
+     "Invalid value 0 for configuration task.max.records: Input should be greater than or equal to 1 "
+     "(set in {conf} line 2)"),
+])
+def test_errors_name_the_file_and_line_and_suggest_a_name(tmp_path: Path, text: str, message: str) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        Settings.load(conf, environ={})
+    assert str(info.value) == message.format(conf=conf)
+
+
+def test_errors_name_the_environment_variable_or_the_flag() -> None:
+    with pytest.raises(ConfigError, match=r"\(set in environment variable COMPACTION_SET_LOG_ROLL_MS\)$"):
+        Settings.load(environ={"COMPACTION_SET_LOG_ROLL_MS": "0"})
+    expected = r"did you mean 'segment.ms'\?\) \(in \[topics.'t'\], set in --set t:segment=1\)"
+    with pytest.raises(ConfigError, match=expected):
+        Settings.load(environ={}, flags=["t:segment=1"])
+
+
+def test_a_kafka_server_properties_file_is_read_as_it_is(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conf = tmp_path / "server.properties"
+    conf.write_text("# Kafka's broker configuration\nbroker.id=0\nnum.network.threads=3\n"
+                    "log.cleanup.policy=compact\nlog.retention.hours=168\nlog.roll.hours = 24\n"
+                    "log.cleaner.delete.retention.ms: 3600000\n! a comment\nlog.dirs=/var/lib/kafka/a,\\\n"
+                    "    /var/lib/kafka/b\nlog.cleaner.min.cleanable.ration=0.1\n")
+    with caplog.at_level("WARNING", logger="compaction.config"):
+        settings = Settings.load(conf, environ={})
+    defaults = settings.defaults
+    assert defaults.compact and defaults.retention_ms == 168 * 3_600_000 and defaults.segment_ms == 24 * 3_600_000
+    assert defaults.delete_retention_ms == 3_600_000
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, "the names this job does not use are listed once"
+    assert "broker.id, num.network.threads, log.dirs" in warnings[0]
+    assert "log.cleaner.min.cleanable.ration (did you mean 'log.cleaner.min.cleanable.ratio'?)" in warnings[0]
+
+
+def test_the_finer_unit_wins_as_in_kafka() -> None:
+    both = {"log.retention.hours": 1, "log.retention.minutes": 2, "log.roll.hours": 1, "log.roll.ms": 5}
+    defaults = Settings.load(overrides=both, environ={}).defaults
+    assert (defaults.retention_ms, defaults.segment_ms) == (120_000, 5)

@@ -32,7 +32,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,7 +110,8 @@ class PartitionWork:
         self.stamped += result["stamped"]
 
 
-def plan_store(store: Store, settings: CleanerConfig, now_ms: int, topics: str | None = None) -> CompactionPlan:
+def plan_store(store: Store, settings: CleanerConfig, now_ms: int,
+               topics: str | Sequence[str] | None = None) -> CompactionPlan:
     """Read the partitions' newest manifests and plan them (no Spark involved)."""
     manifests = read_manifests(store, store.topic_partitions(topics))
     for topic in sorted({tp.topic for tp in manifests}):
