@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
@@ -379,3 +380,44 @@ def test_a_version_gc_removed_is_refused_naming_the_oldest_readable_one(
         in out
     code, out = cli(built, "read", TOPIC, "1", "--version", "9", capsys=capsys)
     assert code == EXIT_FAILED and "version 9 of partition orders-1" in out and "was never committed" in out
+
+
+# Folder hygiene -------------------------------------------------------------------------------------------
+
+
+def _segments_folder(built: Built, partition: int) -> Path:
+    return Path(built.url) / TOPIC / str(partition) / "segments"
+
+
+def test_deletion_vectors_are_named_so_that_readers_skipping_underscore_files_skip_them(local: Built) -> None:
+    vectors = [s.deletes.path for p in range(PARTITIONS) for s in local.store().manifest(TopicPartition(TOPIC, p))
+               .segments if s.deletes]
+    assert len(vectors) == 3 and all(v.startswith("segments/_") and v.endswith(".deletes.parquet") for v in vectors)
+    folder = _segments_folder(local, 0)
+    listed = {p.name for p in folder.iterdir()}
+    dataset = {Path(f).name for f in ds.dataset(folder).files}  # pyarrow: ignore_prefixes [".", "_"]
+    assert dataset == {name for name in listed if not name.startswith("_")} and len(dataset) < len(listed)
+
+
+@pytest.mark.spark
+def test_spark_reading_a_segment_folder_skips_deletion_vectors(spark, local: Built) -> None:  # type: ignore[no-untyped-def]
+    inputs = spark.read.parquet(str(_segments_folder(local, 1))).inputFiles()
+    assert inputs and not [f for f in inputs if Path(f).name.startswith("_")]
+
+
+def test_deletion_vectors_under_their_old_names_are_still_read(local: Built, tmp_path: Path) -> None:
+    built = _copy(local, tmp_path)
+    store = built.store()
+    tp = TopicPartition(TOPIC, 1)
+    expected = the_scan(built, None).to_arrow()
+    m = store.manifest(tp)
+    segment = next(s for s in m.segments if s.deletes)
+    assert segment.deletes is not None
+    old = segment.deletes.path.replace("segments/_", "segments/")
+    partition = Path(built.url) / TOPIC / "1"
+    (partition / old).write_bytes((partition / segment.deletes.path).read_bytes())
+    renamed = segment.model_copy(update={"deletes": segment.deletes.model_copy(update={"path": old})})
+    store.replace(tp, Replacement((segment,), (renamed,), m.first_dirty_offset, m.first_dirty_offset,
+                                  m.log_start_offset, m.log_start_offset), writer=Writer(), now_ms=readstore.NOW)
+    assert store.manifest(tp).segments[0].deletes.path == old  # type: ignore[union-attr]
+    assert the_scan(built, None).to_arrow().equals(expected)
