@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from compaction.clean.cleaner import Cleaner
-from compaction.cli import EXIT_FAILED, main
+from compaction.cli import EXIT_FAILED, EXIT_INVALID, main
 from compaction.config import Settings
 from compaction.errors import VersionNotFoundError
+from compaction.read.history import history
 from compaction.read.scan import Scan, read_batches, scan
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.gc import collect_store
@@ -307,9 +308,33 @@ def test_filters_are_pushed_down_and_select_exactly_their_records(local: Built, 
     flags = ["--from", "200", "--to", "1100", "--since", str(since), "--until", str(until)]
     assert cli_table(local, tmp_path, *flags, *[f for k in ("3", "4", "5") for f in ("--key", f"key-000000000{k}")]
                      ).equals(expected)
+    narrow = scan(local.url, TOPIC, columns=["value"], keys=keys, offsets=(200, 1100), timestamps=(since, until))
+    assert narrow.to_arrow().equals(expected.select(["partition", "value"])), "filters read their own columns"
     columns = scan(local.url, TOPIC, columns=["key", "offset"], offsets=(200, 1100)).to_arrow()
     assert columns.schema.names == ["partition", "key", "offset"]
     assert columns.num_rows == log.filter((pc.field("offset") >= 200) & (pc.field("offset") < 1100)).num_rows
+
+
+def test_polars_pushes_projections_and_predicates_into_the_stream_and_stops_early(local: Built,
+                                                                                 tmp_path: Path) -> None:
+    import polars as pl
+
+    log = cli_table(local, tmp_path)
+    lazy = the_scan(local, None).to_polars()
+    got = lazy.filter(pl.col("key") == b"key-0000000003").select(["offset", "partition"]).collect()
+    rows = [(r["partition"], r["offset"]) for r in log.to_pylist() if r["key"] == b"key-0000000003"]
+    assert got.columns == ["offset", "partition"] and sorted(zip(got["partition"], got["offset"], strict=True)) == rows
+    assert lazy.select("offset").head(5).collect()["offset"].to_list() == log.column("offset").to_pylist()[:5]
+    assert lazy.select(pl.len()).collect().item() == log.num_rows
+
+
+def test_bad_read_arguments_are_refused_before_reading(local: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = cli(local, "read", TOPIC, "--columns", "offset,nope", capsys=capsys)
+    assert code == EXIT_INVALID and "unknown column(s) ['nope']" in out
+    code, out = cli(local, "read", TOPIC, "--version", "2", "--version", "0=3", capsys=capsys)
+    assert code == EXIT_INVALID and "give one --version V for every partition" in out
+    code, out = cli(local, "read", "nothing", capsys=capsys)
+    assert code == EXIT_FAILED and "topic nothing has no partitions" in out
 
 
 def test_latest_until_a_time_is_the_table_as_of_that_time(local: Built, tmp_path: Path) -> None:
@@ -380,6 +405,9 @@ def test_a_version_gc_removed_is_refused_naming_the_oldest_readable_one(
         in out
     code, out = cli(built, "read", TOPIC, "1", "--version", "9", capsys=capsys)
     assert code == EXIT_FAILED and "version 9 of partition orders-1" in out and "was never committed" in out
+    kept = history(built.url, TOPIC, 0)
+    assert [(e.version, e.records_in, e.records_out) for e in kept] == [(5, None, None)], \
+        "the first version kept has nothing left to compare with"
 
 
 # Folder hygiene -------------------------------------------------------------------------------------------

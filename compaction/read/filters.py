@@ -60,7 +60,9 @@ class RecordFilter:
     @property
     def columns(self) -> list[str]:
         """The record columns the row test reads."""
-        names = ["offset"]
+        names = []
+        if self.start_offset is not None or self.end_offset is not None:
+            names.append("offset")
         if self.keys is not None:
             names.append("key")
         if self.timed:
@@ -113,11 +115,10 @@ class RecordFilter:
         tests = []
         if self.keys is not None:
             tests.append(pc.is_in(batch.column("key"), value_set=pa.array(self.keys, pa.binary())))
-        offsets = batch.column("offset")
         if self.start_offset is not None:
-            tests.append(pc.greater_equal(offsets, self.start_offset))
+            tests.append(pc.greater_equal(batch.column("offset"), self.start_offset))
         if self.end_offset is not None:
-            tests.append(pc.less(offsets, self.end_offset))
+            tests.append(pc.less(batch.column("offset"), self.end_offset))
         if self.timed:
             stamps = batch.column("timestamp")
             tests.append(pc.greater_equal(stamps, max(self.since_ms or 0, 0)))
