@@ -16,11 +16,15 @@ import pyarrow as pa
 
 from compaction.clean.rules import Strategy
 from compaction.errors import InvalidArgumentError
+from compaction.read.ahead import in_order
 from compaction.read.files import PartitionFiles, Versions, resolve
 from compaction.read.filters import RecordFilter
 from compaction.read.stream import BATCH_ROWS, check_columns, output_schema
 from compaction.read.task import ReadTask
 from compaction.store import Store
+
+#: Live files (or, for ``latest``, partitions) a local read decodes at the same time, on worker threads.
+READ_AHEAD = 2
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,6 +53,7 @@ class Scan:
     strategy: Strategy = Strategy.OFFSET
     strategy_header: str = ""
     batch_rows: int = BATCH_ROWS
+    read_ahead: int = READ_AHEAD
 
     @property
     def schema(self) -> pa.Schema:
@@ -77,8 +82,8 @@ class Scan:
         return [piece for task in tasks for piece in task.split()] if split else tasks
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        for task in self.tasks():
-            yield from task.batches()
+        """The records in order; ``read_ahead`` live files (partitions for ``latest``) are read at a time."""
+        return in_order([task.batches for task in self.tasks(split=True)], self.read_ahead)
 
     def to_batches(self) -> pa.RecordBatchReader:
         """Stream the records: memory holds a batch at a time (and, for ``latest``, one partition's keys)."""
@@ -127,7 +132,8 @@ def scan(store: Store | str, topic: str, partitions: int | Iterable[int] | None 
          keys: Iterable[bytes | str] | None = None, offsets: tuple[int | None, int | None] | None = None,
          timestamps: tuple[int | None, int | None] | None = None, latest: bool = False,
          strategy: Strategy | str = Strategy.OFFSET, strategy_header: str = "",
-         storage_options: Mapping[str, Any] | None = None, batch_rows: int = BATCH_ROWS) -> Scan:
+         storage_options: Mapping[str, Any] | None = None, batch_rows: int = BATCH_ROWS,
+         read_ahead: int = READ_AHEAD) -> Scan:
     """Pin ``topic`` (all partitions, a list, or one) at ``version`` and describe what to read of it.
 
     - ``store``: a :class:`Store` or a URL (with ``storage_options``, as ``Store.open`` takes them).
@@ -140,6 +146,8 @@ def scan(store: Store | str, topic: str, partitions: int | Iterable[int] | None 
     - ``latest``: the table view, each key's winner under ``strategy`` (``offset``, ``timestamp`` or
       ``header`` with ``strategy_header``: the topic's ``compaction.strategy``) among the records the
       filters select; tombstoned keys absent, keyless records left out.
+    - ``batch_rows``: the most rows a batch holds; ``read_ahead``: how many live files (partitions for
+      ``latest``) are decoded at the same time (1: all on the calling thread).
     """
     opened = store if isinstance(store, Store) else Store.open(store, storage_options)
     if batch_rows < 1:
@@ -148,7 +156,7 @@ def scan(store: Store | str, topic: str, partitions: int | Iterable[int] | None 
                 columns=tuple(check_columns(columns)), record_filter=RecordFilter.of(keys, offsets, timestamps),
                 with_partition=not isinstance(partitions, int), latest=latest,
                 strategy=_strategy(strategy, strategy_header), strategy_header=strategy_header,
-                batch_rows=batch_rows)
+                batch_rows=batch_rows, read_ahead=read_ahead)
 
 
 def read_table(store: Store | str, topic: str, partitions: int | Iterable[int] | None = None,
