@@ -745,8 +745,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="partition number (0, 1, ...); default: every partition of the topic")
     _scan_args(p)
     p.add_argument("--columns", metavar="C,C", default=None,
-                   help="only these record columns, comma-separated (offset,timestamp,key,value,headers,producer_id,"
-                        "producer_epoch,is_transactional,is_control,control_type,delete_horizon_ms)")
+                   help="only these record columns, comma-separated: offset, timestamp, key, value, headers, "
+                        "producer_id, producer_epoch, is_transactional, is_control, control_type, delete_horizon_ms")
     p.add_argument("--key", action="append", default=None, metavar="KEY",
                    help="only records with this key (UTF-8), repeatable")
     p.add_argument("--from", dest="start", type=int, default=None, help="first offset (inclusive)")
