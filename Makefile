@@ -11,7 +11,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup run test cluster-test soak bench bench-quick lint clean
+.PHONY: help setup airflow-setup run test cluster-test soak bench bench-quick bench-codec lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -56,11 +56,15 @@ SOAK_MINUTES ?= 30
 soak: setup ## appenders and the cleaner side by side for SOAK_MINUTES (default 30), verify after each cycle
 	$(BIN)/python scripts/soak.py --minutes $(SOAK_MINUTES)
 
-bench: $(BIN)/.bench-installed ## benchmark S1-S4 vs DuckDB, Polars and the pyarrow floor (bench/results/latest.*)
+bench: $(BIN)/.bench-installed bench-codec ## benchmark S1-S4 vs DuckDB, Polars and the pyarrow floor (bench/results/latest.*)
 	$(BIN)/python bench/harness.py
 
 bench-quick: $(BIN)/.bench-installed ## the same harness at 1/20 of the sizes, one run each (about a minute)
+	$(BIN)/python bench/kafka_codec.py --batches 16 --repeat 3 --out out/bench-quick
 	$(BIN)/python bench/harness.py --quick
+
+bench-codec: $(BIN)/.bench-installed ## Kafka batch codec MB/s vs kafka-python, one core (bench/results/kafka_codec.*)
+	$(BIN)/python bench/kafka_codec.py --codecs none,gzip,snappy,lz4,zstd
 
 lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vulture)
 	$(BIN)/ruff check compaction tests bench jobs dags scripts

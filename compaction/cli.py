@@ -44,7 +44,7 @@ from compaction.read.scan import Scan, scan
 from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.store.jsonl import decode_utf8, parse_lines
-from compaction.store.manifest import partition_name_problem
+from compaction.store.names import partition_name_problem
 from compaction.store.status import format_table, human_bytes, partition_status
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store.verify import verify

@@ -28,8 +28,23 @@ class CorruptManifestError(StoreError):
     """Raised when a manifest is not valid JSON or breaks the manifest format's rules."""
 
 
+class InvalidManifestError(StoreError):
+    """Raised when a writer's change would commit a manifest that breaks the manifest format's rules: a bug
+    in the writer, never a conflict."""
+
+
 class CorruptSegmentError(StoreError):
     """Raised when a segment object cannot be read as a segment (truncated, unreadable, bad checksum)."""
+
+
+class CorruptBatchError(CorruptSegmentError):
+    """Raised when a Kafka record batch cannot be read (bad CRC, framing, codec or magic); names the object and
+    the batch's base offset."""
+
+    def __init__(self, message: str, *, where: str, base_offset: int | None) -> None:
+        super().__init__(message)
+        self.where = where
+        self.base_offset = base_offset
 
 
 class SegmentSchemaError(CorruptSegmentError):

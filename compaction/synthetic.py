@@ -11,7 +11,9 @@ import pyarrow as pa
 
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError
 from compaction.store import Store, TopicPartition, Writer
-from compaction.store.manifest import Manifest, topic_name_problem
+from compaction.store.log import appended_state
+from compaction.store.manifest import Manifest
+from compaction.store.names import topic_name_problem
 from compaction.store.segment import HEADER_TYPE, NO_PRODUCER, SEGMENT_SCHEMA
 
 KEY_PREFIX = b"key-"
@@ -162,15 +164,7 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
         def build(current: Manifest | None) -> dict:
             if (current.log_end_offset if current else 0) != first:
                 raise CommitConflictError(f"partition {tp} changed while generating into it")
-            end = segments[-1].next_offset if segments else first
-            return {
-                "log_start_offset": current.log_start_offset if current and current.segments else first,
-                "log_end_offset": end,
-                "last_stable_offset": end,
-                "first_dirty_offset": current.first_dirty_offset if current and current.segments else first,
-                "open_transactions": current.open_transactions if current else {},
-                "segments": (*(current.segments if current else ()), *segments),
-            }
+            return appended_state(current, segments, table, f"generated records for {tp}")
 
         return store.commit(tp, build, writer=writer, operation="generate", now_ms=now_ms)
 

@@ -6,6 +6,7 @@ import pyarrow.compute as pc
 
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate, partition_records
+from tests.builders import rec, table
 
 
 def test_same_seed_same_records_and_different_seed_different_records() -> None:
@@ -46,6 +47,15 @@ def test_generate_writes_segments_and_appends_after_the_log_end(local_store: Sto
     assert (m.version, m.log_end_offset, len(m.segments)) == (2, 1000, 6)
     assert m.writer.operation == "generate"
     assert local_store.read(TopicPartition("b", 1)).column("offset").to_pylist() == list(range(1000))
+
+
+def test_generate_after_an_open_transaction_keeps_the_last_stable_offset_at_its_first_offset(
+        local_store: Store) -> None:
+    tp = TopicPartition("orders", 0)
+    local_store.append(tp, table(rec("a"), rec("b", producer_id=7, is_transactional=True), rec("c")), now_ms=1)
+    [manifest] = generate(local_store, GenerateSpec(records=10, keys=5, partitions=1), now_ms=2)
+    # Kafka's LSO: consumers reading committed data stop before the open transaction, not at the log end.
+    assert (manifest.log_end_offset, manifest.open_transactions, manifest.last_stable_offset) == (13, {7: 1}, 1)
 
 
 def test_skew_puts_a_share_of_records_in_partition_0_and_one_hot_key() -> None:

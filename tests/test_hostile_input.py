@@ -15,8 +15,8 @@ import pytest
 
 from compaction import cli
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
-from compaction.errors import InvalidArgumentError, InvalidRecordsError, StoreError
-from compaction.store import IllegalFolder, Store, TopicPartition
+from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError, StoreError
+from compaction.store import IllegalFolder, Replacement, Store, TopicPartition, Writer
 from compaction.store.verify import verify
 from tests.builders import keyed, rec, table
 from tests.test_bad_input import snapshot
@@ -197,6 +197,12 @@ def test_an_append_past_the_last_20_digit_version_is_refused(seeded: Store, tmp_
     assert "orders/0 is at manifest version 99999999999999999999, the last a 20-digit manifest name holds" in out
     with pytest.raises(StoreError, match="takes no more commits"):
         seeded.append(TP, keyed("c=1"), now_ms=2)
+    full = seeded.manifest(TP)
+    unchanged = Replacement((), (), full.first_dirty_offset, full.first_dirty_offset, full.log_start_offset,
+                            full.log_start_offset)
+    with pytest.raises(StoreError, match="takes no more commits") as refusal:  # the limit, not a conflict
+        seeded.replace(TP, unchanged, writer=Writer(), now_ms=2)
+    assert not isinstance(refusal.value, CommitConflictError)
     assert seeded.manifest(TP).version == last
 
 

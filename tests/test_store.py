@@ -7,6 +7,7 @@ import pytest
 
 from compaction.errors import (
     CommitConflictError,
+    InvalidManifestError,
     InvalidRecordsError,
     OffsetOverlapError,
     StoreNotFoundError,
@@ -126,6 +127,34 @@ def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) 
     with pytest.raises(CommitConflictError, match="no longer live and unchanged"):
         store.replace(TP, _replacement(store, base, base.segments, [second], 2), writer=Writer(), now_ms=3)
     assert store.versions(TP) == [1, 2]
+
+
+def _kept(latest):  # type: ignore[no-untyped-def]
+    return latest.model_dump(include={"log_start_offset", "log_end_offset", "last_stable_offset",
+                                      "first_dirty_offset", "open_transactions", "segments"})
+
+
+@pytest.mark.parametrize(("bug", "problem"), [
+    ({"log_start_offset": 5}, "log_start_offset 5 is past the log end 2"),
+    ({"log_end": 2}, "log_end: Extra inputs are not permitted"),
+])
+def test_a_change_that_breaks_the_manifest_rules_is_a_bug_not_a_conflict(store: Store, bug, problem) -> None:  # type: ignore[no-untyped-def]
+    store.append(TP, keyed("a=1 b=2"), now_ms=1)
+    with pytest.raises(InvalidManifestError, match=f"orders/0 version 2 .*{problem}") as raised:
+        store.commit(TP, lambda latest: {**_kept(latest), **bug}, writer=Writer(), operation="clean", now_ms=2)
+    assert not isinstance(raised.value, CommitConflictError)
+    assert store.versions(TP) == [1]
+
+
+def test_an_error_a_change_raises_passes_through_as_itself(store: Store) -> None:
+    store.append(TP, keyed("a=1"), now_ms=1)
+
+    def broken(latest):  # type: ignore[no-untyped-def]
+        return {**_kept(latest), "segments": latest.segments[1]}  # IndexError: a bug in the change
+
+    with pytest.raises(IndexError):
+        store.commit(TP, broken, writer=Writer(), operation="clean", now_ms=2)
+    assert store.versions(TP) == [1]
 
 
 def test_deletion_vector_hides_offsets_from_readers(store: Store) -> None:

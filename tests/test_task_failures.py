@@ -63,7 +63,7 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
     opened = Store.open
     monkeypatch.setattr(Store, "open", lambda url, options=None: faulty(opened(url, options), kill=f"{BAD.prefix}/"))
     printed: list[str] = []
-    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW), PATHS[path], lambda: spark,
+    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), PATHS[path], lambda: spark,
                            out=printed.append)
 
     assert code == EXIT_PARTIAL

@@ -6,17 +6,23 @@ What lives here, bottom up:
   retries on a time budget; nothing else touches a filesystem.
 - :mod:`~compaction.store.segment`: the Parquet segment format (columns, schema check, statistics) and
   :mod:`~compaction.store.jsonl`, the JSON Lines input format of ``append``.
+- :mod:`~compaction.store.names`: topic and partition names (Kafka's rules) and :class:`TopicPartition`.
 - :mod:`~compaction.store.manifest`: one committed version of a partition's log, as a validated model.
-- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read, append, and the commit
-  protocol (exclusive create of the next manifest version, rebase over a concurrent writer).
+- :mod:`~compaction.store.deletes`: the deletion-vector object format (a segment's removed offsets).
+- :mod:`~compaction.store.commit`: a partition's manifest versions and the commit protocol (exclusive
+  create of the next version, reading back an unknown outcome, rebase over a concurrent writer).
+- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read segments and the live log,
+  append; the face the rest of the product uses.
 - :mod:`~compaction.store.verify`, :mod:`~compaction.store.gc`, :mod:`~compaction.store.status`: the
   store's own maintenance and views.
 
 The store knows nothing of cleaning: it keeps whatever a writer commits, if it is a valid log.
 """
 
-from compaction.store.log import IllegalFolder, Replacement, Store, TopicPartition, Writer, read_manifests
+from compaction.store.commit import Replacement, Writer
+from compaction.store.log import Store, read_manifests
 from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta
+from compaction.store.names import IllegalFolder, TopicPartition
 
 __all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentMeta", "Store", "TopicPartition",
            "Writer", "read_manifests"]

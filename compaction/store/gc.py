@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compaction.errors import StoreError
-from compaction.store.log import Store, TopicPartition
+from compaction.store.log import Store
 from compaction.store.manifest import MANIFEST_DIR, MANIFEST_NAME, SEGMENT_DIR, manifest_name
+from compaction.store.names import TopicPartition
 from compaction.store.storage import TEMP_PREFIX
 from compaction.store.verify import is_store_object
 

@@ -1,12 +1,12 @@
-"""The segment store: partitions' manifests, segment objects, reads, appends and the commit protocol.
+"""A partition log in the segment store: list partitions, read segments and the live log, append records.
 
 Layout (SPEC §2)::
 
     <store>/<topic>/<partition>/segments/<20-digit base offset>-<unique id>.parquet   immutable objects
     <store>/<topic>/<partition>/_manifests/<20-digit version>.json                  one per version
 
-A commit publishes version N+1 with an exclusive create. A writer that loses the race re-reads the newest
-version and rebuilds its change on top of it (a rebase) or fails with :class:`CommitConflictError`.
+:class:`Store` is the façade the rest of the product uses; it hands commits to
+:mod:`~compaction.store.commit` and deletion vectors to :mod:`~compaction.store.deletes`.
 Every call touches only the partition's own manifests and the objects it asks for.
 """
 
@@ -14,160 +14,40 @@ from __future__ import annotations
 
 import fnmatch
 import random
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from compaction.errors import (
     CommitConflictError,
-    CorruptManifestError,
     CorruptSegmentError,
     InvalidArgumentError,
     InvalidRecordsError,
-    MissingObjectError,
     OffsetOverlapError,
     StoreError,
     StoreNotFoundError,
 )
-from compaction.store.manifest import (
-    MANIFEST_DIR,
-    MANIFEST_NAME,
-    MAX_PARTITION,
-    MAX_VERSION,
-    DeletionVector,
-    Manifest,
-    SegmentMeta,
-    WriterInfo,
-    deletes_name,
-    manifest_name,
-    parse_manifest,
-    partition_name_problem,
-    segment_name,
-    topic_name_problem,
-)
+from compaction.store import commit as commits
+from compaction.store import deletes
+from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
+from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, segment_name
+from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
 from compaction.store.segment import (
     LONG_MAX,
     SEGMENT_SCHEMA,
+    check_committed,
     check_records,
     checksum,
-    checksum_matches,
     conform,
     decode_parquet,
     encode_parquet,
     segment_stats,
 )
 from compaction.store.storage import Storage
-
-MAX_COMMIT_ATTEMPTS = 64
-DELETES_SCHEMA = pa.schema([("offset", pa.int64())])
-
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """A partition of a topic; printed the Kafka way (``orders-3``)."""
-
-    topic: str
-    partition: int
-
-    def __post_init__(self) -> None:
-        # The names become paths under the store: an illegal one could reach outside it ("..") or alias
-        # another partition.
-        problem = topic_name_problem(self.topic) if isinstance(self.topic, str) else "is not a string"
-        if problem:
-            raise InvalidArgumentError(f"topic name {self.topic!r} {problem}")
-        if isinstance(self.partition, bool) or not isinstance(self.partition, int) \
-                or not 0 <= self.partition <= MAX_PARTITION:
-            raise InvalidArgumentError(f"partition {self.partition!r} of topic {self.topic} is not a partition "
-                                       f"number (0 to {MAX_PARTITION})")
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.topic}/{self.partition}"
-
-
-@dataclass(frozen=True)
-class IllegalFolder:
-    """A folder where a topic or a partition would be, whose name cannot be one: never read, never collected."""
-
-    path: str  # relative to the store: "bad topic" or "orders/00"
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class Writer:
-    """Identifies who commits: the tool and the run (one run id per command invocation or job run)."""
-
-    id: str = "compaction"
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """A cleaner's change to one partition: replace live segments by new ones, move checkpoint and log start.
-
-    It applies on top of any newer version in which every replaced segment is still live and unchanged
-    and nobody else moved the checkpoint or the log start: that is the rebase rule.
-    """
-
-    removed: tuple[SegmentMeta, ...]
-    added: tuple[SegmentMeta, ...]
-    expected_first_dirty_offset: int
-    first_dirty_offset: int
-    expected_log_start_offset: int
-    log_start_offset: int
-    clean_keys_unique: bool | None = None  # None: as in the version it applies to
-    last_clean_ms: int | None = None  # with next_horizon_ms; None: as in the version it applies to
-    next_horizon_ms: int | None = None
-
-    def apply(self, latest: Manifest | None, name: str) -> dict[str, Any]:
-        if latest is None:
-            raise CommitConflictError(f"partition {name} has no manifest to replace segments in")
-        live = {segment.path: segment for segment in latest.segments}
-        for segment in self.removed:
-            if live.get(segment.path) != segment:
-                raise CommitConflictError(
-                    f"segment {name}/{segment.path} is no longer live and unchanged in manifest version "
-                    f"{latest.version}: another writer replaced it"
-                )
-        if latest.first_dirty_offset != self.expected_first_dirty_offset:
-            raise CommitConflictError(
-                f"partition {name}: manifest version {latest.version} moved the checkpoint from "
-                f"{self.expected_first_dirty_offset} to {latest.first_dirty_offset}: another cleaner ran"
-            )
-        if latest.log_start_offset != self.expected_log_start_offset:
-            raise CommitConflictError(
-                f"partition {name}: manifest version {latest.version} moved the log start from "
-                f"{self.expected_log_start_offset} to {latest.log_start_offset}"
-            )
-        gone = {segment.path for segment in self.removed}
-        segments = sorted([s for s in latest.segments if s.path not in gone] + list(self.added),
-                          key=lambda s: s.base_offset)
-        return {
-            "log_start_offset": self.log_start_offset,
-            "log_end_offset": latest.log_end_offset,
-            "last_stable_offset": latest.last_stable_offset,
-            "first_dirty_offset": self.first_dirty_offset,
-            "clean_keys_unique": latest.clean_keys_unique if self.clean_keys_unique is None
-            else self.clean_keys_unique,
-            **({"last_clean_ms": latest.last_clean_ms, "next_horizon_ms": latest.next_horizon_ms}
-               if self.last_clean_ms is None else
-               {"last_clean_ms": self.last_clean_ms, "next_horizon_ms": self.next_horizon_ms}),
-            "open_transactions": latest.open_transactions,
-            "segments": tuple(segments),
-        }
 
 
 class Store:
@@ -244,32 +124,15 @@ class Store:
 
     def versions(self, tp: TopicPartition) -> list[int]:
         """Committed manifest versions of a partition, ascending."""
-        found = (MANIFEST_NAME.match(e.name) for e in self.storage.list_dir(f"{tp.prefix}/{MANIFEST_DIR}"))
-        return sorted(int(m.group(1)) for m in found if m)
+        return commits.manifest_versions(self.storage, tp)
 
     def manifest(self, tp: TopicPartition, version: int | None = None) -> Manifest:
         """The partition's manifest at ``version`` (default: the newest); StoreNotFoundError if it has none."""
-        if version is None:
-            found = self.versions(tp)
-            if not found:
-                raise StoreNotFoundError(f"partition {self.describe(tp)} has no committed manifest")
-            version = found[-1]
-        rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(version)}"
-        where = self.storage.describe(rel)
-        manifest = parse_manifest(self.storage.read_bytes(rel), where)
-        if (manifest.topic, manifest.partition, manifest.version) != (tp.topic, tp.partition, version):
-            raise CorruptManifestError(
-                f"manifest {where} describes {manifest.topic}-{manifest.partition} version {manifest.version}, "
-                f"expected {tp} version {version}"
-            )
-        return manifest
+        return commits.read_manifest(self.storage, tp, version)
 
     def latest(self, tp: TopicPartition) -> Manifest | None:
         """The newest manifest, or None for a partition nobody has committed to yet."""
-        try:
-            return self.manifest(tp)
-        except StoreNotFoundError:
-            return None
+        return commits.newest_manifest(self.storage, tp)
 
     # Segments ----------------------------------------------------------------------------------------
 
@@ -294,43 +157,13 @@ class Store:
     def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
                       live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
                       live_max_timestamp: int | None = None, object_id: str | None = None) -> DeletionVector:
-        """Write a deletion vector (sorted offsets) for ``segment``; not yet committed. The caller gives the
-        figures of the records it leaves visible (earliest delete horizon, first and largest timestamp) and
-        may name the object as :meth:`write_segment`."""
-        offsets = pc.unique(offsets.cast(pa.int64()))
-        offsets = offsets.take(pc.sort_indices(offsets))
-        sink = pa.BufferOutputStream()
-        pq.write_table(pa.table([offsets], schema=DELETES_SCHEMA), sink, compression="zstd")
-        data = sink.getvalue().to_pybytes()
-        rel = deletes_name(segment.base_offset, object_id or uuid.uuid4().hex)
-        self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
-        return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
-                              created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms,
-                              live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp)
-
-    def _read_whole(self, rel: str, kind: str, size: int, recorded: str) -> pa.Buffer:
-        """An object's bytes, checked against the size and checksum its manifest recorded: bytes that
-        changed since the commit are never decoded, rewritten or given a fresh checksum."""
-        where = self.storage.describe(rel)
-        data = self.storage.read_buffer(rel)
-        if data.size != size:
-            raise CorruptSegmentError(f"{kind} {where} is {data.size} bytes, but the manifest records {size}")
-        if not checksum_matches(data, recorded):
-            raise CorruptSegmentError(f"{kind} {where} does not match the checksum the manifest records "
-                                      f"({recorded}): its bytes changed after it was committed")
-        return data
+        """Write a deletion vector for ``segment``; not yet committed (see :func:`.deletes.write_deletes`)."""
+        return deletes.write_deletes(self.storage, tp, segment, offsets, created_ms, live_min_delete_horizon_ms,
+                                     live_first_timestamp, live_max_timestamp, object_id)
 
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
-        rel = f"{tp.prefix}/{vector.path}"
-        where = self.storage.describe(rel)
-        data = self._read_whole(rel, "deletion vector", vector.size_bytes, vector.checksum)
-        try:
-            table = pq.read_table(pa.BufferReader(data), use_threads=False)
-        except (pa.ArrowException, OSError) as err:
-            raise CorruptSegmentError(f"deletion vector {where} is not a readable Parquet file: {err}") from err
-        if table.schema != DELETES_SCHEMA:
-            raise CorruptSegmentError(f"deletion vector {where} has columns {table.schema}, expected {DELETES_SCHEMA}")
-        return table.column("offset").combine_chunks()
+        """The offsets a committed deletion vector removes, checked against its commit."""
+        return deletes.read_deletes(self.storage, tp, vector)
 
     def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
                      start: int | None = None) -> pa.Table:
@@ -346,7 +179,8 @@ class Store:
         trim = start is not None and segment.base_offset < start
         needs_offset = (segment.deletes is not None or trim) and wanted is not None and "offset" not in wanted
         if wanted is None or set(wanted) >= set(SEGMENT_SCHEMA.names):
-            data = self._read_whole(rel, "segment", segment.size_bytes, segment.checksum)
+            data = self.storage.read_buffer(rel)
+            check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
             table = decode_parquet(data, where, None if wanted is None else wanted)
         else:
             source, size = self.storage.open_input(rel)
@@ -387,94 +221,11 @@ class Store:
 
     # Commits -----------------------------------------------------------------------------------------
 
-    def commit(self, tp: TopicPartition, build: Callable[[Manifest | None], Mapping[str, Any]], *,
-               writer: Writer, operation: str, now_ms: int, max_attempts: int = MAX_COMMIT_ATTEMPTS,
-               rng: random.Random | None = None) -> Manifest:
-        """Publish the next manifest version, rebuilding the change on the newest version until it wins.
-
-        ``build(latest)`` returns the new log state (or raises CommitConflictError when its change no
-        longer applies); this method is the only code that publishes manifests. Who holds a version is
-        decided by :meth:`_publish`, which reads it back whenever the create's outcome is not a plain success.
-        """
-        rng = rng or random.Random()
-        lost: Manifest | None = None  # the version that another writer won, as read back
-        for attempt in range(max_attempts):
-            latest = self.latest(tp) if lost is None else self._newest_from(tp, lost)
-            # The cleaner's partition-level state carries over unless the change sets it.
-            state = {"clean_keys_unique": latest.clean_keys_unique if latest else False,
-                     "last_clean_ms": latest.last_clean_ms if latest else None,
-                     "next_horizon_ms": latest.next_horizon_ms if latest else None, **build(latest)}
-            version = latest.version + 1 if latest else 1
-            commit_id = uuid.uuid4().hex
-            try:
-                manifest = Manifest(
-                    topic=tp.topic, partition=tp.partition, version=version,
-                    writer=WriterInfo(id=writer.id, run_id=writer.run_id, operation=operation,  # type: ignore[arg-type]
-                                      time_ms=now_ms, commit_id=commit_id),
-                    **state,
-                )
-            except ValueError as err:
-                raise CommitConflictError(f"partition {tp}: the change does not apply to version "
-                                          f"{version - 1}: {err}") from err
-            holder = self._publish(tp, manifest, rng)
-            if holder.writer.commit_id == commit_id:
-                return holder
-            lost = holder
-            # Lost the race for this version: back off (exponential, jittered), then rebase on the newer one.
-            time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
-        raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
-                                  "concurrent writers")
-
-    def _publish(self, tp: TopicPartition, manifest: Manifest, rng: random.Random) -> Manifest:
-        """Create ``manifest``'s version exclusively; return the manifest that holds it, ours or another's.
-
-        A refused create is not proof of a lost race, nor a failed one proof of nothing written: a PUT
-        can land and lose its answer, and then botocore's retry of it is refused (412). So, as Delta
-        resolves an unknown outcome, the version is read back and its ``commit_id`` decides. Absent or
-        unreadable after a failure: the same bytes are sent again (one commit id, so whichever copy lands
-        is ours), until the storage's retry budget runs out; then the outcome is reported unknown. (On local
-        disk and in memory a failed create wrote nothing, so its error is raised at once.)
-        """
-        rel = f"{tp.prefix}/{MANIFEST_DIR}/{manifest_name(manifest.version)}"
-        data = manifest.to_json()
-        deadline: float | None = None
-        failure: Exception | None = None
-        pauses = 0
-        while True:
-            try:
-                if self.storage.create_exclusive(rel, data):
-                    return manifest
-            except (OSError, StoreError) as err:
-                failure = err
-            try:
-                return self.manifest(tp, manifest.version)
-            except MissingObjectError:
-                if failure is not None and self.storage.outcomes_are_certain:
-                    raise failure from None  # nothing was written: a plain failure
-                # Never landed, or not yet: send it again.
-            except CorruptManifestError:
-                raise
-            except (OSError, StoreError) as err:
-                failure = err
-            now = time.monotonic()
-            deadline = deadline or now + self.storage.retry_budget_ms / 1000
-            if now >= deadline:
-                raise StoreError(
-                    f"the outcome of the commit of {self.storage.describe(rel)} is unknown: the store did not "
-                    f"confirm it within the retry budget of {self.storage.retry_budget_ms / 1000:g} s "
-                    f"({failure or 'refused, yet absent when read back'}); readers see version "
-                    f"{manifest.version - 1} or {manifest.version}"
-                ) from failure
-            time.sleep(min(deadline - now, rng.uniform(0, min(2.0, 0.05 * 2 ** pauses))))
-            pauses += 1
-
-    def _newest_from(self, tp: TopicPartition, newest: Manifest) -> Manifest:
-        """The newest manifest, from one known to exist: probe the versions after it."""
-        while True:
-            try:
-                newest = self.manifest(tp, newest.version + 1)
-            except MissingObjectError:
-                return newest
+    def commit(self, tp: TopicPartition, build: Build, *, writer: Writer, operation: str, now_ms: int,
+               max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None) -> Manifest:
+        """Publish the next manifest version with ``build(latest)``'s log state (see :func:`.commit.commit`)."""
+        return commits.commit(self.storage, tp, build, writer=writer, operation=operation, now_ms=now_ms,
+                              max_attempts=max_attempts, rng=rng)
 
     def replace(self, tp: TopicPartition, change: Replacement, *, writer: Writer, now_ms: int,
                 operation: str = "clean") -> Manifest:
@@ -503,9 +254,6 @@ class Store:
         written: dict[int, SegmentMeta] = {}  # base offset -> object already written for that placement
 
         def build(latest: Manifest | None) -> dict[str, Any]:
-            if latest is not None and latest.version >= MAX_VERSION:
-                raise StoreError(f"partition {self.describe(tp)} is at manifest version {latest.version}, the "
-                                 f"last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits")
             log_end = latest.log_end_offset if latest else 0
             if explicit:
                 first = table.column("offset")[0].as_py()
@@ -531,20 +279,34 @@ class Store:
             last = placed.column("offset")[placed.num_rows - 1].as_py()
             if base not in written:
                 written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms)
-            segment = written[base]
-            open_txns = dict(latest.open_transactions) if latest else {}
-            _track_transactions(placed, open_txns, where)
-            next_offset = last + 1
-            return {
-                "log_start_offset": latest.log_start_offset if latest and latest.segments else base,
-                "log_end_offset": next_offset,
-                "last_stable_offset": min(open_txns.values(), default=next_offset),
-                "first_dirty_offset": latest.first_dirty_offset if latest and latest.segments else base,
-                "open_transactions": open_txns,
-                "segments": (*(latest.segments if latest else ()), segment),
-            }
+            return appended_state(latest, [written[base]], placed, where)
 
         return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
+
+
+def appended_state(latest: Manifest | None, segments: Sequence[SegmentMeta], records: pa.Table,
+                   where: str) -> dict[str, Any]:
+    """The log state (for :meth:`Store.commit`) once ``segments``, which hold ``records``, follow ``latest``.
+
+    The segments start at or after ``latest``'s log end; none appends nothing. The last stable offset is
+    Kafka's: the first offset of the earliest transaction still open (those ``latest`` left open, less those
+    the records' markers end, plus those they begin), or the log end when none is.
+    """
+    log_end = latest.log_end_offset if latest else 0
+    base = segments[0].base_offset if segments else log_end
+    next_offset = segments[-1].next_offset if segments else log_end
+    open_txns = dict(latest.open_transactions) if latest else {}
+    _track_transactions(records, open_txns, where)
+    # An empty log (never written, or emptied by retention) starts where the new records do.
+    kept = latest if latest is not None and latest.segments else None
+    return {
+        "log_start_offset": kept.log_start_offset if kept else base,
+        "log_end_offset": next_offset,
+        "last_stable_offset": min(open_txns.values(), default=next_offset),
+        "first_dirty_offset": kept.first_dirty_offset if kept else base,
+        "open_transactions": open_txns,
+        "segments": (*(latest.segments if latest else ()), *segments),
+    }
 
 
 def _track_transactions(table: pa.Table, open_txns: dict[int, int], where: str) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from compaction.errors import CorruptManifestError
+from compaction.errors import CorruptManifestError, InvalidManifestError
+from compaction.store.names import MAX_PARTITION, topic_name_problem
 
 MANIFEST_DIR = "_manifests"
 SEGMENT_DIR = "segments"
@@ -25,35 +26,6 @@ DELETES_PREFIX = "_"
 MANIFEST_NAME = re.compile(r"^([0-9]{20})\.json\Z")
 #: The largest version a 20-digit manifest name holds: a version past it could be written but never listed.
 MAX_VERSION = 10**20 - 1
-
-#: Kafka's Topic.validate: 1 to 249 of these characters, and neither "." nor "..".
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}\Z")
-MAX_TOPIC_LENGTH = 249
-#: A partition's folder is its number written the one canonical way: ASCII digits, no sign, no leading zero.
-PARTITION_NAME = re.compile(r"^(0|[1-9][0-9]{0,9})\Z")
-MAX_PARTITION = 2**31 - 1  # Kafka's partition numbers are Java ints
-
-
-def topic_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a legal Kafka topic name (Kafka's Topic.validate), or None when it is one."""
-    if not name:
-        return "is empty"
-    if name in (".", ".."):
-        return 'cannot be "." or ".."'
-    if len(name) > MAX_TOPIC_LENGTH:
-        return f"is {len(name)} characters long, longer than the {MAX_TOPIC_LENGTH} Kafka allows"
-    if not TOPIC_NAME.match(name):
-        return "contains a character other than ASCII alphanumerics, '.', '_' and '-'"
-    return None
-
-
-def partition_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a partition number as the store writes it (``0``, ``1``, ... ``2147483647``),
-    or None when it is one."""
-    if PARTITION_NAME.match(name) and int(name) <= MAX_PARTITION:
-        return None
-    return (f"is not a partition number: a non-negative decimal integer up to {MAX_PARTITION} in ASCII digits, "
-            "without sign, spaces or leading zeros")
 
 
 def manifest_name(version: int) -> str:
@@ -244,15 +216,27 @@ class Manifest(_Frozen):
         return self.model_dump_json(indent=1).encode()
 
 
+def _problem(err: ValidationError) -> str:
+    """The first rule a manifest breaks, and where: `` at segments.0.path: segment path ... is not ...``."""
+    first = err.errors()[0]
+    location = ".".join(str(part) for part in first.get("loc", ()))
+    reason = first.get("msg", str(err)).removeprefix("Value error, ")
+    return f"{f' at {location}' if location else ''}: {reason}"
+
+
 def parse_manifest(data: bytes, where: str) -> Manifest:
     """Parse and validate a manifest; any problem becomes a CorruptManifestError naming ``where``."""
     try:
         return Manifest.model_validate_json(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        location = ".".join(str(part) for part in first.get("loc", ()))
-        reason = first.get("msg", str(err)).removeprefix("Value error, ")
-        if first.get("type") == "json_invalid":
-            raise CorruptManifestError(f"manifest {where} is not valid JSON: {reason}") from err
-        detail = f" at {location}" if location else ""
-        raise CorruptManifestError(f"manifest {where} is invalid{detail}: {reason}") from err
+        if err.errors()[0].get("type") == "json_invalid":
+            raise CorruptManifestError(f"manifest {where} is not valid JSON{_problem(err)}") from err
+        raise CorruptManifestError(f"manifest {where} is invalid{_problem(err)}") from err
+
+
+def new_manifest(where: str, **fields: Any) -> Manifest:
+    """A manifest to commit, from its fields; any problem becomes an InvalidManifestError naming ``where``."""
+    try:
+        return Manifest(**fields)
+    except ValidationError as err:
+        raise InvalidManifestError(f"the change would commit an invalid manifest {where}{_problem(err)}") from err

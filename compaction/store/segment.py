@@ -181,6 +181,16 @@ def checksum_matches(data: Any, recorded: str) -> bool:
     return checksum(data) == recorded
 
 
+def check_committed(data: Any, kind: str, where: str, size: int, recorded: str) -> None:
+    """Refuse an object's bytes unless they have the size and checksum its manifest recorded: bytes that
+    changed since the commit are never decoded, rewritten or given a fresh checksum."""
+    if len(data) != size:
+        raise CorruptSegmentError(f"{kind} {where} is {len(data)} bytes, but the manifest records {size}")
+    if not checksum_matches(data, recorded):
+        raise CorruptSegmentError(f"{kind} {where} does not match the checksum the manifest records "
+                                  f"({recorded}): its bytes changed after it was committed")
+
+
 @dataclass(frozen=True)
 class SegmentStats:
     """What a manifest records about a segment's records."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 
 from compaction.errors import StoreError
-from compaction.store.log import Store, TopicPartition
+from compaction.store.log import Store
 from compaction.store.manifest import (
     DELETES_NAME,
     MANIFEST_DIR,
@@ -19,6 +19,7 @@ from compaction.store.manifest import (
     Manifest,
     SegmentMeta,
 )
+from compaction.store.names import TopicPartition
 from compaction.store.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
 from compaction.store.storage import TEMP_PREFIX
 
