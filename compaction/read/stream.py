@@ -2,9 +2,10 @@
 
 Each live segment is opened once and read batch by batch with only the columns asked for (plus the few
 the filters test), skipping row groups whose statistics rule the filter out; the log start, the segment's
-deletion vector and the filter then drop rows inside each batch. Memory holds one batch and one deletion
-vector, never a segment or a partition. Pages are checked against their CRCs as they are read, and the
-object's size against the manifest, as a column read of the cleaner is.
+deletion vector and the filter then drop rows inside each batch. A stream holds a batch and the segment's
+deletion vector, never a segment or a partition (:mod:`compaction.read.ahead` runs a few streams at once).
+Pages are checked against their CRCs as they are read, and the object's size against the manifest, as a
+column read of the cleaner is.
 """
 
 from __future__ import annotations
