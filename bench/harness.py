@@ -16,6 +16,8 @@ Scenarios:
   S4  memory: 50M records on a standalone cluster (driver 1 GB, executors 2 GB), with the driver's peak
       RSS at 12.5M, 25M and 50M records
   scaling  S1's job at 5M, 10M and 20M records
+  read     a streaming read of S1's store through the read API (every column, as Arrow batches) against
+           DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
 """
 
 from __future__ import annotations
@@ -296,6 +298,30 @@ def scaling(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
     return result
 
 
+def read(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Stream S1's stores (5M, 10M, 20M records) with the read API and with DuckDB over a plain glob."""
+    result: dict[str, Any] = {}
+    for size in sizes:
+        spec = GenerateSpec(records=size, keys=size // 5, partitions=4, segment_records=500_000,
+                            end_time_ms=WRITTEN, seed=1)
+        source = generated(work, f"s1-{size}", spec)
+        records, size_bytes = store_bytes(source)
+        row: dict[str, Any] = {"input_records": records, "input_bytes": size_bytes}
+        measured: dict[str, list[Measure]] = {"read": [], "duckdb-read": []}
+        for _ in range(runs):  # the engines take turns, so a busy spell of the machine hits both alike
+            for name, measures in measured.items():
+                measures.append(run_measured([PYTHON, str(ROOT / "bench" / "engines.py"), name, source]))
+        for name, measures in measured.items():
+            seen = {int(m.extra["stdout"].strip()) for m in measures}
+            if seen != {records}:
+                raise RuntimeError(f"{name} read {seen} records of {source}, the manifests hold {records}")
+            row[name] = median(measures)
+            row[name]["records_per_second"] = int(records / row[name]["seconds"])
+        row["x_duckdb"] = round(row["read"]["seconds"] / row["duckdb-read"]["seconds"], 2)
+        result[str(size)] = row
+    return result
+
+
 def machine() -> dict[str, Any]:
     import duckdb
     import polars
@@ -350,6 +376,13 @@ def table(results: dict[str, Any]) -> str:
         lines.append("S4 (standalone cluster, driver 1 GB, executors 2 GB): " + "; ".join(
             f"{int(size):,} records {row['seconds']:.0f} s, driver peak RSS {row['driver_peak_rss_mb']:,} MB"
             for size, row in s4_rows.items()))
+    reads = results["scenarios"].get("read")
+    if reads:
+        lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(
+            f"{int(size):,} records {row['read']['seconds']:.1f} s ({row['read']['records_per_second']:,} records/s, "
+            f"peak RSS {row['read']['peak_rss_mb']:,} MB) vs DuckDB {row['duckdb-read']['seconds']:.1f} s "
+            f"(peak RSS {row['duckdb-read']['peak_rss_mb']:,} MB) = {row['x_duckdb']}x"
+            for size, row in reads.items()))
     scale = results["scenarios"].get("scaling")
     if scale:
         lines.append("scaling (job, run time without start-up): " + "; ".join(
@@ -393,7 +426,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each (about a minute)")
-    parser.add_argument("--scenarios", default="S1,S2,S3,S4,scaling")
+    parser.add_argument("--scenarios", default="S1,S2,S3,S4,scaling,read")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -403,7 +436,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
-    chosen = args.scenarios.split(",") if not args.quick else ["S1", "S2", "S3", "scaling"]
+    chosen = args.scenarios.split(",") if not args.quick else ["S1", "S2", "S3", "scaling", "read"]
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": runs, "scenarios": {}}
     startups = [spark_startup() for _ in range(runs)]
     results["spark_startup_seconds"] = round(statistics.median(m.extra["session_seconds"] for m in startups), 2)
@@ -413,6 +446,7 @@ def main() -> None:
         "S3": lambda: s3(work, runs, 20_000_000 // scale),
         "S4": lambda: s4(work, 50_000_000 // scale),
         "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
+        "read": lambda: read(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
     }
     for name in chosen:
         started = time.perf_counter()

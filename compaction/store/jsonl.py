@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -150,8 +150,3 @@ def to_lines(table: pa.Table) -> Iterator[str]:
             else:
                 out[name] = value
         yield json.dumps(out, separators=(",", ":"))
-
-
-def write_lines(table: pa.Table, stream: IO[str]) -> None:
-    for line in to_lines(table):
-        stream.write(line + "\n")
