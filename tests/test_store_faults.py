@@ -186,8 +186,9 @@ def unreachable_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.mark.parametrize("budget_ms", [1_500, 5_000])
 def test_an_unreachable_endpoint_gives_up_within_the_retry_budget(unreachable_endpoint: str, budget_ms: int) -> None:
     store = Store.open("s3://nightly-store", {**storage_options(unreachable_endpoint), "retry_budget_ms": budget_ms})
+    store.storage.fs.connect()  # the client is built first: loading botocore's models is not a network call
     started = time.monotonic()
     with pytest.raises(StoreError, match=f"cannot list s3://nightly-store: the endpoint {unreachable_endpoint} "
                                          f"(cannot be reached|did not answer) .*; gave up within the retry budget"):
         store.require_exists()
-    assert time.monotonic() - started < budget_ms / 1000 + 0.5
+    assert time.monotonic() - started < budget_ms / 1000 + 0.75  # the budget, and a loaded machine's scheduling
