@@ -358,6 +358,13 @@ def cmd_append(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         raise InvalidRecordsError(f"input file {path} does not exist")
+    if path.suffix == ".log":  # Kafka record batches: kept byte for byte, offsets and all
+        manifest = store.append_log(tp, path.read_bytes(), now_ms=now, writer=Writer(id="compaction-append"),
+                                    where=str(path))
+        segment = manifest.segments[-1]
+        print(f"appended {segment.record_count} record(s) in Kafka record batches to {tp} at "
+              f"[{segment.base_offset}, {segment.next_offset}) as manifest version {manifest.version}")
+        return EXIT_OK
     if path.suffix == ".parquet":
         try:
             table = pq.read_table(path)
@@ -405,13 +412,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             continue
         s = partition_status(manifest)
         statuses.append(s)
-        rows.append([s.partition, s.version, s.segments, human_bytes(s.size_bytes), s.records,
+        rows.append([s.partition, s.version, s.format, s.segments, human_bytes(s.size_bytes), s.records,
                      f"[{s.log_start_offset}, {s.log_end_offset})", s.first_dirty_offset,
                      human_bytes(s.dirty_bytes), s.last_operation])
     if args.json:
         print(json.dumps({"partitions": [s.to_dict() for s in statuses], "errors": failures}, indent=1))
     else:
-        print(format_table(["partition", "version", "segments", "size", "records", "log", "checkpoint",
+        print(format_table(["partition", "version", "format", "segments", "size", "records", "log", "checkpoint",
                             "dirty", "last"], rows))
         total = sum(s.size_bytes for s in statuses)
         print(f"\n{len(statuses)} partition(s), {sum(s.records for s in statuses):,} records, {human_bytes(total)}")
@@ -578,15 +585,18 @@ def build_parser() -> argparse.ArgumentParser:
     _now_args(p, "commit time")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("append", help="append a Parquet or JSON Lines file as a new segment",
+    p = sub.add_parser("append", help="append a Parquet, JSON Lines or Kafka .log file as a new segment",
                        description="Append records as one new segment at the partition's log end. Offsets are "
                                    "assigned from the log end when the file has none; explicit offsets must start "
                                    "at or after it. Records without a timestamp get the append time unless "
-                                   "--no-timestamp.")
+                                   "--no-timestamp. A .log file of Kafka record batches (v2) becomes a .log segment "
+                                   "byte for byte: its CRCs are checked, and its first batch must start at the log "
+                                   "end offset (its offsets are kept).")
     _store_args(p)
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
-    p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, or JSON Lines")
+    p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, a Kafka .log file of record "
+                                                "batches, or JSON Lines")
     p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
     _now_args(p, "append time")
     p.set_defaults(func=cmd_append)

@@ -242,7 +242,8 @@ class Cleaner:
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
                     first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id))
+                    policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id,
+                    segment_format=p.segment_format))
         return tasks
 
     def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
@@ -254,7 +255,8 @@ class Cleaner:
     def _job(self, p: PartitionPlan, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
              now_ms: int) -> ApplyJob:
         return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
-                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id)
+                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id,
+                        segment_format=p.segment_format)
 
     def _clean_in_tasks(self, items: list[PartitionWork], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""

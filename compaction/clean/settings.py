@@ -16,6 +16,7 @@ from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
 from compaction.store.segment import LONG_MAX
 
 POLICIES = ("compact", "delete")
+SEGMENT_FORMATS = ("parquet", "kafka")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class TopicConfig:
     compaction_strategy_header: str = ""
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
+    # What the cleaner writes: "parquet" or "kafka" (.log record batches); None: the format the partition's
+    # segments already have (its newest segment's).
+    segment_format: str | None = None
 
     @property
     def compact(self) -> bool:
@@ -56,6 +60,7 @@ TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "compaction.strategy.header": ("compaction_strategy_header", "log.cleaner.compaction.strategy.header"),
     "retention.ms": ("retention_ms", "log.retention.ms"),
     "retention.bytes": ("retention_bytes", "log.retention.bytes"),
+    "segment.format": ("segment_format", "log.segment.format"),
 }
 #: Kafka's broker-level name -> its topic-level name.
 BROKER_NAMES = {broker: topic for topic, (_, broker) in TOPIC_KEYS.items()}
@@ -93,6 +98,10 @@ def check_value(key: str, value: Any, name: str | None = None) -> Any:
             return Strategy(str(value).lower())
         except ValueError:
             raise _invalid(value, name, f"String must be one of: {', '.join(Strategy)}") from None
+    if key == "segment.format":
+        if value not in SEGMENT_FORMATS:
+            raise _invalid(value, name, f"String must be one of: {', '.join(SEGMENT_FORMATS)}")
+        return value
     if key == "compaction.strategy.header":
         if not isinstance(value, str):
             raise _invalid(value, name, "Expected value to be a string")

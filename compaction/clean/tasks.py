@@ -54,6 +54,7 @@ class ReadTask:
     # For a partition decided and applied in one task (the Arrow plan, one bucket):
     policy: ApplyPolicy | None = None
     horizon_ms: int = 0
+    segment_format: str = "parquet"  # what its rewrites write
     pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its objects (:func:`object_id`)
 
 
@@ -70,6 +71,7 @@ class ApplyJob:
     log_start_offset: int
     deletes_only: bool = False
     pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its object (:func:`object_id`)
+    segment_format: str = "parquet"  # what a rewrite writes
 
     @property
     def base_offset(self) -> int:
@@ -456,7 +458,8 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
     if output.num_rows:
         # Kafka keeps the last source's modification time: records keep their age through rewrites.
         segment = job.store.write_segment(job.tp, output, job.base_offset, job.next_offset,
-                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id))
+                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
+                                          segment_format=job.segment_format)
         result.update(segment=segment.model_dump_json(), bytes_written=segment.size_bytes)
     return result
 
@@ -487,7 +490,7 @@ def clean_in_task(task: ReadTask) -> dict[str, Any]:
     for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes, task.first_dirty_offset,
                                                                task.policy)):
         job = ApplyJob(task.tp, task.store, job_id, sources, task.horizon_ms, task.now_ms, task.log_start_offset,
-                       deletes_only, task.pass_id)
+                       deletes_only, task.pass_id, task.segment_format)
         jobs.append({"job_id": job_id, "sources": [s.base_offset for s in sources], "deletes_only": deletes_only,
                      **apply_job(job, verdicts)})
     return {"outcomes": {str(base): asdict(outcome) for base, outcome in outcomes.items()}, "jobs": jobs}

@@ -67,7 +67,7 @@ class SegmentMeta(_Frozen):
     """A live segment as the manifest records it; ``[base_offset, next_offset)`` is its offset range."""
 
     path: str
-    format: Literal["parquet"] = "parquet"
+    format: Literal["parquet", "kafka"] = "parquet"  # a .parquet object, or a .log of Kafka record batches
     base_offset: int = Field(ge=0)
     next_offset: int
     record_count: int = Field(ge=0)
@@ -88,9 +88,12 @@ class SegmentMeta(_Frozen):
         match = SEGMENT_NAME.match(self.path)
         if not match:
             raise ValueError(
-                f"segment path {self.path!r} is not a segments/<20-digit base>-<id>.parquet name inside the "
-                "partition"
+                f"segment path {self.path!r} is not a segments/<20-digit base>-<id>.parquet (or .log) name inside "
+                "the partition"
             )
+        if (match.group(3) == "log") != (self.format == "kafka"):
+            raise ValueError(f"segment {self.path} is a .{match.group(3)} object, but the manifest gives format "
+                             f"{self.format!r} (.parquet objects are parquet, .log objects kafka)")
         if int(match.group(1)) != self.base_offset:
             raise ValueError(f"segment {self.path} is named for base offset {int(match.group(1))}, "
                              f"but the manifest gives base_offset {self.base_offset}")
