@@ -342,7 +342,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         value_bytes=args.value_bytes, end_time_ms=args.end_time if args.end_time is not None else now,
         time_span_ms=args.time_span, missing_timestamp_ratio=args.missing_timestamp_ratio,
         segment_records=args.segment_records, version_header=args.version_header, seed=args.seed,
-        partition0_share=args.skew, hot_key_records=args.hot_key_records,
+        partition0_share=args.skew, hot_key_records=args.hot_key_records, segment_format=args.format,
+        compression=args.compression, transactional_ratio=args.transactional_ratio, abort_ratio=args.abort_ratio,
+        transaction_records=args.transaction_records,
     )
     manifests = generate(store, spec, now_ms=now)
     total = sum(m.size_bytes for m in manifests)
@@ -581,6 +583,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of each topic's records and keys that go to partition 0 (default: even)")
     p.add_argument("--hot-key-records", type=int, default=0,
                    help="records of partition 0 that all update one key (default: 0)")
+    p.add_argument("--format", choices=["parquet", "kafka"], default="parquet",
+                   help="segment format: parquet, or kafka (.log files of Kafka record batches v2) (default: parquet)")
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none",
+                   help="the record batches' codec, with --format kafka (default: none)")
+    p.add_argument("--transactional-ratio", type=float, default=0.0,
+                   help="share of records written by transactional producers, each transaction ended by a commit "
+                        "or abort marker (default: 0)")
+    p.add_argument("--abort-ratio", type=float, default=0.0, help="share of transactions that abort (default: 0)")
+    p.add_argument("--transaction-records", type=positive_int, default=100,
+                   help="records per transaction (default: 100)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     _now_args(p, "commit time")
     p.set_defaults(func=cmd_generate)

@@ -122,7 +122,8 @@ def frame_batches(records: pa.Table, compression: str = "none") -> pa.Table:
         pa.nulls(len(first), pa.int32()),
         pa.array(np.full(len(first), -1, dtype=np.int32)),
         pa.array(attributes.astype(np.int16)),
-        pa.repeat(pa.scalar(compression), len(first)).cast(pa.string()),
+        # Markers are written uncompressed, as the coordinator writes them (MemoryRecords.withEndTransactionMarker).
+        pa.array(np.where(control[first], "none", compression), pa.string()),
         pa.nulls(len(first), pa.int64()),
         pa.nulls(len(first), pa.int64()),
         pa.array(producer[first].astype(np.int64)),
