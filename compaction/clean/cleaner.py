@@ -43,6 +43,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from compaction.clean import rules
+from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.outcome import PartitionResult, RunReport
@@ -243,7 +244,7 @@ class Cleaner:
                     log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
                     first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
                     policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id,
-                    segment_format=p.segment_format))
+                    segment_format=p.segment_format, batch_policy=self._batch_policy(p, now_ms)))
         return tasks
 
     def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
@@ -256,7 +257,16 @@ class Cleaner:
              now_ms: int) -> ApplyJob:
         return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
                         log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id,
-                        segment_format=p.segment_format)
+                        segment_format=p.segment_format, batch_policy=self._batch_policy(p, now_ms))
+
+    @staticmethod
+    def _batch_policy(p: PartitionPlan, now_ms: int) -> BatchPolicy | None:
+        """What keeps a ``.log`` batch that loses every record (only a pass that writes .log segments needs it)."""
+        if p.segment_format != "kafka":
+            return None
+        assert p.manifest is not None and p.config is not None and p.first_uncleanable_offset is not None
+        return BatchPolicy(p.first_uncleanable_offset,
+                           active_producers(p.manifest, p.config.producer_id_expiration_ms, now_ms))
 
     def _clean_in_tasks(self, items: list[PartitionWork], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""

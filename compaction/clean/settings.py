@@ -37,6 +37,8 @@ class TopicConfig:
     # What the cleaner writes: "parquet" or "kafka" (.log record batches); None: the format the partition's
     # segments already have (its newest segment's).
     segment_format: str | None = None
+    # A producer is active (its last batch kept, empty if need be) while its last batch is younger than this.
+    producer_id_expiration_ms: int = 86_400_000
 
     @property
     def compact(self) -> bool:
@@ -61,6 +63,7 @@ TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "retention.ms": ("retention_ms", "log.retention.ms"),
     "retention.bytes": ("retention_bytes", "log.retention.bytes"),
     "segment.format": ("segment_format", "log.segment.format"),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", "producer.id.expiration.ms"),
 }
 #: Kafka's broker-level name -> its topic-level name.
 BROKER_NAMES = {broker: topic for topic, (_, broker) in TOPIC_KEYS.items()}
@@ -75,6 +78,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "segment.ms": (1, None),
     "retention.ms": (-1, None),
     "retention.bytes": (-1, None),
+    "producer.id.expiration.ms": (1, None),
 }
 
 

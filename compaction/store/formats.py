@@ -117,15 +117,17 @@ def frame_batches(records: pa.Table, compression: str = "none") -> pa.Table:
         batch_horizon[batch_of[concerned]] = pc.fill_null(horizon, 0).to_numpy(zero_copy_only=False)[concerned]
         has_horizon[batch_of[concerned]] = valid
     attributes = np.where(txn[first], TRANSACTIONAL, 0) | np.where(control[first], CONTROL, 0)
+    last = np.append(first[1:], n) - 1
+    stamps = pc.fill_null(records.column("timestamp"), -1).to_numpy(zero_copy_only=False)
     return pa.Table.from_arrays([
         pa.array(offsets[first], pa.int64()),
-        pa.nulls(len(first), pa.int32()),
+        pa.array((offsets[last] - offsets[first]).astype(np.int32)),
         pa.array(np.full(len(first), -1, dtype=np.int32)),
         pa.array(attributes.astype(np.int16)),
         # Markers are written uncompressed, as the coordinator writes them (MemoryRecords.withEndTransactionMarker).
         pa.array(np.where(control[first], "none", compression), pa.string()),
         pa.nulls(len(first), pa.int64()),
-        pa.nulls(len(first), pa.int64()),
+        pa.array(np.maximum(np.maximum.reduceat(stamps, first), -1), pa.int64()),
         pa.array(producer[first].astype(np.int64)),
         pa.array(epoch[first].astype(np.int16)),
         pa.array(np.full(len(first), -1, dtype=np.int32)),
@@ -139,6 +141,53 @@ def frame_batches(records: pa.Table, compression: str = "none") -> pa.Table:
 def encode_log(records: pa.Table, batches: pa.Table | None = None, compression: str = "none") -> bytes:
     """Encode records as record batches: in the given batch rows, or framed by :func:`frame_batches`."""
     return kafka.encode(records, batches if batches is not None else frame_batches(records, compression))
+
+
+def producer_summaries(producer_id: np.ndarray, producer_epoch: np.ndarray, last_offset: np.ndarray,
+                       max_timestamp: np.ndarray, control: np.ndarray) -> list[dict[str, Any]]:
+    """Each producer's last batch among batches (or records) in log order: the fields of
+    :class:`~compaction.store.manifest.ProducerState`. Rows without a producer id (-1) are no producer's."""
+    rows = np.flatnonzero(producer_id >= 0)
+    if not rows.size:
+        return []
+    order = rows[np.argsort(producer_id[rows], kind="stable")]
+    pid, epoch = producer_id[order], producer_epoch[order]
+    new_group = np.ones(len(order), dtype=bool)
+    new_group[1:] = pid[1:] != pid[:-1]
+    group_last = np.append(np.flatnonzero(new_group)[1:] - 1, len(order) - 1)
+    # Kafka clears a producer's batch metadata when its epoch changes: only its last epoch's data counts.
+    new_run = new_group.copy()
+    new_run[1:] |= epoch[1:] != epoch[:-1]
+    run = np.cumsum(new_run)
+    group = np.cumsum(new_group) - 1
+    in_last_run = run == run[group_last][group]
+    data = in_last_run & ~control[order]
+    last_data = np.full(len(group_last), -1, dtype=np.int64)
+    np.maximum.at(last_data, group[data], last_offset[order][data])
+    picked = order[group_last]
+    return [{"producer_id": int(p), "producer_epoch": int(e), "last_offset": int(o), "max_timestamp": int(t),
+             "last_data_offset": int(d) if d >= 0 else None}
+            for p, e, o, t, d in zip(producer_id[picked], producer_epoch[picked], last_offset[picked],
+                                     max_timestamp[picked], last_data, strict=True)]
+
+
+def batch_producers(batches: pa.Table) -> list[dict[str, Any]]:
+    """:func:`producer_summaries` of a ``.log`` segment's batch rows."""
+    attributes = batches.column("attributes").to_numpy()
+    return producer_summaries(
+        batches.column("producer_id").to_numpy(), batches.column("producer_epoch").to_numpy(),
+        batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(np.int64),
+        pc.fill_null(batches.column("max_timestamp"), -1).to_numpy(), (attributes & CONTROL) != 0)
+
+
+def record_producers(records: pa.Table) -> list[dict[str, Any]]:
+    """:func:`producer_summaries` of Parquet records, each record its own batch."""
+    return producer_summaries(
+        pc.fill_null(records.column("producer_id"), -1).to_numpy(zero_copy_only=False),
+        pc.fill_null(records.column("producer_epoch"), -1).to_numpy(zero_copy_only=False),
+        records.column("offset").to_numpy(),
+        pc.fill_null(records.column("timestamp"), -1).to_numpy(zero_copy_only=False),
+        pc.fill_null(records.column("is_control"), False).to_numpy(zero_copy_only=False))
 
 
 def check_format(name: str) -> SegmentFormatName:

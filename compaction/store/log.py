@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,12 +42,15 @@ from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Wri
 from compaction.store.formats import (
     EXTENSIONS,
     LogSegment,
+    batch_producers,
     check_batch_offsets,
     check_format,
     decode_log,
     encode_log,
+    frame_batches,
+    record_producers,
 )
-from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, segment_name
+from compaction.store.manifest import DeletionVector, Manifest, ProducerState, SegmentMeta, segment_name
 from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
 from compaction.store.segment import (
     LONG_MAX,
@@ -160,9 +164,15 @@ class Store:
         fmt = check_format(segment_format)
         stats = segment_stats(table)
         if fmt == "kafka":
+            if batches is None:
+                if encoded is not None:
+                    raise InvalidRecordsError("write_segment: encoded batches need their batch rows")
+                batches = frame_batches(table)
             data = encoded if encoded is not None else encode_log(table, batches)
+            producers = batch_producers(batches)
         else:
             data = encode_parquet(table, compression)
+            producers = record_producers(table)
         rel = segment_name(base_offset, object_id or uuid.uuid4().hex, EXTENSIONS[fmt])
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return SegmentMeta(
@@ -173,6 +183,7 @@ class Store:
             tombstone_count=stats.tombstone_count, keyless_count=stats.keyless_count,
             transactional_count=stats.transactional_count, control_count=stats.control_count,
             min_delete_horizon_ms=stats.min_delete_horizon_ms,
+            producers=tuple(ProducerState(**p) for p in producers),
         )
 
     def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
@@ -221,6 +232,18 @@ class Store:
         if trim:
             table = table.filter(pc.greater_equal(table.column("offset"), start))
         return table.drop_columns(["offset"]) if needs_offset else table
+
+    def live_rows(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray,
+                  start: int | None = None) -> np.ndarray:
+        """Which of a segment's records (given by their offsets) a reader sees: those its deletion vector does
+        not remove, and with ``start`` (the log start offset) none below it."""
+        live = np.ones(len(offsets), dtype=bool)
+        if segment.deletes is not None:
+            deleted = pc.is_in(offsets, self.read_deletes(tp, segment.deletes))
+            live &= ~deleted.to_numpy(zero_copy_only=False)
+        if start is not None and segment.base_offset < start:
+            live &= pc.greater_equal(offsets, start).to_numpy(zero_copy_only=False)
+        return live
 
     def read_log_segment(self, tp: TopicPartition, segment: SegmentMeta) -> LogSegment:
         """A ``.log`` segment whole: its bytes (checked against the commit), every record and every batch.
@@ -370,7 +393,7 @@ class Store:
                 raise OffsetOverlapError(problem) if first < expected else InvalidRecordsError(problem)
             if not written:
                 written.append(self.write_segment(tp, records, first, next_offset, created_ms=now_ms,
-                                                  segment_format="kafka", encoded=payload))
+                                                  segment_format="kafka", encoded=payload, batches=batches))
             return appended_state(latest, written, records, where)
 
         return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)

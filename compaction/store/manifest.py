@@ -63,6 +63,18 @@ class DeletionVector(_Frozen):
         return self
 
 
+class ProducerState(_Frozen):
+    """A producer's last batch in a segment (what Kafka's producer state keeps of it): its epoch, its last offset
+    and max timestamp, and the last offset of its last data batch of that epoch (None when the epoch has only
+    markers in the segment: Kafka's ``lastDataOffset`` is empty after an epoch bump)."""
+
+    producer_id: int = Field(ge=0)
+    producer_epoch: int
+    last_offset: int
+    max_timestamp: int
+    last_data_offset: int | None = None
+
+
 class SegmentMeta(_Frozen):
     """A live segment as the manifest records it; ``[base_offset, next_offset)`` is its offset range."""
 
@@ -82,6 +94,7 @@ class SegmentMeta(_Frozen):
     control_count: int = Field(default=0, ge=0)
     min_delete_horizon_ms: int | None = None
     deletes: DeletionVector | None = None
+    producers: tuple[ProducerState, ...] = ()  # each producer's last batch (a record, in Parquet), by producer id
 
     @model_validator(mode="after")
     def _check(self) -> SegmentMeta:
@@ -135,6 +148,19 @@ class SegmentMeta(_Frozen):
         creation time when no live record has one (Kafka falls back to the file's modification time)."""
         latest = self.live_max_timestamp
         return latest if latest is not None else self.created_ms
+
+
+def producer_state(segments: tuple[SegmentMeta, ...] | list[SegmentMeta]) -> dict[int, ProducerState]:
+    """Each producer's last batch in a log of ``segments`` (in offset order), as Kafka's producer state has it:
+    a segment whose producer has only markers of the same epoch keeps the earlier last data offset."""
+    state: dict[int, ProducerState] = {}
+    for segment in segments:
+        for last in segment.producers:
+            before = state.get(last.producer_id)
+            if last.last_data_offset is None and before is not None and before.producer_epoch == last.producer_epoch:
+                last = last.model_copy(update={"last_data_offset": before.last_data_offset})
+            state[last.producer_id] = last
+    return state
 
 
 class WriterInfo(_Frozen):
