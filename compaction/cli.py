@@ -36,6 +36,7 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
+from compaction.interop import export_partition, import_partition
 from compaction.job import JobOptions, run_job
 from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
@@ -388,6 +389,23 @@ def cmd_append(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    tp = topic_partition(args)
+    now = command_now(args, wall_clock_ms())
+    manifest = import_partition(open_store(args), tp, args.directory, now_ms=now)
+    print(f"imported {len(manifest.segments)} segment(s), offsets [{manifest.log_start_offset}, "
+          f"{manifest.log_end_offset}), into {tp} as manifest version {manifest.version}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    tp = topic_partition(args)
+    written = export_partition(open_store(args), tp, args.directory)
+    logs_written = [p for p in written if p.suffix == ".log"]
+    print(f"exported {tp} as {len(logs_written)} .log file(s) with their indexes into {args.directory}")
+    return EXIT_OK
+
+
 def cmd_read(args: argparse.Namespace) -> int:
     tp = topic_partition(args)
     store = open_store(args)
@@ -612,6 +630,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
     _now_args(p, "append time")
     p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("import", help="load a Kafka partition directory's .log files as a partition's segments",
+                       description="Load a Kafka partition directory (a broker's, a backup's, tiered storage's): its "
+                                   "<20-digit base offset>.log files, in offset order, become .log segments byte for "
+                                   "byte, each covering [its base offset, the next file's). Every batch's CRC and "
+                                   "framing is checked and abort markers are cross-checked with .txnindex files; "
+                                   ".index, .timeindex and .snapshot files are ignored. Bad input refuses the whole "
+                                   "import, naming the file and offset, and nothing is written.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
+    p.add_argument("directory", metavar="DIR", help="the partition directory (a local path)")
+    _now_args(p, "import time")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write a partition's live log as a Kafka partition directory",
+                       description="Write the live log as a Kafka partition directory that kafka-dump-log.sh and a "
+                                   "broker read: <20-digit base offset>.log files with the .index, .timeindex and "
+                                   ".txnindex files Kafka's LogSegment builds (index.interval.bytes 4096). Records "
+                                   "a deletion vector hides are left out; Parquet segments are framed in batches. "
+                                   "An uncleaned import exports the same files.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
+    p.add_argument("directory", metavar="DIR", help="a new or empty local directory")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("read", help="dump a partition's live log as JSON Lines or Parquet")
     _store_args(p)
