@@ -12,6 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+# The checkout's own package, not whichever one the environment has installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from compaction.store import Store
 
 
