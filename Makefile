@@ -11,7 +11,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup run test cluster-test soak bench bench-quick bench-codec lint clean
+.PHONY: help setup airflow-setup dist run test cluster-test soak bench bench-quick bench-codec lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,10 @@ $(BIN)/.installed: pyproject.toml
 	@touch $@
 
 setup: $(BIN)/.installed ## create .venv and install the project with its dev tools
+
+dist: setup ## build the wheel that workers install (dist/compaction-<version>-py3-none-any.whl)
+	rm -rf build dist/compaction-*.whl  # no stale module (setuptools keeps build/) and one wheel to install
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 
 $(AIRFLOW_VENV)/.installed: dags/requirements.txt
 	$(PYTHON) -m venv $(AIRFLOW_VENV)
@@ -73,4 +77,4 @@ lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vul
 	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
 
 clean: ## remove the demo store, reports, packages and caches (keeps the virtualenvs)
-	rm -rf $(STORE) out dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(STORE) out dist build compaction.egg-info .pytest_cache .mypy_cache .ruff_cache

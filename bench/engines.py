@@ -2,9 +2,15 @@
 Parquet in offset order (one file per partition, zstd, like the job's segments); and the I/O floor.
 
     python bench/engines.py {duckdb,polars,floor} STORE OUTPUT_DIR
+    python bench/engines.py {read,duckdb-read} STORE
 
 Each keeps, per partition, every keyless record and the record with the highest offset of each key (the
 job's offset strategy), reading exactly the live segments the store's manifests list.
+
+The two readers stream every column of topic ``orders`` as Arrow record batches and print how many
+records they saw: ``read`` through the project's read API (manifests, deletion vectors, log starts),
+``duckdb-read`` with DuckDB and a plain glob over the segment folders (correct only on a store that has
+never been cleaned, as the benchmark's are).
 """
 
 from __future__ import annotations
@@ -12,8 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# The checkout's own package, not whichever one the environment has installed.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package, as harness.py does
 
 from compaction.store import Store
 
@@ -63,11 +68,33 @@ def run_floor(inputs: dict[str, list[str]], output: Path) -> None:
         pq.write_table(pq.read_table(files), output / f"{name}.parquet", compression="zstd")
 
 
+def read_stream(store_url: str) -> int:
+    from compaction.read.scan import scan
+
+    return sum(batch.num_rows for batch in scan(store_url, "orders").to_batches())
+
+
+def read_duckdb(store_url: str) -> int:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        relation = con.sql(f"SELECT * FROM read_parquet('{store_url}/orders/*/segments/*.parquet')")
+        return sum(batch.num_rows for batch in relation.to_arrow_reader(65_536))
+    finally:
+        con.close()
+
+
 ENGINES = {"duckdb": run_duckdb, "polars": run_polars, "floor": run_floor}
+READERS = {"read": read_stream, "duckdb-read": read_duckdb}
 
 
 def main() -> None:
-    engine, store, output = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    engine, store = sys.argv[1], sys.argv[2]
+    if engine in READERS:
+        print(READERS[engine](store))
+        return
+    output = Path(sys.argv[3])
     output.mkdir(parents=True, exist_ok=True)
     ENGINES[engine](live_segments(store), output)
 

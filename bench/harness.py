@@ -18,6 +18,8 @@ Scenarios:
   K1  Kafka's format: S1's records as .log segments of zstd record batches, cleaned at batch level, against
       DuckDB on the Parquet copy of the same records (S1's store)
   scaling  S1's job at 5M, 10M and 20M records
+  read     a streaming read of S1's store through the read API (every column, as Arrow batches) against
+           DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
 """
 
 from __future__ import annotations
@@ -315,6 +317,30 @@ def scaling(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
     return result
 
 
+def read(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Stream S1's stores (5M, 10M, 20M records) with the read API and with DuckDB over a plain glob."""
+    result: dict[str, Any] = {}
+    for size in sizes:
+        spec = GenerateSpec(records=size, keys=size // 5, partitions=4, segment_records=500_000,
+                            end_time_ms=WRITTEN, seed=1)
+        source = generated(work, f"s1-{size}", spec)
+        records, size_bytes = store_bytes(source)
+        row: dict[str, Any] = {"input_records": records, "input_bytes": size_bytes}
+        measured: dict[str, list[Measure]] = {"read": [], "duckdb-read": []}
+        for _ in range(runs):  # the engines take turns, so a busy spell of the machine hits both alike
+            for name, measures in measured.items():
+                measures.append(run_measured([PYTHON, str(ROOT / "bench" / "engines.py"), name, source]))
+        for name, measures in measured.items():
+            seen = {int(m.extra["stdout"].strip()) for m in measures}
+            if seen != {records}:
+                raise RuntimeError(f"{name} read {seen} records of {source}, the manifests hold {records}")
+            row[name] = median(measures)
+            row[name]["records_per_second"] = int(records / row[name]["seconds"])
+        row["x_duckdb"] = round(row["read"]["seconds"] / row["duckdb-read"]["seconds"], 2)
+        result[str(size)] = row
+    return result
+
+
 def machine() -> dict[str, Any]:
     import duckdb
     import polars
@@ -376,6 +402,13 @@ def table(results: dict[str, Any]) -> str:
                      f"MB): job on .log {k1_rows['job']['seconds']:.1f} s (run {k1_rows['job']['run_seconds']:.1f} s, "
                      f"peak RSS {k1_rows['job']['peak_rss_mb']:,} MB) vs DuckDB on Parquet "
                      f"{k1_rows['duckdb']['seconds']:.1f} s = {k1_rows['job']['x_duckdb']}x")
+    reads = results["scenarios"].get("read")
+    if reads:
+        lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(
+            f"{int(size):,} records {row['read']['seconds']:.1f} s ({row['read']['records_per_second']:,} records/s, "
+            f"peak RSS {row['read']['peak_rss_mb']:,} MB) vs DuckDB {row['duckdb-read']['seconds']:.1f} s "
+            f"(peak RSS {row['duckdb-read']['peak_rss_mb']:,} MB) = {row['x_duckdb']}x"
+            for size, row in reads.items()))
     scale = results["scenarios"].get("scaling")
     if scale:
         lines.append("scaling (job, run time without start-up): " + "; ".join(
@@ -419,8 +452,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each (about a minute)")
-    parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S2,S3,S4,K1,scaling; with "
-                                                          "--quick S1,S2,S3,K1,scaling)")
+    parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S2,S3,S4,K1,scaling,read; with "
+                                                          "--quick S1,S2,S3,K1,scaling,read)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -430,7 +463,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
-    default = "S1,S2,S3,K1,scaling" if args.quick else "S1,S2,S3,S4,K1,scaling"
+    default = "S1,S2,S3,K1,scaling,read" if args.quick else "S1,S2,S3,S4,K1,scaling,read"
     chosen = (args.scenarios or default).split(",")
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": runs, "scenarios": {}}
     startups = [spark_startup() for _ in range(runs)]
@@ -442,6 +475,7 @@ def main() -> None:
         "S4": lambda: s4(work, 50_000_000 // scale),
         "K1": lambda: k1(work, runs, 20_000_000 // scale),
         "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
+        "read": lambda: read(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
     }
     for name in chosen:
         started = time.perf_counter()

@@ -26,8 +26,9 @@ Vocabulary (Kafka's; every identifier in this package uses these words):
 No code below the command line reads the clock: ``now`` is always an argument.
 
 The package is laid out as its architecture (``docs/architecture.md``): :mod:`compaction.store` (the store:
-storage, formats, manifests and commits), :mod:`compaction.clean` (choosing and cleaning partitions), and
-the application edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`,
+storage, formats, manifests and commits), :mod:`compaction.clean` (choosing and cleaning partitions),
+:mod:`compaction.read` (reading the clean log at a version, for every tool downstream), and the application
+edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`,
 :mod:`compaction.report`). The names below are the public API; they load on first use, so that importing
 the package does not start the JVM libraries a store command never needs.
 """
@@ -54,6 +55,7 @@ _API = {
     "SegmentSchemaError": "compaction.errors",
     "StoreError": "compaction.errors",
     "StoreNotFoundError": "compaction.errors",
+    "VersionNotFoundError": "compaction.errors",
     "DeletionVector": "compaction.store",
     "Manifest": "compaction.store",
     "SegmentMeta": "compaction.store",
@@ -76,6 +78,17 @@ _API = {
     "PartitionResult": "compaction.clean.outcome",
     "RunReport": "compaction.clean.outcome",
     "Status": "compaction.clean.outcome",
+    "Scan": "compaction.read.scan",
+    "scan": "compaction.read.scan",
+    "read_table": "compaction.read.scan",
+    "read_batches": "compaction.read.scan",
+    "RecordFilter": "compaction.read.filters",
+    "PartitionFiles": "compaction.read.files",
+    "LiveFile": "compaction.read.files",
+    "VersionEntry": "compaction.read.history",
+    "history": "compaction.read.history",
+    "SnapshotResult": "compaction.read.export",
+    "snapshot": "compaction.read.export",
     "Settings": "compaction.config",
     "GenerateSpec": "compaction.synthetic",
     "generate": "compaction.synthetic",
@@ -96,17 +109,22 @@ __all__ = [
     "GenerateSpec",
     "InvalidManifestError",
     "InvalidRecordsError",
+    "LiveFile",
     "Manifest",
     "MissingObjectError",
     "OffsetOverlapError",
+    "PartitionFiles",
     "PartitionPlan",
     "PartitionResult",
     "Plan",
     "PlanError",
+    "RecordFilter",
     "RunReport",
+    "Scan",
     "SegmentMeta",
     "SegmentSchemaError",
     "Settings",
+    "SnapshotResult",
     "Status",
     "Store",
     "StoreError",
@@ -114,11 +132,18 @@ __all__ = [
     "Strategy",
     "TopicConfig",
     "TopicPartition",
+    "VersionEntry",
+    "VersionNotFoundError",
     "Writer",
     "collect_store",
     "generate",
+    "history",
     "plan_store",
+    "read_batches",
+    "read_table",
     "records",
+    "scan",
+    "snapshot",
     "verify",
 ]
 
@@ -143,7 +168,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         SegmentSchemaError,
         StoreError,
         StoreNotFoundError,
+        VersionNotFoundError,
     )
+    from compaction.read.export import SnapshotResult, snapshot
+    from compaction.read.files import LiveFile, PartitionFiles
+    from compaction.read.filters import RecordFilter
+    from compaction.read.history import VersionEntry, history
+    from compaction.read.scan import Scan, read_batches, read_table, scan
     from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
     from compaction.store.segment import records

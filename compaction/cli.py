@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import fnmatch
 import io
 import json
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,9 +39,12 @@ from compaction.errors import (
 )
 from compaction.interop import export_partition, import_partition
 from compaction.job import JobOptions, run_job
+from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
+from compaction.read.history import history
+from compaction.read.scan import Scan, scan
 from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
-from compaction.store.jsonl import decode_utf8, parse_lines, write_lines
+from compaction.store.jsonl import decode_utf8, parse_lines
 from compaction.store.names import partition_name_problem
 from compaction.store.status import format_table, human_bytes, partition_status
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
@@ -406,18 +410,146 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_version(text: str) -> tuple[int | None, int]:
+    """``V`` (every partition read) or ``P=V`` (partition P)."""
+    partition, sep, version = text.rpartition("=")
+    numbers = [version, partition] if sep else [version]
+    if not all(re.fullmatch(r"[0-9]+", n, re.ASCII) for n in numbers):
+        raise argparse.ArgumentTypeError(f"version {text!r} must be a version number V or PARTITION=V")
+    return (int(partition) if sep else None), int(version)
+
+
+def read_versions(args: argparse.Namespace) -> int | dict[int, int] | None:
+    given = args.version or []
+    plain = [v for p, v in given if p is None]
+    if plain and (len(plain) > 1 or len(given) > 1):
+        raise InvalidArgumentError("give one --version V for every partition, or --version PARTITION=V per partition")
+    return plain[0] if plain else ({p: v for p, v in given if p is not None} or None)
+
+
+def open_scan(args: argparse.Namespace, store: Store) -> Scan:
+    """The scan the read, files and snapshot commands describe with their arguments."""
+    partition = None
+    if getattr(args, "partition", None) is not None:
+        partition = topic_partition(args).partition
+    strategy, header = "offset", ""
+    if getattr(args, "latest", False):
+        config = load_settings(args).topic_config(args.topic)  # the topic's compaction.strategy
+        strategy, header = config.compaction_strategy, config.compaction_strategy_header
+    columns = None
+    if getattr(args, "columns", None):
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    timestamps = (getattr(args, "since", None), getattr(args, "until", None))
+    for flag, value in (("--since", timestamps[0]), ("--until", timestamps[1])):
+        if value is not None:
+            check_long(flag, value)
+    return scan(store, args.topic, partition, version=read_versions(args), columns=columns,
+                keys=getattr(args, "key", None), offsets=(getattr(args, "start", None), getattr(args, "end", None)),
+                timestamps=timestamps, latest=getattr(args, "latest", False), strategy=strategy,
+                strategy_header=header)
+
+
+def _output_format(args: argparse.Namespace) -> str:
+    if args.format:
+        return str(args.format)
+    suffix = Path(args.output).suffix.lower() if args.output else ""
+    return {".parquet": "parquet", ".csv": "csv"}.get(suffix, "jsonl")
+
+
+def _quiet_stdout() -> None:
+    """After the reader of our stdout went away (``read ... | head``): send what is left, including the
+    interpreter's final flush, nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def cmd_read(args: argparse.Namespace) -> int:
-    tp = topic_partition(args)
+    if args.partition is not None:
+        topic_partition(args)  # a bad partition name is refused before the store is touched
     store = open_store(args)
-    table = store.read(tp, start=args.start, end=args.end)
-    if args.output and args.output.endswith(".parquet"):
-        pq.write_table(table, args.output)
-        print(f"wrote {table.num_rows} record(s) to {args.output}", file=sys.stderr)
-    elif args.output:
-        with open(args.output, "w", encoding="utf-8") as stream:
-            write_lines(table, stream)
-    else:
-        write_lines(table, sys.stdout)
+    the_scan = open_scan(args, store)
+    fmt = _output_format(args)
+    batches = the_scan.batches()
+    try:
+        if args.output:
+            stream: IO[Any] = open(args.output, "w", encoding="utf-8") if fmt == "jsonl" \
+                else open(args.output, "wb")  # noqa: SIM115
+            with stream:
+                count = write_output(fmt, batches, the_scan, stream)
+            print(f"wrote {count} record(s) to {args.output}", file=sys.stderr)
+        else:
+            write_output(fmt, batches, the_scan, sys.stdout if fmt == "jsonl" else sys.stdout.buffer)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+    return EXIT_OK
+
+
+def write_output(fmt: str, batches: Iterable[pa.RecordBatch], the_scan: Scan, stream: Any) -> int:
+    if fmt == "jsonl":
+        return write_jsonl(batches, stream)
+    try:
+        if fmt == "csv":
+            return write_csv(batches, the_scan.schema, stream)
+        return write_parquet(batches, the_scan.schema, stream)
+    except OSError as err:
+        if err.errno == errno.EPIPE or "broken pipe" in str(err).lower():
+            raise BrokenPipeError(errno.EPIPE, str(err)) from err  # Arrow's writers report a closed pipe so
+        raise
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    the_scan = open_scan(args, open_store(args))
+    parts = the_scan.files()
+    if args.json:
+        print(json.dumps({"topic": args.topic, "store": the_scan.store.url,
+                          "partitions": [p.to_dict() for p in parts]}, indent=1))
+        return EXIT_OK
+    rows = []
+    for part in parts:
+        for file in part.files:
+            s = file.segment
+            rows.append([str(part.tp), part.version, f"[{part.log_start_offset}, {part.log_end_offset})",
+                         f"[{s.base_offset}, {s.next_offset})", s.live_records, human_bytes(s.size_bytes),
+                         s.deletes.count if s.deletes else 0, file.url])
+    print(format_table(["partition", "version", "log", "offsets", "live", "size", "deleted", "file"], rows))
+    print("\nA reader reads each file's records with offsets inside the log range and skips those its deletion "
+          "vector lists (--json names them): globbing the folders reads superseded segments and deleted records.")
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    partition = topic_partition(args).partition if args.partition is not None else None
+    entries = history(open_store(args), args.topic, partition)
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=1))
+        return EXIT_OK
+
+    def maybe(value: int | None, show: Callable[[int], str] = str) -> str:
+        return "-" if value is None else show(value)
+
+    rows = [[e.partition, e.version, _iso(e.time_ms), e.operation, maybe(e.records_in), maybe(e.records_out),
+             maybe(e.bytes_in, human_bytes), maybe(e.bytes_out, human_bytes), e.live_records,
+             f"{e.writer} {e.run_id[:12]}"] for e in entries]
+    print(format_table(["partition", "version", "time", "operation", "records in", "records out", "bytes in",
+                        "bytes out", "live records", "writer (run)"], rows))
+    return EXIT_OK
+
+
+def _iso(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return str(ms)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    the_scan = open_scan(args, store)
+    result = snapshot(the_scan, args.dest, storage_options(args), written_ms=wall_clock_ms())
+    versions = ", ".join(f"{p}@{v['version']}" for p, v in result.partitions.items())
+    print(f"wrote {result.records:,} record(s) of {args.topic} (partition@version: {versions}) to {result.dest}"
+          f"{' (latest per key)' if result.latest else ''}")
     return EXIT_OK
 
 
@@ -522,6 +654,16 @@ def _now_args(parser: argparse.ArgumentParser, what: str) -> None:
 def _selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topics", metavar="PATTERN", help="only these topics: a glob ('orders*') or a "
                                                            "comma-separated list of names or globs ('orders,pay*')")
+
+
+def _scan_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--latest", action="store_true",
+                        help="the table view: per key its winning record under the topic's compaction.strategy "
+                             "(from --conf / --set; default offset), tombstoned keys absent, keyless records left out")
+    parser.add_argument("--version", metavar="V|P=V", action="append", type=parse_version, default=None,
+                        help="read manifest version V of every partition, or PARTITION=V (repeatable); default: "
+                             "the newest. A version gc removed is refused, naming the oldest readable one")
+    _config_args(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -657,14 +799,72 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR", help="a new or empty local directory")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("read", help="dump a partition's live log as JSON Lines or Parquet")
+    p = sub.add_parser("read", help="read a topic's or a partition's live log (or its latest record per key)",
+                       description="Read the live log at a committed version: the records its manifest lists, "
+                                   "without deletion-vector entries or records below the log start. Without "
+                                   "PARTITION the whole topic is read, with a partition column first. Rows come in "
+                                   "partition and offset order; stdout gets JSON Lines as they are read (and "
+                                   "stops quietly when the pipe closes: read ... | head).")
     _store_args(p)
     p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
+    p.add_argument("partition", metavar="PARTITION", nargs="?", default=None,
+                   help="partition number (0, 1, ...); default: every partition of the topic")
+    _scan_args(p)
+    p.add_argument("--columns", metavar="C,C", default=None,
+                   help="only these record columns, comma-separated: offset, timestamp, key, value, headers, "
+                        "producer_id, producer_epoch, is_transactional, is_control, control_type, delete_horizon_ms")
+    p.add_argument("--key", action="append", default=None, metavar="KEY",
+                   help="only records with this key (UTF-8), repeatable")
     p.add_argument("--from", dest="start", type=int, default=None, help="first offset (inclusive)")
     p.add_argument("--to", dest="end", type=int, default=None, help="last offset (exclusive)")
-    p.add_argument("-o", "--output", default=None, help="write to this file (.parquet for Parquet) instead of stdout")
+    p.add_argument("--since", type=parse_time, default=None,
+                   help="only records with a timestamp at or after this, epoch ms or ISO-8601")
+    p.add_argument("--until", type=parse_time, default=None,
+                   help="only records with a timestamp before this, epoch ms or ISO-8601 (with --latest: the "
+                        "table as of that time)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="output format (default: from the --output suffix, .parquet or .csv, else jsonl); CSV "
+                        "shows keys and values as UTF-8 text, jsonl and parquet keep exact bytes")
+    p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
     p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("files", help="list the live files of a topic at a version, for wiring up other engines",
+                       description="Print each partition's pinned version, log range and live segment files with "
+                                   "their offset ranges and deletion vectors. A correct reader of a file keeps the "
+                                   "records with offsets in [log_start_offset, log_end_offset) that its deletion "
+                                   "vector (a Parquet file of one offset column) does not list.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", nargs="?", default=None,
+                   help="partition number; default: every partition")
+    p.add_argument("--version", metavar="V|P=V", action="append", type=parse_version, default=None,
+                   help="manifest version for every partition (V) or one (PARTITION=V), repeatable; default: "
+                        "the newest")
+    p.add_argument("--json", action="store_true", help="print JSON (files with full URLs) instead of a table")
+    p.set_defaults(func=cmd_files)
+
+    p = sub.add_parser("history", help="list a topic's committed versions: time, operation, records and bytes",
+                       description="List every manifest version each partition still has (gc prunes old ones): "
+                                   "when it was committed, by which operation (append, clean; +retention when the "
+                                   "log start moved) and writer, the live records and bytes it replaced (in) and "
+                                   "added (out), and the live records after it.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", nargs="?", default=None,
+                   help="partition number; default: every partition")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("snapshot", help="export a topic at a version as a plain Parquet dataset (hive-partitioned)",
+                       description="Write the topic's live records (or, with --latest, its latest record per key) "
+                                   "at a version to DEST, a new or empty folder (any store URL), as DEST/partition=N/"
+                                   "part-*.parquet plus DEST/_snapshot.json naming the versions: a dataset any "
+                                   "engine reads correctly with a plain glob.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("dest", metavar="DEST", help="destination folder or URL (new or empty)")
+    _scan_args(p)
+    p.set_defaults(func=cmd_snapshot)
 
     p = sub.add_parser("status", help="per partition: segments, bytes, records, checkpoint, dirty bytes")
     _store_args(p)
@@ -721,6 +921,21 @@ def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
     except OSError as err:  # an object store's I/O error that the store layer passes on
         error(f"{type(err).__name__}: {err}")
         return EXIT_FAILED
+
+
+def check_run(argv: Sequence[str]) -> int:
+    """Check ``compaction run ARGV``'s flags, configuration and --now without running it, touching neither the
+    store nor Spark: 0 when a run would start, 2 for a bad flag, 4 for an invalid configuration."""
+    args = build_parser().parse_args(["run", *argv])
+    secrets = logs.secrets_in(os.environ, storage_options(args))
+    logs.install(args.verbose, secrets)
+
+    def check(args: argparse.Namespace) -> int:
+        load_settings(args)
+        command_now(args, wall_clock_ms())
+        return EXIT_OK
+
+    return run_command(check, args, secrets)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,11 @@ class StoreNotFoundError(StoreError):
     """Raised when a topic or partition asked for does not exist in the store."""
 
 
+class VersionNotFoundError(StoreNotFoundError):
+    """Raised when a manifest version asked for is not readable: gc removed it (or its objects), or it was never
+    committed; the message names the version and the versions that can be read."""
+
+
 class MissingObjectError(StoreError):
     """Raised when a manifest references an object that is not in the store."""
 
@@ -69,3 +74,8 @@ class ConfigError(CompactionError):
 
 class PlanError(CompactionError):
     """Raised when a partition cannot be planned (for example its manifest is unreadable)."""
+
+
+class PayloadVersionError(CompactionError):
+    """Raised when a task or result shipped between the driver and executors was built by another version of
+    this library (the driver and the executors run different builds)."""

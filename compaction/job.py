@@ -13,7 +13,7 @@ from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.planner import CompactionPlan
 from compaction.config import Settings
-from compaction.report import write_metrics, write_report
+from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
 from compaction.store.gc import collect_store
 
@@ -47,6 +47,9 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     """
     options_ = settings.store.storage_options()
     options_.update(storage_options or {})
+    for output in (options.report_path, settings.cleaner.metrics_textfile):
+        if output:
+            output_location(output, options.store, options_)  # a path that cannot be written fails before any work
     store = Store.open(options.store, options_)
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
@@ -60,9 +63,10 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     if options.report_path:
-        write_report(report, options.report_path)
+        write_report(report, options.report_path, options_)
         out(f"report written to {options.report_path}")
-    write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway)
+    write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway,
+                  finished_ms=options.wall_ms + report.elapsed_ms, storage_options=options_)
     if options.gc:
         results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
                                           grace_ms=settings.cleaner.gc_grace_ms,

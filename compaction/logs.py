@@ -30,7 +30,8 @@ _PATTERNS = (
     re.compile(r"(?i)(Signature=)[0-9a-f]+"),
     re.compile(r"(?i)(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)[^\s'\",}]+"),
 )
-#: Libraries whose debug logs print every request (headers included): they stay at INFO under -v.
+#: Libraries whose debug logs print every request (headers included), and whose INFO lines ("Found credentials
+#: in environment variables.") mean nothing to a user: WARNING by default, INFO under -v, DEBUG under -vv.
 STORAGE_CLIENT_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec", "urllib3", "aiohttp", "gcsfs", "adlfs",
                           "azure")
 
@@ -71,18 +72,21 @@ class RedactingFormatter(logging.Formatter):
 
 
 def install(verbosity: int, secrets: Iterable[str]) -> None:
-    """Log to stderr through a redacting formatter: INFO; ``-v`` DEBUG for the product; ``-vv`` DEBUG for the
-    storage clients too (their request dumps, still masked). Uncaught tracebacks are masked the same way."""
+    """Log to stderr through a redacting formatter. Quiet by default: the product's INFO lines and every
+    library's warnings. ``-v``: the product's DEBUG details and the libraries' INFO lines; ``-vv``: DEBUG for
+    everything, the storage clients' request dumps included (still masked). Uncaught tracebacks are masked the
+    same way."""
     root = logging.getLogger()
     for previous in [h for h in root.handlers if isinstance(h.formatter, RedactingFormatter)]:
         root.removeHandler(previous)  # installed by an earlier call in this process
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets))
     root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbosity else logging.INFO)
+    root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+    logging.getLogger("compaction").setLevel(logging.DEBUG if verbosity else logging.INFO)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     for name in STORAGE_CLIENT_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)
+        logging.getLogger(name).setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
     known = set(secrets)
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

@@ -13,12 +13,13 @@ import pyarrow.compute as pc
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError
 from compaction.kafka import CODECS
 from compaction.kafka.layout import CONTROL
+from compaction.schema import HEADER_TYPE
 from compaction.store import Store, TopicPartition, Writer
 from compaction.store.formats import FORMAT_NAMES, frame_batches
 from compaction.store.log import appended_state
 from compaction.store.manifest import Manifest
 from compaction.store.names import topic_name_problem
-from compaction.store.segment import HEADER_TYPE, NO_PRODUCER, SEGMENT_SCHEMA
+from compaction.store.segment import NO_PRODUCER, SEGMENT_SCHEMA
 
 KEY_PREFIX = b"key-"
 KEY_DIGITS = 10

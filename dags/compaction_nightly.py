@@ -1,58 +1,75 @@
-"""Nightly log compaction from Airflow 3: submit the cleaner for the run's logical time, then check its report.
+"""Nightly log compaction from Airflow 3: run the installed job for the run's logical time, then check its report.
 
-The job runs through ``scripts/spark-submit.sh`` in a BashOperator rather than the Spark provider's
-SparkSubmitOperator, because the script builds and ships the library and the configuration exactly as a
-manual or CI run does, checks the master before submitting, and keeps the job's exit codes apart (0 all
-cleaned, 3 some partitions uncleanable while the others committed, 4 invalid configuration), which
-SparkSubmitOperator folds into one failure. The Airflow environment needs neither pyspark nor this project.
+The worker needs no checkout of this project: the job is the ``compaction`` command of the project's wheel,
+installed in a virtualenv of its own on the workers (never into Airflow's environment, whose pins would change
+the job's dependencies), and this file is the only thing copied to the DAGs folder. Airflow's environment
+needs neither pyspark nor this project.
 
-- ``--now`` is the run's logical time, so a retry or a backfill decides exactly as the first attempt would.
-- Retries (with backoff) cover failures of the job itself; a run in which some partitions were uncleanable
-  is not retried (the commits happened; the bad partitions need a person) but ends in its own task,
-  ``partitions_uncleanable``, which fails the DAG run with the partitions and reasons.
-- One run at a time (``max_active_runs=1``), and the job task takes a slot of the pool named by the
+- ``compact`` runs ``compaction run STORE --conf CONFIG --now <logical time> --run-id <run id> --report ...``, so
+  a retry or a backfill decides exactly as the first attempt would. Its exit code decides what happens next:
+  4 (invalid configuration or input) and 2 (bad arguments) fail the task at once, without retries, since
+  another attempt would fail the same way; 1 (a failed run: an unreachable store, a crash) is retried with
+  backoff; 3 (some partitions uncleanable, the others committed) is retried too, since a partition's failure
+  can be passing (its task killed, the store throttling) and the partitions committed are not cleaned again,
+  and after the last attempt the report goes on to ``check_report``.
+- ``check_report`` branches to ``all_cleaned``, or to ``partitions_uncleanable``, which fails the DAG run with the
+  partitions and reasons.
+- One run at a time (``max_active_runs=1``); ``compact`` takes a slot of the pool named by the
   ``COMPACTION_AIRFLOW_POOL`` environment variable (default ``default_pool``).
-- The report's path is the ``compact`` task's XCom; ``check_report`` pushes the failures.
 
-Run parameters (``params``, overridable per run): ``store`` (URL), ``config`` (TOML file), ``master``,
-``report_dir``, ``submit_options`` (extra options for spark-submit.sh, such as ``--executor-memory 4g``).
+Settings, each a run parameter (``params``) or else an Airflow Variable of the same name prefixed with
+``compaction_`` (``airflow variables set compaction_config /etc/compaction/server.properties``):
+
+- ``executable``: the job's command (default ``compaction`` on the worker's PATH), e.g.
+  ``/opt/compaction/bin/compaction``;
+- ``store`` (required): the store URL;
+- ``config`` (required): the configuration file on the worker, TOML or Kafka's ``server.properties``;
+- ``master``: the Spark master (default ``local[*]``); a cluster's executors need the wheel too;
+- ``report_dir``: where reports go, a path or a URL like the store's (default ``$AIRFLOW_HOME/compaction-reports``;
+  ``check_report`` reads it with fsspec, so an ``s3://`` folder needs s3fs in Airflow's environment);
+- ``run_options``: more flags for ``compaction run``, e.g. ``--topics orders,payments --spark-conf
+  spark.driver.memory=4g``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 from datetime import timedelta
-from pathlib import Path
+from typing import Any
 
+import fsspec
 import pendulum
-from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Param, Variable, get_current_context, task
 
 try:
-    from airflow.sdk.exceptions import AirflowFailException
-except ImportError:  # Airflow 3.0 keeps it in airflow.exceptions
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+except ImportError:  # Airflow 3.0 keeps them in airflow.exceptions
+    from airflow.exceptions import AirflowException, AirflowFailException
 
-PROJECT = Path(os.environ.get("COMPACTION_AIRFLOW_PROJECT", Path(__file__).resolve().parent.parent))
 POOL = os.environ.get("COMPACTION_AIRFLOW_POOL", "default_pool")
-EXIT_PARTIAL = 3
+#: The job's exit codes (``compaction --help``).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INVALID = 0, 1, 2, 3, 4
+#: Settings that have a default when neither the run's params nor a Variable give them.
+DEFAULTS = {
+    "executable": "compaction",
+    "master": "local[*]",
+    "report_dir": os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "compaction-reports"),
+    "run_options": "",
+}
 
-SUBMIT = r"""
-set -u
-report="{{ params.report_dir }}/{{ dag.dag_id }}/{{ run_id | replace(':', '') | replace('+', '_') }}.json"
-mkdir -p "$(dirname "$report")"
-"{{ params.project }}/scripts/spark-submit.sh" --master "{{ params.master }}" --config "{{ params.config }}" \
-    {{ params.submit_options }} -- "{{ params.store }}" \
-    --now "{{ (logical_date or dag_run.run_after).isoformat() }}" --run-id "{{ run_id }}" --report "$report" >&2
-code=$?
-if [ "$code" -eq 0 ] || [ "$code" -eq EXIT_PARTIAL ]; then
-  echo "$report"  # the last line of output is the task's XCom
-else
-  exit "$code"
-fi
-""".replace("EXIT_PARTIAL", str(EXIT_PARTIAL))
+
+def setting(params: dict[str, Any], name: str) -> str:
+    """A setting from the run's params, else the Airflow Variable ``compaction_<name>``, else its default."""
+    value = params.get(name) or Variable.get(f"compaction_{name}", default=None) or DEFAULTS.get(name)
+    if value is None or (not value and name not in DEFAULTS):
+        raise AirflowFailException(f"no {name}: set the DAG param {name!r} or the Airflow Variable "
+                                   f"'compaction_{name}'")
+    return str(value)
+
 
 with DAG(
     dag_id="compaction_nightly",
@@ -62,22 +79,49 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "retry_exponential_backoff": True},
-    params={
-        "project": Param(str(PROJECT), type="string", description="checkout holding scripts/spark-submit.sh"),
-        "store": Param(str(PROJECT / "demo-store"), type="string", description="store URL"),
-        "config": Param(str(PROJECT / "conf" / "local.toml"), type="string", description="TOML configuration"),
-        "master": Param("local[*]", type="string", description="Spark master"),
-        "report_dir": Param(str(PROJECT / "out" / "reports"), type="string"),
-        "submit_options": Param("", type="string", description="extra spark-submit.sh options"),
-    },
+    params={name: Param(None, type=["null", "string"], description=description) for name, description in {
+        "executable": "the job's command on the worker (Variable compaction_executable; default: compaction)",
+        "store": "store URL (Variable compaction_store)",
+        "config": "configuration file on the worker, TOML or server.properties (Variable compaction_config)",
+        "master": "Spark master (Variable compaction_master; default local[*])",
+        "report_dir": "folder or URL for the run reports (Variable compaction_report_dir)",
+        "run_options": "more `compaction run` flags (Variable compaction_run_options)",
+    }.items()},
     tags=["compaction"],
 ) as dag:
-    compact = BashOperator(task_id="compact", bash_command=SUBMIT, pool=POOL,
-                           execution_timeout=timedelta(hours=6))
+
+    @task(task_id="compact", pool=POOL, execution_timeout=timedelta(hours=6))
+    def compact() -> str:
+        """Run the job; returns the report's path (the XCom ``check_report`` reads)."""
+        context = get_current_context()
+        params, ti = context["params"], context["ti"]
+        run_id = context["run_id"]
+        logical = context.get("logical_date") or context["dag_run"].run_after
+        report = (f"{setting(params, 'report_dir').rstrip('/')}/{context['dag'].dag_id}/"
+                  f"{run_id.replace(':', '').replace('+', '_')}.json")
+        command = [setting(params, "executable"), "run", setting(params, "store"), "--conf", setting(params, "config"),
+                   "--master", setting(params, "master"), "--now", logical.isoformat(), "--run-id", run_id,
+                   "--report", report, *shlex.split(setting(params, "run_options"))]
+        print("running " + shlex.join(command), flush=True)
+        try:
+            code = subprocess.run(command, check=False).returncode
+        except OSError as err:  # the executable is missing or not executable: no retry makes it appear
+            raise AirflowFailException(f"cannot run the job {command[0]!r}: {err}; install the project's wheel on "
+                                       "the worker and set the Variable compaction_executable") from err
+        if code in (EXIT_USAGE, EXIT_INVALID):
+            raise AirflowFailException(f"the job refused its configuration or arguments (exit code {code}; the "
+                                       "reason is in the log above): retrying would not help")
+        if code == EXIT_PARTIAL and ti.try_number <= ti.max_tries:
+            raise AirflowException(f"some partitions could not be cleaned (exit code {code}); the others were "
+                                   f"committed; attempt {ti.try_number} of {ti.max_tries + 1}, retrying")
+        if code not in (EXIT_OK, EXIT_PARTIAL):
+            raise AirflowException(f"the job failed with exit code {code}")
+        return report
 
     @task.branch(retries=0)
     def check_report(report_path: str, ti=None) -> str:  # type: ignore[no-untyped-def]
-        report = json.loads(Path(report_path).read_text())
+        with fsspec.open(report_path, "rt") as stream:
+            report = json.load(stream)
         failures = report.get("failures", [])
         ti.xcom_push(key="failures", value=failures)
         totals = report["totals"]
@@ -91,7 +135,7 @@ with DAG(
         details = "; ".join(f"{f['partition']}: {f['error']}" for f in failures)
         raise AirflowFailException(f"{len(failures)} partition(s) could not be cleaned: {details}")
 
-    branch = check_report(compact.output)
+    branch = check_report(compact())
     branch >> [EmptyOperator(task_id="all_cleaned"), partitions_uncleanable()]
 
 

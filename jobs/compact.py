@@ -3,16 +3,21 @@
 Takes exactly the flags of ``compaction run`` (see ``--help``); the SparkSession comes from spark-submit's
 master and settings through the one session helper. Exit codes: 0 all selected partitions cleaned,
 3 some failed (the others committed), 4 invalid configuration or input.
+
+``python jobs/compact.py --check STORE [flags]`` checks the flags and the configuration only (exit 0, 2 or 4),
+touching neither the store nor Spark: ``scripts/spark-submit.sh`` runs it before submitting.
 """
 
 from __future__ import annotations
 
 import sys
 
-from compaction.cli import main
+from compaction.cli import check_run, main
 
 
 def entry(argv: list[str]) -> int:
+    if argv[:1] == ["--check"]:
+        return check_run(argv[1:])
     return main(["run", *argv])
 
 

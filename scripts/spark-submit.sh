@@ -9,17 +9,25 @@ Usage: scripts/spark-submit.sh [OPTIONS] -- STORE [JOB OPTIONS]
 Packages the `compaction` library as a zip for --py-files, ships the configuration file, and submits
 jobs/compact.py with spark-submit. The same script runs in local mode and on a cluster. Everything after
 `--` goes to the job, which takes the flags of `compaction run` (for example `--now`, `--report`,
-`--topics`, `--gc`, `--dry-run`; see `compaction run --help`). A `--now` in the future is refused (exit
-code 4) unless `--allow-future-now` is given too.
+`--topics`, `--gc`, `--dry-run`, `--set NAME=VALUE`; see `compaction run --help`) and wins over this
+script's own: a `--conf FILE` there is the configuration shipped and used. A `--now` in the future is
+refused (exit code 4) unless `--allow-future-now` is given too.
+
+A configuration is required (production runs need an explicit one; conf/local.toml, which compacts every
+topic, is only the demo's). It is checked with the job's own loader before anything is submitted: an
+invalid one (or invalid job flags such as a future --now) ends the script with exit code 4.
 
 Options (each also settable through the environment variable in brackets):
-  --master URL            local[*], local[N], spark://HOST:PORT, yarn or k8s://https://HOST:PORT
-                          [SPARK_MASTER; default local[*]]. A spark:// master is checked for a listening
-                          port first, so a wrong URL fails at once instead of after Spark's retries.
+  --master URL            local[*], local[N], local[N,F], local-cluster[N,C,M], spark://HOST:PORT, yarn or
+                          k8s://https://HOST:PORT [SPARK_MASTER; default local[*]]. A spark:// master is
+                          checked for a listening port first, so a wrong URL fails at once instead of after
+                          Spark's retries.
   --deploy-mode MODE      client or cluster [SPARK_DEPLOY_MODE; default client]. Python applications on a
                           standalone cluster only run in client mode.
-  --config FILE           the TOML configuration, shipped with --files [COMPACTION_CONFIG_FILE; default
-                          conf/local.toml]. In cluster mode the job reads the shipped copy.
+  --config FILE           the configuration (TOML, or Kafka's server.properties), shipped with --files
+                          [COMPACTION_CONFIG_FILE; required]. In cluster mode the job reads the shipped copy.
+  --conf FILE             the same as --config
+  --conf KEY=VALUE        a Spark property (spark.executor.memory=4g), as spark-submit takes it
   --driver-memory SIZE    e.g. 2g [SPARK_DRIVER_MEMORY]
   --executor-memory SIZE  e.g. 4g [SPARK_EXECUTOR_MEMORY]
   --executor-cores N      cores per executor [SPARK_EXECUTOR_CORES]
@@ -29,7 +37,7 @@ Options (each also settable through the environment variable in brackets):
                           s3fs, pydantic...) [PYSPARK_PYTHON; default this project's .venv/bin/python]
   --python-env ARCHIVE    a packed environment (venv-pack or conda-pack .tar.gz) shipped with --archives;
                           executors then run ./environment/bin/python from it (overrides --python)
-  --spark-conf KEY=VALUE  any Spark setting, repeatable (passed as --conf KEY=VALUE)
+  --spark-conf KEY=VALUE  any Spark setting, repeatable (passed as --conf KEY=VALUE; so is --conf spark.*)
   --print                 print the spark-submit command instead of running it
   -h, --help              this text
 
@@ -41,7 +49,7 @@ Exit codes are the job's: 0 all selected partitions cleaned, 3 some failed (the 
 4 invalid configuration or input; 2 for a bad option or an unreachable master.
 
 Examples:
-  scripts/spark-submit.sh -- demo-store --now 2026-01-02T00:00:00Z --report out/run.json
+  scripts/spark-submit.sh --config conf/local.toml -- demo-store --now 2026-01-02T00:00:00Z --report out/run.json
   scripts/spark-submit.sh --master spark://10.0.0.5:7077 --config conf/production.toml \
       --executor-memory 4g --total-executor-cores 16 -- s3://bucket/topics --now "$LOGICAL_TIME"
 EOF
@@ -50,7 +58,7 @@ EOF
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 master=${SPARK_MASTER:-local[*]}
 deploy_mode=${SPARK_DEPLOY_MODE:-client}
-config=${COMPACTION_CONFIG_FILE:-$root/conf/local.toml}
+config=${COMPACTION_CONFIG_FILE:-}
 driver_memory=${SPARK_DRIVER_MEMORY:-}
 executor_memory=${SPARK_EXECUTOR_MEMORY:-}
 executor_cores=${SPARK_EXECUTOR_CORES:-}
@@ -63,12 +71,17 @@ spark_confs=()
 
 fail() { echo "spark-submit.sh: $*" >&2; exit 2; }
 need() { [ $# -ge 2 ] && [ -n "$2" ] || fail "option $1 needs a value (see --help)"; }
+# --conf as the job and spark-submit take it: a Spark property spark.KEY=VALUE, else the configuration file.
+is_spark_property() { [[ "$1" == spark.*=* ]]; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --master) need "$@"; master=$2; shift 2 ;;
     --deploy-mode) need "$@"; deploy_mode=$2; shift 2 ;;
     --config) need "$@"; config=$2; shift 2 ;;
+    --conf) need "$@"; if is_spark_property "$2"; then spark_confs+=(--conf "$2"); else config=$2; fi; shift 2 ;;
+    --conf=*) value=${1#--conf=}; if is_spark_property "$value"; then spark_confs+=(--conf "$value"); else config=$value; fi
+      shift ;;
     --driver-memory) need "$@"; driver_memory=$2; shift 2 ;;
     --executor-memory) need "$@"; executor_memory=$2; shift 2 ;;
     --executor-cores) need "$@"; executor_cores=$2; shift 2 ;;
@@ -85,15 +98,38 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 1 ] || fail "missing the store URL after -- (see --help)"
 
+# The job's own options win: a configuration file given after -- is the one shipped and used.
+job_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --conf) if [ $# -ge 2 ] && ! is_spark_property "$2"; then
+        [ -n "$config" ] && [ "$config" != "$2" ] && echo "spark-submit.sh: the job's --conf $2 wins over $config" >&2
+        config=$2; shift 2
+      else job_args+=("$1"); shift; fi ;;
+    --conf=*) if ! is_spark_property "${1#--conf=}"; then
+        [ -n "$config" ] && [ "$config" != "${1#--conf=}" ] \
+          && echo "spark-submit.sh: the job's $1 wins over $config" >&2
+        config=${1#--conf=}
+      else job_args+=("$1"); fi
+      shift ;;
+    *) job_args+=("$1"); shift ;;
+  esac
+done
+# Required: a production run must never fall back to the demo's conf/local.toml, which compacts every topic.
+[ -n "$config" ] || fail "no configuration: give --config FILE (e.g. conf/production.toml or your brokers' server.properties)"
+
+local_master='^local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?$|^local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]$'
 case "$master" in
-  local|local\[*\]|yarn|k8s://*) ;;
+  local*) [[ "$master" =~ $local_master ]] \
+      || fail "master $master is not local, local[N], local[*], local[N,F] or local-cluster[WORKERS,CORES,MEMORY_MB]" ;;
+  yarn|k8s://*) ;;
   spark://*)
     hostport=${master#spark://}; host=${hostport%%:*}; port=${hostport##*:}
     [ "$port" != "$hostport" ] && [[ "$port" =~ ^[0-9]+$ ]] || fail "master $master must look like spark://HOST:PORT"
     if ! timeout 5 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null; then
       fail "no Spark master is listening at $master (checked $host:$port)"
     fi ;;
-  *) fail "master $master is not local[*], local[N], spark://HOST:PORT, yarn or k8s://..." ;;
+  *) fail "master $master is not local[*], local[N], spark://HOST:PORT, yarn, k8s://... or local-cluster[N,C,M]" ;;
 esac
 case "$deploy_mode" in client|cluster) ;; *) fail "deploy mode must be client or cluster, not $deploy_mode" ;; esac
 [ -f "$config" ] || fail "configuration file $config does not exist"
@@ -119,6 +155,12 @@ with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.write(path, path.relative_to(root))
 PY
 
+# The configuration and the job's flags are checked by the job's own code (the zip just built) before anything
+# is submitted: an invalid configuration is exit code 4 here, not a failed application on the cluster.
+driver_python=${PYSPARK_DRIVER_PYTHON:-$root/.venv/bin/python}
+PYTHONPATH="$package${PYTHONPATH:+:$PYTHONPATH}" "$driver_python" "$root/jobs/compact.py" --check \
+  "${job_args[@]}" --conf "$config" || exit $?
+
 args=(--master "$master" --deploy-mode "$deploy_mode" --name compaction --py-files "$package" --files "$config")
 [ -n "$driver_memory" ] && args+=(--driver-memory "$driver_memory")
 [ -n "$executor_memory" ] && args+=(--executor-memory "$executor_memory")
@@ -130,13 +172,17 @@ if [ -n "$python_env" ]; then
 else
   args+=(--conf "spark.pyspark.python=$python")
 fi
+# Quiet by default, as `compaction run` is: a driver on this machine logs Spark's warnings only (a later
+# --conf spark.driver.extraJavaOptions=... of the user's replaces this).
+[ "$deploy_mode" = client ] \
+  && args+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$root/compaction/clean/log4j2.properties")
 # In cluster mode the driver runs elsewhere and finds the configuration among the shipped files.
 job_config=$config
 [ "$deploy_mode" = cluster ] && job_config=$(basename "$config")
 case "$master" in local*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
-export PYSPARK_PYTHON=$python PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$root/.venv/bin/python}
+export PYSPARK_PYTHON=$python PYSPARK_DRIVER_PYTHON=$driver_python
 
-command=("$submit" "${args[@]}" "${spark_confs[@]}" "$root/jobs/compact.py" "$@" --conf "$job_config")
+command=("$submit" "${args[@]}" "${spark_confs[@]}" "$root/jobs/compact.py" "${job_args[@]}" --conf "$job_config")
 if $print_only; then
   printf '%q ' "${command[@]}"; echo
   exit 0

@@ -1,29 +1,42 @@
-"""Run inside the Airflow virtualenv: load the DAG folder, dag.test() one run, print what happened as JSON.
+"""Run inside the Airflow virtualenv: load the DAG folder, dag.test() each run asked for, print what happened.
 
-    python tests/airflow_runner.py DAGS_FOLDER LOGICAL_DATE RUN_CONF_JSON
+    python airflow_runner.py DAGS_FOLDER RUNS_JSON
+
+RUNS_JSON is a list of ``{"logical_date": ISO-8601, "conf": {...}, "retries": N or null}``, one dag.test() each
+in this one process (Airflow's start-up is paid once); each prints a line ``RESULT <index> <json>``. RETRIES
+replaces the ``compact`` task's retries; the pause between attempts is always cut to the least Airflow allows
+(about a second), so that a test sees the retries without waiting minutes for them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from datetime import timedelta
 
 import pendulum
 from airflow.dag_processing.dagbag import DagBag
 
 
 def main() -> None:
-    folder, logical_date, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    bag = DagBag(folder)
-    result: dict = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags)}
-    dag = bag.dags["compaction_nightly"]
-    run = dag.test(logical_date=pendulum.parse(logical_date), run_conf=conf)
-    instances = run.get_task_instances()
-    result["state"] = str(run.state)
-    result["tasks"] = {ti.task_id: str(ti.state) for ti in instances}
-    compact = next(ti for ti in instances if ti.task_id == "compact")
-    result["report_path"] = compact.xcom_pull(task_ids="compact")
-    print("RESULT " + json.dumps(result))
+    folder, runs = sys.argv[1], json.loads(sys.argv[2])
+    sys.stderr.flush()
+    os.dup2(sys.stdout.fileno(), sys.stderr.fileno())  # one stream, in order: each run's log ends at its RESULT
+    for index, asked in enumerate(runs):
+        bag = DagBag(folder)  # afresh for each run: dag.test() leaves a run's params in the DAG object
+        loaded = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags)}
+        dag = bag.dags["compaction_nightly"]
+        compact = dag.get_task("compact")
+        compact.retry_delay = timedelta(0)
+        if asked.get("retries") is not None:
+            compact.retries = asked["retries"]
+        run = dag.test(logical_date=pendulum.parse(asked["logical_date"]), run_conf=asked["conf"])
+        instances = run.get_task_instances()
+        compact_ti = next(ti for ti in instances if ti.task_id == "compact")
+        result = {**loaded, "state": str(run.state), "tasks": {ti.task_id: str(ti.state) for ti in instances},
+                  "compact_tries": compact_ti.try_number, "report_path": compact_ti.xcom_pull(task_ids="compact")}
+        print(f"RESULT {index} " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -376,7 +376,7 @@ def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> N
     assert report.partitions[0].summary().startswith("cleaned t-0 [0, 3): ")
     assert "33.3% fewer messages" in report.partitions[0].summary()
     path = tmp_path / "metrics.prom"
-    write_metrics(report, textfile=str(path))
+    write_metrics(report, textfile=str(path), finished_ms=1_767_225_600_000)
     text = path.read_text()
     for name in ("max_compaction_delay_secs", "uncleanable_partitions_count", "uncleanable_bytes",
                  "max_clean_time_secs", "cleaner_recopy_percent", "max_dirty_percent", "last_success_time_seconds"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,3 +76,38 @@ def test_spark_submit_to_a_standalone_cluster_cleans_an_s3_store(s3_endpoint: st
     (ROOT / "out").mkdir(exist_ok=True)
     (ROOT / "out" / "cluster-vs-local.json").write_text(json.dumps(figures, indent=1))
     print(f"spark-submit wall time: standalone cluster {cluster_seconds:.1f} s, local[2] {local_seconds:.1f} s")
+
+
+READ_DRIVER = """
+import json, sys
+from pyspark.sql import SparkSession
+url, store, endpoint, library = sys.argv[1:5]
+spark = (SparkSession.builder.master(url).appName("compaction-read").config("spark.cores.max", "2")
+         .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false").getOrCreate())
+spark.sparkContext.addPyFile(library)  # executors import this checkout's package, as spark-submit.sh ships it
+from compaction.read.scan import scan
+frame = scan(store, "orders", storage_options={"client_kwargs": {"endpoint_url": endpoint}}).to_spark(spark)
+rows = frame.groupBy("partition").count().orderBy("partition").collect()
+print(json.dumps({"counts": [[r["partition"], r["count"]] for r in rows], "tasks": frame.rdd.getNumPartitions()}))
+spark.stop()
+"""
+
+
+def test_the_spark_reader_reads_an_s3_store_on_a_standalone_cluster(s3_endpoint: str, tmp_path: Path) -> None:
+    import shutil
+
+    from compaction.read.scan import scan
+
+    url, store = _store(s3_endpoint)
+    expected = scan(store, "orders").to_arrow().group_by("partition").aggregate([("offset", "count")])
+    library = shutil.make_archive(str(tmp_path / "compaction"), "zip", ROOT, "compaction")
+    with spark_cluster(tmp_path / "cluster", workers=2) as cluster:
+        process = subprocess.run([sys.executable, "-c", READ_DRIVER, cluster.url, url, s3_endpoint, library],
+                                 env=cluster_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert process.returncode == 0, process.stderr[-3000:]
+        logs = cluster.executor_logs()
+    result = json.loads(process.stdout.strip().splitlines()[-1])
+    assert result["counts"] == sorted(map(list, zip(expected.column("partition").to_pylist(),
+                                                    expected.column("offset_count").to_pylist(), strict=True)))
+    assert result["tasks"] == sum(len(p.files) for p in scan(store, "orders").files()), "a task per live file"
+    assert {log.parts[-4] for log in logs} == {"worker-0", "worker-1"}, "executors in both worker JVMs read"

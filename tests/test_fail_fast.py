@@ -47,7 +47,8 @@ def test_wrong_master_url_fails_before_spark_and_changes_nothing(local_demo: Sto
     assert code == 1 and f"no Spark master is listening at {closed}" in out and seconds < 30
     code, out, _ = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--master", "sparkk://x")
     assert code == 1 and "is not local[*], local[N], spark://HOST:PORT" in out
-    script = subprocess.run([str(ROOT / "scripts" / "spark-submit.sh"), "--master", closed, "--", local_demo.url],
+    script = subprocess.run([str(ROOT / "scripts" / "spark-submit.sh"), "--master", closed, "--config",
+                             str(ROOT / "conf" / "local.toml"), "--", local_demo.url],
                             capture_output=True, text=True, timeout=60)
     assert script.returncode == 2 and "no Spark master is listening" in script.stderr
     assert snapshot(local_demo) == before

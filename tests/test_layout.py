@@ -13,7 +13,8 @@ def meta(base: int, end: int, size: int, tombstones: int = 0, deletes: DeletionV
 
 
 def kept(records: int, lost: int = 0, stamped: int = 0) -> SegmentOutcome:
-    return SegmentOutcome(records, records - lost, stamped, {"superseded": lost} if lost else {})
+    return SegmentOutcome(records=records, kept=records - lost, stamped=stamped,
+                          dropped={"superseded": lost} if lost else {})
 
 
 def jobs(segments: list[SegmentMeta], outcomes: list[SegmentOutcome], first_dirty: int,

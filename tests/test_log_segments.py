@@ -10,6 +10,7 @@ from compaction.clean.settings import TopicConfig, check_value
 from compaction.errors import ConfigError, InvalidRecordsError, OffsetOverlapError
 from compaction.kafka import batch_table, encode
 from compaction.store import Store, TopicPartition, Writer
+from compaction.store.formats import frame_batches
 from compaction.store.log import appended_state
 from compaction.store.segment import records
 from compaction.store.status import partition_status
@@ -83,7 +84,8 @@ def commit_raw(store: Store, data: bytes, tp: TopicPartition = TP) -> None:
     """Commit bytes as a .log segment whose manifest checksum matches them (a writer's bug, or bit rot before the
     upload): only the batches' own CRCs can tell."""
     rows = records([{"offset": 0, "key": "a", "value": "v"}])
-    meta = store.write_segment(tp, rows, 0, 2, created_ms=NOW, segment_format="kafka", encoded=data)
+    meta = store.write_segment(tp, rows, 0, 2, created_ms=NOW, segment_format="kafka", encoded=data,
+                               batches=frame_batches(rows))
     store.commit(tp, lambda latest: appended_state(latest, [meta], rows, "raw"), writer=Writer(), operation="append",
                  now_ms=NOW)
 
@@ -169,3 +171,20 @@ def test_segment_format_says_what_the_cleaner_writes(spark, local_store: Store) 
     rows = local_store.read(TP).to_pylist()
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(1, b"a", b"2"), (2, b"b", b"3")]
     assert [p for r in verify(local_store) for p in r.problems] == []
+
+
+def test_the_read_api_streams_log_segments(memory_store: Store) -> None:
+    from compaction.read.scan import read_table
+
+    memory_store.append(TP, records([{"key": "p", "value": "q"}]), now_ms=NOW)
+    manifest = memory_store.append_log(TP, two_batches(1), now_ms=NOW)
+    vector = memory_store.write_deletes(TP, manifest.segments[1], pa.array([2], pa.int64()), created_ms=NOW,
+                                        live_min_delete_horizon_ms=None)
+    changed = manifest.segments[1].model_copy(update={"deletes": vector})
+    memory_store.commit(TP, lambda latest: {**latest.model_dump(include={"log_start_offset", "log_end_offset",  # type: ignore[union-attr]
+                                                                         "last_stable_offset", "first_dirty_offset"}),
+                                            "segments": (latest.segments[0], changed)},  # type: ignore[union-attr]
+                        writer=Writer(), operation="clean", now_ms=NOW)
+    table = read_table(memory_store, "t", 0, columns=["offset", "key", "value"])
+    assert table.to_pylist() == [{"offset": 0, "key": b"p", "value": b"q"}, {"offset": 1, "key": b"a", "value": b"1"},
+                                 {"offset": 3, "key": None, "value": b"x"}, {"offset": 6, "key": b"a", "value": b"2"}]

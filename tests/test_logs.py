@@ -81,3 +81,33 @@ def test_known_secrets_and_recognisable_credentials_are_masked() -> None:
         f"secret {MASK} token {MASK}; Authorization: AWS4-HMAC-SHA256 Credential={MASK}/20260101/us-east-1/s3/"
         f"aws4_request, Signature={MASK}; headers={{'X-Amz-Security-Token': b'{MASK}'}}\n"
         f"x-amz-security-token:{MASK}\n")
+
+
+#: What stderr may hold at the default verbosity besides the job's own warnings: the JVM's notice that Spark 4
+#: uses the incubating vector module (printed by the JVM itself before any logging is set up).
+JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_a_run_is_quiet_by_default_and_verbose_when_asked(s3_endpoint: str, tmp_path: Path) -> None:
+    url = new_bucket(s3_endpoint)
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3_endpoint, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, "-m", "compaction.cli", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done
+
+    cli("generate", url, "--records", "8000", "--keys", "400", "--partitions", "2", "--segment-records", "1000",
+        "--now", "2026-01-01T00:00:00Z")
+    run = cli("run", url, "--set", "log.cleanup.policy=compact", "--now", "2026-01-02T00:00:00Z")
+    assert "2 partition(s) cleaned" in run.stdout, "the job's own progress and summary are on stdout"
+    noise = [line for line in run.stderr.splitlines() if line.strip() and line != JVM_NOTICE]
+    assert noise == [], "no storage client INFO lines, no Spark start-up lines, no console progress bar"
+
+    verbose = cli("-v", "status", url)
+    assert "INFO aiobotocore.credentials: Found credentials in environment variables." in verbose.stderr
+    assert "DEBUG botocore" not in verbose.stderr, "request dumps only with -vv"
+    assert "DEBUG botocore" in cli("-vv", "status", url).stderr

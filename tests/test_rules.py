@@ -10,7 +10,8 @@ import pytest
 
 from compaction.clean import rules
 from compaction.clean.rules import LONG_MAX, Reason, Strategy
-from compaction.store.segment import HEADER_TYPE, records
+from compaction.schema import HEADER_TYPE
+from compaction.store.segment import records
 from tests.builders import facts
 
 NOW = 1_000_000

@@ -98,14 +98,16 @@ def test_the_reason_is_the_last_failure_in_one_line() -> None:
 ROOT = Path(__file__).resolve().parent.parent
 #: The driver of a pass under speculation, in a process of its own: the tests' session is local, and Spark runs
 #: a speculative copy of a task only on another host than the original attempt, so this needs a cluster of
-#: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 20 s: Spark
-#: kills a losing attempt); the other tasks finish at once, so Spark soon takes the paused ones for slow and
-#: runs a copy on the other host, which wins. The job starts once both executors are there.
+#: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 120 s, so that
+#: the copy wins even on a loaded machine; Spark kills a losing attempt); the other tasks finish at once, so
+#: Spark soon takes the paused ones for slow and runs a copy on the other host, which wins. The job starts
+#: once both executors are there.
 DRIVER = """
 import sys
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
 from compaction.clean.session import spark_session
+from compaction.report import write_report
 from compaction.store import Store
 from tests.task_faults import faulty
 
@@ -118,9 +120,9 @@ spark = spark_session(master, conf={
     "spark.ui.showConsoleProgress": "false"})
 settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0},
                          environ={})
-report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=20.0), settings).run(now)
+report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=120.0), settings).run(now)
 spark.stop()
-report.write(out)
+write_report(report, out)
 """
 
 
@@ -157,7 +159,7 @@ def test_speculative_attempts_never_publish_twice(tmp_path: Path, monkeypatch: p
 
     # They are garbage: gc removes exactly them, and the log reads the same.
     deleted = {f"{tp.prefix}/{path}" for tp in partitions for path in
-               collect_garbage(store, tp, now_ms=int(time.time() * 1000) + 1, grace_ms=0).deleted_objects}
+               collect_garbage(store, tp, wall_ms=int(time.time() * 1000) + 1, grace_ms=0).deleted_objects}
     assert deleted == orphans
     assert {str(tp): offsets(store, tp) for tp in partitions} == {str(tp): [2, 3, 4, 5] for tp in partitions}
     assert [p for r in verify(store) for p in r.problems] == []

@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import RDD, StorageLevel
@@ -47,23 +46,19 @@ from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.outcome import PartitionResult, RunReport
+from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, DecisionRow, ReadTask
 from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan, apply_policy, key_buckets, plan
 from compaction.clean.settings import CleanerConfig
-from compaction.clean.tasks import (
-    ApplyJob,
-    ReadTask,
-    apply_rows,
-    clean_partition,
-    decision_rows,
-    read_facts_batches,
-    segment_from_json,
-)
+from compaction.clean.tasks import apply_rows, clean_partition, decision_rows, read_facts_batches
 from compaction.errors import CompactionError, StoreError
 from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
 from compaction.store.manifest import Manifest, SegmentMeta
 
 log = logging.getLogger("compaction.clean.cleaner")
 Progress = Callable[[str], None]
+
+#: Progress lines give sizes in MB of 2**20 bytes, as Kafka's cleaner log does.
+BYTES_PER_MB = 2**20
 
 #: What a Spark action raises when its job fails for good: a task failed all its attempts, or the JVM is gone.
 SPARK_JOB_FAILURES = (Py4JError, PySparkException)
@@ -103,12 +98,23 @@ class PartitionWork:
         self.bytes_written = self.records_written = self.stamped = 0
         self.error = None
 
-    def add(self, job_id: int, result: dict[str, Any]) -> None:
+    def add(self, result: AppliedJob) -> None:
         """Record an apply job's result."""
-        self.results[job_id] = segment_from_json(result["segment"])
-        self.bytes_written += result["bytes_written"]
-        self.records_written += result["records_written"]
-        self.stamped += result["stamped"]
+        self.results[result.job_id] = result.segment
+        self.bytes_written += result.bytes_written
+        self.records_written += result.records_written
+        self.stamped += result.stamped
+
+
+def _extent(items: list[PartitionWork]) -> str:
+    """How much the items' cleaned ranges hold, for progress lines."""
+    size = sum(w.plan.work_bytes for w in items) / BYTES_PER_MB
+    return f"{sum(len(w.plan.segments) for w in items)} segment(s), {size:,.1f} MB"
+
+
+def _elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a :func:`time.perf_counter` reading)."""
+    return int((time.perf_counter() - started) * 1000)
 
 
 def plan_store(store: Store, settings: CleanerConfig, now_ms: int,
@@ -185,7 +191,7 @@ class Cleaner:
                 self._reset_checkpoint(p, now_ms)
             results.append(PartitionResult.from_plan(p))
         return RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                               elapsed_ms=int((time.perf_counter() - started) * 1000))
+                               elapsed_ms=_elapsed_ms(started))
 
     def _isolate(self, items: list[PartitionWork], clean: Callable[[list[PartitionWork], int], None], now_ms: int,
                  err: Exception) -> None:
@@ -255,9 +261,10 @@ class Cleaner:
 
     def _job(self, p: PartitionPlan, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
              now_ms: int) -> ApplyJob:
-        return ApplyJob(p.partition, self.store, job_id, sources, horizon_ms=self._horizon(p, now_ms), now_ms=now_ms,
-                        log_start_offset=p.log_start_offset or 0, deletes_only=deletes_only, pass_id=self.pass_id,
-                        segment_format=p.segment_format, batch_policy=self._batch_policy(p, now_ms))
+        return ApplyJob(tp=p.partition, store=self.store, job_id=job_id, sources=sources,
+                        horizon_ms=self._horizon(p, now_ms), now_ms=now_ms, log_start_offset=p.log_start_offset or 0,
+                        deletes_only=deletes_only, pass_id=self.pass_id, segment_format=p.segment_format,
+                        batch_policy=self._batch_policy(p, now_ms))
 
     @staticmethod
     def _batch_policy(p: PartitionPlan, now_ms: int) -> BatchPolicy | None:
@@ -272,23 +279,22 @@ class Cleaner:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
-        self.progress(f"cleaning {len(items)} partition(s) in {len(tasks)} task(s), "
-                      f"{sum(len(w.plan.segments) for w in items)} segment(s), "
-                      f"{sum(w.plan.work_bytes for w in items) / 2**20:,.1f} MB (plan: arrow)")
+        self.progress(f"cleaning {len(items)} partition(s) in {len(tasks)} task(s), {_extent(items)} (plan: arrow)")
         # An RDD of the tasks themselves: no SQL planning or Arrow transfer is needed for metadata results,
         # which makes a fresh session's first job seconds shorter.
-        results = self.session.sparkContext.parallelize(tasks, len(tasks)).map(clean_partition).collect()
-        for payload in results:
-            item = by_tp[TopicPartition(payload["topic"], payload["partition"])]
-            if payload["error"] is not None:
-                item.error = payload["error"]
+        results: list[CleanedPartition] = (self.session.sparkContext.parallelize(tasks, len(tasks))
+                                           .map(clean_partition).collect())
+        for cleaned in results:
+            item = by_tp[cleaned.tp]
+            if cleaned.error is not None:
+                item.error = cleaned.error
                 continue
-            item.outcomes = {int(base): SegmentOutcome(**values) for base, values in payload["outcomes"].items()}
+            item.outcomes = dict(cleaned.outcomes)
             segments = {s.base_offset: s for s in item.plan.segments}
-            for job in payload["jobs"]:
-                item.jobs.append(self._job(item.plan, job["job_id"], tuple(segments[b] for b in job["sources"]),
-                                           job["deletes_only"], now_ms))
-                item.add(job["job_id"], job)
+            for job in cleaned.jobs:
+                item.jobs.append(self._job(item.plan, job.job_id, tuple(segments[b] for b in job.sources),
+                                           job.deletes_only, now_ms))
+                item.add(job)
 
     def facts(self, tasks: list[ReadTask]) -> DataFrame:
         """The facts of the tasks' cleaned ranges as a DataFrame (the Spark SQL plans' input)."""
@@ -298,7 +304,7 @@ class Cleaner:
         return ids.mapInArrow(lambda batches: read_facts_batches(batches, shipped.value), FACTS_TYPE)
 
     def decisions(self, tasks: list[ReadTask], now_ms: int) -> RDD:
-        """Decision rows (one per segment and key bucket, as dicts) for the tasks, by this cleaner's plan."""
+        """Decision rows (one per segment and key bucket) for the tasks, by this cleaner's plan."""
         if self.dedupe_plan is rules.Plan.ARROW:
             return self.session.sparkContext.parallelize(tasks, len(tasks)).flatMap(decision_rows)
         keyless_drop = self.settings.cleaner.keyless_records == "drop"
@@ -309,29 +315,25 @@ class Cleaner:
         """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""
         by_tp = {w.plan.partition: w for w in items}
         tasks = self.read_tasks(items, now_ms)
-        total = sum(w.plan.work_bytes for w in items)
         self.progress(f"deciding survivors in {len(items)} partition(s) with {len(tasks)} task(s), "
-                      f"{sum(len(w.plan.segments) for w in items)} segment(s), {total / 2**20:,.1f} MB "
-                      f"(plan: {self.dedupe_plan})")
+                      f"{_extent(items)} (plan: {self.dedupe_plan})")
         decisions = self.decisions(tasks, now_ms).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = decisions.map(lambda r: {k: v for k, v in r.items() if k not in ("dropped", "stamps")}).collect()
+            counts: list[DecisionRow] = decisions.map(DecisionRow.counts).collect()
             for row in counts:
-                item = by_tp[TopicPartition(row["topic"], row["partition"])]
-                if row["error"] is not None:
-                    item.error = item.error or row["error"]
+                item = by_tp[row.tp]
+                if row.error is not None:
+                    item.error = item.error or row.error
                     continue
-                outcome = SegmentOutcome(row["records"], row["kept"], row["stamped"], row["dropped_by"],
-                                         row["next_horizon_ms"])
-                previous = item.outcomes.get(row["segment_base"])
-                item.outcomes[row["segment_base"]] = previous.merge(outcome) if previous else outcome
+                previous = item.outcomes.get(row.segment_base)
+                item.outcomes[row.segment_base] = previous.merge(row.outcome) if previous else row.outcome
             for item in items:
                 if item.error is not None:
                     continue
                 p = item.plan
                 assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
-                    item.outcomes.setdefault(segment.base_offset, SegmentOutcome(0, 0, 0, {}))
+                    item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
                 jobs = plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self.apply_policy(p, now_ms))
                 item.jobs = [self._job(p, job_id, sources, deletes_only, now_ms)
                              for job_id, (sources, deletes_only) in enumerate(jobs)]
@@ -354,30 +356,30 @@ class Cleaner:
         """Run each job over its segments' decision rows (from every key bucket), one task per job."""
         if not items:
             return
-        jobs = {(j.tp.topic, j.tp.partition, j.job_id): j for w in items for j in w.jobs}
+        jobs = {(j.tp, j.job_id): j for w in items for j in w.jobs}
         rewrites = [j for j in jobs.values() if not j.deletes_only]
         self.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
                       f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
         sc = self.session.sparkContext
-        job_of = {(j.tp.topic, j.tp.partition, s.base_offset): key for key, j in jobs.items() for s in j.sources}
+        job_of = {(j.tp, s.base_offset): key for key, j in jobs.items() for s in j.sources}
         shipped = sc.broadcast((jobs, job_of))
 
-        def route(row: dict) -> list[tuple[tuple[str, int, int], dict]]:
-            key = shipped.value[1].get((row["topic"], row["partition"], row["segment_base"]))
+        def route(row: DecisionRow) -> list[tuple[tuple[TopicPartition, int], DecisionRow]]:
+            key = shipped.value[1].get((row.tp, row.segment_base))
             return [(key, row)] if key is not None else []
 
         # Every job gets one placeholder, so a job whose segments had no decision rows still runs.
         keyed = decisions.flatMap(route).union(sc.parallelize([(key, None) for key in jobs]))
-        results = (keyed.groupByKey(numPartitions=len(jobs))
-                   .map(lambda pair: apply_rows(shipped.value[0][pair[0]], list(pair[1])))
-                   .collect())
+        results: list[AppliedJob] = (keyed.groupByKey(numPartitions=len(jobs))
+                                     .map(lambda pair: apply_rows(shipped.value[0][pair[0]], list(pair[1])))
+                                     .collect())
         by_tp = {w.plan.partition: w for w in items}
         for result in results:
-            item = by_tp[TopicPartition(result["topic"], result["partition"])]
-            if result["error"] is not None:
-                item.error = item.error or result["error"]
+            item = by_tp[result.tp]
+            if result.error is not None:
+                item.error = item.error or result.error
                 continue
-            item.add(result["job_id"], result)
+            item.add(result)
 
     # Commit ------------------------------------------------------------------------------------------
 
@@ -408,7 +410,7 @@ class Cleaner:
         except StoreError as err:
             return PartitionResult.failed(p, f"{type(err).__name__}: {err}", item.outcomes)
         return PartitionResult.cleaned(p, committed, item.outcomes, item.jobs, added, item.records_written,
-                                       item.bytes_written, elapsed_ms=int((time.perf_counter() - started) * 1000))
+                                       item.bytes_written, elapsed_ms=_elapsed_ms(started))
 
     def _next_horizon(self, item: PartitionWork, now_ms: int) -> int | None:
         """The earliest delete horizon still to come in the cleaned range after this pass."""

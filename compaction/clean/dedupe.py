@@ -19,12 +19,16 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from compaction.clean import rules
+from compaction.clean.layout import SegmentOutcome
+from compaction.clean.payloads import DecisionRow
+from compaction.store import TopicPartition
 
 KEY = ("topic", "partition", "key")
 
 FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
-DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in
-                              ("topic", "partition", "segment_base", "position", "offset", "error")),
+#: The facts :func:`classify` passes through to :func:`per_segment`, before the decision's own columns.
+PASSED_ON = ("topic", "partition", "segment_base", "position", "offset", "error")
+DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
                             ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64())])
 DECIDED_TYPE: StructType = from_arrow_schema(DECIDED_SCHEMA)
 
@@ -62,7 +66,7 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
             winner = table.column("is_winner").to_numpy(zero_copy_only=False).astype(bool)
             decided = rules.classify(table, winner, now_ms=now_ms, keyless_drop=keyless_drop)
             upcoming = rules.upcoming_horizons(table, decided.code, now_ms)
-            columns = [table.column(name) for name in DECIDED_SCHEMA.names[:-3]]
+            columns = [table.column(name) for name in PASSED_ON]
             yield from pa.table([*columns, pa.array(decided.code), pa.array(decided.stamp),
                                  pa.array(upcoming, mask=upcoming == rules.LONG_MAX)],
                                 schema=DECIDED_SCHEMA).to_batches()
@@ -82,14 +86,17 @@ def per_segment(decided: DataFrame) -> DataFrame:
         F.min("upcoming_horizon_ms").alias("next_horizon_ms"), F.max("error").alias("error"))
 
 
-def decision_row(row: Any) -> dict[str, Any]:
-    """A :func:`per_segment` row as the dict stage 2 takes (the Arrow plan's decision row): the dropped rows'
+def decision_row(row: Any) -> DecisionRow:
+    """A :func:`per_segment` row as stage 2 takes it (the Arrow plan's decision row): the dropped rows'
     positions become a bitmap over the segment's rows (here all read, with no key buckets)."""
+    tp = TopicPartition(row["topic"], row["partition"])
+    if row["error"] is not None:
+        return DecisionRow.failed(tp, row["error"])
     bits = np.zeros(row["records"] or 0, dtype=bool)
     bits[np.array(row["dropped"] or [], dtype=np.int64)] = True
-    return {"topic": row["topic"], "partition": row["partition"], "segment_base": row["segment_base"],
-            "records": row["records"], "kept": row["kept"], "stamped": len(row["stamps"] or []),
-            "dropped_by": {reason.value: row[reason.value] for reason in rules.Reason if row[reason.value]},
-            "next_horizon_ms": row["next_horizon_ms"],
-            "rows": len(bits), "dropped": np.packbits(bits),
-            "stamps": np.array(row["stamps"] or [], dtype=np.int64), "error": row["error"]}
+    stamps = np.array(row["stamps"] or [], dtype=np.int64)
+    outcome = SegmentOutcome(records=row["records"], kept=row["kept"], stamped=len(stamps),
+                             dropped={reason.value: row[reason.value] for reason in rules.Reason if row[reason.value]},
+                             next_horizon_ms=row["next_horizon_ms"])
+    return DecisionRow(tp=tp, segment_base=row["segment_base"], outcome=outcome, rows=len(bits),
+                       dropped=np.packbits(bits), stamps=stamps)

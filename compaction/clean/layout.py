@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compaction.clean.rules import saturating_add
+import numpy as np
+
+from compaction.clean.rules import KEPT, LONG_MAX, reason_counts, saturating_add
 from compaction.store.manifest import SegmentMeta
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SegmentOutcome:
     """The decision's counts for one segment of a cleaned range: live records read, kept, markers to stamp,
     records dropped by reason, and the earliest delete horizon still to come among the kept records."""
@@ -23,6 +25,19 @@ class SegmentOutcome:
     stamped: int
     dropped: dict[str, int]
     next_horizon_ms: int | None = None
+
+    @classmethod
+    def empty(cls) -> SegmentOutcome:
+        """The outcome of a segment no decision row speaks of (none of its rows was read)."""
+        return cls(records=0, kept=0, stamped=0, dropped={})
+
+    @classmethod
+    def from_decision(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray) -> SegmentOutcome:
+        """The counts of one segment's decided rows: their codes (``KEPT`` or a reason's), which markers to
+        stamp, and their upcoming delete horizons (``LONG_MAX`` where none)."""
+        return cls(records=len(code), kept=int(np.count_nonzero(code == KEPT)), stamped=int(stamp.sum()),
+                   dropped=reason_counts(code),
+                   next_horizon_ms=int(upcoming.min()) if len(upcoming) and upcoming.min() < LONG_MAX else None)
 
     @property
     def lost(self) -> int:
@@ -34,8 +49,9 @@ class SegmentOutcome:
         for reason, count in other.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
         horizons = [h for h in (self.next_horizon_ms, other.next_horizon_ms) if h is not None]
-        return SegmentOutcome(self.records + other.records, self.kept + other.kept, self.stamped + other.stamped,
-                              dropped, min(horizons, default=None))
+        return SegmentOutcome(records=self.records + other.records, kept=self.kept + other.kept,
+                              stamped=self.stamped + other.stamped, dropped=dropped,
+                              next_horizon_ms=min(horizons, default=None))
 
     def estimated_bytes(self, segment: SegmentMeta) -> int:
         """The size of the records it keeps, pro rata of the live records read."""
@@ -47,6 +63,13 @@ class SegmentOutcome:
 #: nightly pass does not recopy the clean section, and a small one is recopied only until it is not.
 SMALL_SEGMENT_DIVISOR = 8
 
+#: ``deletion.vector.max.ratio``'s default: a clean segment takes a deletion vector while at most this share
+#: of its records is deleted; beyond it, readers skip too much of what they read and a rewrite pays off.
+DEFAULT_DELETION_VECTOR_MAX_RATIO = 0.2
+#: ``deletion.vector.max.age.ms``'s default, seven days: a deletion vector only hides records, so a segment
+#: carrying one is rewritten within this time and its deleted records are removed physically.
+DEFAULT_DELETION_VECTOR_MAX_AGE_MS = 7 * 24 * 3600 * 1000
+
 
 @dataclass(frozen=True)
 class ApplyPolicy:
@@ -54,8 +77,8 @@ class ApplyPolicy:
 
     segment_bytes: int
     now_ms: int
-    deletion_vector_max_ratio: float = 0.2
-    deletion_vector_max_age_ms: int = 604_800_000
+    deletion_vector_max_ratio: float = DEFAULT_DELETION_VECTOR_MAX_RATIO
+    deletion_vector_max_age_ms: int = DEFAULT_DELETION_VECTOR_MAX_AGE_MS
     max_group_records: int | None = None  # a rewrite reads at most this many records (one task's share)
 
 

@@ -17,7 +17,7 @@ from compaction.store.manifest import Manifest, SegmentMeta
 from compaction.store.status import human_bytes
 
 if TYPE_CHECKING:
-    from compaction.clean.tasks import ApplyJob
+    from compaction.clean.payloads import ApplyJob
 
 log = logging.getLogger("compaction.cleaner")
 

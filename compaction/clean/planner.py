@@ -329,16 +329,22 @@ def format_duration(ms: int) -> str:
     return "".join(shown[:2]) if shown else f"{ms}ms"
 
 
+#: A task reads a clean segment's decision columns only, about a quarter of the cost of a dirty segment read
+#: whole: so a task may hold this many times ``task.max.records`` records in all.
+CLEAN_SEGMENT_COST_DIVISOR = 4
+
+
 def key_buckets(p: PartitionPlan, task_max_records: int) -> int:
     """Key buckets (tasks) a partition's cleaned range is split into, so that no task decides too much.
 
     A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
-    columns of clean ones (a quarter of the cost each, so up to four times as many records in all).
+    columns of clean ones (up to :data:`CLEAN_SEGMENT_COST_DIVISOR` times as many records in all).
     """
     assert p.first_dirty_offset is not None
     dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
     total = sum(s.live_records for s in p.segments)
-    return max(1, math.ceil(dirty / task_max_records), math.ceil(total / (4 * task_max_records)))
+    return max(1, math.ceil(dirty / task_max_records),
+               math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
 
 
 def apply_policy(p: PartitionPlan, now_ms: int, cleaner: CleanerSettings, buckets: int) -> ApplyPolicy:

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.store.segment import LONG_MAX, LONG_MIN
+from compaction.schema import LONG_MAX, LONG_MIN
 
 
 class Strategy(StrEnum):
@@ -131,6 +131,10 @@ def versions(records: pa.Table, strategy: Strategy, header: str) -> tuple[np.nda
     return _header_versions(records.column("headers").combine_chunks(), header, n)
 
 
+#: KIP-280: a header version is a Kafka long, 8 bytes big-endian; a value of another length is not valid.
+HEADER_VERSION_BYTES = 8
+
+
 def _header_versions(headers: pa.ListArray, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The last header called ``name`` read as an 8-byte big-endian long; missing or malformed: not valid."""
     valid = np.zeros(n, dtype=np.int8)
@@ -147,7 +151,7 @@ def _header_versions(headers: pa.ListArray, name: str, n: int) -> tuple[np.ndarr
     last = np.flatnonzero(np.append(matched_parents[1:] != matched_parents[:-1], True))
     rows, picks = matched_parents[last], matches[last]
     values = flat.field("value").take(pa.array(picks))
-    ok = _bools(pc.equal(pc.binary_length(values), 8))
+    ok = _bools(pc.equal(pc.binary_length(values), HEADER_VERSION_BYTES))
     good = pa.concat_arrays([values.filter(pa.array(ok))])
     if len(good):
         _, positions, data = good.buffers()

@@ -26,12 +26,24 @@ DEFAULTS = {
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
-    "spark.ui.showConsoleProgress": "true",
+    # Off unless asked (--spark-conf spark.ui.showConsoleProgress=true): the bar is drawn over the job's own
+    # lines on stderr, and pyspark turns it on by default (it launches its JVM as a "shell").
+    "spark.ui.showConsoleProgress": "false",
 }
+#: Spark's start-up lines ("Using Spark's default log4j profile", the native-hadoop warning) are noise to a
+#: user of the job: a driver this process starts logs warnings only, through this file (spark-submit's JVM is
+#: configured by spark-submit).
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: Attempts per task: Spark's default on a cluster (``spark.task.maxFailures``), given to local mode too.
 TASK_ATTEMPTS = 4
+#: Seconds to wait for a standalone master to accept a connection: a live one answers at once.
+MASTER_CONNECT_TIMEOUT_S = 5
 LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
+#: Every local master Spark takes: local, local[N], local[*], local[N,F], local[*,F], and local-cluster[N,C,M]
+#: (N workers of C cores and M MiB in separate JVMs on this machine, as a standalone cluster schedules them).
+ANY_LOCAL_MASTER = re.compile(r"local(?:\[(?:\*|[1-9][0-9]*)(?:,[1-9][0-9]*)?\])?"
+                              r"|local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]", re.ASCII)
 
 
 def class_archive() -> Path:
@@ -69,12 +81,16 @@ def check_master(master: str) -> None:
             if not host or not port.isdigit():
                 raise CompactionError(f"Spark master {master} must look like spark://HOST:PORT")
             try:
-                socket.create_connection((host, int(port)), timeout=5).close()
+                socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
             except OSError as err:
                 raise CompactionError(f"no Spark master is listening at {master} ({err})") from err
-    elif not (master == "yarn" or master.startswith(("local", "k8s://", "mesos://", "sc://"))):
-        raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn or "
-                              "k8s://...")
+    elif master.startswith("local"):
+        if not ANY_LOCAL_MASTER.fullmatch(master):
+            raise CompactionError(f"Spark master {master!r} is not local, local[N], local[*], local[N,F] or "
+                                  "local-cluster[WORKERS,CORES,MEMORY_MB]")
+    elif not (master == "yarn" or master.startswith(("k8s://", "mesos://", "sc://"))):
+        raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn, "
+                              "k8s://... or local-cluster[N,C,M]")
 
 
 def with_task_retries(master: str, attempts: int | str = TASK_ATTEMPTS) -> str:
@@ -127,6 +143,8 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     if archive.exists() and (master is None or master.startswith("local")) \
             and "PYSPARK_GATEWAY_PORT" not in os.environ:
         java_options.append(f"-XX:SharedArchiveFile={archive}")  # classes mapped, not loaded: ~2.5 s faster
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # this process starts the driver's JVM
+        java_options.append(f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     settings.update(conf or {})

@@ -10,10 +10,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from compaction.clean.layout import DEFAULT_DELETION_VECTOR_MAX_AGE_MS, DEFAULT_DELETION_VECTOR_MAX_RATIO
 from compaction.clean.rules import Plan, Strategy
 from compaction.errors import ConfigError
+from compaction.schema import LONG_MAX
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
-from compaction.store.segment import LONG_MAX
 
 POLICIES = ("compact", "delete")
 SEGMENT_FORMATS = ("parquet", "kafka")
@@ -141,8 +142,10 @@ class CleanerSettings(BaseModel):
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
     dedupe_plan: Plan = Field(Plan.ARROW, alias="dedupe.plan")
     task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1)
-    deletion_vector_max_ratio: float = Field(0.2, alias="deletion.vector.max.ratio", ge=0, lt=1)
-    deletion_vector_max_age_ms: int = Field(604_800_000, alias="deletion.vector.max.age.ms", ge=0)
+    deletion_vector_max_ratio: float = Field(DEFAULT_DELETION_VECTOR_MAX_RATIO, alias="deletion.vector.max.ratio",
+                                             ge=0, lt=1)
+    deletion_vector_max_age_ms: int = Field(DEFAULT_DELETION_VECTOR_MAX_AGE_MS, alias="deletion.vector.max.age.ms",
+                                            ge=0)
     max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)
     gc_grace_ms: int = Field(DEFAULT_GRACE_MS, alias="gc.grace.ms", ge=0)
     gc_keep_versions: int = Field(DEFAULT_KEEP_VERSIONS, alias="gc.keep.versions", ge=1)

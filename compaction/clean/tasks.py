@@ -1,20 +1,18 @@
 """Executor-side work: read the facts a pass decides on, decide per partition, and apply the decisions.
 
 Everything here runs inside Spark tasks on pyarrow and fsspec, so the same code reads local disk and S3.
-A failure is caught at the partition's boundary and returned as an ``error`` row: one bad partition (a
-corrupt or missing segment) must not stop the others (SPEC §5).
+A failure is caught at the partition's boundary and returned as a result with an ``error``: one bad
+partition (a corrupt or missing segment) must not stop the others (SPEC §5).
 
-Stage 1 ends with one *decision row* per segment (and key bucket): its counts and the offsets it loses.
-Stage 2 runs *jobs* over those rows: rewrite a group of segments into one, or extend a segment's
-deletion vector.
+Stage 1 ends with one *decision row* per segment (and key bucket): its counts and the rows it loses.
+Stage 2 runs *apply jobs* over those rows: rewrite a group of segments into one, or extend a segment's
+deletion vector. Tasks, rows and results are the typed, versioned payloads of :mod:`compaction.clean.payloads`.
 """
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,67 +22,27 @@ from pyspark import TaskContext
 
 from compaction.clean import arrow_dedupe, rules
 from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe
-from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
+from compaction.clean.layout import SegmentOutcome, plan_jobs
+from compaction.clean.payloads import (
+    NO_SEGMENT,
+    AppliedJob,
+    ApplyJob,
+    CleanedPartition,
+    DecisionRow,
+    ReadTask,
+    error_text,
+)
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
-from compaction.store import Store, TopicPartition
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
+#: Rows per Arrow batch a facts task hands to Spark SQL: large batches keep the per-batch overhead small,
+#: and at a few dozen bytes a row (plus the key) one batch stays a few MB on its way into the JVM.
 BATCH_ROWS = 131_072
 #: The decision columns of the facts (what :func:`compaction.clean.rules.classify` and the plans read).
 DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
                     "aborted", "marker_pending", "guarded")
-
-
-@dataclass(frozen=True)
-class ReadTask:
-    """Decide one partition's cleaned range, or one key bucket of it (``bucket`` of ``buckets``)."""
-
-    tp: TopicPartition
-    store: Store
-    segments: tuple[SegmentMeta, ...]
-    tail: tuple[SegmentMeta, ...]  # the segments beyond the range (their markers and stale records matter)
-    strategy: rules.Strategy
-    strategy_header: str
-    keyless_drop: bool
-    now_ms: int = 0
-    log_start_offset: int = 0
-    bucket: int = 0
-    buckets: int = 1
-    first_dirty_offset: int = 0
-    clean_keys_unique: bool = False  # the manifest's promise (the Arrow plan's winner search uses it)
-    # For a partition decided and applied in one task (the Arrow plan, one bucket):
-    policy: ApplyPolicy | None = None
-    horizon_ms: int = 0
-    segment_format: str = "parquet"  # what its rewrites write
-    batch_policy: BatchPolicy | None = None  # which batches its .log rewrites keep when they lose every record
-    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its objects (:func:`object_id`)
-
-
-@dataclass(frozen=True)
-class ApplyJob:
-    """Stage 2: rewrite ``sources`` into one segment, or (``deletes_only``) extend one segment's deletion vector."""
-
-    tp: TopicPartition
-    store: Store
-    job_id: int
-    sources: tuple[SegmentMeta, ...]
-    horizon_ms: int
-    now_ms: int
-    log_start_offset: int
-    deletes_only: bool = False
-    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its object (:func:`object_id`)
-    segment_format: str = "parquet"  # what a rewrite writes
-    batch_policy: BatchPolicy | None = None  # which batches a .log rewrite keeps when they lose every record
-
-    @property
-    def base_offset(self) -> int:
-        return self.sources[0].base_offset
-
-    @property
-    def next_offset(self) -> int:
-        return self.sources[-1].next_offset
 
 
 # Stage 1: facts -------------------------------------------------------------------------------------------
@@ -107,6 +65,7 @@ def _columns_for(task: ReadTask) -> list[str]:
     return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
 
 
+#: About how many keys the key-range bounds are computed from: enough for even ranges, cheap to sort.
 SAMPLE_ROWS = 65_536
 
 
@@ -305,8 +264,8 @@ def read_facts(task: ReadTask) -> pa.Table:
 
 def _error_row(task: ReadTask, err: BaseException) -> pa.Table:
     row: dict[str, list[Any]] = {name: [None] for name in rules.FACTS_SCHEMA.names}
-    row.update(topic=[task.tp.topic], partition=[task.tp.partition], segment_base=[-1], offset=[-1],
-               error=[f"{type(err).__name__}: {err}"])
+    row.update(topic=[task.tp.topic], partition=[task.tp.partition], segment_base=[NO_SEGMENT], offset=[-1],
+               error=[error_text(err)])
     return pa.table(row, schema=rules.FACTS_SCHEMA)
 
 
@@ -340,11 +299,8 @@ class Decided:
         result = []
         upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
         for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
-            code = self.code[part]
-            later = upcoming[part]
-            result.append((segment, part, SegmentOutcome(
-                len(code), int(np.count_nonzero(code == rules.KEPT)), int(self.stamp[part].sum()),
-                rules.reason_counts(code), int(later.min()) if len(later) and later.min() < rules.LONG_MAX else None)))
+            result.append((segment, part, SegmentOutcome.from_decision(self.code[part], self.stamp[part],
+                                                                       upcoming[part])))
         return result
 
 
@@ -356,21 +312,17 @@ def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided
     return Decided(facts, decided.code, decided.stamp, task.now_ms)
 
 
-def decision_rows(task: ReadTask) -> list[dict[str, Any]]:
+def decision_rows(task: ReadTask) -> list[DecisionRow]:
     """Stage 1 of a split partition: per segment, this key bucket's counts, a bitmap of the rows it drops
     and the markers to stamp; or one row with the error that stopped the task."""
     try:
         decided = decide_facts(task)
     except Exception as err:  # isolate the partition; reported with its reason
-        return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": -1,
-                 "error": f"{type(err).__name__}: {err}"}]
+        return [DecisionRow.failed(task.tp, error_text(err))]
     offsets = decided.facts.table.column("offset").to_numpy()
     bitmaps = decided.facts.row_bitmaps(decided.code != rules.KEPT)
-    return [{"topic": task.tp.topic, "partition": task.tp.partition, "segment_base": segment.base_offset,
-             "records": outcome.records, "kept": outcome.kept, "stamped": outcome.stamped,
-             "dropped_by": outcome.dropped, "next_horizon_ms": outcome.next_horizon_ms, "rows": int(rows),
-             "dropped": bitmap,
-             "stamps": offsets[part][decided.stamp[part]], "error": None}
+    return [DecisionRow(tp=task.tp, segment_base=segment.base_offset, outcome=outcome, rows=int(rows), dropped=bitmap,
+                        stamps=offsets[part][decided.stamp[part]])
             for (segment, part, outcome), rows, bitmap in zip(decided.outcomes(task.segments),
                                                               decided.facts.read_lengths, bitmaps, strict=True)]
 
@@ -411,16 +363,16 @@ class Verdicts:
 class DroppedRows(Verdicts):
     """Verdicts from decision rows: per segment, the union of its key buckets' bitmaps of dropped rows."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[DecisionRow]) -> None:
         self.bits: dict[int, np.ndarray] = {}
         for row in rows:
-            bits = np.unpackbits(row["dropped"], count=row["rows"]).view(bool)
-            before = self.bits.get(row["segment_base"])
+            bits = np.unpackbits(row.dropped, count=row.rows).view(bool)
+            before = self.bits.get(row.segment_base)
             if before is not None and len(before) != len(bits):
-                raise RuntimeError(f"decisions disagree on the rows of segment {row['segment_base']}")
-            self.bits[row["segment_base"]] = bits if before is None else before | bits
+                raise RuntimeError(f"decisions disagree on the rows of segment {row.segment_base}")
+            self.bits[row.segment_base] = bits if before is None else before | bits
         self.stamps = np.sort(np.concatenate([np.zeros(0, dtype=np.int64),
-                                              *(np.asarray(r["stamps"], dtype=np.int64) for r in rows)]))
+                                              *(np.asarray(r.stamps, dtype=np.int64) for r in rows)]))
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         bits = self.bits.get(segment.base_offset, np.zeros(len(offsets), dtype=bool))  # no rows: nothing read
@@ -454,7 +406,7 @@ class DecidedRows(Verdicts):
         return cached if cached is not None else super().log_segment(job, segment)
 
 
-def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
+def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
     table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
@@ -472,12 +424,12 @@ def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
                                      live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
                                      live_first_timestamp=first, live_max_timestamp=last,
                                      object_id=object_id(job.pass_id))
-    updated = segment.model_copy(update={"deletes": vector})
-    return {"segment": updated.model_dump_json(), "records_read": 0, "bytes_read": 0,
-            "records_written": 0, "stamped": 0, "bytes_written": vector.size_bytes}
+    # Validated (model_copy is not): the driver commits this metadata as it stands.
+    updated = SegmentMeta.model_validate({**segment.model_dump(), "deletes": vector})
+    return AppliedJob.of(job, segment=updated, bytes_written=vector.size_bytes)
 
 
-def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
+def apply_job(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """Write the job's new object: a segment of the sources' surviving records, or a deletion vector.
 
     A rewrite that keeps no record writes nothing (``segment`` None): its range stays in the manifest as
@@ -494,16 +446,15 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
         keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
         pieces.append(table if keep.all() else table.filter(pa.array(keep)))
     output, stamped = _stamp(pa.concat_tables(pieces), verdicts, job.horizon_ms)
-    result = {"records_read": records_read, "bytes_read": sum(s.size_bytes for s in job.sources),
-              "records_written": output.num_rows, "stamped": stamped, "segment": None,
-              "bytes_written": 0}
+    segment = None
     if output.num_rows:
         # Kafka keeps the last source's modification time: records keep their age through rewrites.
         segment = job.store.write_segment(job.tp, output, job.base_offset, job.next_offset,
                                           created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
                                           segment_format=job.segment_format)
-        result.update(segment=segment.model_dump_json(), bytes_written=segment.size_bytes)
-    return result
+    return AppliedJob.of(job, segment=segment, records_read=records_read,
+                         bytes_read=sum(s.size_bytes for s in job.sources), records_written=output.num_rows,
+                         stamped=stamped, bytes_written=segment.size_bytes if segment is not None else 0)
 
 
 def _stamp(records: pa.Table, verdicts: Verdicts, horizon_ms: int) -> tuple[pa.Table, int]:
@@ -516,7 +467,7 @@ def _stamp(records: pa.Table, verdicts: Verdicts, horizon_ms: int) -> tuple[pa.T
             pc.sum(stamp).as_py() or 0)
 
 
-def _rewrite_batches(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
+def _rewrite_batches(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """A rewrite into a ``.log`` segment: each ``.log`` source's batches copied, rebuilt, kept empty or dropped
     (:mod:`compaction.clean.batches`), Parquet sources' records framed anew."""
     policy = job.batch_policy or BatchPolicy(first_uncleanable_offset=-1)
@@ -537,32 +488,28 @@ def _rewrite_batches(job: ApplyJob, verdicts: Verdicts) -> dict[str, Any]:
             kept, stamped = _stamp(table.filter(pa.array(keep)), verdicts, job.horizon_ms)
             parts.append(frame_records(kept, stamped))
     framed = Framed.join(parts, SEGMENT_SCHEMA)
-    result = {"records_read": records_read, "bytes_read": sum(s.size_bytes for s in job.sources),
-              "records_written": framed.records.num_rows, "stamped": framed.stamped, "segment": None,
-              "bytes_written": 0}
+    segment = None
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
         segment = job.store.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
                                           created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
                                           segment_format="kafka", batches=framed.batches, encoded=framed.data)
-        result.update(segment=segment.model_dump_json(), bytes_written=segment.size_bytes)
-    return result
+    return AppliedJob.of(job, segment=segment, records_read=records_read,
+                         bytes_read=sum(s.size_bytes for s in job.sources), records_written=framed.records.num_rows,
+                         stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)
 
 
-def apply_rows(job: ApplyJob, rows: list[dict[str, Any] | None]) -> dict[str, Any]:
+def apply_rows(job: ApplyJob, rows: list[DecisionRow | None]) -> AppliedJob:
     """Stage 2 of a split partition: apply one job with the decision rows of its segments (every bucket)."""
-    result: dict[str, Any] = {"topic": job.tp.topic, "partition": job.tp.partition, "job_id": job.job_id,
-                              "error": None}
     try:
-        result.update(apply_job(job, DroppedRows([r for r in rows if r is not None])))
+        return apply_job(job, DroppedRows([r for r in rows if r is not None]))
     except Exception as err:  # isolate the partition; reported with its reason
-        result["error"] = f"{type(err).__name__}: {err}"
-    return result
+        return AppliedJob.of(job, error=error_text(err))
 
 
 # One task: decide and apply a whole partition ------------------------------------------------------------
 
 
-def clean_in_task(task: ReadTask) -> dict[str, Any]:
+def clean_in_task(task: ReadTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
     assert task.policy is not None and task.buckets == 1
     # Dirty segments nearly always change (duplicates, first tombstone horizons): read them whole, once.
@@ -570,25 +517,18 @@ def clean_in_task(task: ReadTask) -> dict[str, Any]:
                                            if s.next_offset > task.first_dirty_offset))
     outcomes = {segment.base_offset: outcome for segment, _, outcome in decided.outcomes(task.segments)}
     verdicts = DecidedRows(decided, task.segments)
-    jobs = []
-    for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes, task.first_dirty_offset,
-                                                               task.policy)):
-        job = ApplyJob(task.tp, task.store, job_id, sources, task.horizon_ms, task.now_ms, task.log_start_offset,
-                       deletes_only, task.pass_id, task.segment_format, task.batch_policy)
-        jobs.append({"job_id": job_id, "sources": [s.base_offset for s in sources], "deletes_only": deletes_only,
-                     **apply_job(job, verdicts)})
-    return {"outcomes": {str(base): asdict(outcome) for base, outcome in outcomes.items()}, "jobs": jobs}
+    jobs = [apply_job(ApplyJob(tp=task.tp, store=task.store, job_id=job_id, sources=sources,
+                               horizon_ms=task.horizon_ms, now_ms=task.now_ms, log_start_offset=task.log_start_offset,
+                               deletes_only=deletes_only, pass_id=task.pass_id, segment_format=task.segment_format,
+                               batch_policy=task.batch_policy), verdicts)
+            for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes,
+                                                                       task.first_dirty_offset, task.policy))]
+    return CleanedPartition(tp=task.tp, outcomes=outcomes, jobs=tuple(jobs))
 
 
-def clean_partition(task: ReadTask) -> dict[str, Any]:
+def clean_partition(task: ReadTask) -> CleanedPartition:
     """RDD body: clean one partition in this task; returns its metadata, or the error that stopped it."""
-    result: dict[str, Any] = {"topic": task.tp.topic, "partition": task.tp.partition, "error": None}
     try:
-        result.update(clean_in_task(task))
+        return clean_in_task(task)
     except Exception as err:  # isolate the partition; reported with its reason
-        result["error"] = f"{type(err).__name__}: {err}"
-    return result
-
-
-def segment_from_json(text: str | None) -> SegmentMeta | None:
-    return SegmentMeta.model_validate(json.loads(text)) if text is not None else None
+        return CleanedPartition(tp=task.tp, error=error_text(err))

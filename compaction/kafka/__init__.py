@@ -25,6 +25,7 @@ offset); bad input to ``encode`` raises ``InvalidRecordsError``.
 
 from compaction.kafka.decode import decode
 from compaction.kafka.encode import batch_table, encode
-from compaction.kafka.layout import BATCH_SCHEMA, CODECS, HEADER_BYTES, RECORD_SCHEMA, Decoded
+from compaction.kafka.layout import BATCH_SCHEMA, CODECS, HEADER_BYTES, Decoded
+from compaction.schema import RECORD_SCHEMA
 
 __all__ = ["BATCH_SCHEMA", "CODECS", "HEADER_BYTES", "RECORD_SCHEMA", "Decoded", "batch_table", "decode", "encode"]

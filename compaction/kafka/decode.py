@@ -29,16 +29,15 @@ from compaction.kafka.layout import (
     DELETE_HORIZON,
     HEADER,
     HEADER_BYTES,
-    HEADER_TYPE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_AT,
-    RECORD_SCHEMA,
     TRANSACTIONAL,
     Decoded,
     corrupt,
 )
+from compaction.schema import HEADER_TYPE, RECORD_SCHEMA
 
 # The smallest record: its length, the attributes byte and five one-byte varints.
 _MIN_RECORD_BYTES = 7

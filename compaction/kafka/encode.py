@@ -28,13 +28,13 @@ from compaction.kafka.layout import (
     CONTROL_TYPES,
     DELETE_HORIZON,
     HEADER_BYTES,
-    HEADER_TYPE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC,
     NO_TIMESTAMP,
     TRANSACTIONAL,
 )
+from compaction.schema import HEADER_TYPE
 
 _FRONT = struct.Struct(">qiibI")  # base offset .. CRC
 _TAIL = struct.Struct(">hiqqqhii")  # attributes .. record count: the CRC's first 40 bytes

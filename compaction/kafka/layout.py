@@ -40,24 +40,6 @@ HEADER = np.dtype([
 ])
 assert HEADER.itemsize == HEADER_BYTES
 
-HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-#: One row per record: the project's segment record schema (``compaction.segment.SEGMENT_SCHEMA``, restated
-#: here so that this package imports nothing else of the project; a test holds the two equal).
-RECORD_SCHEMA = pa.schema([
-    ("offset", pa.int64()),
-    ("timestamp", pa.int64()),
-    ("key", pa.binary()),
-    ("value", pa.binary()),
-    ("headers", HEADER_TYPE),
-    ("producer_id", pa.int64()),
-    ("producer_epoch", pa.int16()),
-    ("is_transactional", pa.bool_()),
-    ("is_control", pa.bool_()),
-    ("control_type", pa.string()),
-    ("delete_horizon_ms", pa.int64()),
-])
-
 #: One row per batch, in log order. ``compression`` and ``delete_horizon_ms`` restate attribute bits 0-2 and
 #: 6 (the horizon is the base timestamp when bit 6 is set); ``position`` and ``size`` locate the batch's
 #: bytes in the decoded buffer, so that a batch kept whole can be copied byte for byte.

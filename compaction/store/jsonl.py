@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 
 from compaction.errors import InvalidRecordsError
-from compaction.store.segment import COLUMNS, LONG_MAX, LONG_MIN, records
+from compaction.schema import LONG_MAX, LONG_MIN
+from compaction.store.segment import COLUMNS, records
 
 _BINARY = ("key", "value")
 #: The integer columns and Kafka's range for each (JSON integers are unbounded): Longs, and a Short epoch.
@@ -149,8 +150,3 @@ def to_lines(table: pa.Table) -> Iterator[str]:
             else:
                 out[name] = value
         yield json.dumps(out, separators=(",", ":"))
-
-
-def write_lines(table: pa.Table, stream: IO[str]) -> None:
-    for line in to_lines(table):
-        stream.write(line + "\n")

@@ -18,7 +18,11 @@ SEGMENT_DIR = "segments"
 #: Digits are ASCII only and ``\Z`` ends a name: ``\d`` would take other scripts' digits (which ``int()``
 #: reads) and ``$`` a trailing newline, so two names could stand for one offset or version.
 SEGMENT_NAME = re.compile(r"^segments/([0-9]{20})-([0-9A-Za-z_-]{1,64})\.(parquet|log)\Z")
-DELETES_NAME = re.compile(r"^segments/([0-9]{20})-([0-9A-Za-z_-]{1,64})\.deletes\.parquet\Z")
+#: Deletion vectors are written ``_<20-digit base offset>-<unique id>.deletes.parquet``: readers that skip
+#: ``_`` and ``.`` files (Spark, Hadoop, pyarrow datasets) then never take one for a segment. Names written
+#: before that, without the ``_``, are still read.
+DELETES_NAME = re.compile(r"^segments/_?([0-9]{20})-([0-9A-Za-z_-]{1,64})\.deletes\.parquet\Z")
+DELETES_PREFIX = "_"
 MANIFEST_NAME = re.compile(r"^([0-9]{20})\.json\Z")
 #: The largest version a 20-digit manifest name holds: a version past it could be written but never listed.
 MAX_VERSION = 10**20 - 1
@@ -33,7 +37,7 @@ def segment_name(base_offset: int, unique_id: str, extension: str = "parquet") -
 
 
 def deletes_name(base_offset: int, unique_id: str) -> str:
-    return f"{SEGMENT_DIR}/{base_offset:020d}-{unique_id}.deletes.parquet"
+    return f"{SEGMENT_DIR}/{DELETES_PREFIX}{base_offset:020d}-{unique_id}.deletes.parquet"
 
 
 class _Frozen(BaseModel):
@@ -57,7 +61,7 @@ class DeletionVector(_Frozen):
     def _check_path(self) -> DeletionVector:
         if not DELETES_NAME.match(self.path):
             raise ValueError(
-                f"deletion vector path {self.path!r} is not a segments/<20-digit base>-<id>.deletes.parquet "
+                f"deletion vector path {self.path!r} is not a segments/_<20-digit base>-<id>.deletes.parquet "
                 "name inside the partition"
             )
         return self

@@ -13,30 +13,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compaction.errors import CorruptSegmentError, InvalidRecordsError, SegmentSchemaError
+from compaction.schema import LONG_MAX, RECORD_SCHEMA
 
-#: Kafka's Long range: offsets, timestamps and producer ids are Longs; sums of times saturate at LONG_MAX.
-LONG_MAX = 2**63 - 1
-LONG_MIN = -(2**63)
-
-HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-#: One row per record (SPEC §2). Every column is nullable in Arrow terms; the rules on nulls
-#: (``offset`` never null, ``value`` null only for tombstones) are checked on the data.
-SEGMENT_SCHEMA = pa.schema(
-    [
-        ("offset", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", HEADER_TYPE),
-        ("producer_id", pa.int64()),
-        ("producer_epoch", pa.int16()),
-        ("is_transactional", pa.bool_()),
-        ("is_control", pa.bool_()),
-        ("control_type", pa.string()),
-        ("delete_horizon_ms", pa.int64()),
-    ]
-)
+#: The Parquet segment's columns are the record's (one row per record, in offset order).
+SEGMENT_SCHEMA = RECORD_SCHEMA
 COLUMNS = tuple(SEGMENT_SCHEMA.names)
 CONTROL_TYPES = ("commit", "abort")
 NO_PRODUCER = -1

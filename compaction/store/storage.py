@@ -266,6 +266,15 @@ class Storage:
                                     is_dir=entry.get("type") == "directory"))
         return infos
 
+    def open_output(self, rel: str) -> Any:
+        """Open a new object for a streaming write (exports, never the store's own objects); the caller closes
+        it. Local folders are created as needed."""
+        if self.is_local:
+            path = self.path(rel)
+            self._call("mkdir", rel, lambda: os.makedirs(os.path.dirname(path), exist_ok=True))
+            return self._call("open", rel, lambda: open(path, "wb"))
+        return self._call("open", rel, lambda: self.fs.open(self.path(rel), "wb"))
+
     def delete(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._call("delete", rel, lambda: self.fs.rm_file(self.path(rel)))

@@ -1,0 +1,82 @@
+"""Thin adapters from a :class:`~compaction.read.scan.Scan` to other engines; each streams the scan's batches.
+
+- Polars: a ``LazyFrame`` over an IO source: projections narrow the scan's columns, predicates and row
+  limits apply batch by batch, nothing is materialised first.
+- DuckDB: the scan registered on a connection as a view; every query over it streams the pinned versions
+  again (DuckDB takes the scan through the Arrow PyCapsule stream interface).
+- Spark: a ``DataFrame`` whose tasks each read one live file (one partition for ``latest``) with the same
+  reading core, on executors, through the store's fsspec filesystem (local paths, S3 ...).
+
+Each engine is imported only when its adapter is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from compaction.read.task import ReadTask
+
+if TYPE_CHECKING:
+    import polars as pl
+    from duckdb import DuckDBPyConnection, DuckDBPyRelation
+    from pyspark.sql import DataFrame, SparkSession
+
+    from compaction.read.scan import Scan
+
+
+def to_polars(scan: Scan) -> pl.LazyFrame:
+    import polars as pl
+    from polars.io.plugins import register_io_source
+
+    schema = pl.from_arrow(scan.schema.empty_table()).schema  # type: ignore[union-attr]
+
+    def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
+               batch_size: int | None) -> Iterator[pl.DataFrame]:
+        narrowed = scan if with_columns is None else scan.select(with_columns or ["offset"])
+        if batch_size:
+            narrowed = replace(narrowed, batch_rows=batch_size)
+        left = n_rows
+        for batch in narrowed.batches():
+            frame = pl.from_arrow(batch)
+            assert isinstance(frame, pl.DataFrame)
+            if with_columns is not None:
+                frame = frame.select(with_columns)
+            if predicate is not None:
+                frame = frame.filter(predicate)
+            if left is not None:
+                frame = frame.head(left)
+                left -= frame.height
+            yield frame
+            if left is not None and left <= 0:
+                return
+
+    return register_io_source(source, schema=schema)
+
+
+def to_duckdb(scan: Scan, connection: DuckDBPyConnection, name: str) -> DuckDBPyRelation:
+    """Register ``scan`` as the view ``name`` on ``connection`` and return it as a relation."""
+    connection.register(name, scan)
+    return connection.table(name)
+
+
+def _task_batches(rows: Iterator[pa.RecordBatch], tasks: Any) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: each input row names a task of the broadcast list; yields its records."""
+    for row in rows:
+        for index in row.column(0).to_pylist():
+            task: ReadTask = tasks.value[index]
+            yield from task.batches()
+
+
+def to_spark(scan: Scan, spark: SparkSession) -> DataFrame:
+    """The scan as a Spark DataFrame (the same records, in no particular order)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    tasks = scan.tasks(split=True)
+    sc = spark.sparkContext
+    shipped = sc.broadcast(tasks)
+    ids = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(tasks))], max(1, len(tasks))), "task int")
+    return ids.mapInArrow(lambda rows: _task_batches(rows, shipped), from_arrow_schema(scan.schema))
