@@ -368,3 +368,17 @@ def test_a_batch_with_a_deletion_vector_reads_without_its_deleted_records(store:
     (segment, *_) = store.manifest(TP).segments
     assert segment.deletes is not None and segment.deletes.count == 1
     assert 3 not in offsets(store) and pa.array(offsets(store)).to_pylist()[:3] == [0, 1, 2]
+
+
+def test_a_segment_whose_empty_batch_need_not_stay_is_rewritten(store: Store) -> None:
+    large = Settings.load(overrides={**BASE, "log.segment.bytes": 200}, environ={})  # no segment counts as small
+    append(store, I(1, 0, "a"), rec(1, "b"))
+    append(store, rec(2, "a"))
+    append(store, rec(3, "active"))
+    clean(store, large)
+    assert last_offsets(store)[:2] == [0, 1] and batches(store)[0]["record_count"] == 0
+    assert [b.last_offset for b in store.manifest(TP).segments[0].empty_batches] == [0]
+    append(store, I(1, 4, "c", sequence=1))
+    append(store, rec(5, "active-2"))
+    clean(store, large)
+    assert last_offsets(store) == [1, 2, 3, 4, 5], "producer 1 wrote again: its empty batch went"

@@ -35,7 +35,7 @@ from compaction.clean import rules
 from compaction.kafka import BATCH_SCHEMA, encode
 from compaction.kafka.layout import CONTROL, LOG_OVERHEAD
 from compaction.store.formats import LogSegment, frame_batches
-from compaction.store.manifest import Manifest, producer_state
+from compaction.store.manifest import Manifest, SegmentMeta, producer_state
 
 _LENGTH = struct.Struct(">i")
 
@@ -67,11 +67,14 @@ def retain_empty(batches: pa.Table, policy: BatchPolicy) -> np.ndarray:
     """Which batches are kept, empty if need be (``checkBatchRetention``'s RETAIN_EMPTY): the last batch before
     the first uncleanable offset, and each active producer's last batch (its last data batch, or with no data
     since an epoch bump, its markers of that epoch)."""
-    last = last_offsets(batches)
+    return _retained(last_offsets(batches), batches.column("producer_id").to_numpy(),
+                     batches.column("producer_epoch").to_numpy(),
+                     (batches.column("attributes").to_numpy() & CONTROL) != 0, policy)
+
+
+def _retained(last: np.ndarray, producer: np.ndarray, epoch: np.ndarray, control: np.ndarray,
+              policy: BatchPolicy) -> np.ndarray:
     keep = last + 1 == policy.first_uncleanable_offset
-    producer = batches.column("producer_id").to_numpy()
-    epoch = batches.column("producer_epoch").to_numpy()
-    control = (batches.column("attributes").to_numpy() & CONTROL) != 0
     for pid in np.unique(producer[producer >= 0]).tolist():
         known = policy.active_producers.get(pid)
         if known is None:
@@ -80,6 +83,26 @@ def retain_empty(batches: pa.Table, policy: BatchPolicy) -> np.ndarray:
         active_epoch, last_data = known
         keep |= mine & ((last == last_data) if last_data is not None else (control & (epoch == active_epoch)))
     return keep
+
+
+def stale_empty_batches(segments: Sequence[SegmentMeta], policy: BatchPolicy | None) -> frozenset[int]:
+    """The base offsets of ``.log`` segments holding an empty batch that no longer has to stay (its producer
+    wrote again or expired, or the uncleanable offset moved on): a pass rewrites them, as Kafka's recopy drops
+    such batches."""
+    if policy is None:
+        return frozenset()
+    stale = set()
+    for segment in segments:
+        if not segment.empty_batches:
+            continue
+        empty = segment.empty_batches
+        kept = _retained(np.array([b.last_offset for b in empty], dtype=np.int64),
+                         np.array([b.producer_id for b in empty], dtype=np.int64),
+                         np.array([b.producer_epoch for b in empty], dtype=np.int64),
+                         np.array([b.control for b in empty], dtype=bool), policy)
+        if not kept.all():
+            stale.add(segment.base_offset)
+    return frozenset(stale)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from compaction.clean import rules
-from compaction.clean.batches import BatchPolicy, active_producers
+from compaction.clean.batches import BatchPolicy, active_producers, stale_empty_batches
 from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.outcome import PartitionResult, RunReport
@@ -334,7 +334,8 @@ class Cleaner:
                 assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
                     item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
-                jobs = plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self.apply_policy(p, now_ms))
+                jobs = plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self.apply_policy(p, now_ms),
+                                 stale_empty_batches(p.segments, self._batch_policy(p, now_ms)))
                 item.jobs = [self._job(p, job_id, sources, deletes_only, now_ms)
                              for job_id, (sources, deletes_only) in enumerate(jobs)]
         except BaseException:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from compaction.clean import arrow_dedupe, rules
-from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe
+from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
 from compaction.clean.layout import SegmentOutcome, plan_jobs
 from compaction.clean.payloads import (
     NO_SEGMENT,
@@ -521,8 +521,9 @@ def clean_in_task(task: ReadTask) -> CleanedPartition:
                                horizon_ms=task.horizon_ms, now_ms=task.now_ms, log_start_offset=task.log_start_offset,
                                deletes_only=deletes_only, pass_id=task.pass_id, segment_format=task.segment_format,
                                batch_policy=task.batch_policy), verdicts)
-            for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes,
-                                                                       task.first_dirty_offset, task.policy))]
+            for job_id, (sources, deletes_only) in enumerate(plan_jobs(
+                task.segments, outcomes, task.first_dirty_offset, task.policy,
+                stale_empty_batches(task.segments, task.batch_policy)))]
     return CleanedPartition(tp=task.tp, outcomes=outcomes, jobs=tuple(jobs))
 
 

@@ -36,6 +36,7 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
+from compaction.kafka.layout import CONTROL
 from compaction.store import commit as commits
 from compaction.store import deletes
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
@@ -50,7 +51,7 @@ from compaction.store.formats import (
     frame_batches,
     record_producers,
 )
-from compaction.store.manifest import DeletionVector, Manifest, ProducerState, SegmentMeta, segment_name
+from compaction.store.manifest import DeletionVector, EmptyBatch, Manifest, ProducerState, SegmentMeta, segment_name
 from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
 from compaction.store.segment import (
     LONG_MAX,
@@ -170,9 +171,14 @@ class Store:
                 batches = frame_batches(table)
             data = encoded if encoded is not None else encode_log(table, batches)
             producers = batch_producers(batches)
+            empty = batches.filter(pc.equal(batches.column("record_count"), 0))
+            empty_batches = tuple(EmptyBatch(last_offset=b["base_offset"] + b["last_offset_delta"],
+                                             producer_id=b["producer_id"], producer_epoch=b["producer_epoch"],
+                                             control=bool(b["attributes"] & CONTROL)) for b in empty.to_pylist())
         else:
             data = encode_parquet(table, compression)
             producers = record_producers(table)
+            empty_batches = ()
         rel = segment_name(base_offset, object_id or uuid.uuid4().hex, EXTENSIONS[fmt])
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return SegmentMeta(
@@ -183,7 +189,7 @@ class Store:
             tombstone_count=stats.tombstone_count, keyless_count=stats.keyless_count,
             transactional_count=stats.transactional_count, control_count=stats.control_count,
             min_delete_horizon_ms=stats.min_delete_horizon_ms,
-            producers=tuple(ProducerState(**p) for p in producers),
+            producers=tuple(ProducerState(**p) for p in producers), empty_batches=empty_batches,
         )
 
     def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,

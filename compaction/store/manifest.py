@@ -79,6 +79,15 @@ class ProducerState(_Frozen):
     last_data_offset: int | None = None
 
 
+class EmptyBatch(_Frozen):
+    """A batch of a ``.log`` segment that holds no record (kept for a producer's state or the log's last offset)."""
+
+    last_offset: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    control: bool = False
+
+
 class SegmentMeta(_Frozen):
     """A live segment as the manifest records it; ``[base_offset, next_offset)`` is its offset range."""
 
@@ -99,6 +108,7 @@ class SegmentMeta(_Frozen):
     min_delete_horizon_ms: int | None = None
     deletes: DeletionVector | None = None
     producers: tuple[ProducerState, ...] = ()  # each producer's last batch (a record, in Parquet), by producer id
+    empty_batches: tuple[EmptyBatch, ...] = ()  # a .log segment's batches without records
 
     @model_validator(mode="after")
     def _check(self) -> SegmentMeta:
