@@ -188,3 +188,24 @@ def test_the_read_api_streams_log_segments(memory_store: Store) -> None:
     table = read_table(memory_store, "t", 0, columns=["offset", "key", "value"])
     assert table.to_pylist() == [{"offset": 0, "key": b"p", "value": b"q"}, {"offset": 1, "key": b"a", "value": b"1"},
                                  {"offset": 3, "key": None, "value": b"x"}, {"offset": 6, "key": b"a", "value": b"2"}]
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_every_kind_of_bad_batch_makes_its_partition_uncleanable_alone(tmp_path, corruption: str) -> None:  # type: ignore[no-untyped-def]
+    from compaction.clean.cleaner import Cleaner
+    from tests.inline import InlineSession
+
+    store = Store.open(str(tmp_path / "store"))
+    bad, good = TopicPartition("t", 0), TopicPartition("t", 1)
+    commit_raw(store, CORRUPTIONS[corruption](log_bytes(batch(0, kv("a"), kv("a")))), bad)
+    for tp in (bad, good):
+        if tp == good:
+            store.append_log(tp, log_bytes(batch(0, kv("a", "1"), kv("a", "2"))), now_ms=NOW)
+        store.append_log(tp, log_bytes(batch(2, kv("b"), timestamp=NOW)), now_ms=NOW)
+    before = _files(store, bad)
+    report = Cleaner(InlineSession(), store, _settings()).run(NOW)
+    results = {r.partition: r for r in report.partitions}
+    assert results["t-1"].status == "cleaned" and store.read(good, columns=["offset"]).column("offset").to_pylist() \
+        == [1, 2]
+    assert results["t-0"].status == "failed" and "batch at offset 0" in (results["t-0"].error or "")
+    assert _files(store, bad) == before
