@@ -141,26 +141,6 @@ def _files(store: Store, tp: TopicPartition) -> dict[str, bytes]:
 
 
 @pytest.mark.spark
-def test_a_corrupt_log_partition_is_uncleanable_and_the_others_are_cleaned(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    from compaction.clean.cleaner import Cleaner
-
-    bad, good = TopicPartition("t", 0), TopicPartition("t", 1)
-    commit_raw(local_store, CORRUPTIONS["flipped byte"](log_bytes(batch(0, kv("a"), kv("a")))), bad)
-    local_store.append_log(bad, log_bytes(batch(2, kv("b"))), now_ms=NOW)
-    for tp in (good,):
-        local_store.append_log(tp, log_bytes(batch(0, kv("a", "1"), kv("a", "2"))), now_ms=NOW)
-        local_store.append_log(tp, log_bytes(batch(2, kv("b"))), now_ms=NOW)
-    before = _files(local_store, bad)
-    report = Cleaner(spark, local_store, _settings()).run(NOW)
-    results = {r.partition: r for r in report.partitions}
-    assert results["t-1"].status == "cleaned"
-    assert results["t-0"].status == "failed" and "batch at offset 0" in (results["t-0"].error or "")
-    assert _files(local_store, bad) == before
-    assert local_store.read(good, columns=["offset"]).column("offset").to_pylist() == [1, 2]
-    assert {s.format for s in local_store.manifest(good).segments} == {"kafka"}
-
-
-@pytest.mark.spark
 def test_segment_format_says_what_the_cleaner_writes(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     from compaction.clean.cleaner import Cleaner
 
