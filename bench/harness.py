@@ -364,7 +364,8 @@ def table(results: dict[str, Any]) -> str:
              f"Spark start-up (session only, median): {results['spark_startup_seconds']:.1f} s", ""]
     header = f"{'scenario':<9} {'engine':<8} {'wall s':>7} {'records/s':>11} {'MB/s':>7} {'peak RSS MB':>11} " \
              f"{'x DuckDB':>8} {'x floor':>8}"
-    lines += [header, "-" * len(header)]
+    if any(name in results["scenarios"] for name in ("S1", "S2", "S3")):
+        lines += [header, "-" * len(header)]
     for name in ("S1", "S2", "S3"):
         rows = results["scenarios"].get(name)
         if not rows:

@@ -190,9 +190,14 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "version"), SCENARIOS)
-@pytest.mark.parametrize("latest", [False, True], ids=["log", "latest"])
-@pytest.mark.parametrize("reader", list(READERS))
+# On S3 the latest view is read once: the readers differ only in what they do with the same batches.
+READER_CASES = [pytest.param(scenario.values[0], scenario.values[1], latest, reader, marks=scenario.marks,
+                             id=f"{reader}-{'latest' if latest else 'log'}-{scenario.id}")
+                for scenario in SCENARIOS for latest in (False, True) for reader in READERS
+                if not (scenario.values[0] == "s3" and latest and reader != "table")]
+
+
+@pytest.mark.parametrize(("name", "version", "latest", "reader"), READER_CASES)
 def test_every_reader_returns_the_records_of_compaction_read(request: pytest.FixtureRequest, tmp_path: Path,
                                                              name: str, version: int | None, latest: bool,
                                                              reader: str) -> None:
@@ -206,7 +211,7 @@ def test_every_reader_returns_the_records_of_compaction_read(request: pytest.Fix
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("name", "version"), SCENARIOS)
+@pytest.mark.parametrize(("name", "version"), [s for s in SCENARIOS if s.id != "local-older"])
 @pytest.mark.parametrize("latest", [False, True], ids=["log", "latest"])
 def test_the_spark_reader_returns_the_records_of_compaction_read(  # type: ignore[no-untyped-def]
         spark, request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None, latest: bool) -> None:
@@ -302,7 +307,7 @@ def test_filters_are_pushed_down_and_select_exactly_their_records(local: Built, 
                            AND "offset" >= 200 AND "offset" < 1100 AND timestamp >= {since} AND timestamp < {until}
                            ORDER BY "partition", "offset" """).to_arrow_table().cast(log.schema)
     con.close()
-    keys = ["key-0000000003", b"key-0000000004", "key-0000000005"]
+    keys: list[bytes | str] = ["key-0000000003", b"key-0000000004", "key-0000000005"]
     got = scan(local.url, TOPIC, keys=keys, offsets=(200, 1100), timestamps=(since, until)).to_arrow()
     assert got.num_rows > 0 and got.equals(expected)
     flags = ["--from", "200", "--to", "1100", "--since", str(since), "--until", str(until)]
