@@ -1,10 +1,11 @@
-"""Segment formats behind one interface: Parquet (one row per record) and Kafka's record batches (``.log``).
+"""Kafka's record batches (``.log``) as a segment format beside Parquet (:mod:`.segment`): decode, frame, summarise.
 
-Both decode to the segment schema (:data:`compaction.store.segment.SEGMENT_SCHEMA`) and are encoded from it,
-so everything above the store reads records the same way whatever the format. A ``.log`` segment also
-has its batch rows (:data:`compaction.kafka.BATCH_SCHEMA`: base offset, last offset delta, attributes,
-producer fields, and where each batch's bytes lie), which the cleaner needs to copy batches byte for byte
-and to rebuild them as Kafka does.
+:class:`~compaction.store.log.Store` reads and writes either through the same calls (``read_segment``,
+``write_segment(segment_format=...)``), chosen by a segment's ``format``; both decode to the segment schema
+(:data:`compaction.store.segment.SEGMENT_SCHEMA`), so everything above the store reads records the same way.
+A ``.log`` segment also has its batch rows (:data:`compaction.kafka.BATCH_SCHEMA`: base offset, last offset
+delta, attributes, producer fields, and where each batch's bytes lie), which the cleaner needs to copy batches
+byte for byte and to rebuild them as Kafka does.
 
 Records that come without batches (Parquet records written as ``.log``, appended rows, generated data) are
 framed into batches by :func:`frame_batches`: one batch per run of records of the same producer, epoch and
