@@ -1,6 +1,6 @@
 """The benchmark harness: the job against DuckDB, Polars and the pyarrow I/O floor, on the same files.
 
-    python bench/harness.py [--quick] [--scenarios S1,S2,S3,S4,scaling] [--runs 3] [--work DIR] [--out DIR]
+    python bench/harness.py [--quick] [--scenarios S1,S2,S3,S4,K1,scaling] [--runs 3] [--work DIR] [--out DIR]
 
 Stores come from the project's generator. Every engine runs as its own process, one after the other, on
 the same segment files; each figure is the median of ``--runs`` runs (the job cleans a fresh copy each
@@ -15,6 +15,8 @@ Scenarios:
   S3  skew: 20M records, 80% in one partition, one key with 1M versions
   S4  memory: 50M records on a standalone cluster (driver 1 GB, executors 2 GB), with the driver's peak
       RSS at 12.5M, 25M and 50M records
+  K1  Kafka's format: S1's records as .log segments of zstd record batches, cleaned at batch level, against
+      DuckDB on the Parquet copy of the same records (S1's store)
   scaling  S1's job at 5M, 10M and 20M records
   read     a streaming read of S1's store through the read API (every column, as Arrow batches) against
            DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
@@ -36,7 +38,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -220,11 +222,28 @@ def max_task_records(source: str) -> tuple[int, int]:
     return max(held), sum(s.live_records for s in largest.segments)
 
 
-def s1(work: Path, runs: int, records: int) -> dict[str, Any]:
-    spec = GenerateSpec(records=records, keys=records // 5, partitions=4, segment_records=500_000,
+def s1_spec(records: int) -> GenerateSpec:
+    return GenerateSpec(records=records, keys=records // 5, partitions=4, segment_records=500_000,
                         end_time_ms=WRITTEN, seed=1)
-    source = generated(work, f"s1-{records}", spec)
+
+
+def s1(work: Path, runs: int, records: int) -> dict[str, Any]:
+    source = generated(work, f"s1-{records}", s1_spec(records))
     return compare(work, source, runs)
+
+
+def k1(work: Path, runs: int, records: int) -> dict[str, Any]:
+    """S1's records as zstd record batches: the job on the .log store, DuckDB on the Parquet copy."""
+    parquet = generated(work, f"s1-{records}", s1_spec(records))
+    kafka = generated(work, f"k1-{records}", replace(s1_spec(records), segment_format="kafka", compression="zstd"))
+    count, size = store_bytes(kafka)
+    result: dict[str, Any] = {"input_records": count, "input_bytes": size, "parquet_bytes": store_bytes(parquet)[1]}
+    result["job"] = median([job(work, kafka) for _ in range(runs)])
+    result["duckdb"] = median([engine(work, "duckdb", parquet) for _ in range(runs)])
+    for row in (result["job"], result["duckdb"]):
+        row["records_per_second"] = int(count / row["seconds"])
+    result["job"]["x_duckdb"] = round(result["job"]["seconds"] / result["duckdb"]["seconds"], 2)
+    return result
 
 
 def s2(work: Path, runs: int, records: int) -> dict[str, Any]:
@@ -377,6 +396,13 @@ def table(results: dict[str, Any]) -> str:
         lines.append("S4 (standalone cluster, driver 1 GB, executors 2 GB): " + "; ".join(
             f"{int(size):,} records {row['seconds']:.0f} s, driver peak RSS {row['driver_peak_rss_mb']:,} MB"
             for size, row in s4_rows.items()))
+    k1_rows = results["scenarios"].get("K1")
+    if k1_rows:
+        lines.append(f"K1 (S1's {k1_rows['input_records']:,} records as zstd record batches, "
+                     f"{k1_rows['input_bytes'] / 2**20:,.0f} MB; Parquet copy {k1_rows['parquet_bytes'] / 2**20:,.0f} "
+                     f"MB): job on .log {k1_rows['job']['seconds']:.1f} s (run {k1_rows['job']['run_seconds']:.1f} s, "
+                     f"peak RSS {k1_rows['job']['peak_rss_mb']:,} MB) vs DuckDB on Parquet "
+                     f"{k1_rows['duckdb']['seconds']:.1f} s = {k1_rows['job']['x_duckdb']}x")
     reads = results["scenarios"].get("read")
     if reads:
         lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(
@@ -427,7 +453,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each (about a minute)")
-    parser.add_argument("--scenarios", default="S1,S2,S3,S4,scaling,read")
+    parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S2,S3,S4,K1,scaling,read; with "
+                                                          "--quick S1,S2,S3,K1,scaling,read)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -437,7 +464,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
-    chosen = args.scenarios.split(",") if not args.quick else ["S1", "S2", "S3", "scaling", "read"]
+    default = "S1,S2,S3,K1,scaling,read" if args.quick else "S1,S2,S3,S4,K1,scaling,read"
+    chosen = (args.scenarios or default).split(",")
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": runs, "scenarios": {}}
     startups = [spark_startup() for _ in range(runs)]
     results["spark_startup_seconds"] = round(statistics.median(m.extra["session_seconds"] for m in startups), 2)
@@ -446,6 +474,7 @@ def main() -> None:
         "S2": lambda: s2(work, runs, 2_000_000 // scale),
         "S3": lambda: s3(work, runs, 20_000_000 // scale),
         "S4": lambda: s4(work, 50_000_000 // scale),
+        "K1": lambda: k1(work, runs, 20_000_000 // scale),
         "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
         "read": lambda: read(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
     }

@@ -37,6 +37,7 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
+from compaction.interop import export_partition, import_partition
 from compaction.job import JobOptions, run_job
 from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
 from compaction.read.history import history
@@ -346,7 +347,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         value_bytes=args.value_bytes, end_time_ms=args.end_time if args.end_time is not None else now,
         time_span_ms=args.time_span, missing_timestamp_ratio=args.missing_timestamp_ratio,
         segment_records=args.segment_records, version_header=args.version_header, seed=args.seed,
-        partition0_share=args.skew, hot_key_records=args.hot_key_records,
+        partition0_share=args.skew, hot_key_records=args.hot_key_records, segment_format=args.format,
+        compression=args.compression, transactional_ratio=args.transactional_ratio, abort_ratio=args.abort_ratio,
+        transaction_records=args.transaction_records,
     )
     manifests = generate(store, spec, now_ms=now)
     total = sum(m.size_bytes for m in manifests)
@@ -362,6 +365,13 @@ def cmd_append(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         raise InvalidRecordsError(f"input file {path} does not exist")
+    if path.suffix == ".log":  # Kafka record batches: kept byte for byte, offsets and all
+        manifest = store.append_log(tp, path.read_bytes(), now_ms=now, writer=Writer(id="compaction-append"),
+                                    where=str(path))
+        segment = manifest.segments[-1]
+        print(f"appended {segment.record_count} record(s) in Kafka record batches to {tp} at "
+              f"[{segment.base_offset}, {segment.next_offset}) as manifest version {manifest.version}")
+        return EXIT_OK
     if path.suffix == ".parquet":
         try:
             table = pq.read_table(path)
@@ -380,6 +390,23 @@ def cmd_append(args: argparse.Namespace) -> int:
     segment = manifest.segments[-1]
     print(f"appended {segment.record_count} record(s) to {tp} at [{segment.base_offset}, {segment.next_offset}) "
           f"as manifest version {manifest.version}")
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    tp = topic_partition(args)
+    now = command_now(args, wall_clock_ms())
+    manifest = import_partition(open_store(args), tp, args.directory, now_ms=now)
+    print(f"imported {len(manifest.segments)} segment(s), offsets [{manifest.log_start_offset}, "
+          f"{manifest.log_end_offset}), into {tp} as manifest version {manifest.version}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    tp = topic_partition(args)
+    written = export_partition(open_store(args), tp, args.directory)
+    logs_written = [p for p in written if p.suffix == ".log"]
+    print(f"exported {tp} as {len(logs_written)} .log file(s) with their indexes into {args.directory}")
     return EXIT_OK
 
 
@@ -537,13 +564,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             continue
         s = partition_status(manifest)
         statuses.append(s)
-        rows.append([s.partition, s.version, s.segments, human_bytes(s.size_bytes), s.records,
+        rows.append([s.partition, s.version, s.format, s.segments, human_bytes(s.size_bytes), s.records,
                      f"[{s.log_start_offset}, {s.log_end_offset})", s.first_dirty_offset,
                      human_bytes(s.dirty_bytes), s.last_operation])
     if args.json:
         print(json.dumps({"partitions": [s.to_dict() for s in statuses], "errors": failures}, indent=1))
     else:
-        print(format_table(["partition", "version", "segments", "size", "records", "log", "checkpoint",
+        print(format_table(["partition", "version", "format", "segments", "size", "records", "log", "checkpoint",
                             "dirty", "last"], rows))
         total = sum(s.size_bytes for s in statuses)
         print(f"\n{len(statuses)} partition(s), {sum(s.records for s in statuses):,} records, {human_bytes(total)}")
@@ -716,22 +743,61 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of each topic's records and keys that go to partition 0 (default: even)")
     p.add_argument("--hot-key-records", type=int, default=0,
                    help="records of partition 0 that all update one key (default: 0)")
+    p.add_argument("--format", choices=["parquet", "kafka"], default="parquet",
+                   help="segment format: parquet, or kafka (.log files of Kafka record batches v2) (default: parquet)")
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none",
+                   help="the record batches' codec, with --format kafka (default: none)")
+    p.add_argument("--transactional-ratio", type=float, default=0.0,
+                   help="share of records written by transactional producers, each transaction ended by a commit "
+                        "or abort marker (default: 0)")
+    p.add_argument("--abort-ratio", type=float, default=0.0, help="share of transactions that abort (default: 0)")
+    p.add_argument("--transaction-records", type=positive_int, default=100,
+                   help="records per transaction (default: 100)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     _now_args(p, "commit time")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("append", help="append a Parquet or JSON Lines file as a new segment",
+    p = sub.add_parser("append", help="append a Parquet, JSON Lines or Kafka .log file as a new segment",
                        description="Append records as one new segment at the partition's log end. Offsets are "
                                    "assigned from the log end when the file has none; explicit offsets must start "
                                    "at or after it. Records without a timestamp get the append time unless "
-                                   "--no-timestamp.")
+                                   "--no-timestamp. A .log file of Kafka record batches (v2) becomes a .log segment "
+                                   "byte for byte: its CRCs are checked, and its first batch must start at the log "
+                                   "end offset (its offsets are kept).")
     _store_args(p)
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
-    p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, or JSON Lines")
+    p.add_argument("file", metavar="FILE", help="a .parquet file with segment columns, a Kafka .log file of record "
+                                                "batches, or JSON Lines")
     p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
     _now_args(p, "append time")
     p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("import", help="load a Kafka partition directory's .log files as a partition's segments",
+                       description="Load a Kafka partition directory (a broker's, a backup's, tiered storage's): its "
+                                   "<20-digit base offset>.log files, in offset order, become .log segments byte for "
+                                   "byte, each covering [its base offset, the next file's). Every batch's CRC and "
+                                   "framing is checked and abort markers are cross-checked with .txnindex files; "
+                                   ".index, .timeindex and .snapshot files are ignored. Bad input refuses the whole "
+                                   "import, naming the file and offset, and nothing is written.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
+    p.add_argument("directory", metavar="DIR", help="the partition directory (a local path)")
+    _now_args(p, "import time")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write a partition's live log as a Kafka partition directory",
+                       description="Write the live log as a Kafka partition directory that kafka-dump-log.sh and a "
+                                   "broker read: <20-digit base offset>.log files with the .index, .timeindex and "
+                                   ".txnindex files Kafka's LogSegment builds (index.interval.bytes 4096). Records "
+                                   "a deletion vector hides are left out; Parquet segments are framed in batches. "
+                                   "An uncleaned import exports the same files.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", help="partition number (0, 1, ...)")
+    p.add_argument("directory", metavar="DIR", help="a new or empty local directory")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("read", help="read a topic's or a partition's live log (or its latest record per key)",
                        description="Read the live log at a committed version: the records its manifest lists, "

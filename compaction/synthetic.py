@@ -8,10 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError
+from compaction.kafka import CODECS
+from compaction.kafka.layout import CONTROL
 from compaction.schema import HEADER_TYPE
 from compaction.store import Store, TopicPartition, Writer
+from compaction.store.formats import FORMAT_NAMES, frame_batches
 from compaction.store.log import appended_state
 from compaction.store.manifest import Manifest
 from compaction.store.names import topic_name_problem
@@ -42,14 +46,26 @@ class GenerateSpec:
     partition0_share: float | None = None  # skew: this share of records (and keys) goes to partition 0
     hot_key_records: int = 0  # skew: this many of partition 0's records update one single key
     seed: int = 0
+    segment_format: str = "parquet"  # or "kafka": .log segments of record batches
+    compression: str = "none"  # the batches' codec (kafka format only)
+    transactional_ratio: float = 0.0  # share of records written in transactions, each ended by a marker
+    abort_ratio: float = 0.0  # share of those transactions that abort
+    transaction_records: int = 100  # records per transaction
 
     def check(self) -> None:
         for name in ("update_ratio", "tombstone_ratio", "keyless_ratio", "missing_timestamp_ratio",
-                     "partition0_share"):
+                     "partition0_share", "transactional_ratio", "abort_ratio"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise InvalidRecordsError(f"generate: {name} must be in [0, 1], got {value}")
-        for name in ("partitions", "records", "keys", "segment_records"):
+        if self.segment_format not in FORMAT_NAMES:
+            raise InvalidRecordsError(f"generate: no segment format {self.segment_format!r}; the formats are "
+                                      f"{list(FORMAT_NAMES)}")
+        if self.compression not in CODECS:
+            raise InvalidRecordsError(f"generate: no compression {self.compression!r}; Kafka's are {list(CODECS)}")
+        if self.compression != "none" and self.segment_format != "kafka":
+            raise InvalidRecordsError("generate: compression applies to the kafka format's batches only")
+        for name in ("partitions", "records", "keys", "segment_records", "transaction_records"):
             if getattr(self, name) < 1:
                 raise InvalidRecordsError(f"generate: {name} must be at least 1, got {getattr(self, name)}")
         if self.value_bytes < 0 or self.time_span_ms < 0:
@@ -130,7 +146,67 @@ def partition_records(spec: GenerateSpec, topic_index: int, partition: int, firs
         "control_type": pa.nulls(n, pa.string()),
         "delete_horizon_ms": pa.nulls(n, pa.int64()),
     }
-    return pa.table(columns, schema=SEGMENT_SCHEMA)
+    table = pa.table(columns, schema=SEGMENT_SCHEMA)
+    return _transactions(spec, rng, table, first_offset) if spec.transactional_ratio else table
+
+
+#: Transactional producers' ids (a few of them, each running its transactions one after another).
+FIRST_PRODUCER_ID = 1000
+TRANSACTIONAL_PRODUCERS = 8
+
+
+def _transactions(spec: GenerateSpec, rng: np.random.Generator, table: pa.Table, first_offset: int) -> pa.Table:
+    """Turn runs of ``transaction_records`` records into transactions (with ``transactional_ratio``), each
+    followed by its commit or abort marker (abort with ``abort_ratio``); offsets are laid out again."""
+    n = table.num_rows
+    size = spec.transaction_records
+    runs = (n + size - 1) // size
+    in_txn = rng.random(runs) < spec.transactional_ratio
+    aborts = rng.random(runs) < spec.abort_ratio
+    producer = FIRST_PRODUCER_ID + np.arange(runs) % TRANSACTIONAL_PRODUCERS
+    run_of = np.arange(n) // size
+    txn = in_txn[run_of]
+    table = table.set_column(table.column_names.index("producer_id"), "producer_id",
+                             pa.array(np.where(txn, producer[run_of], NO_PRODUCER), pa.int64()))
+    table = table.set_column(table.column_names.index("producer_epoch"), "producer_epoch",
+                             pa.array(np.where(txn, 0, -1).astype(np.int16)))
+    table = table.set_column(table.column_names.index("is_transactional"), "is_transactional", pa.array(txn))
+    ends = np.flatnonzero(in_txn)
+    last_row = np.minimum((ends + 1) * size, n) - 1
+    stamps = table.column("timestamp").take(pa.array(last_row))
+    markers = pa.table({
+        "timestamp": stamps, "key": pa.nulls(len(ends), pa.binary()), "value": pa.nulls(len(ends), pa.binary()),
+        "headers": pa.nulls(len(ends), HEADER_TYPE), "producer_id": pa.array(producer[ends], pa.int64()),
+        "producer_epoch": pa.array(np.zeros(len(ends), dtype=np.int16)),
+        "is_transactional": pa.array(np.ones(len(ends), dtype=bool)),
+        "is_control": pa.array(np.ones(len(ends), dtype=bool)),
+        "control_type": pa.array(np.where(aborts[ends], "abort", "commit")),
+        "delete_horizon_ms": pa.nulls(len(ends), pa.int64()),
+    })
+    # Each marker follows its transaction's last record: sort by (row, marker after data).
+    order = np.argsort(np.concatenate([np.arange(n) * 2, last_row * 2 + 1]), kind="stable")
+    data = table.drop_columns(["offset"])
+    merged = pa.concat_tables([data, markers.select(data.column_names)]).take(pa.array(order))
+    offsets = pa.array(np.arange(first_offset, first_offset + merged.num_rows, dtype=np.int64))
+    return merged.add_column(0, "offset", offsets).cast(SEGMENT_SCHEMA)
+
+
+def sequenced_batches(records: pa.Table, compression: str, sequences: dict[int, int]) -> pa.Table:
+    """Batch rows for generated records, with each producer's sequence numbers running on from ``sequences``
+    (updated); control batches have none, as in Kafka."""
+    batches = frame_batches(records, compression)
+    producers = batches.column("producer_id").to_pylist()
+    counts = batches.column("record_count").to_pylist()
+    control = (pc.bit_wise_and(batches.column("attributes"), CONTROL).to_numpy(zero_copy_only=False) != 0).tolist()
+    base_sequence = []
+    for producer, count, is_control in zip(producers, counts, control, strict=True):
+        if producer < 0 or is_control:
+            base_sequence.append(-1)
+            continue
+        base_sequence.append(sequences.get(producer, 0))
+        sequences[producer] = base_sequence[-1] + count
+    return batches.set_column(batches.column_names.index("base_sequence"), "base_sequence",
+                              pa.array(base_sequence, pa.int32()))
 
 
 def _version_headers(rng: np.random.Generator, n: int, name: str | None) -> pa.Array:
@@ -157,10 +233,13 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
         first = latest.log_end_offset if latest else 0
         table = partition_records(spec, topic_index, partition, first)
         segments = []
+        sequences: dict[int, int] = {}
         for start in range(0, table.num_rows, spec.segment_records):
             chunk = table.slice(start, spec.segment_records)
             base = chunk.column("offset")[0].as_py()
-            segments.append(store.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms))
+            batches = sequenced_batches(chunk, spec.compression, sequences) if spec.segment_format == "kafka" else None
+            segments.append(store.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
+                                                segment_format=spec.segment_format, batches=batches))
 
         def build(current: Manifest | None) -> dict:
             if (current.log_end_offset if current else 0) != first:

@@ -42,6 +42,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from compaction.clean import rules
+from compaction.clean.batches import BatchPolicy, active_producers, stale_empty_batches
 from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.outcome import PartitionResult, RunReport
@@ -248,7 +249,8 @@ class Cleaner:
                     keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
                     log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
                     first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id))
+                    policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id,
+                    segment_format=p.segment_format, batch_policy=self._batch_policy(p, now_ms)))
         return tasks
 
     def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
@@ -261,7 +263,17 @@ class Cleaner:
              now_ms: int) -> ApplyJob:
         return ApplyJob(tp=p.partition, store=self.store, job_id=job_id, sources=sources,
                         horizon_ms=self._horizon(p, now_ms), now_ms=now_ms, log_start_offset=p.log_start_offset or 0,
-                        deletes_only=deletes_only, pass_id=self.pass_id)
+                        deletes_only=deletes_only, pass_id=self.pass_id, segment_format=p.segment_format,
+                        batch_policy=self._batch_policy(p, now_ms))
+
+    @staticmethod
+    def _batch_policy(p: PartitionPlan, now_ms: int) -> BatchPolicy | None:
+        """What keeps a ``.log`` batch that loses every record (only a pass that writes .log segments needs it)."""
+        if p.segment_format != "kafka":
+            return None
+        assert p.manifest is not None and p.config is not None and p.first_uncleanable_offset is not None
+        return BatchPolicy(p.first_uncleanable_offset,
+                           active_producers(p.manifest, p.config.producer_id_expiration_ms, now_ms))
 
     def _clean_in_tasks(self, items: list[PartitionWork], now_ms: int) -> None:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
@@ -322,7 +334,8 @@ class Cleaner:
                 assert p.config is not None and p.first_dirty_offset is not None
                 for segment in p.segments:
                     item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
-                jobs = plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self.apply_policy(p, now_ms))
+                jobs = plan_jobs(p.segments, item.outcomes, p.first_dirty_offset, self.apply_policy(p, now_ms),
+                                 stale_empty_batches(p.segments, self._batch_policy(p, now_ms)))
                 item.jobs = [self._job(p, job_id, sources, deletes_only, now_ms)
                              for job_id, (sources, deletes_only) in enumerate(jobs)]
         except BaseException:

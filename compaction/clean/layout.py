@@ -83,7 +83,7 @@ class ApplyPolicy:
 
 
 def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
-              policy: ApplyPolicy) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
+              policy: ApplyPolicy, reframe: frozenset[int] = frozenset()) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
 
     A segment *changes* when it loses records, has markers to stamp, is dirty and holds tombstones (their
@@ -92,7 +92,8 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
     deletion vector; other changed segments are rewritten. Consecutive rewritten and small segments are
     merged into one while the estimated output stays within ``segment.bytes`` and the records read within
     ``max_group_records``; a group of one segment that need not be rewritten is no rewrite. A rewrite that
-    keeps no record removes its segments (their range stays part of the log, without an object).
+    keeps no record removes its segments (their range stays part of the log, without an object). Segments
+    whose base offset is in ``reframe`` (``.log`` segments with empty batches to drop) are rewritten too.
     """
     jobs: list[tuple[tuple[SegmentMeta, ...], bool]] = []
     group: list[SegmentMeta] = []
@@ -119,7 +120,7 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
         if outcome.lost and not (dirty or needs_stamp or aged) and policy.deletion_vector_max_ratio > 0 \
                 and deleted <= policy.deletion_vector_max_ratio * segment.record_count:
             vector.add(base)
-        elif outcome.lost or needs_stamp or aged:
+        elif outcome.lost or needs_stamp or aged or base in reframe:
             rewrite.add(base)
         estimate = outcome.estimated_bytes(segment)
         if base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR:

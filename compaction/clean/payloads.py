@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from compaction.clean import rules
+from compaction.clean.batches import BatchPolicy
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome
 from compaction.errors import PayloadVersionError
 from compaction.store import SegmentMeta, Store, TopicPartition
 
 #: The version of the payloads in this module. Bump it whenever one of them changes a field or its meaning.
-PAYLOAD_VERSION = 1
+PAYLOAD_VERSION = 2
 
 #: ``segment_base`` of a decision row that carries an error instead of a segment's decision.
 NO_SEGMENT = -1
@@ -78,6 +79,8 @@ class ReadTask(Payload):
     # For a partition decided and applied in one task (the Arrow plan, one bucket):
     policy: ApplyPolicy | None = None
     horizon_ms: int = 0
+    segment_format: str = "parquet"  # what its rewrites write
+    batch_policy: BatchPolicy | None = None  # which batches its .log rewrites keep when they lose every record
     pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its objects (tasks.object_id)
 
 
@@ -94,6 +97,8 @@ class ApplyJob(Payload):
     log_start_offset: int
     deletes_only: bool = False
     pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its object (tasks.object_id)
+    segment_format: str = "parquet"  # what a rewrite writes
+    batch_policy: BatchPolicy | None = None  # which batches a .log rewrite keeps when they lose every record
 
     @property
     def base_offset(self) -> int:

@@ -63,6 +63,14 @@ class PartitionPlan:
         return self.decision is Decision.CLEAN and self.dedupe and bool(self.segments)
 
     @property
+    def segment_format(self) -> str:
+        """What the cleaner writes: the topic's ``segment.format``, else the format of the newest segment."""
+        if self.config is not None and self.config.segment_format is not None:
+            return self.config.segment_format
+        segments = self.manifest.segments if self.manifest is not None else ()
+        return segments[-1].format if segments else "parquet"
+
+    @property
     def work_bytes(self) -> int:
         return sum(s.live_size_bytes for s in self.segments)
 

@@ -17,6 +17,7 @@ from compaction.schema import LONG_MAX
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
 
 POLICIES = ("compact", "delete")
+SEGMENT_FORMATS = ("parquet", "kafka")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class TopicConfig:
     compaction_strategy_header: str = ""
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
+    # What the cleaner writes: "parquet" or "kafka" (.log record batches); None: the format the partition's
+    # segments already have (its newest segment's).
+    segment_format: str | None = None
+    # A producer is active (its last batch kept, empty if need be) while its last batch is younger than this.
+    producer_id_expiration_ms: int = 86_400_000
 
     @property
     def compact(self) -> bool:
@@ -57,6 +63,8 @@ TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "compaction.strategy.header": ("compaction_strategy_header", "log.cleaner.compaction.strategy.header"),
     "retention.ms": ("retention_ms", "log.retention.ms"),
     "retention.bytes": ("retention_bytes", "log.retention.bytes"),
+    "segment.format": ("segment_format", "log.segment.format"),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", "producer.id.expiration.ms"),
 }
 #: Kafka's broker-level name -> its topic-level name.
 BROKER_NAMES = {broker: topic for topic, (_, broker) in TOPIC_KEYS.items()}
@@ -71,6 +79,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "segment.ms": (1, None),
     "retention.ms": (-1, None),
     "retention.bytes": (-1, None),
+    "producer.id.expiration.ms": (1, None),
 }
 
 
@@ -94,6 +103,10 @@ def check_value(key: str, value: Any, name: str | None = None) -> Any:
             return Strategy(str(value).lower())
         except ValueError:
             raise _invalid(value, name, f"String must be one of: {', '.join(Strategy)}") from None
+    if key == "segment.format":
+        if value not in SEGMENT_FORMATS:
+            raise _invalid(value, name, f"String must be one of: {', '.join(SEGMENT_FORMATS)}")
+        return value
     if key == "compaction.strategy.header":
         if not isinstance(value, str):
             raise _invalid(value, name, "Expected value to be a string")

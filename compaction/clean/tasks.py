@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from compaction.clean import arrow_dedupe, rules
+from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
 from compaction.clean.layout import SegmentOutcome, plan_jobs
 from compaction.clean.payloads import (
     NO_SEGMENT,
@@ -31,6 +32,8 @@ from compaction.clean.payloads import (
     ReadTask,
     error_text,
 )
+from compaction.kafka.layout import CONTROL, TRANSACTIONAL
+from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
@@ -114,6 +117,7 @@ class Facts:
     read_lengths: np.ndarray  # live rows of each segment as read (before the key-bucket filter)
     selected: np.ndarray | None  # which rows read are the bucket's (None: all of them)
     records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
+    logs: dict[int, LogSegment] = field(default_factory=dict)  # and the batches of those that are .log
 
     def segment_slices(self) -> list[slice]:
         """Each segment's rows in ``table``."""
@@ -153,6 +157,21 @@ def _tail_versions(task: ReadTask) -> pa.Table:
                                                            "version": pa.array([], pa.int64())})
 
 
+def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
+    """The empty transactional data batches of a ``.log`` segment, as rows of the transaction columns (at their last
+    offset): they have no record, but still belong to their transaction."""
+    batches = log.batches
+    attributes = batches.column("attributes").to_numpy()
+    last = batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(np.int64)
+    rows = ((batches.column("record_count").to_numpy() == 0) & ((attributes & TRANSACTIONAL) != 0)
+            & ((attributes & CONTROL) == 0) & (last >= start))
+    n = int(rows.sum())
+    return pa.table({"offset": pa.array(last[rows], pa.int64()),
+                     "producer_id": batches.column("producer_id").filter(pa.array(rows)),
+                     "is_transactional": pa.array(np.ones(n, dtype=bool)),
+                     "is_control": pa.array(np.zeros(n, dtype=bool)), "control_type": pa.nulls(n, pa.string())})
+
+
 def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Facts:
     """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
     compute their facts with :mod:`compaction.clean.rules`, and keep the rows of the task's key bucket.
@@ -163,9 +182,16 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
     transactional = any(_has_transactions(s) for s in (*task.segments, *task.tail))
     plain = _columns_for(task)
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
-    parts, lengths, records = [], [], {}
+    parts, lengths, records, logs, empty = [], [], {}, {}, []
     for segment in task.segments:
-        if segment.base_offset in whole:
+        if segment.format == "kafka":  # read whole in any case: a batch's CRC covers all its records
+            log = task.store.read_log_segment(task.tp, segment)
+            live = task.store.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
+            table = log.records.filter(pa.array(live))
+            empty.append(empty_transactional_batches(log, task.log_start_offset))
+            if segment.base_offset in whole:
+                logs[segment.base_offset], records[segment.base_offset] = log, table
+        elif segment.base_offset in whole:
             table = records[segment.base_offset] = task.store.read_segment(task.tp, segment,
                                                                            start=task.log_start_offset)
         else:
@@ -183,10 +209,18 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
         control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
         later = [task.store.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
                  for s in task.tail if _has_transactions(s)]
-        found = rules.transaction_facts(pa.concat_tables([raw.select(rules.TRANSACTION_COLUMNS),
-                                                          *(t.cast(raw.select(rules.TRANSACTION_COLUMNS).schema)
-                                                            for t in later)]))
-        aborted, pending = found.aborted[:n], found.marker_pending[:n]
+        involved = raw.select(rules.TRANSACTION_COLUMNS)
+        # An empty batch of a transaction still belongs to it, as Kafka's cleaner sees it: its marker stays
+        # while the batch does (a broker reading the log back must find the transaction ended).
+        rank = np.arange(n)
+        extra = [t for t in empty if t.num_rows]
+        if extra:
+            involved = pa.concat_tables([involved, *(t.cast(involved.schema) for t in extra)])
+            order = np.argsort(involved.column("offset").to_numpy(), kind="stable")
+            involved = involved.take(pa.array(order))
+            rank = np.argsort(order)[:n]
+        found = rules.transaction_facts(pa.concat_tables([involved, *(t.cast(involved.schema) for t in later)]))
+        aborted, pending = found.aborted[rank], found.marker_pending[rank]
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
     facts = pa.table({
         "offset": raw.column("offset"), "key": raw.column("key"), "version_valid": pa.array(valid, pa.int8()),
@@ -209,7 +243,7 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
         counts = np.array([np.count_nonzero(mine[end - length:end]) for end, length in zip(ends, counts, strict=True)],
                           dtype=np.int64)
         facts = facts.filter(pa.array(mine))
-    return Facts(facts, counts, read_lengths, mine, records)
+    return Facts(facts, counts, read_lengths, mine, records, logs)
 
 
 def read_facts(task: ReadTask) -> pa.Table:
@@ -321,6 +355,10 @@ class Verdicts:
         """A source segment's live records."""
         return job.store.read_segment(job.tp, segment, start=job.log_start_offset)
 
+    def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
+        """A ``.log`` source segment whole: every record and batch, deleted or not."""
+        return job.store.read_log_segment(job.tp, segment)
+
 
 class DroppedRows(Verdicts):
     """Verdicts from decision rows: per segment, the union of its key buckets' bitmaps of dropped rows."""
@@ -362,6 +400,11 @@ class DecidedRows(Verdicts):
         cached = self.decided.facts.records.pop(segment.base_offset, None)  # used once: free it after
         return cached if cached is not None else super().records(job, segment)
 
+    def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
+        self.decided.facts.records.pop(segment.base_offset, None)
+        cached = self.decided.facts.logs.pop(segment.base_offset, None)
+        return cached if cached is not None else super().log_segment(job, segment)
+
 
 def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
@@ -394,27 +437,65 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """
     if job.deletes_only:
         return _extend_deletes(job, verdicts)
+    if job.segment_format == "kafka":
+        return _rewrite_batches(job, verdicts)
     pieces, records_read = [], 0
     for source in job.sources:
         table = verdicts.records(job, source)
         records_read += table.num_rows
         keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
         pieces.append(table if keep.all() else table.filter(pa.array(keep)))
-    output = pa.concat_tables(pieces)
-    stamp = rules.needs_horizon(output, verdicts.stamps)
-    if pc.any(stamp).as_py():
-        horizons = output.column("delete_horizon_ms")
-        output = output.set_column(output.column_names.index("delete_horizon_ms"), "delete_horizon_ms",
-                                   pc.if_else(stamp, pa.scalar(job.horizon_ms, pa.int64()), horizons))
+    output, stamped = _stamp(pa.concat_tables(pieces), verdicts, job.horizon_ms)
     segment = None
     if output.num_rows:
         # Kafka keeps the last source's modification time: records keep their age through rewrites.
         segment = job.store.write_segment(job.tp, output, job.base_offset, job.next_offset,
-                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id))
+                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
+                                          segment_format=job.segment_format)
     return AppliedJob.of(job, segment=segment, records_read=records_read,
                          bytes_read=sum(s.size_bytes for s in job.sources), records_written=output.num_rows,
-                         stamped=pc.sum(stamp).as_py() or 0,
-                         bytes_written=segment.size_bytes if segment is not None else 0)
+                         stamped=stamped, bytes_written=segment.size_bytes if segment is not None else 0)
+
+
+def _stamp(records: pa.Table, verdicts: Verdicts, horizon_ms: int) -> tuple[pa.Table, int]:
+    """Kept records with the first delete horizon stamped where :func:`rules.needs_horizon` says; and how many."""
+    stamp = rules.needs_horizon(records, verdicts.stamps)
+    if not pc.any(stamp).as_py():
+        return records, 0
+    horizons = pc.if_else(stamp, pa.scalar(horizon_ms, pa.int64()), records.column("delete_horizon_ms"))
+    return (records.set_column(records.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizons),
+            pc.sum(stamp).as_py() or 0)
+
+
+def _rewrite_batches(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
+    """A rewrite into a ``.log`` segment: each ``.log`` source's batches copied, rebuilt, kept empty or dropped
+    (:mod:`compaction.clean.batches`), Parquet sources' records framed anew."""
+    policy = job.batch_policy or BatchPolicy(first_uncleanable_offset=-1)
+    parts, records_read = [], 0
+    for source in job.sources:
+        if source.format == "kafka":
+            log = verdicts.log_segment(job, source)
+            offsets = log.records.column("offset")
+            live = job.store.live_rows(job.tp, source, offsets, job.log_start_offset)
+            keep = np.zeros(len(live), dtype=bool)
+            keep[live] = verdicts.keep_mask(source, offsets.to_numpy()[live])
+            records_read += int(live.sum())
+            parts.append(reframe(log, keep, verdicts.stamps, job.horizon_ms, policy))
+        else:
+            table = verdicts.records(job, source)
+            records_read += table.num_rows
+            keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
+            kept, stamped = _stamp(table.filter(pa.array(keep)), verdicts, job.horizon_ms)
+            parts.append(frame_records(kept, stamped))
+    framed = Framed.join(parts, SEGMENT_SCHEMA)
+    segment = None
+    if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
+        segment = job.store.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
+                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
+                                          segment_format="kafka", batches=framed.batches, encoded=framed.data)
+    return AppliedJob.of(job, segment=segment, records_read=records_read,
+                         bytes_read=sum(s.size_bytes for s in job.sources), records_written=framed.records.num_rows,
+                         stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)
 
 
 def apply_rows(job: ApplyJob, rows: list[DecisionRow | None]) -> AppliedJob:
@@ -438,9 +519,11 @@ def clean_in_task(task: ReadTask) -> CleanedPartition:
     verdicts = DecidedRows(decided, task.segments)
     jobs = [apply_job(ApplyJob(tp=task.tp, store=task.store, job_id=job_id, sources=sources,
                                horizon_ms=task.horizon_ms, now_ms=task.now_ms, log_start_offset=task.log_start_offset,
-                               deletes_only=deletes_only, pass_id=task.pass_id), verdicts)
-            for job_id, (sources, deletes_only) in enumerate(plan_jobs(task.segments, outcomes,
-                                                                       task.first_dirty_offset, task.policy))]
+                               deletes_only=deletes_only, pass_id=task.pass_id, segment_format=task.segment_format,
+                               batch_policy=task.batch_policy), verdicts)
+            for job_id, (sources, deletes_only) in enumerate(plan_jobs(
+                task.segments, outcomes, task.first_dirty_offset, task.policy,
+                stale_empty_batches(task.segments, task.batch_policy)))]
     return CleanedPartition(tp=task.tp, outcomes=outcomes, jobs=tuple(jobs))
 
 

@@ -76,6 +76,15 @@ def segment_batches(store: Store, tp: TopicPartition, segment: SegmentMeta, *, c
     read = list(dict.fromkeys([*columns, *(["offset"] if needs_offsets else []),
                                *([] if record_filter.empty else record_filter.columns),
                                *(["value"] if skip_null_values else [])]))
+    if segment.format == "kafka":  # record batches are read whole: each batch's CRC covers all its records
+        records = store.read_log_segment(tp, segment).records
+        for batch in records.select(read).to_batches(max_chunksize=batch_rows):
+            keep = _keep(batch, record_filter, log_start_offset if trim else None, deleted, only, skip_null_values)
+            if keep is not None:
+                batch = batch.filter(pa.array(keep))
+            if batch.num_rows:
+                yield batch.select(list(columns))
+        return
     source, size = store.storage.open_input(rel)
     try:
         if size != segment.size_bytes:

@@ -2,8 +2,11 @@
 
 Layout (SPEC §2)::
 
-    <store>/<topic>/<partition>/segments/<20-digit base offset>-<unique id>.parquet   immutable objects
-    <store>/<topic>/<partition>/_manifests/<20-digit version>.json                  one per version
+    <store>/<topic>/<partition>/segments/<20-digit base offset>-<unique id>.<parquet|log>   immutable objects
+    <store>/<topic>/<partition>/_manifests/<20-digit version>.json                        one per version
+
+A segment is Parquet (one row per record) or Kafka's record batches (``.log``); :mod:`.formats` reads both
+to the same record schema.
 
 :class:`Store` is the façade the rest of the product uses; it hands commits to
 :mod:`~compaction.store.commit` and deletion vectors to :mod:`~compaction.store.deletes`.
@@ -19,11 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.errors import (
     CommitConflictError,
+    CorruptBatchError,
     CorruptSegmentError,
     InvalidArgumentError,
     InvalidRecordsError,
@@ -31,10 +36,22 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
+from compaction.kafka.layout import CONTROL
 from compaction.store import commit as commits
 from compaction.store import deletes
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
-from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, segment_name
+from compaction.store.formats import (
+    EXTENSIONS,
+    LogSegment,
+    batch_producers,
+    check_batch_offsets,
+    check_format,
+    decode_log,
+    encode_log,
+    frame_batches,
+    record_producers,
+)
+from compaction.store.manifest import DeletionVector, EmptyBatch, Manifest, ProducerState, SegmentMeta, segment_name
 from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
 from compaction.store.segment import (
     LONG_MAX,
@@ -137,21 +154,42 @@ class Store:
     # Segments ----------------------------------------------------------------------------------------
 
     def write_segment(self, tp: TopicPartition, table: pa.Table, base_offset: int, next_offset: int,
-                      created_ms: int, compression: str = "zstd", object_id: str | None = None) -> SegmentMeta:
+                      created_ms: int, compression: str = "zstd", object_id: str | None = None, *,
+                      segment_format: str = "parquet", batches: pa.Table | None = None,
+                      encoded: bytes | None = None) -> SegmentMeta:
         """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed.
 
-        ``object_id`` (default: a random one) names the object and must be unique to this write."""
+        ``object_id`` (default: a random one) names the object and must be unique to this write. A ``kafka``
+        segment is written in ``batches`` (batch rows), framed anew when none are given, or is ``encoded``
+        already (bytes holding exactly the records of ``table``); ``compression`` is Parquet's codec."""
+        fmt = check_format(segment_format)
         stats = segment_stats(table)
-        data = encode_parquet(table, compression)
-        rel = segment_name(base_offset, object_id or uuid.uuid4().hex)
+        if fmt == "kafka":
+            if batches is None:
+                if encoded is not None:
+                    raise InvalidRecordsError("write_segment: encoded batches need their batch rows")
+                batches = frame_batches(table)
+            data = encoded if encoded is not None else encode_log(table, batches)
+            producers = batch_producers(batches)
+            empty = batches.filter(pc.equal(batches.column("record_count"), 0))
+            empty_batches = tuple(EmptyBatch(last_offset=b["base_offset"] + b["last_offset_delta"],
+                                             producer_id=b["producer_id"], producer_epoch=b["producer_epoch"],
+                                             control=bool(b["attributes"] & CONTROL)) for b in empty.to_pylist())
+        else:
+            data = encode_parquet(table, compression)
+            producers = record_producers(table)
+            empty_batches = ()
+        rel = segment_name(base_offset, object_id or uuid.uuid4().hex, EXTENSIONS[fmt])
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return SegmentMeta(
-            path=rel, base_offset=base_offset, next_offset=next_offset, record_count=stats.record_count,
+            path=rel, format=fmt, base_offset=base_offset, next_offset=next_offset,
+            record_count=stats.record_count,
             size_bytes=len(data), checksum=checksum(data), created_ms=created_ms,
             first_timestamp=stats.first_timestamp, max_timestamp=stats.max_timestamp,
             tombstone_count=stats.tombstone_count, keyless_count=stats.keyless_count,
             transactional_count=stats.transactional_count, control_count=stats.control_count,
             min_delete_horizon_ms=stats.min_delete_horizon_ms,
+            producers=tuple(ProducerState(**p) for p in producers), empty_batches=empty_batches,
         )
 
     def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
@@ -178,7 +216,10 @@ class Store:
         wanted = None if columns is None else list(dict.fromkeys(columns))
         trim = start is not None and segment.base_offset < start
         needs_offset = (segment.deletes is not None or trim) and wanted is not None and "offset" not in wanted
-        if wanted is None or set(wanted) >= set(SEGMENT_SCHEMA.names):
+        if segment.format == "kafka":  # batches are read whole: their CRC covers all their records
+            records = self.read_log_segment(tp, segment).records
+            table = records if wanted is None else records.select(["offset", *wanted] if needs_offset else wanted)
+        elif wanted is None or set(wanted) >= set(SEGMENT_SCHEMA.names):
             data = self.storage.read_buffer(rel)
             check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
             table = decode_parquet(data, where, None if wanted is None else wanted)
@@ -197,6 +238,33 @@ class Store:
         if trim:
             table = table.filter(pc.greater_equal(table.column("offset"), start))
         return table.drop_columns(["offset"]) if needs_offset else table
+
+    def live_rows(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray,
+                  start: int | None = None) -> np.ndarray:
+        """Which of a segment's records (given by their offsets) a reader sees: those its deletion vector does
+        not remove, and with ``start`` (the log start offset) none below it."""
+        live = np.ones(len(offsets), dtype=bool)
+        if segment.deletes is not None:
+            deleted = pc.is_in(offsets, self.read_deletes(tp, segment.deletes))
+            live &= ~deleted.to_numpy(zero_copy_only=False)
+        if start is not None and segment.base_offset < start:
+            live &= pc.greater_equal(offsets, start).to_numpy(zero_copy_only=False)
+        return live
+
+    def read_log_segment(self, tp: TopicPartition, segment: SegmentMeta) -> LogSegment:
+        """A ``.log`` segment whole: its bytes (checked against the commit), every record and every batch.
+
+        Deletion vectors and the log start are not applied: the caller has the records' offsets for that.
+        """
+        if segment.format != "kafka":
+            raise CorruptSegmentError(f"segment {segment.path} is {segment.format}, not Kafka record batches")
+        rel = f"{tp.prefix}/{segment.path}"
+        where = self.storage.describe(rel)
+        data = self.storage.read_buffer(rel)
+        check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
+        decoded = decode_log(data, where)
+        check_batch_offsets(decoded, where, segment.base_offset, segment.next_offset)
+        return decoded
 
     def read(self, tp: TopicPartition, start: int | None = None, end: int | None = None,
              columns: Sequence[str] | None = None, manifest: Manifest | None = None) -> pa.Table:
@@ -282,6 +350,59 @@ class Store:
             return appended_state(latest, [written[base]], placed, where)
 
         return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
+
+    def append_log(self, tp: TopicPartition, data: Any, *, now_ms: int, writer: Writer | None = None,
+                   where: str | None = None, operation: str = "append") -> Manifest:
+        """Append a buffer of Kafka record batches (a ``.log`` file's bytes) as one new ``.log`` segment.
+
+        The batches keep their offsets and bytes, so they must continue the log: the first batch's base offset
+        is the log end offset (any offset for a partition nobody has written to). Bad bytes (a CRC that fails,
+        a truncated batch, an unknown magic or codec), batches out of offset order, a delete horizon (the
+        cleaner's alone, as for Parquet records) or a first offset elsewhere refuse the whole append, naming
+        the batch's offset; nothing is written then.
+        """
+        where = where or f"batches for {tp}"
+        try:
+            segment = decode_log(data, where)
+            check_batch_offsets(segment, where)
+        except CorruptBatchError as err:
+            raise InvalidRecordsError(str(err)) from err
+        batches = segment.batches
+        if batches.num_rows == 0:
+            raise InvalidRecordsError(f"{where}: nothing to append (no record batch)")
+        horizons = batches.column("delete_horizon_ms")
+        if horizons.null_count != batches.num_rows:
+            row = pc.index(pc.is_valid(horizons), True).as_py()
+            raise InvalidRecordsError(
+                f"{where}: the batch at offset {batches.column('base_offset')[row].as_py()} carries a delete horizon "
+                f"(attribute bit 6), which only the cleaner sets; appended batches must not")
+        records = segment.records
+        if records.num_rows:
+            check_records(records, where)
+        first = batches.column("base_offset")[0].as_py()
+        next_offset = int(segment.batch_last_offsets[-1]) + 1
+        if first < 0 or next_offset > LONG_MAX:
+            raise InvalidRecordsError(f"{where}: batches cover offsets [{first}, {next_offset}), outside Kafka's "
+                                      f"range [0, {LONG_MAX})")
+        payload = bytes(data)
+        written: list[SegmentMeta] = []
+
+        def build(latest: Manifest | None) -> dict[str, Any]:
+            if latest is not None and first != latest.log_end_offset:
+                expected = latest.log_end_offset
+                if written:
+                    raise CommitConflictError(f"{where}: a concurrent append moved the log end to {expected}, "
+                                              f"past the batches' first offset {first}")
+                problem = (f"{where}: the first batch's base offset is {first}, but partition {self.describe(tp)} "
+                           f"ends at offset {expected}: appended batches keep their offsets, so the first must "
+                           f"be {expected}")
+                raise OffsetOverlapError(problem) if first < expected else InvalidRecordsError(problem)
+            if not written:
+                written.append(self.write_segment(tp, records, first, next_offset, created_ms=now_ms,
+                                                  segment_format="kafka", encoded=payload, batches=batches))
+            return appended_state(latest, written, records, where)
+
+        return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)
 
 
 def appended_state(latest: Manifest | None, segments: Sequence[SegmentMeta], records: pa.Table,

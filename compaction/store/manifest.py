@@ -67,11 +67,32 @@ class DeletionVector(_Frozen):
         return self
 
 
+class ProducerState(_Frozen):
+    """A producer's last batch in a segment (what Kafka's producer state keeps of it): its epoch, its last offset
+    and max timestamp, and the last offset of its last data batch of that epoch (None when the epoch has only
+    markers in the segment: Kafka's ``lastDataOffset`` is empty after an epoch bump)."""
+
+    producer_id: int = Field(ge=0)
+    producer_epoch: int
+    last_offset: int
+    max_timestamp: int
+    last_data_offset: int | None = None
+
+
+class EmptyBatch(_Frozen):
+    """A batch of a ``.log`` segment that holds no record (kept for a producer's state or the log's last offset)."""
+
+    last_offset: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    control: bool = False
+
+
 class SegmentMeta(_Frozen):
     """A live segment as the manifest records it; ``[base_offset, next_offset)`` is its offset range."""
 
     path: str
-    format: Literal["parquet"] = "parquet"
+    format: Literal["parquet", "kafka"] = "parquet"  # a .parquet object, or a .log of Kafka record batches
     base_offset: int = Field(ge=0)
     next_offset: int
     record_count: int = Field(ge=0)
@@ -86,15 +107,20 @@ class SegmentMeta(_Frozen):
     control_count: int = Field(default=0, ge=0)
     min_delete_horizon_ms: int | None = None
     deletes: DeletionVector | None = None
+    producers: tuple[ProducerState, ...] = ()  # each producer's last batch (a record, in Parquet), by producer id
+    empty_batches: tuple[EmptyBatch, ...] = ()  # a .log segment's batches without records
 
     @model_validator(mode="after")
     def _check(self) -> SegmentMeta:
         match = SEGMENT_NAME.match(self.path)
         if not match:
             raise ValueError(
-                f"segment path {self.path!r} is not a segments/<20-digit base>-<id>.parquet name inside the "
-                "partition"
+                f"segment path {self.path!r} is not a segments/<20-digit base>-<id>.parquet (or .log) name inside "
+                "the partition"
             )
+        if (match.group(3) == "log") != (self.format == "kafka"):
+            raise ValueError(f"segment {self.path} is a .{match.group(3)} object, but the manifest gives format "
+                             f"{self.format!r} (.parquet objects are parquet, .log objects kafka)")
         if int(match.group(1)) != self.base_offset:
             raise ValueError(f"segment {self.path} is named for base offset {int(match.group(1))}, "
                              f"but the manifest gives base_offset {self.base_offset}")
@@ -136,6 +162,19 @@ class SegmentMeta(_Frozen):
         creation time when no live record has one (Kafka falls back to the file's modification time)."""
         latest = self.live_max_timestamp
         return latest if latest is not None else self.created_ms
+
+
+def producer_state(segments: tuple[SegmentMeta, ...] | list[SegmentMeta]) -> dict[int, ProducerState]:
+    """Each producer's last batch in a log of ``segments`` (in offset order), as Kafka's producer state has it:
+    a segment whose producer has only markers of the same epoch keeps the earlier last data offset."""
+    state: dict[int, ProducerState] = {}
+    for segment in segments:
+        for last in segment.producers:
+            before = state.get(last.producer_id)
+            if last.last_data_offset is None and before is not None and before.producer_epoch == last.producer_epoch:
+                last = last.model_copy(update={"last_data_offset": before.last_data_offset})
+            state[last.producer_id] = last
+    return state
 
 
 class WriterInfo(_Frozen):

@@ -14,6 +14,7 @@ class PartitionStatus:
 
     partition: str
     version: int
+    format: str  # the segments' format: parquet, kafka, mixed (both), or - (no segment)
     segments: int
     size_bytes: int
     records: int
@@ -32,9 +33,11 @@ class PartitionStatus:
 
 def partition_status(manifest: Manifest) -> PartitionStatus:
     dirty = sum(s.size_bytes for s in manifest.segments if s.next_offset > manifest.first_dirty_offset)
+    formats = {s.format for s in manifest.segments}
     return PartitionStatus(
         partition=manifest.name,
         version=manifest.version,
+        format=formats.pop() if len(formats) == 1 else "mixed" if formats else "-",
         segments=len(manifest.segments),
         size_bytes=manifest.size_bytes,
         records=sum(s.live_records for s in manifest.segments),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 
 from compaction.errors import StoreError
+from compaction.store.formats import check_batch_offsets, decode_log
 from compaction.store.log import Store
 from compaction.store.manifest import (
     DELETES_NAME,
@@ -133,7 +134,12 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
         problem(name, f"checksum {checksum(data)} differs from the manifest's {segment.checksum}")
         return 0
     try:
-        table = decode_parquet(data, name)
+        if segment.format == "kafka":  # every batch's framing, magic, codec and CRC-32C, and their offsets
+            decoded = decode_log(data, name)
+            check_batch_offsets(decoded, name, segment.base_offset, segment.next_offset)
+            table = decoded.records
+        else:
+            table = decode_parquet(data, name)
     except StoreError as err:
         problem(name, str(err))
         return 0
