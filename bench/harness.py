@@ -1,15 +1,18 @@
 """The benchmark harness: the job against DuckDB, Polars and the pyarrow I/O floor, on the same files.
 
-    python bench/harness.py [--quick] [--scenarios S1,S2,S3,S4,K1,scaling] [--runs 3] [--work DIR] [--out DIR]
+    python bench/harness.py [--quick] [--scenarios S1,S5,S2,S3,S4,K1,scaling,read] [--runs 3] [--work DIR] [--out DIR]
 
 Stores come from the project's generator. Every engine runs as its own process, one after the other, on
 the same segment files; each figure is the median of ``--runs`` runs (the job cleans a fresh copy each
 time). Wall time includes everything the process does; the job's total includes Spark start-up, which is
-also measured on its own. Peak RSS is the process tree's. Results go to ``<out>/latest.json`` and a chart
+also measured on its own. Peak RSS is the process tree's. Every job row also has where its time went
+(the run report's phases: start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write
+time summed over tasks). Results go to ``<out>/latest.json`` and a chart
 ``<out>/latest.png``; the table is printed.
 
 Scenarios:
   S1  full compaction: 20M records, 4M keys, 100-byte values, 4 partitions
+  S5  one hot partition: S1's 20M records and 4M keys in a single partition
   S2  nightly incremental: a compacted store (20M records, unique keys) plus 2M new records updating
       them, against compacting the 2M new records alone
   S3  skew: 20M records, 80% in one partition, one key with 1M versions
@@ -17,7 +20,7 @@ Scenarios:
       RSS at 12.5M, 25M and 50M records
   K1  Kafka's format: S1's records as .log segments of zstd record batches, cleaned at batch level, against
       DuckDB on the Parquet copy of the same records (S1's store)
-  scaling  S1's job at 5M, 10M and 20M records
+  scaling  S1's job at 5M, 10M, 20M and 50M records (time per record and peak RSS)
   read     a streaming read of S1's store through the read API (every column, as Arrow batches) against
            DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
 """
@@ -146,7 +149,8 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
                             "--spark-conf", "spark.ui.showConsoleProgress=false", *(extra or [])], env=env())
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
-                     "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"]}
+                     "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],
+                     "phases_ms": doc.get("phases_ms", {})}
     if doc["totals"]["failed"]:
         raise RuntimeError(f"the job failed partitions: {doc['failures']}")
     if copy:
@@ -170,6 +174,19 @@ def spark_startup() -> Measure:
     measure = run_measured([PYTHON, "-c", code], env=env())
     measure.extra["session_seconds"] = float(measure.extra["stdout"].strip().splitlines()[-1])
     return measure
+
+
+def phases(row: dict[str, Any]) -> str:
+    """A job row's phases in seconds: the driver's wall time, then the tasks' time summed over tasks."""
+    ms = row.get("phases_ms") or {}
+    driver = [f"{name} {ms[name] / 1000:.1f}" for name in ("startup", "plan", "clean", "commit") if name in ms]
+    tasks = [f"{name[5:]} {ms[name] / 1000:.1f}" for name in ("task_read", "task_decide", "task_write") if name in ms]
+    return ", ".join(driver) + (f" [task-s: {', '.join(tasks)}]" if tasks else "")
+
+
+def spread(row: dict[str, Any]) -> float:
+    """(slowest - fastest) / median of a row's runs."""
+    return (max(row["runs"]) - min(row["runs"])) / row["seconds"]
 
 
 def median(measures: list[Measure]) -> dict[str, Any]:
@@ -229,6 +246,12 @@ def s1_spec(records: int) -> GenerateSpec:
 
 def s1(work: Path, runs: int, records: int) -> dict[str, Any]:
     source = generated(work, f"s1-{records}", s1_spec(records))
+    return compare(work, source, runs)
+
+
+def s5(work: Path, runs: int, records: int) -> dict[str, Any]:
+    """One hot partition: S1's records and keys in a single partition of 500k-record segments."""
+    source = generated(work, f"s5-{records}", replace(s1_spec(records), partitions=1, seed=6))
     return compare(work, source, runs)
 
 
@@ -364,9 +387,9 @@ def table(results: dict[str, Any]) -> str:
              f"Spark start-up (session only, median): {results['spark_startup_seconds']:.1f} s", ""]
     header = f"{'scenario':<9} {'engine':<8} {'wall s':>7} {'records/s':>11} {'MB/s':>7} {'peak RSS MB':>11} " \
              f"{'x DuckDB':>8} {'x floor':>8}"
-    if any(name in results["scenarios"] for name in ("S1", "S2", "S3")):
+    if any(name in results["scenarios"] for name in ("S1", "S5", "S2", "S3")):
         lines += [header, "-" * len(header)]
-    for name in ("S1", "S2", "S3"):
+    for name in ("S1", "S5", "S2", "S3"):
         rows = results["scenarios"].get(name)
         if not rows:
             continue
@@ -376,6 +399,10 @@ def table(results: dict[str, Any]) -> str:
                 lines.append(f"{name:<9} {engine_name:<8} {row['seconds']:>7.1f} {row['records_per_second']:>11,} "
                              f"{row['mb_per_second']:>7.1f} {row['peak_rss_mb']:>11,} "
                              f"{row.get('x_duckdb', 1.0):>8.2f} {row.get('x_floor', 1.0):>8.2f}")
+    for name in ("S1", "S5", "S2", "S3"):
+        rows = results["scenarios"].get(name)
+        if rows and rows["job"].get("phases_ms"):
+            lines.append(f"{name} job phases (s): {phases(rows['job'])}")
     s2_rows = results["scenarios"].get("S2")
     if s2_rows:
         lines.append(f"\nS2: job {s2_rows['job']['seconds']:.1f} s vs the 2M dirty records alone "
@@ -383,7 +410,8 @@ def table(results: dict[str, Any]) -> str:
                      f"(run only: {s2_rows['x_run_time_vs_alone']}x); bytes written "
                      f"{s2_rows['job']['bytes_written'] / 2**20:,.1f} MB vs "
                      f"{s2_rows['dirty_alone']['bytes_written'] / 2**20:,.1f} MB = "
-                     f"{s2_rows['x_bytes_written_vs_alone']}x")
+                     f"{s2_rows['x_bytes_written_vs_alone']}x; runs {s2_rows['job']['runs']} vs "
+                     f"{s2_rows['dirty_alone']['runs']} (spread {spread(s2_rows['job']):.0%})")
     s3_rows = results["scenarios"].get("S3")
     if s3_rows and "S1" in results["scenarios"]:
         per_record = (s3_rows["job"]["seconds"] / s3_rows["input_records"]) / (
@@ -412,9 +440,11 @@ def table(results: dict[str, Any]) -> str:
             for size, row in reads.items()))
     scale = results["scenarios"].get("scaling")
     if scale:
+        rates = [row["run_records_per_second"] for row in scale.values()]
         lines.append("scaling (job, run time without start-up): " + "; ".join(
-            f"{int(size):,} records {row['run_seconds']:.1f} s ({row['run_records_per_second']:,} records/s)"
-            for size, row in scale.items()))
+            f"{int(size):,} records {row['run_seconds']:.1f} s ({row['run_records_per_second']:,} records/s, "
+            f"peak RSS {row['peak_rss_mb']:,} MB)" for size, row in scale.items())
+            + f"; time per record varies {max(rates) / min(rates) - 1:.0%} across sizes")
     return "\n".join(lines)
 
 
@@ -424,7 +454,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = [s for s in ("S1", "S2", "S3") if s in results["scenarios"]]
+    scenarios = [s for s in ("S1", "S5", "S2", "S3") if s in results["scenarios"]]
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     engines = ("job", "duckdb", "polars", "floor")
     width = 0.2
@@ -453,8 +483,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each (about a minute)")
-    parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S2,S3,S4,K1,scaling,read; with "
-                                                          "--quick S1,S2,S3,K1,scaling,read)")
+    parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S5,S2,S3,S4,K1,scaling,read; "
+                                                          "with --quick S1,S5,S2,S3,K1,scaling,read)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -464,18 +494,20 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
-    default = "S1,S2,S3,K1,scaling,read" if args.quick else "S1,S2,S3,S4,K1,scaling,read"
+    default = "S1,S5,S2,S3,K1,scaling,read" if args.quick else "S1,S5,S2,S3,S4,K1,scaling,read"
     chosen = (args.scenarios or default).split(",")
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": runs, "scenarios": {}}
     startups = [spark_startup() for _ in range(runs)]
     results["spark_startup_seconds"] = round(statistics.median(m.extra["session_seconds"] for m in startups), 2)
     steps: dict[str, Callable[[], dict[str, Any]]] = {
         "S1": lambda: s1(work, runs, 20_000_000 // scale),
+        "S5": lambda: s5(work, runs, 20_000_000 // scale),
         "S2": lambda: s2(work, runs, 2_000_000 // scale),
         "S3": lambda: s3(work, runs, 20_000_000 // scale),
         "S4": lambda: s4(work, 50_000_000 // scale),
         "K1": lambda: k1(work, runs, 20_000_000 // scale),
-        "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
+        "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000,
+                                                                           50_000_000))),
         "read": lambda: read(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
     }
     for name in chosen:

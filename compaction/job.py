@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,14 +55,19 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
     plan_name = options.dedupe_plan
+    started = time.perf_counter()
     the_plan = plan_store(store, settings, options.now_ms, options.topics)
+    planned = time.perf_counter()
     if options.dry_run:
         return EXIT_OK, the_plan
     # Spark starts only when some partition needs its records read (retention alone is metadata).
     spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
+    started_spark = time.perf_counter()
     cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=out,
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
+    report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
+                        **report.phases_ms}
     if options.report_path:
         write_report(report, options.report_path, options_)
         out(f"report written to {options.report_path}")

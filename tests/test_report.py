@@ -137,3 +137,22 @@ def test_two_stores_metrics_stay_apart(spark, tmp_path: Path,  # type: ignore[no
         return "/metrics/job/compaction/store@base64/" + base64.urlsafe_b64encode(url.encode()).decode()
 
     assert paths == [group(first.url), group(second.url)], "grouped by job and store: no push replaces another's"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("task_max_records", [1_000_000, 100], ids=["in-task", "key-buckets"])
+def test_the_report_says_where_the_time_went(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                             capsys: pytest.CaptureFixture[str], task_max_records: int) -> None:
+    store = make_store(str(tmp_path / "store"))
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"task.max.records" = {task_max_records}\n')
+    report = tmp_path / "report.json"
+    assert run(capsys, "run", store.url, "--conf", str(conf), "--now", NOW, "--report", str(report))[0] == EXIT_OK
+
+    doc = json.loads(report.read_text())
+    phases = doc["phases_ms"]
+    assert set(phases) == {"plan", "startup", "clean", "commit", "task_read", "task_decide", "task_write"}, phases
+    assert all(value >= 0 for value in phases.values()) and phases["task_read"] > 0 and phases["task_write"] > 0
+    # The driver's phases happen one after the other inside the run; the tasks' time is within the Spark jobs'.
+    assert phases["clean"] + phases["commit"] <= doc["elapsed_ms"] + 1
+    assert phases["task_read"] + phases["task_decide"] + phases["task_write"] <= 2 * phases["clean"] * 4 + 50

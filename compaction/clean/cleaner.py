@@ -32,9 +32,10 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import RDD, StorageLevel
@@ -47,6 +48,7 @@ from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.outcome import PartitionResult, RunReport
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, DecisionRow, ReadTask
+from compaction.clean.phases import PhaseSeconds, as_ms, timed
 from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan, apply_policy, key_buckets, plan
 from compaction.clean.settings import CleanerConfig
 from compaction.clean.tasks import apply_rows, clean_partition, decision_rows, read_facts_batches
@@ -55,6 +57,9 @@ from compaction.store import Replacement, Store, TopicPartition, Writer, read_ma
 from compaction.store.manifest import Manifest, SegmentMeta
 
 log = logging.getLogger("compaction.clean.cleaner")
+
+T = TypeVar("T")
+R = TypeVar("R")
 Progress = Callable[[str], None]
 
 #: Progress lines give sizes in MB of 2**20 bytes, as Kafka's cleaner log does.
@@ -148,6 +153,7 @@ class Cleaner:
         self.progress = progress or log.info
         self.wall_ms = wall_ms
         self.pass_id = uuid.uuid4().hex  # names the objects of a pass; new for every run
+        self.task_seconds = spark.sparkContext.accumulator({}, PhaseSeconds()) if spark is not None else None
 
     @property
     def session(self) -> SparkSession:
@@ -163,7 +169,10 @@ class Cleaner:
         """
         started = time.perf_counter()
         self.pass_id = uuid.uuid4().hex
+        if self.task_seconds is not None:
+            self.task_seconds.value = {}
         the_plan = compaction_plan or plan_store(self.store, self.settings, now_ms, topics)
+        phases = {"plan": time.perf_counter() - started} if compaction_plan is None else {}
         selected = the_plan.selected
         self.progress(f"planned {len(the_plan.partitions)} partition(s): {len(selected)} to clean, "
                       f"{len(the_plan.uncleanable)} uncleanable")
@@ -171,6 +180,7 @@ class Cleaner:
         needing_spark = [w for w in work.values() if w.plan.needs_dedupe]
         whole = [w for w in needing_spark if self.dedupe_plan is rules.Plan.ARROW and self.key_buckets(w.plan) == 1]
         staged = [w for w in needing_spark if w not in whole]
+        cleaning = time.perf_counter()
         for items, clean in ((whole, self._clean_in_tasks), (staged, self._clean_staged)):
             if not items:
                 continue
@@ -178,8 +188,10 @@ class Cleaner:
                 clean(items, now_ms)
             except SPARK_JOB_FAILURES as err:
                 self._isolate(items, clean, now_ms, err)
+        phases["clean"] = time.perf_counter() - cleaning
         if before_commit is not None:
             before_commit()
+        committing = time.perf_counter()
         results = []
         for index, item in enumerate(work.values(), start=1):
             results.append(self._commit(item, now_ms, started))
@@ -190,8 +202,18 @@ class Cleaner:
             if p.checkpoint_reset and p.manifest is not None:
                 self._reset_checkpoint(p, now_ms)
             results.append(PartitionResult.from_plan(p))
-        return RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                               elapsed_ms=_elapsed_ms(started))
+        phases["commit"] = time.perf_counter() - committing
+        report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
+                                 elapsed_ms=_elapsed_ms(started))
+        report.phases_ms.update(as_ms(phases))
+        if self.task_seconds is not None:
+            report.phases_ms.update(as_ms(self.task_seconds.value, prefix="task_"))
+        return report
+
+    def _timed(self, fn: Callable[[T], R]) -> Callable[[T], R]:
+        """A task body that adds the phases it marks to this run's task times."""
+        assert self.task_seconds is not None
+        return timed(fn, self.task_seconds)
 
     def _isolate(self, items: list[PartitionWork], clean: Callable[[list[PartitionWork], int], None], now_ms: int,
                  err: Exception) -> None:
@@ -283,7 +305,7 @@ class Cleaner:
         # An RDD of the tasks themselves: no SQL planning or Arrow transfer is needed for metadata results,
         # which makes a fresh session's first job seconds shorter.
         results: list[CleanedPartition] = (self.session.sparkContext.parallelize(tasks, len(tasks))
-                                           .map(clean_partition).collect())
+                                           .map(self._timed(clean_partition)).collect())
         for cleaned in results:
             item = by_tp[cleaned.tp]
             if cleaned.error is not None:
@@ -306,7 +328,7 @@ class Cleaner:
     def decisions(self, tasks: list[ReadTask], now_ms: int) -> RDD:
         """Decision rows (one per segment and key bucket) for the tasks, by this cleaner's plan."""
         if self.dedupe_plan is rules.Plan.ARROW:
-            return self.session.sparkContext.parallelize(tasks, len(tasks)).flatMap(decision_rows)
+            return self.session.sparkContext.parallelize(tasks, len(tasks)).flatMap(self._timed(decision_rows))
         keyless_drop = self.settings.cleaner.keyless_records == "drop"
         winners = self.facts(tasks).transform(WINNER_PLANS[self.dedupe_plan])
         return per_segment(classify(winners, now_ms=now_ms, keyless_drop=keyless_drop)).rdd.map(decision_row)
@@ -371,9 +393,10 @@ class Cleaner:
 
         # Every job gets one placeholder, so a job whose segments had no decision rows still runs.
         keyed = decisions.flatMap(route).union(sc.parallelize([(key, None) for key in jobs]))
-        results: list[AppliedJob] = (keyed.groupByKey(numPartitions=len(jobs))
-                                     .map(lambda pair: apply_rows(shipped.value[0][pair[0]], list(pair[1])))
-                                     .collect())
+        def apply(pair: tuple[tuple[TopicPartition, int], Iterable[DecisionRow | None]]) -> AppliedJob:
+            return apply_rows(shipped.value[0][pair[0]], list(pair[1]))
+
+        results: list[AppliedJob] = keyed.groupByKey(numPartitions=len(jobs)).map(self._timed(apply)).collect()
         by_tp = {w.plan.partition: w for w in items}
         for result in results:
             item = by_tp[result.tp]

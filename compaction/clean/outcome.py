@@ -159,6 +159,9 @@ class RunReport:
     partitions: list[PartitionResult]
     totals: dict[str, Any]
     metrics: dict[str, int]
+    #: Where the time went: the driver's phases (``plan``, ``clean``: the Spark jobs, ``commit``; the job adds
+    #: ``startup``), wall ms; and the executors' ``task_read``, ``task_decide``, ``task_write``, task ms summed.
+    phases_ms: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,

@@ -32,6 +32,7 @@ from compaction.clean.payloads import (
     ReadTask,
     error_text,
 )
+from compaction.clean.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
@@ -182,7 +183,20 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
     transactional = any(_has_transactions(s) for s in (*task.segments, *task.tail))
     plain = _columns_for(task)
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
-    parts, lengths, records, logs, empty = [], [], {}, {}, []
+    with phase("read"):
+        parts, lengths, records, logs, empty = _read_range(task, whole, columns, plain)
+    with phase("decide"):
+        return _facts(task, parts, lengths, columns, transactional, empty, records, logs)
+
+
+def _read_range(task: ReadTask, whole: frozenset[int], columns: list[str], plain: list[str]
+                ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table]]:
+    """The decision columns of the task's segments (and the whole records of those in ``whole``)."""
+    parts: list[pa.Table] = []
+    lengths: list[int] = []
+    records: dict[int, pa.Table] = {}
+    logs: dict[int, LogSegment] = {}
+    empty: list[pa.Table] = []
     for segment in task.segments:
         if segment.format == "kafka":  # read whole in any case: a batch's CRC covers all its records
             log = task.store.read_log_segment(task.tp, segment)
@@ -199,6 +213,12 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
                                             start=task.log_start_offset)
         parts.append(pa.table({name: _column(table, name) for name in columns}))
         lengths.append(table.num_rows)
+    return parts, lengths, records, logs, empty
+
+
+def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: list[str], transactional: bool,
+           empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment]) -> Facts:
+    """The decision facts of the rows read (see :func:`read_decision_facts`)."""
     raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
     n = raw.num_rows
     keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
@@ -307,8 +327,9 @@ class Decided:
 def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided:
     """Read and decide a task's rows with Arrow (no shuffle of records)."""
     facts = read_decision_facts(task, whole)
-    decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                  unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
+    with phase("decide"):
+        decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
+                                      unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
     return Decided(facts, decided.code, decided.stamp, task.now_ms)
 
 
@@ -353,11 +374,13 @@ class Verdicts:
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         """A source segment's live records."""
-        return job.store.read_segment(job.tp, segment, start=job.log_start_offset)
+        with phase("read"):
+            return job.store.read_segment(job.tp, segment, start=job.log_start_offset)
 
     def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
         """A ``.log`` source segment whole: every record and batch, deleted or not."""
-        return job.store.read_log_segment(job.tp, segment)
+        with phase("read"):
+            return job.store.read_log_segment(job.tp, segment)
 
 
 class DroppedRows(Verdicts):
@@ -409,8 +432,9 @@ class DecidedRows(Verdicts):
 def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
-    table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
-                                   start=job.log_start_offset)
+    with phase("read"):
+        table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
+                                       start=job.log_start_offset)
     offsets = table.column("offset").to_numpy()
     keep = verdicts.keep_mask(segment, offsets)
     deleted = pa.array(offsets[~keep], pa.int64())
@@ -435,10 +459,16 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     A rewrite that keeps no record writes nothing (``segment`` None): its range stays in the manifest as
     part of the log, without an object.
     """
-    if job.deletes_only:
-        return _extend_deletes(job, verdicts)
-    if job.segment_format == "kafka":
-        return _rewrite_batches(job, verdicts)
+    with phase("write"):
+        if job.deletes_only:
+            return _extend_deletes(job, verdicts)
+        if job.segment_format == "kafka":
+            return _rewrite_batches(job, verdicts)
+        return _rewrite(job, verdicts)
+
+
+def _rewrite(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
+    """A rewrite into a Parquet segment of the sources' surviving records."""
     pieces, records_read = [], 0
     for source in job.sources:
         table = verdicts.records(job, source)
