@@ -51,7 +51,20 @@ class Broadcast:
         self.value = pickle.loads(pickle.dumps(value))
 
 
+class Accumulator:
+    """Spark's accumulator, in this process."""
+
+    def __init__(self, value: Any, param: Any) -> None:
+        self.value, self.param = value, param
+
+    def add(self, term: Any) -> None:
+        self.value = self.param.addInPlace(self.value, term)
+
+
 class InlineContext:
+    def accumulator(self, value: Any, param: Any) -> Accumulator:
+        return Accumulator(value, param)
+
     def parallelize(self, items: Iterable[Any], numSlices: int | None = None) -> InlineRDD:
         return InlineRDD(_shipped(items))
 

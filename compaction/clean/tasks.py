@@ -408,7 +408,9 @@ class DecidedRows(Verdicts):
     """Verdicts straight from a whole partition's decision in this task (rows align with each segment's read)."""
 
     def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
-        self.decided = decided
+        # Only what the rewrites need: not the facts' keys, which the task may free once it has these.
+        self.code = decided.code
+        self.records_cache, self.logs = decided.facts.records, decided.facts.logs
         self.slices = {s.base_offset: part for s, part in zip(segments, decided.facts.segment_slices(), strict=True)}
         self.offsets = decided.facts.table.column("offset").to_numpy()
         self.stamps = self.offsets[decided.stamp]
@@ -417,15 +419,15 @@ class DecidedRows(Verdicts):
         part = self.slices[segment.base_offset]
         if part.stop - part.start != len(offsets) or not np.array_equal(self.offsets[part], offsets):
             raise RuntimeError(f"segment {segment.path} changed between reading its keys and its records")
-        return self.decided.code[part] == rules.KEPT
+        return self.code[part] == rules.KEPT
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
-        cached = self.decided.facts.records.pop(segment.base_offset, None)  # used once: free it after
+        cached = self.records_cache.pop(segment.base_offset, None)  # used once: free it after
         return cached if cached is not None else super().records(job, segment)
 
     def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
-        self.decided.facts.records.pop(segment.base_offset, None)
-        cached = self.decided.facts.logs.pop(segment.base_offset, None)
+        self.records_cache.pop(segment.base_offset, None)
+        cached = self.logs.pop(segment.base_offset, None)
         return cached if cached is not None else super().log_segment(job, segment)
 
 
@@ -468,23 +470,26 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
 
 
 def _rewrite(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
-    """A rewrite into a Parquet segment of the sources' surviving records."""
-    pieces, records_read = [], 0
-    for source in job.sources:
-        table = verdicts.records(job, source)
-        records_read += table.num_rows
-        keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
-        pieces.append(table if keep.all() else table.filter(pa.array(keep)))
-    output, stamped = _stamp(pa.concat_tables(pieces), verdicts, job.horizon_ms)
-    segment = None
-    if output.num_rows:
-        # Kafka keeps the last source's modification time: records keep their age through rewrites.
-        segment = job.store.write_segment(job.tp, output, job.base_offset, job.next_offset,
-                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
-                                          segment_format=job.segment_format)
-    return AppliedJob.of(job, segment=segment, records_read=records_read,
-                         bytes_read=sum(s.size_bytes for s in job.sources), records_written=output.num_rows,
-                         stamped=stamped, bytes_written=segment.size_bytes if segment is not None else 0)
+    """A rewrite into a Parquet segment of the sources' surviving records, read and encoded one source at a
+    time: the task holds one source's records and the new object's bytes, never all the records."""
+    figures = {"records_read": 0, "records_written": 0, "stamped": 0}
+
+    def kept() -> Iterator[pa.Table]:
+        for source in job.sources:
+            table = verdicts.records(job, source)
+            figures["records_read"] += table.num_rows
+            keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
+            piece, stamped = _stamp(table if keep.all() else table.filter(pa.array(keep)), verdicts, job.horizon_ms)
+            del table
+            figures["records_written"] += piece.num_rows
+            figures["stamped"] += stamped
+            yield piece
+
+    # Kafka keeps the last source's modification time: records keep their age through rewrites.
+    segment = job.store.write_segment_pieces(job.tp, kept(), job.base_offset, job.next_offset,
+                                             created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id))
+    return AppliedJob.of(job, segment=segment, bytes_read=sum(s.size_bytes for s in job.sources),
+                         bytes_written=segment.size_bytes if segment is not None else 0, **figures)
 
 
 def _stamp(records: pa.Table, verdicts: Verdicts, horizon_ms: int) -> tuple[pa.Table, int]:
@@ -542,11 +547,14 @@ def apply_rows(job: ApplyJob, rows: list[DecisionRow | None]) -> AppliedJob:
 def clean_in_task(task: ReadTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
     assert task.policy is not None and task.buckets == 1
-    # Dirty segments nearly always change (duplicates, first tombstone horizons): read them whole, once.
+    # The decision reads the decision columns of Parquet segments only; the rewrites then read each source
+    # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
+    # (a batch's CRC covers all its records): its dirty ones are kept from the decision for the rewrite.
     decided = decide_facts(task, frozenset(s.base_offset for s in task.segments
-                                           if s.next_offset > task.first_dirty_offset))
+                                           if s.next_offset > task.first_dirty_offset and s.format == "kafka"))
     outcomes = {segment.base_offset: outcome for segment, _, outcome in decided.outcomes(task.segments)}
     verdicts = DecidedRows(decided, task.segments)
+    del decided  # the facts' keys and versions: the rewrites need the verdicts only
     jobs = [apply_job(ApplyJob(tp=task.tp, store=task.store, job_id=job_id, sources=sources,
                                horizon_ms=task.horizon_ms, now_ms=task.now_ms, log_start_offset=task.log_start_offset,
                                deletes_only=deletes_only, pass_id=task.pass_id, segment_format=task.segment_format,

@@ -43,6 +43,7 @@ from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Wri
 from compaction.store.formats import (
     EXTENSIONS,
     LogSegment,
+    SegmentFormatName,
     batch_producers,
     check_batch_offsets,
     check_format,
@@ -56,12 +57,14 @@ from compaction.store.names import IllegalFolder, TopicPartition, partition_name
 from compaction.store.segment import (
     LONG_MAX,
     SEGMENT_SCHEMA,
+    SegmentStats,
     check_committed,
     check_records,
     checksum,
     conform,
     decode_parquet,
     encode_parquet,
+    encode_parquet_pieces,
     segment_stats,
 )
 from compaction.store.storage import Storage
@@ -179,6 +182,24 @@ class Store:
             data = encode_parquet(table, compression)
             producers = record_producers(table)
             empty_batches = ()
+        return self._put_segment(tp, fmt, data, stats, producers, empty_batches, base_offset, next_offset,
+                                 created_ms, object_id)
+
+    def write_segment_pieces(self, tp: TopicPartition, pieces: Iterable[pa.Table], base_offset: int,
+                             next_offset: int, created_ms: int, object_id: str | None = None) -> SegmentMeta | None:
+        """:meth:`write_segment` for a Parquet segment whose records come in pieces (in offset order), each
+        encoded as it comes, so that the records are never all held at once; None (nothing written) when
+        no piece has a record."""
+        encoded = encode_parquet_pieces(pieces)
+        if encoded is None:
+            return None
+        data, summary = encoded
+        return self._put_segment(tp, "parquet", memoryview(data), segment_stats(summary), record_producers(summary), (),
+                                 base_offset, next_offset, created_ms, object_id)
+
+    def _put_segment(self, tp: TopicPartition, fmt: SegmentFormatName, data: bytes | memoryview,
+                     stats: SegmentStats, producers: list[dict[str, Any]], empty_batches: tuple[EmptyBatch, ...],
+                     base_offset: int, next_offset: int, created_ms: int, object_id: str | None) -> SegmentMeta:
         rel = segment_name(base_offset, object_id or uuid.uuid4().hex, EXTENSIONS[fmt])
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return SegmentMeta(

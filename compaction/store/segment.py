@@ -118,14 +118,46 @@ def check_records(table: pa.Table, where: str) -> None:
             f"{horizons[row].as_py()}, which only the cleaner sets; appended records must leave it null")
 
 
+#: How segments are written. Keys, values and offsets are nearly unique: dictionary pages cost time to write
+#: and to read (2x). Page CRCs let a read of a few columns check the pages it reads (the object's checksum
+#: covers it all).
+PARQUET_WRITE_OPTIONS: dict[str, Any] = {"write_statistics": ["offset", "timestamp"],
+                                         "use_dictionary": ["control_type"], "write_page_checksum": True}
+
+
 def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> bytes:
     """Serialise records (already in the segment schema) as one Parquet object."""
     sink = pa.BufferOutputStream()
-    # Keys, values and offsets are nearly unique: dictionary pages cost time to write and to read (2x).
-    # Page CRCs let a read of a few columns check the pages it reads (the object's checksum covers it all).
-    pq.write_table(table, sink, compression=compression, write_statistics=["offset", "timestamp"],
-                   use_dictionary=["control_type"], write_page_checksum=True)
+    pq.write_table(table, sink, compression=compression, **PARQUET_WRITE_OPTIONS)
     return sink.getvalue().to_pybytes()
+
+
+def encode_parquet_pieces(pieces: Iterable[pa.Table], compression: str = PARQUET_COMPRESSION
+                          ) -> tuple[pa.Buffer, pa.Table] | None:
+    """Serialise records that come in pieces (each in the segment schema, in offset order) as one Parquet
+    object, each piece encoded as it comes (a row group or more): only the encoded bytes are held, not the
+    records. Returns the object and :func:`summary_columns` of its records; None when no piece has a record."""
+    sink = pa.BufferOutputStream()
+    writer = None
+    summaries = []
+    for piece in pieces:
+        if not piece.num_rows:
+            continue
+        if writer is None:
+            writer = pq.ParquetWriter(sink, piece.schema, compression=compression, **PARQUET_WRITE_OPTIONS)
+        writer.write_table(piece)
+        summaries.append(summary_columns(piece))
+    if writer is None:
+        return None
+    writer.close()
+    return sink.getvalue(), pa.concat_tables(summaries)
+
+
+def summary_columns(table: pa.Table) -> pa.Table:
+    """Records without their key and value bytes, which become booleans that are null where the key or value
+    is: all :func:`segment_stats` and the producer summaries read, at a few bytes a record."""
+    return pa.table({name: (pc.if_else(pc.is_valid(column), True, None) if name in ("key", "value") else column)
+                     for name, column in zip(table.column_names, table.columns, strict=True)})
 
 
 def decode_parquet(source: Any, where: str, columns: Sequence[str] | None = None) -> pa.Table:

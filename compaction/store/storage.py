@@ -103,7 +103,7 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _write_durably(path: str, data: bytes) -> None:
+def _write_durably(path: str, data: bytes | memoryview) -> None:
     with open(path, "wb") as stream:
         stream.write(data)
         stream.flush()
@@ -202,8 +202,8 @@ class Storage:
         except FileNotFoundError as err:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write a new object; callers only write fresh unique names, so overwriting never happens.
+    def write_bytes(self, rel: str, data: bytes | memoryview) -> None:
+        """Write a new object (any buffer); callers only write fresh unique names, so overwriting never happens.
 
         On local disk the object and its folder are flushed to the device (``fsync``) before this returns,
         so a manifest published afterwards never names an object a power cut could take back.
@@ -214,7 +214,8 @@ class Storage:
             self._call("write", rel, lambda: _write_durably(path, data))
             self._call("sync", rel, lambda: _fsync(os.path.dirname(path)))
             return
-        self._call("write", rel, lambda: self.fs.pipe_file(self.path(rel), data))
+        payload = data if isinstance(data, bytes) else bytes(data)  # what every fsspec client takes
+        self._call("write", rel, lambda: self.fs.pipe_file(self.path(rel), payload))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Publish ``data`` at ``rel`` only if nothing is there yet; return False if it already exists.
