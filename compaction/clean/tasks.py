@@ -241,6 +241,16 @@ def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: l
             rank = np.argsort(order)[:n]
         found = rules.transaction_facts(pa.concat_tables([involved, *(t.cast(involved.schema) for t in later)]))
         aborted, pending = found.aborted[rank], found.marker_pending[rank]
+    read_lengths = counts = np.array(lengths, dtype=np.int64)
+    mine = None
+    if task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
+        mine = in_key_range(raw.column("key"), task.buckets, task.bucket)
+        ends = np.cumsum(counts)
+        counts = np.array([np.count_nonzero(mine[end - length:end]) for end, length in zip(ends, counts, strict=True)],
+                          dtype=np.int64)
+        raw = raw.filter(pa.array(mine))
+        keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
+        n = raw.num_rows
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
     facts = pa.table({
         "offset": raw.column("offset"), "key": raw.column("key"), "version_valid": pa.array(valid, pa.int8()),
@@ -255,14 +265,6 @@ def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: l
     if task.strategy is not rules.Strategy.OFFSET and candidates.any() and task.tail:
         guarded = rules.guarded_by_tail(facts, candidates, _tail_versions(task))
         facts = facts.set_column(facts.column_names.index("guarded"), "guarded", pa.array(guarded))
-    read_lengths = counts = np.array(lengths, dtype=np.int64)
-    mine = None
-    if task.buckets > 1 and n:  # after the transaction facts, which need every row
-        mine = in_key_range(facts.column("key"), task.buckets, task.bucket)
-        ends = np.cumsum(counts)
-        counts = np.array([np.count_nonzero(mine[end - length:end]) for end, length in zip(ends, counts, strict=True)],
-                          dtype=np.int64)
-        facts = facts.filter(pa.array(mine))
     return Facts(facts, counts, read_lengths, mine, records, logs)
 
 
