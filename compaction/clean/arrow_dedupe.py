@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from compaction.clean import rules
 
 
-def _greatest(keys: pa.Array, rows: np.ndarray, fields: list[np.ndarray]) -> np.ndarray:
+def _greatest(keys: pa.ChunkedArray, rows: np.ndarray, fields: list[np.ndarray]) -> np.ndarray:
     """The row of each key (among ``rows``, ascending row numbers in offset order) greatest in ``fields``
     and then in offset.
 
@@ -48,7 +48,7 @@ def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:
     competing = facts.column("competes").to_numpy(zero_copy_only=False).astype(bool)
     if not competing.any():
         return result
-    keys = facts.column("key").combine_chunks()
+    keys = facts.column("key")  # as read, one chunk per segment: not copied into one
     offsets = facts.column("offset").to_numpy()
     valid = facts.column("version_valid").to_numpy()
     version = facts.column("version").to_numpy()
