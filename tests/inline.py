@@ -18,8 +18,9 @@ def _shipped(items: Iterable[Any]) -> list[Any]:
 
 
 class InlineRDD:
-    def __init__(self, items: Iterable[Any]) -> None:
+    def __init__(self, items: Iterable[Any], parts: list[list[Any]] | None = None) -> None:
         self.items = list(items)
+        self.parts = parts  # after partitionBy: the items of each partition
 
     def map(self, fn: Callable[[Any], Any]) -> InlineRDD:
         return InlineRDD(_shipped(fn(item) for item in self.items))
@@ -35,6 +36,15 @@ class InlineRDD:
         for key, value in self.items:
             groups[key].append(value)
         return InlineRDD(groups.items())
+
+    def partitionBy(self, numPartitions: int, partitionFunc: Callable[[Any], int]) -> InlineRDD:
+        parts: list[list[Any]] = [[] for _ in range(numPartitions)]
+        for key, value in self.items:
+            parts[partitionFunc(key) % numPartitions].append((key, value))
+        return InlineRDD([pair for part in parts for pair in part], parts)
+
+    def glom(self) -> InlineRDD:
+        return InlineRDD(self.parts if self.parts is not None else [self.items])
 
     def persist(self, *_: Any) -> InlineRDD:
         return self

@@ -8,7 +8,7 @@ import itertools
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from compaction.clean.planner import Decision, plan, plan_partition
+from compaction.clean.planner import Decision, plan, plan_partition, segment_runs
 from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.config import Settings
 from compaction.errors import CorruptManifestError
@@ -279,3 +279,9 @@ def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_wit
         assert s.base_offset < end
         if s.next_offset > first_dirty and config.min_compaction_lag_ms > 0:
             assert s.max_timestamp is not None and s.max_timestamp <= now - config.min_compaction_lag_ms
+
+
+def test_segment_runs_hold_at_most_the_limit_and_a_larger_segment_alone() -> None:
+    segments = [seg(0, 3), seg(3, 6), seg(6, 16), seg(16, 17), seg(17, 19)]
+    assert [[s.base_offset for s in run] for run in segment_runs(segments, 6)] == [[0, 3], [6], [16, 17]]
+    assert segment_runs([], 6) == []

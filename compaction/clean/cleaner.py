@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -47,11 +47,28 @@ from compaction.clean.batches import BatchPolicy, active_producers, stale_empty_
 from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify, decision_row, per_segment
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.outcome import PartitionResult, RunReport
-from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, DecisionRow, ReadTask
+from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, DecisionRow, ReadTask, error_text
 from compaction.clean.phases import PhaseSeconds, as_ms, timed
-from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan, apply_policy, key_buckets, plan
+from compaction.clean.planner import (
+    CompactionPlan,
+    Decision,
+    PartitionPlan,
+    apply_policy,
+    key_buckets,
+    plan,
+    segment_runs,
+)
 from compaction.clean.settings import CleanerConfig
-from compaction.clean.tasks import apply_rows, clean_partition, decision_rows, read_facts_batches
+from compaction.clean.tasks import (
+    BucketDecisions,
+    apply_rows,
+    bucket_pieces,
+    clean_partition,
+    decision_rows,
+    read_facts_batches,
+    reads_once,
+    sample_bounds,
+)
 from compaction.errors import CompactionError, StoreError
 from compaction.store import Replacement, Store, TopicPartition, Writer, read_manifests
 from compaction.store.manifest import Manifest, SegmentMeta
@@ -255,24 +272,36 @@ class Cleaner:
         return apply_policy(p, now_ms, self.settings.cleaner, self.key_buckets(p))
 
     def read_tasks(self, items: list[PartitionWork], now_ms: int) -> list[ReadTask]:
-        """One task per partition, or per key bucket when its cleaned range exceeds ``task.max.records``."""
+        """One task per partition, or per key bucket when its cleaned range exceeds ``task.max.records``.
+
+        A split partition's buckets are key ranges with bounds sampled here, once; a partition whose sample
+        cannot be read fails with the reason and gets no task.
+        """
         tasks = []
         for item in items:
             p = item.plan
             assert p.config is not None and p.manifest is not None and p.first_uncleanable_offset is not None
             end = p.first_uncleanable_offset
             buckets = self.key_buckets(p)
-            for bucket in range(buckets):
-                tasks.append(ReadTask(
-                    tp=p.partition, store=self.store, segments=p.segments,
-                    tail=tuple(s for s in p.manifest.segments if s.base_offset >= end),
-                    strategy=rules.Strategy(p.config.compaction_strategy),
-                    strategy_header=p.config.compaction_strategy_header,
-                    keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
-                    log_start_offset=p.log_start_offset or 0, bucket=bucket, buckets=buckets,
-                    first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
-                    policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id,
-                    segment_format=p.segment_format, batch_policy=self._batch_policy(p, now_ms)))
+            task = ReadTask(
+                tp=p.partition, store=self.store, segments=p.segments,
+                tail=tuple(s for s in p.manifest.segments if s.base_offset >= end),
+                strategy=rules.Strategy(p.config.compaction_strategy),
+                strategy_header=p.config.compaction_strategy_header,
+                keyless_drop=self.settings.cleaner.keyless_records == "drop", now_ms=now_ms,
+                log_start_offset=p.log_start_offset or 0, buckets=buckets,
+                first_dirty_offset=p.first_dirty_offset or 0, clean_keys_unique=p.manifest.clean_keys_unique,
+                policy=self.apply_policy(p, now_ms), horizon_ms=self._horizon(p, now_ms), pass_id=self.pass_id,
+                segment_format=p.segment_format, batch_policy=self._batch_policy(p, now_ms))
+            if buckets == 1:
+                tasks.append(task)
+                continue
+            try:
+                bounds = sample_bounds(task)
+            except Exception as err:  # isolate the partition; reported with its reason
+                item.error = error_text(err)
+                continue
+            tasks.extend(replace(task, bucket=bucket, bounds=bounds) for bucket in range(buckets))
         return tasks
 
     def _horizon(self, p: PartitionPlan, now_ms: int) -> int:
@@ -328,10 +357,33 @@ class Cleaner:
     def decisions(self, tasks: list[ReadTask], now_ms: int) -> RDD:
         """Decision rows (one per segment and key bucket) for the tasks, by this cleaner's plan."""
         if self.dedupe_plan is rules.Plan.ARROW:
-            return self.session.sparkContext.parallelize(tasks, len(tasks)).flatMap(self._timed(decision_rows))
+            return self._bucket_decisions(tasks)
         keyless_drop = self.settings.cleaner.keyless_records == "drop"
         winners = self.facts(tasks).transform(WINNER_PLANS[self.dedupe_plan])
         return per_segment(classify(winners, now_ms=now_ms, keyless_drop=keyless_drop)).rdd.map(decision_row)
+
+    def _bucket_decisions(self, tasks: list[ReadTask]) -> RDD:
+        """The Arrow plan's stage 1 for split partitions, one task per key bucket.
+
+        Without transactions, each run of segments (up to ``task.max.records`` records) is read once and
+        its rows shuffled to their buckets' tasks (:func:`~compaction.clean.tasks.bucket_pieces`); with them,
+        each bucket's task reads the whole range, since whether a record is aborted depends on every row
+        before it.
+        """
+        sc = self.session.sparkContext
+        once = [t for t in tasks if reads_once(t)]
+        alone = [t for t in tasks if not reads_once(t)]
+        parts = [sc.parallelize(alone, len(alone)).flatMap(self._timed(decision_rows))] if alone else []
+        if once:
+            runs = [replace(t, segments=run) for t in once if t.bucket == 0
+                    for run in segment_runs(t.segments, self.settings.cleaner.task_max_records)]
+            reducer = {(t.tp, t.bucket): index for index, t in enumerate(once)}
+            pieces = (sc.parallelize(runs, len(runs)).flatMap(self._timed(bucket_pieces))
+                      .partitionBy(len(once), lambda key: reducer[key]))
+            parts.append(pieces.glom().flatMap(self._timed(BucketDecisions({(t.tp, t.bucket): t for t in once}))))
+        if not parts:  # every partition failed before its tasks (a key sample could not be read)
+            return sc.parallelize([], 1)
+        return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
 
     def _decide(self, items: list[PartitionWork], now_ms: int) -> RDD:
         """Run stage 1, fill each item's outcomes and apply jobs; returns the persisted decision rows."""

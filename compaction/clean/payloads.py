@@ -7,8 +7,10 @@ a driver and executors that run different builds of this library fail with both 
 a missing field deep inside a task or a wrong answer.
 
 - :class:`ReadTask` decides one partition's cleaned range, or one key bucket of it (stage 1); with a
-  policy, the same task also applies the decision.
+  policy, the same task also applies the decision. Stage 1 of a split partition without transactions also
+  uses it to read a run of segments once and hand each key bucket its :class:`BucketPiece` (a shuffle).
 - :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector (stage 2).
+- :class:`BucketPiece` is one key bucket's rows of a run of segments, on their way to the bucket's task.
 - :class:`DecisionRow` is stage 1's result for one segment and key bucket.
 - :class:`AppliedJob` is an apply job's result: the object it wrote and its figures.
 - :class:`CleanedPartition` is a partition decided and applied in one task.
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from compaction.clean import rules
 from compaction.clean.batches import BatchPolicy
@@ -31,7 +34,7 @@ from compaction.errors import PayloadVersionError
 from compaction.store import SegmentMeta, Store, TopicPartition
 
 #: The version of the payloads in this module. Bump it whenever one of them changes a field or its meaning.
-PAYLOAD_VERSION = 2
+PAYLOAD_VERSION = 3
 
 #: ``segment_base`` of a decision row that carries an error instead of a segment's decision.
 NO_SEGMENT = -1
@@ -74,6 +77,7 @@ class ReadTask(Payload):
     log_start_offset: int = 0
     bucket: int = 0
     buckets: int = 1
+    bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``buckets - 1``; the same in all its tasks)
     first_dirty_offset: int = 0
     clean_keys_unique: bool = False  # the manifest's promise (the Arrow plan's winner search uses it)
     # For a partition decided and applied in one task (the Arrow plan, one bucket):
@@ -107,6 +111,20 @@ class ApplyJob(Payload):
     @property
     def next_offset(self) -> int:
         return self.sources[-1].next_offset
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BucketPiece(Payload):
+    """A key bucket's rows of a run of consecutive segments (read once for every bucket): the columns a
+    decision needs that no other bucket's rows affect, with each row's position among its segment's live
+    rows; or (``error`` set) what stopped the read."""
+
+    tp: TopicPartition
+    first_segment: int  # the base offset of the run's first segment
+    read_lengths: np.ndarray  # live rows of each segment of the run, as read
+    lengths: np.ndarray  # of which this bucket's
+    rows: pa.Table | None = None  # offset, key, version_valid, version, delete_horizon_ms, position
+    error: str | None = None
 
 
 def _no_bits() -> np.ndarray:

@@ -347,6 +347,21 @@ def key_buckets(p: PartitionPlan, task_max_records: int) -> int:
                math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
 
 
+def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tuple[SegmentMeta, ...]]:
+    """Consecutive segments in runs of at most ``max_records`` live records (a larger segment alone): what
+    one task of a split partition reads once for every key bucket."""
+    runs: list[tuple[SegmentMeta, ...]] = []
+    run: list[SegmentMeta] = []
+    records = 0
+    for segment in segments:
+        if run and records + segment.live_records > max_records:
+            runs.append(tuple(run))
+            run, records = [], 0
+        run.append(segment)
+        records += segment.live_records
+    return [*runs, tuple(run)] if run else runs
+
+
 def apply_policy(p: PartitionPlan, now_ms: int, cleaner: CleanerSettings, buckets: int) -> ApplyPolicy:
     """How a partition's decisions become objects; a split partition's rewrites each read no more records
     than one of its decision tasks."""

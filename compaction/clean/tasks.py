@@ -12,6 +12,7 @@ deletion vector. Tasks, rows and results are the typed, versioned payloads of :m
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from compaction.clean.payloads import (
     NO_SEGMENT,
     AppliedJob,
     ApplyJob,
+    BucketPiece,
     CleanedPartition,
     DecisionRow,
     ReadTask,
@@ -34,6 +36,7 @@ from compaction.clean.payloads import (
 )
 from compaction.clean.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
+from compaction.store import TopicPartition
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
@@ -61,21 +64,26 @@ def _has_transactions(segment: SegmentMeta) -> bool:
     return bool(segment.transactional_count or segment.control_count)
 
 
+def reads_once(task: ReadTask) -> bool:
+    """Whether a split partition's stage 1 may read each segment once (:func:`bucket_pieces`): not when its
+    range or tail holds transactions, whose facts need every row of the range in one task."""
+    return not any(_has_transactions(s) for s in (*task.segments, *task.tail))
+
+
 def _columns_for(task: ReadTask) -> list[str]:
     """Only what the decision needs: never values (a data record with a delete horizon is a tombstone)."""
     return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
 
 
-#: About how many keys the key-range bounds are computed from: enough for even ranges, cheap to sort.
+#: About how many keys a split partition's key range bounds are computed from: enough for even ranges.
 SAMPLE_ROWS = 65_536
+#: At most this many segments, spread over the cleaned range, give the sample.
+SAMPLE_SEGMENTS = 8
 
 
-def key_range_bounds(keys: pa.Array | pa.ChunkedArray, buckets: int) -> list[pa.Scalar]:
-    """The ``buckets - 1`` keys that split ``keys`` into ranges of about equal numbers of rows.
-
-    They are quantiles of an evenly strided sample of the rows (about ``SAMPLE_ROWS`` of them, taken by
-    position), so every task that reads the same keys in the same order computes the same bounds.
-    """
+def key_range_bounds(keys: pa.Array | pa.ChunkedArray, buckets: int) -> tuple[bytes, ...]:
+    """The ``buckets - 1`` keys that split ``keys`` into ranges of about equal numbers of rows: quantiles of
+    an evenly strided sample of the rows (about ``SAMPLE_ROWS`` of them, taken by position)."""
     n = len(keys)
     stride = max(1, n // SAMPLE_ROWS)
     chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
@@ -85,28 +93,44 @@ def key_range_bounds(keys: pa.Array | pa.ChunkedArray, buckets: int) -> list[pa.
         start += len(chunk)
     sample = pc.drop_null(pa.concat_arrays(parts)) if parts else pa.array([], pa.binary())
     if buckets <= 1 or len(sample) == 0:
-        return []
+        return ()
     sample = sample.take(pc.sort_indices(sample))
-    return [sample[len(sample) * i // buckets] for i in range(1, buckets)]
+    return tuple(sample[len(sample) * i // buckets].as_py() for i in range(1, buckets))
 
 
-def in_key_range(keys: pa.Array | pa.ChunkedArray, buckets: int, bucket: int) -> np.ndarray:
-    """Which rows fall in key range ``bucket`` of ``buckets`` (keyless rows are in range 0).
+def sample_bounds(task: ReadTask) -> tuple[bytes, ...]:
+    """A split partition's key range bounds (run by the driver, before stage 1), from the keys of up to
+    ``SAMPLE_SEGMENTS`` segments spread over the task's range.
 
-    All of a key's records share a range, and the ranges hold about equal numbers of records. Arrow's
-    comparison kernels do the work: at most two passes over the keys, no hashing of their bytes.
+    Every task of the partition gets the same bounds, so all of a key's records fall in one bucket however
+    well the sample stands for the range; a poor sample only makes the buckets uneven.
     """
-    bounds = key_range_bounds(keys, buckets)
-    if not bounds:
-        return np.full(len(keys), bucket == 0)
-    inside = None
-    if bucket > 0:
-        inside = pc.greater_equal(keys, bounds[bucket - 1])
-    if bucket < len(bounds):
-        below = pc.less(keys, bounds[bucket])
-        inside = below if inside is None else pc.and_(inside, below)
-    assert inside is not None
-    return pc.fill_null(inside, bucket == 0).to_numpy(zero_copy_only=False)
+    segments = task.segments
+    count = min(SAMPLE_SEGMENTS, len(segments))
+    picked = sorted({round(i * (len(segments) - 1) / max(1, count - 1)) for i in range(count)})
+
+    def keys(segment: SegmentMeta) -> pa.ChunkedArray:
+        if segment.format == "kafka":
+            return task.store.read_log_segment(task.tp, segment).records.column("key")
+        return task.store.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        columns = list(pool.map(keys, [segments[i] for i in picked]))
+    chunks = [chunk for column in columns for chunk in column.chunks]
+    return key_range_bounds(pa.chunked_array(chunks, pa.binary()), task.buckets) if chunks else ()
+
+
+def key_bucket(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) -> np.ndarray:
+    """Each row's key bucket: how many of the ascending ``bounds`` its key is not below (keyless rows: 0).
+
+    All of a key's records share a bucket. Arrow's comparison kernels do the work: one pass over the keys
+    per bound, no hashing of their bytes.
+    """
+    bucket = np.zeros(len(keys), dtype=np.int32)
+    for bound in bounds:
+        bucket += pc.fill_null(pc.greater_equal(keys, pa.scalar(bound, keys.type)), False).to_numpy(
+            zero_copy_only=False)
+    return bucket
 
 
 @dataclass(frozen=True)
@@ -180,7 +204,7 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).
     """
-    transactional = any(_has_transactions(s) for s in (*task.segments, *task.tail))
+    transactional = not reads_once(task)
     plain = _columns_for(task)
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
     with phase("read"):
@@ -244,20 +268,32 @@ def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: l
     read_lengths = counts = np.array(lengths, dtype=np.int64)
     mine = None
     if task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
-        mine = in_key_range(raw.column("key"), task.buckets, task.bucket)
-        ends = np.cumsum(counts)
-        counts = np.array([np.count_nonzero(mine[end - length:end]) for end, length in zip(ends, counts, strict=True)],
-                          dtype=np.int64)
+        mine = key_bucket(raw.column("key"), task.bounds) == task.bucket
+        counts = _per_segment(mine, read_lengths)
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
-        n = raw.num_rows
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+    table = _decision_table(task, raw.column("offset"), raw.column("key"), valid, version,
+                            raw.column("delete_horizon_ms"), keyed, control, aborted, pending)
+    return Facts(table, counts, read_lengths, mine, records, logs)
+
+
+def _per_segment(mine: np.ndarray, read_lengths: np.ndarray) -> np.ndarray:
+    """How many of each segment's rows (``read_lengths`` of them, one after another) ``mine`` selects."""
+    ends = np.cumsum(read_lengths)
+    selected = np.concatenate([np.zeros(1, np.int64), np.cumsum(mine, dtype=np.int64)])
+    return selected[ends] - selected[ends - read_lengths]
+
+
+def _decision_table(task: ReadTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
+                    delete_horizon_ms: Any, keyed: np.ndarray, control: np.ndarray, aborted: np.ndarray,
+                    pending: np.ndarray) -> pa.Table:
+    """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied."""
     facts = pa.table({
-        "offset": raw.column("offset"), "key": raw.column("key"), "version_valid": pa.array(valid, pa.int8()),
+        "offset": offset, "key": key, "version_valid": pa.array(valid, pa.int8()),
         "version": pa.array(version, pa.int64()), "competes": pa.array(rules.competes(keyed, control, aborted)),
-        "delete_horizon_ms": raw.column("delete_horizon_ms"), "is_control": pa.array(control),
-        "aborted": pa.array(aborted), "marker_pending": pa.array(pending),
-        "guarded": pa.array(np.zeros(n, dtype=bool)),
+        "delete_horizon_ms": delete_horizon_ms, "is_control": pa.array(control), "aborted": pa.array(aborted),
+        "marker_pending": pa.array(pending), "guarded": pa.array(np.zeros(len(keyed), dtype=bool)),
     })
     # A tombstone whose horizon passed may be guarded by a stale record of its key beyond the range; under
     # the offset strategy every record beyond has a higher version, so none is.
@@ -265,7 +301,92 @@ def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: l
     if task.strategy is not rules.Strategy.OFFSET and candidates.any() and task.tail:
         guarded = rules.guarded_by_tail(facts, candidates, _tail_versions(task))
         facts = facts.set_column(facts.column_names.index("guarded"), "guarded", pa.array(guarded))
-    return Facts(facts, counts, read_lengths, mine, records, logs)
+    return facts
+
+
+# Stage 1 of a split partition without transactions: each run of segments read once -----------------------
+
+
+def bucket_pieces(task: ReadTask) -> list[tuple[tuple[TopicPartition, int], BucketPiece]]:
+    """Read a run of segments of a split partition (``task.segments``) once, and give each key bucket its
+    rows as a :class:`BucketPiece`, keyed by partition and bucket for the shuffle to the bucket's task.
+
+    Only for ranges without transactions: whether a record is aborted depends on every row before it, so
+    those partitions' bucket tasks read the whole range instead (:func:`decision_rows`).
+    """
+    first = task.segments[0].base_offset
+    try:
+        columns = _columns_for(task)
+        with phase("read"):
+            parts, lengths, *_ = _read_range(task, frozenset(), columns, columns)
+        with phase("decide"):
+            raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
+            read_lengths = np.array(lengths, dtype=np.int64)
+            valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+            ends = np.cumsum(read_lengths)
+            rows = pa.table({"offset": raw.column("offset"), "key": raw.column("key"),
+                             "version_valid": pa.array(valid, pa.int8()), "version": pa.array(version, pa.int64()),
+                             "delete_horizon_ms": raw.column("delete_horizon_ms"),
+                             "position": pa.array(np.arange(raw.num_rows) - np.repeat(ends - read_lengths,
+                                                                                       read_lengths))})
+            bucket = key_bucket(raw.column("key"), task.bounds)
+            del raw, parts
+            pieces = []
+            for b in range(task.buckets):
+                mine = bucket == b
+                pieces.append(((task.tp, b), BucketPiece(tp=task.tp, first_segment=first, read_lengths=read_lengths,
+                                                         lengths=_per_segment(mine, read_lengths),
+                                                         rows=rows.filter(pa.array(mine)))))
+            return pieces
+    except Exception as err:  # isolate the partition; every bucket reports it
+        return [((task.tp, b), BucketPiece(tp=task.tp, first_segment=first, read_lengths=np.zeros(0, np.int64),
+                                           lengths=np.zeros(0, np.int64), error=error_text(err)))
+                for b in range(task.buckets)]
+
+
+class BucketDecisions:
+    """Stage 1's second half for split partitions without transactions: a bucket's pieces become its
+    decision rows (a class, not a closure, so that Spark ships the tasks it holds, not this module)."""
+
+    def __init__(self, tasks: dict[tuple[TopicPartition, int], ReadTask]) -> None:
+        self.tasks = tasks  # by partition and bucket: the bucket's task over the whole range
+
+    def __call__(self, pairs: list[tuple[tuple[TopicPartition, int], BucketPiece]]) -> list[DecisionRow]:
+        pieces: dict[tuple[TopicPartition, int], list[BucketPiece]] = {}
+        for key, piece in pairs:
+            pieces.setdefault(key, []).append(piece)
+        return [row for key, found in pieces.items() for row in bucket_decision_rows(self.tasks[key], found)]
+
+
+def bucket_decision_rows(task: ReadTask, pieces: list[BucketPiece]) -> list[DecisionRow]:
+    """Decide one key bucket from its pieces of every run of the range (see :func:`bucket_pieces`)."""
+    failed = next((p.error for p in pieces if p.error is not None), None)
+    if failed is not None:
+        return [DecisionRow.failed(task.tp, failed)]
+    try:
+        with phase("decide"):
+            pieces = sorted(pieces, key=lambda p: p.first_segment)
+            read_lengths = np.concatenate([np.zeros(0, np.int64), *(p.read_lengths for p in pieces)])
+            if len(read_lengths) != len(task.segments) or len(pieces) != len({p.first_segment for p in pieces}):
+                raise RuntimeError(f"key bucket {task.bucket} of {task.tp} got pieces of {len(read_lengths)} "
+                                   f"segment(s) for a range of {len(task.segments)}")
+            rows = pa.concat_tables([p.rows for p in pieces if p.rows is not None])
+            starts = np.cumsum(read_lengths) - read_lengths
+            lengths = np.concatenate([np.zeros(0, np.int64), *(p.lengths for p in pieces)])
+            selected = np.zeros(int(read_lengths.sum()), dtype=bool)
+            selected[np.repeat(starts, lengths) + rows.column("position").to_numpy()] = True
+            keyed = pc.is_valid(rows.column("key")).to_numpy(zero_copy_only=False)
+            none = np.zeros(rows.num_rows, dtype=bool)
+            table = _decision_table(task, rows.column("offset"), rows.column("key"),
+                                    rows.column("version_valid").to_numpy(), rows.column("version").to_numpy(),
+                                    rows.column("delete_horizon_ms"), keyed, none, none, none)
+            del rows
+            facts = Facts(table, lengths, read_lengths, selected)
+            decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
+                                          unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
+        return _decision_rows(task, Decided(facts, decided.code, decided.stamp, task.now_ms))
+    except Exception as err:  # isolate the partition; reported with its reason
+        return [DecisionRow.failed(task.tp, error_text(err))]
 
 
 def read_facts(task: ReadTask) -> pa.Table:
@@ -336,12 +457,17 @@ def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided
 
 
 def decision_rows(task: ReadTask) -> list[DecisionRow]:
-    """Stage 1 of a split partition: per segment, this key bucket's counts, a bitmap of the rows it drops
-    and the markers to stamp; or one row with the error that stopped the task."""
+    """Stage 1 of a split partition (one key bucket, reading the whole range): per segment, this key bucket's
+    counts, a bitmap of the rows it drops and the markers to stamp; or one row with the error that stopped the
+    task."""
     try:
         decided = decide_facts(task)
     except Exception as err:  # isolate the partition; reported with its reason
         return [DecisionRow.failed(task.tp, error_text(err))]
+    return _decision_rows(task, decided)
+
+
+def _decision_rows(task: ReadTask, decided: Decided) -> list[DecisionRow]:
     offsets = decided.facts.table.column("offset").to_numpy()
     bitmaps = decided.facts.row_bitmaps(decided.code != rules.KEPT)
     return [DecisionRow(tp=task.tp, segment_base=segment.base_offset, outcome=outcome, rows=int(rows), dropped=bitmap,

@@ -1,0 +1,114 @@
+"""A split partition's stage 1 (the Arrow plan, over ``task.max.records``): without transactions each
+segment is read once and its rows shuffled to their key buckets; with them every bucket reads the range.
+Either way the log ends as the one-task plan leaves it. Runs in this process (tests/inline.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store
+from compaction.clean.planner import segment_runs
+from compaction.clean.tasks import BucketDecisions, bucket_pieces
+from compaction.config import Settings
+from compaction.store import Store, TopicPartition
+from compaction.store.manifest import SegmentMeta
+from compaction.synthetic import GenerateSpec, generate
+from tests.inline import InlineSession
+
+NOW = 1_767_225_600_000
+DAY = 86_400_000
+TP = TopicPartition("orders", 0)
+SIZED = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.bytes": 131_072}
+
+
+def settings(task_max_records: int) -> Settings:
+    return Settings.load(overrides={**SIZED, "cleaner": {"task.max.records": task_max_records}}, environ={})
+
+
+def store_of(path: Path, **spec: Any) -> Store:
+    store = Store.open(str(path))
+    generate(store, GenerateSpec(**{"records": 12_000, "keys": 900, "partitions": 1, "segment_records": 1_500,
+                                    "tombstone_ratio": 0.05, "keyless_ratio": 0.01, "seed": 3,
+                                    "end_time_ms": NOW - DAY, **spec}), now_ms=NOW - DAY)
+    return store
+
+
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
+    """Count each segment's reads in this process: its key sample, its decision columns, or whole."""
+    seen: Counter[tuple[int, str]] = Counter()
+    original = Store.read_segment
+
+    def counted(self: Store, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
+        kind = ("whole" if columns is None else "sample" if list(columns) == ["key"]
+                else "decision" if "key" in columns else "other")
+        seen[segment.base_offset, kind] += 1
+        return original(self, tp, segment, columns, **kw)
+
+    monkeypatch.setattr(Store, "read_segment", counted)
+    return seen
+
+
+def cleaned(store: Store) -> list[dict[str, Any]]:
+    return store.read(TP, columns=["offset", "key", "value", "delete_horizon_ms"]).to_pylist()
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactions"])
+def test_a_split_partition_reads_each_segment_once_unless_it_holds_transactions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transactional: bool) -> None:
+    extra = {"transactional_ratio": 0.3, "abort_ratio": 0.3} if transactional else {}
+    whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
+    Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)  # type: ignore[arg-type]
+    segments = split.manifest(TP).segments
+    cleaner = Cleaner(InlineSession(), split, settings(3_000))  # type: ignore[arg-type]
+    plan = plan_store(split, cleaner.settings, NOW)
+    buckets = cleaner.key_buckets(plan.selected[0])
+    assert buckets >= 4, "12,000 records and more in tasks of at most 3,000"
+    seen = reads(monkeypatch)
+    report = cleaner.run(NOW, compaction_plan=plan)
+    decision_reads = [seen[s.base_offset, "decision"] for s in segments]
+    samples = sum(seen[s.base_offset, "sample"] for s in segments)
+    assert not report.failed and report.partitions[0].stats.messages_written < 12_000
+    assert cleaned(split) == cleaned(whole)
+    assert decision_reads == ([buckets] * len(segments) if transactional else [1] * len(segments))
+    assert 0 < samples <= 8, "the bounds come from a sample"
+
+
+def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason(tmp_path: Path) -> None:
+    store = store_of(tmp_path / "s")
+    before = store.manifest(TP)
+    victim = before.segments[5]
+    (tmp_path / "s" / "orders" / "0" / victim.path).write_bytes(b"not parquet")
+    cleaner = Cleaner(InlineSession(), store, settings(3_000))  # type: ignore[arg-type]
+    plan = plan_store(store, cleaner.settings, NOW)
+    assert cleaner.key_buckets(plan.selected[0]) == 4
+    report = cleaner.run(NOW, compaction_plan=plan)
+    (failed,) = report.failed
+    assert victim.path.split("/")[-1] in (failed.error or ""), failed.error
+    assert store.manifest(TP).version == before.version, "nothing committed"
+
+
+def test_every_bucket_reports_a_failed_read_and_the_pieces_of_a_bucket_must_cover_the_range(tmp_path: Path) -> None:
+    store = store_of(tmp_path / "s")
+    cleaner = Cleaner(InlineSession(), store, settings(3_000))  # type: ignore[arg-type]
+    plan = plan_store(store, cleaner.settings, NOW)
+    tasks = cleaner.read_tasks([PartitionWork(p) for p in plan.selected], NOW)
+    runs = segment_runs(tasks[0].segments, 3_000)
+    assert [len(run) for run in runs] == [2, 2, 2, 2]
+    pieces = [pair for run in runs for pair in bucket_pieces(replace(tasks[0], segments=run))]
+    assert sorted({key for key, _ in pieces}) == [(TP, b) for b in range(4)]
+    decide = BucketDecisions({(TP, t.bucket): t for t in tasks})
+    rows = decide([pair for pair in pieces if pair[0] == (TP, 2)])
+    assert len(rows) == len(tasks[0].segments) and all(r.error is None for r in rows)
+    missing = decide([pair for pair in pieces if pair[0] == (TP, 2)][1:])  # one run's piece lost
+    assert [r.error for r in missing] == [
+        f"RuntimeError: key bucket 2 of {TP} got pieces of 6 segment(s) for a range of 8"]
+    broken = replace(tasks[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
+    failed = bucket_pieces(broken)
+    assert [key for key, _ in failed] == [(TP, b) for b in range(4)] and all(p.error for _, p in failed)
+    assert decide([failed[2], *(pair for pair in pieces if pair[0] == (TP, 2))])[0].error == failed[2][1].error
