@@ -134,13 +134,20 @@ def generated(work: Path, name: str, *specs: GenerateSpec, clean_between: bool =
     return str(path)
 
 
+def copy_store(source: str, target: str) -> None:
+    """A copy of the store for the job to change, flushed to disk first: the copy's writeback must not
+    compete with the job it precedes (the engines compared read the source, which is long on disk)."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(".complete"))
+    os.sync()
+
+
 def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = None) -> Measure:
     """`compaction run` on (a copy of) the store; adds the report's figures."""
     target = source
     if copy:
         target = str(work / "run-copy")
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns(".complete"))
+        copy_store(source, target)
     conf = work / "bench.toml"
     conf.write_text(CONFIG)
     report = work / "report.json"
@@ -311,7 +318,7 @@ def s4(work: Path, records: int) -> dict[str, Any]:
             source = generated(work, f"s4-{size}", spec)
             target = str(work / "run-copy")
             shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns(".complete"))
+            copy_store(source, target)
             report = work / "report.json"
             measure = run_measured([str(ROOT / "scripts" / "spark-submit.sh"), "--master", cluster.url,
                                     "--driver-memory", "1g", "--executor-memory", "2g", "--config", str(conf),

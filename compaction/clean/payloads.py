@@ -123,8 +123,24 @@ class BucketPiece(Payload):
     first_segment: int  # the base offset of the run's first segment
     read_lengths: np.ndarray  # live rows of each segment of the run, as read
     lengths: np.ndarray  # of which this bucket's
-    rows: pa.Table | None = None  # offset, key, version_valid, version, delete_horizon_ms, position
+    # The rows (offset, key, delete_horizon_ms, position; version_valid and version unless the strategy is
+    # offset, whose version is the offset) as Arrow IPC.
+    data: bytes = b""
     error: str | None = None
+
+    @classmethod
+    def of(cls, tp: TopicPartition, first_segment: int, read_lengths: np.ndarray, lengths: np.ndarray,
+           rows: pa.Table) -> BucketPiece:
+        """A piece holding ``rows`` as a zstd-compressed Arrow IPC stream: a third of the bytes to shuffle, and
+        cheaper to write and read than a pickled table."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, rows.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+            writer.write_table(rows)
+        return cls(tp=tp, first_segment=first_segment, read_lengths=read_lengths, lengths=lengths,
+                   data=sink.getvalue().to_pybytes())
+
+    def rows(self) -> pa.Table:
+        return pa.ipc.open_stream(self.data).read_all()
 
 
 def _no_bits() -> np.ndarray:

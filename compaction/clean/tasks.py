@@ -268,8 +268,9 @@ def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: l
     read_lengths = counts = np.array(lengths, dtype=np.int64)
     mine = None
     if task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
-        mine = key_bucket(raw.column("key"), task.bounds) == task.bucket
-        counts = _per_segment(mine, read_lengths)
+        buckets = key_bucket(raw.column("key"), task.bounds)
+        mine = buckets == task.bucket
+        counts = bucket_counts(buckets, read_lengths, task.buckets)[:, task.bucket]
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
@@ -278,11 +279,11 @@ def _facts(task: ReadTask, parts: list[pa.Table], lengths: list[int], columns: l
     return Facts(table, counts, read_lengths, mine, records, logs)
 
 
-def _per_segment(mine: np.ndarray, read_lengths: np.ndarray) -> np.ndarray:
-    """How many of each segment's rows (``read_lengths`` of them, one after another) ``mine`` selects."""
-    ends = np.cumsum(read_lengths)
-    selected = np.concatenate([np.zeros(1, np.int64), np.cumsum(mine, dtype=np.int64)])
-    return selected[ends] - selected[ends - read_lengths]
+def bucket_counts(bucket: np.ndarray, read_lengths: np.ndarray, buckets: int) -> np.ndarray:
+    """Per segment (rows, ``read_lengths`` of them, one after another) and key bucket, how many rows
+    ``bucket`` puts there: a (segments, buckets) array."""
+    segment = np.repeat(np.arange(len(read_lengths), dtype=np.int64), read_lengths)
+    return np.bincount(segment * buckets + bucket, minlength=len(read_lengths) * buckets).reshape(-1, buckets)
 
 
 def _decision_table(task: ReadTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
@@ -322,21 +323,21 @@ def bucket_pieces(task: ReadTask) -> list[tuple[tuple[TopicPartition, int], Buck
         with phase("decide"):
             raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
             read_lengths = np.array(lengths, dtype=np.int64)
-            valid, version = rules.versions(raw, task.strategy, task.strategy_header)
             ends = np.cumsum(read_lengths)
             rows = pa.table({"offset": raw.column("offset"), "key": raw.column("key"),
-                             "version_valid": pa.array(valid, pa.int8()), "version": pa.array(version, pa.int64()),
                              "delete_horizon_ms": raw.column("delete_horizon_ms"),
-                             "position": pa.array(np.arange(raw.num_rows) - np.repeat(ends - read_lengths,
-                                                                                       read_lengths))})
+                             "position": pa.array(np.arange(raw.num_rows, dtype=np.int32)
+                                                  - np.repeat(ends - read_lengths, read_lengths).astype(np.int32))})
+            if task.strategy is not rules.Strategy.OFFSET:  # under it the version is the offset: rebuilt, not sent
+                valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+                rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
+                    "version", pa.array(version, pa.int64()))
             bucket = key_bucket(raw.column("key"), task.bounds)
             del raw, parts
-            pieces = []
-            for b in range(task.buckets):
-                mine = bucket == b
-                pieces.append(((task.tp, b), BucketPiece(tp=task.tp, first_segment=first, read_lengths=read_lengths,
-                                                         lengths=_per_segment(mine, read_lengths),
-                                                         rows=rows.filter(pa.array(mine)))))
+            counts = bucket_counts(bucket, read_lengths, task.buckets)
+            pieces = [((task.tp, b), BucketPiece.of(task.tp, first, read_lengths, counts[:, b],
+                                                    rows.filter(pa.array(bucket == b))))
+                      for b in range(task.buckets)]
             return pieces
     except Exception as err:  # isolate the partition; every bucket reports it
         return [((task.tp, b), BucketPiece(tp=task.tp, first_segment=first, read_lengths=np.zeros(0, np.int64),
@@ -370,15 +371,17 @@ def bucket_decision_rows(task: ReadTask, pieces: list[BucketPiece]) -> list[Deci
             if len(read_lengths) != len(task.segments) or len(pieces) != len({p.first_segment for p in pieces}):
                 raise RuntimeError(f"key bucket {task.bucket} of {task.tp} got pieces of {len(read_lengths)} "
                                    f"segment(s) for a range of {len(task.segments)}")
-            rows = pa.concat_tables([p.rows for p in pieces if p.rows is not None])
+            rows = pa.concat_tables([p.rows() for p in pieces])
             starts = np.cumsum(read_lengths) - read_lengths
             lengths = np.concatenate([np.zeros(0, np.int64), *(p.lengths for p in pieces)])
             selected = np.zeros(int(read_lengths.sum()), dtype=bool)
             selected[np.repeat(starts, lengths) + rows.column("position").to_numpy()] = True
             keyed = pc.is_valid(rows.column("key")).to_numpy(zero_copy_only=False)
             none = np.zeros(rows.num_rows, dtype=bool)
-            table = _decision_table(task, rows.column("offset"), rows.column("key"),
-                                    rows.column("version_valid").to_numpy(), rows.column("version").to_numpy(),
+            valid, version = ((rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
+                              if "version" in rows.column_names else
+                              rules.versions(rows, task.strategy, task.strategy_header))
+            table = _decision_table(task, rows.column("offset"), rows.column("key"), valid, version,
                                     rows.column("delete_horizon_ms"), keyed, none, none, none)
             del rows
             facts = Facts(table, lengths, read_lengths, selected)
