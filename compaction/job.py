@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.planner import CompactionPlan
+from compaction.clean.session import warm_workers
 from compaction.config import Settings
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
@@ -63,6 +64,8 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     # Spark starts only when some partition needs its records read (retention alone is metadata).
     spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
     started_spark = time.perf_counter()
+    if spark is not None:
+        warm_workers(spark)
     cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=out,
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -153,6 +155,31 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("COMPACTION_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def _import_task_modules(_: int) -> None:
+    import compaction.clean.tasks  # noqa: F401  (with pyarrow, numpy and the payloads)
+
+
+def warm_workers(session: SparkSession) -> threading.Thread:
+    """Start a Python worker on every core, with the task modules imported, while the driver plans.
+
+    A fresh worker forks and imports for one to two seconds before its first task runs. This job, run from
+    a background thread, pays that while the driver reads manifests and samples keys, so the first stage's
+    tasks start at once. Its failure is not the run's: a real task would fail the same way, and is handled.
+    """
+    context = session.sparkContext
+    cores = max(1, context.defaultParallelism)
+
+    def run() -> None:
+        try:
+            context.parallelize(range(cores), cores).foreach(_import_task_modules)
+        except Exception as err:  # only a warm-up
+            logging.getLogger(__name__).debug("warming the Python workers failed: %s", err)
+
+    thread = threading.Thread(target=run, name="warm-workers", daemon=True)
+    thread.start()
+    return thread
 
 
 if __name__ == "__main__":
