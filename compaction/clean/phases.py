@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam
 
 T = TypeVar("T")
@@ -54,7 +55,11 @@ class PhaseSeconds(AccumulatorParam[dict[str, float]]):
 
 
 def timed(fn: Callable[[T], R], seconds: Accumulator[dict[str, float]]) -> Callable[[T], R]:
-    """``fn`` as a task body that adds the phases it marks to ``seconds``."""
+    """``fn`` as a task body that adds the phases it marks to ``seconds``.
+
+    When it returns, Arrow's allocator hands the memory the task freed back to the system: an idle Python
+    worker would otherwise keep its last task's peak (hundreds of MB) while its neighbours work.
+    """
     return _Timed(fn, seconds)
 
 
@@ -72,6 +77,7 @@ class _Timed(Generic[T, R]):
         finally:
             self.seconds.add(dict(_current))
             _current.clear()
+            pa.default_memory_pool().release_unused()
 
 
 def as_ms(seconds: dict[str, float], prefix: str = "") -> dict[str, int]:
