@@ -98,10 +98,8 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
                     listed = time.perf_counter()
                 total = 0
                 for p in tree:
-                    try:
+                    with contextlib.suppress(psutil.Error):  # a process that has just ended
                         total += p.memory_info().rss
-                    except psutil.Error:
-                        pass
                 peak = max(peak, total)
             except psutil.Error:
                 pass
