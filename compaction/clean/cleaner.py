@@ -65,8 +65,8 @@ from compaction.clean.tasks import (
     bucket_pieces,
     clean_partition,
     decision_rows,
+    has_transactions,
     read_facts_batches,
-    reads_once,
     sample_bounds,
 )
 from compaction.errors import CompactionError, StoreError
@@ -371,8 +371,10 @@ class Cleaner:
         before it.
         """
         sc = self.session.sparkContext
-        once = [t for t in tasks if reads_once(t)]
-        alone = [t for t in tasks if not reads_once(t)]
+        alone: list[ReadTask] = []
+        once: list[ReadTask] = []
+        for task in tasks:
+            (alone if has_transactions(task) else once).append(task)
         parts = [sc.parallelize(alone, len(alone)).flatMap(self._timed(decision_rows))] if alone else []
         if once:
             runs = [replace(t, segments=run) for t in once if t.bucket == 0

@@ -64,10 +64,10 @@ def _has_transactions(segment: SegmentMeta) -> bool:
     return bool(segment.transactional_count or segment.control_count)
 
 
-def reads_once(task: ReadTask) -> bool:
-    """Whether a split partition's stage 1 may read each segment once (:func:`bucket_pieces`): not when its
-    range or tail holds transactions, whose facts need every row of the range in one task."""
-    return not any(_has_transactions(s) for s in (*task.segments, *task.tail))
+def has_transactions(task: ReadTask) -> bool:
+    """Whether the task's range or tail holds transactions: their facts need every row of the range in one
+    task, so such a split partition's stage 1 cannot read each segment once (:func:`bucket_pieces`)."""
+    return any(_has_transactions(s) for s in (*task.segments, *task.tail))
 
 
 def _columns_for(task: ReadTask) -> list[str]:
@@ -133,6 +133,12 @@ def key_bucket(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) -> n
     return bucket
 
 
+def row_positions(read_lengths: np.ndarray) -> np.ndarray:
+    """Each row's index among its segment's rows, for segments of ``read_lengths`` rows one after another."""
+    ends = np.cumsum(read_lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - read_lengths, read_lengths)
+
+
 @dataclass(frozen=True)
 class Facts:
     """What the decision reads of a task's rows (its key bucket of the cleaned range), in offset order."""
@@ -151,8 +157,7 @@ class Facts:
 
     def positions(self) -> np.ndarray:
         """Each row's index among its segment's live rows."""
-        ends = np.cumsum(self.read_lengths)
-        read = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - self.read_lengths, self.read_lengths)
+        read = row_positions(self.read_lengths)
         return read if self.selected is None else read[self.selected]
 
     def row_bitmaps(self, rows: np.ndarray) -> list[np.ndarray]:
@@ -204,7 +209,7 @@ def read_decision_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).
     """
-    transactional = not reads_once(task)
+    transactional = has_transactions(task)
     plain = _columns_for(task)
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
     with phase("read"):
@@ -323,11 +328,9 @@ def bucket_pieces(task: ReadTask) -> list[tuple[tuple[TopicPartition, int], Buck
         with phase("decide"):
             raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
             read_lengths = np.array(lengths, dtype=np.int64)
-            ends = np.cumsum(read_lengths)
             rows = pa.table({"offset": raw.column("offset"), "key": raw.column("key"),
                              "delete_horizon_ms": raw.column("delete_horizon_ms"),
-                             "position": pa.array(np.arange(raw.num_rows, dtype=np.int32)
-                                                  - np.repeat(ends - read_lengths, read_lengths).astype(np.int32))})
+                             "position": pa.array(row_positions(read_lengths).astype(np.int32))})
             if task.strategy is not rules.Strategy.OFFSET:  # under it the version is the offset: rebuilt, not sent
                 valid, version = rules.versions(raw, task.strategy, task.strategy_header)
                 rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
@@ -384,10 +387,7 @@ def bucket_decision_rows(task: ReadTask, pieces: list[BucketPiece]) -> list[Deci
             table = _decision_table(task, rows.column("offset"), rows.column("key"), valid, version,
                                     rows.column("delete_horizon_ms"), keyed, none, none, none)
             del rows
-            facts = Facts(table, lengths, read_lengths, selected)
-            decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                          unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
-        return _decision_rows(task, Decided(facts, decided.code, decided.stamp, task.now_ms))
+        return _decision_rows(task, _decide(task, Facts(table, lengths, read_lengths, selected)))
     except Exception as err:  # isolate the partition; reported with its reason
         return [DecisionRow.failed(task.tp, error_text(err))]
 
@@ -452,7 +452,11 @@ class Decided:
 
 def decide_facts(task: ReadTask, whole: frozenset[int] = frozenset()) -> Decided:
     """Read and decide a task's rows with Arrow (no shuffle of records)."""
-    facts = read_decision_facts(task, whole)
+    return _decide(task, read_decision_facts(task, whole))
+
+
+def _decide(task: ReadTask, facts: Facts) -> Decided:
+    """The Arrow plan's decision over a task's facts."""
     with phase("decide"):
         decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
                                       unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
