@@ -50,9 +50,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store  # noqa: E402
+from compaction.clean.cleaner import Cleaner, plan_store  # noqa: E402
 from compaction.clean.layout import SegmentOutcome, plan_jobs  # noqa: E402
-from compaction.clean.tasks import decide_facts  # noqa: E402
+from compaction.clean.tasks.decide import decide_facts  # noqa: E402
+from compaction.clean.tasks.key_ranges import sample_bounds  # noqa: E402
 from compaction.config import Settings  # noqa: E402
 from compaction.store import Store  # noqa: E402
 from compaction.synthetic import GenerateSpec, generate  # noqa: E402
@@ -241,19 +242,19 @@ def max_task_records(source: str) -> tuple[int, int]:
     settings = Settings.load(overrides=tomllib.loads(CONFIG), environ={})
     cleaner = Cleaner(None, store, settings)
     the_plan = plan_store(store, settings, NOW)
-    largest = max(the_plan.selected, key=lambda p: sum(s.live_records for s in p.segments))
-    tasks = cleaner.read_tasks([PartitionWork(largest)], NOW)
-    decided = [decide_facts(task) for task in tasks]
+    largest = max(the_plan.to_clean, key=lambda p: p.records)
+    task = cleaner.task(largest, NOW)
+    bounds = sample_bounds(task) if task.buckets > 1 else ()
+    decided = [decide_facts(replace(task, bucket=b, bounds=bounds)) for b in range(task.buckets)]
     held = [d.facts.table.num_rows for d in decided]
     outcomes: dict[int, SegmentOutcome] = {}
     for d in decided:
         for segment, _, outcome in d.outcomes(largest.segments):
             before = outcomes.get(segment.base_offset)
             outcomes[segment.base_offset] = before.merge(outcome) if before else outcome
-    assert largest.first_dirty_offset is not None
-    jobs = plan_jobs(largest.segments, outcomes, largest.first_dirty_offset, cleaner.apply_policy(largest, NOW))
+    jobs = plan_jobs(largest.segments, outcomes, largest.first_dirty_offset, task.policy)
     held += [sum(s.live_records for s in sources) for sources, _ in jobs]
-    return max(held), sum(s.live_records for s in largest.segments)
+    return max(held), largest.records
 
 
 def s1_spec(records: int) -> GenerateSpec:

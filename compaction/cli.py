@@ -26,7 +26,7 @@ from compaction import __version__, job, logs
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision, format_duration
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
-from compaction.clean.session import spark_session
+from compaction.clean.session import remote_url, spark_session
 from compaction.config import Settings, did_you_mean
 from compaction.errors import (
     CompactionError,
@@ -312,7 +312,9 @@ def print_plan(result: CompactionPlan) -> None:
 def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
     conf = spark_properties(args)
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
-    return lambda: spark_session(args.master, conf=conf, light_driver=arrow)
+    remote_url(args.remote, args.master)  # a master and a server both given fail before any work
+    return lambda: spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
+                                 ship=args.ship_package)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -711,7 +713,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", choices=[plan.value for plan in Plan], default=None,
                    help="how executors decide survivors: arrow (in each partition's task), window or aggregate "
                         "(Spark SQL over a shuffle) (default: [cleaner] dedupe.plan, arrow)")
-    p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
+    p.add_argument("--master", default=None, help="classic Spark's master (default: local[*], or spark-submit's)")
+    p.add_argument("--remote", metavar="URL", default=None,
+                   help="run on a Spark Connect server, sc://HOST:PORT (or local[N], one started in this process); "
+                        "default: Spark's SPARK_REMOTE when set. Not with --master")
+    p.add_argument("--no-ship-package", dest="ship_package", action="store_false",
+                   help="with --remote: do not send this package to the server as an artifact (it is installed "
+                        "on the server's Python)")
     p.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", type=parse_spark_conf,
                    help="extra Spark setting, repeatable (also accepted as --conf spark.KEY=VALUE)")
     p.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")
@@ -933,6 +941,7 @@ def check_run(argv: Sequence[str]) -> int:
     def check(args: argparse.Namespace) -> int:
         load_settings(args)
         command_now(args, wall_clock_ms())
+        remote_url(args.remote, args.master)
         return EXIT_OK
 
     return run_command(check, args, secrets)

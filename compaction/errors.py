@@ -47,6 +47,10 @@ class CorruptBatchError(CorruptSegmentError):
         self.base_offset = base_offset
 
 
+class SegmentChangedError(CorruptSegmentError):
+    """Raised when a segment's rows differ between two reads of one pass (its object changed under the pass)."""
+
+
 class SegmentSchemaError(CorruptSegmentError):
     """Raised when a segment's columns do not match the segment format (a missing, extra or mistyped column)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from compaction import logs
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.planner import CompactionPlan
@@ -22,7 +24,8 @@ from compaction.store.gc import collect_store
 log = logging.getLogger("compaction.job")
 
 EXIT_OK = 0
-EXIT_PARTIAL = 3
+EXIT_FAILED = 1  # an internal error (a bug) stopped some partition: retrying will not help
+EXIT_PARTIAL = 3  # some partitions failed on their data or the store (the others were committed)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     """
     options_ = settings.store.storage_options()
     options_.update(storage_options or {})
+    secrets = logs.secrets_in(os.environ, options_)
+
+    def say(line: str) -> None:  # an error's text may carry what a library put in it: credentials are masked
+        out(logs.redact(line, secrets))
     for output in (options.report_path, settings.cleaner.metrics_textfile):
         if output:
             output_location(output, options.store, options_)  # a path that cannot be written fails before any work
@@ -66,20 +73,27 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     started_spark = time.perf_counter()
     if spark is not None:
         warm_workers(spark)
-    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=out,
+    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=say,
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
+    for failed in report.failed:
+        failed.error = logs.redact(failed.error or "", secrets)
+        if failed.trace is not None:  # an internal error: its traceback, masked, in the report and with -v
+            failed.trace = logs.redact(failed.trace, secrets)
+            log.debug("internal error in %s:\n%s", failed.partition, failed.trace)
     report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
                         **report.phases_ms}
     if options.report_path:
         write_report(report, options.report_path, options_)
-        out(f"report written to {options.report_path}")
+        say(f"report written to {options.report_path}")
     write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway,
                   finished_ms=options.wall_ms + report.elapsed_ms, storage_options=options_)
     if options.gc:
         results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
                                           grace_ms=settings.cleaner.gc_grace_ms,
                                           keep_versions=settings.cleaner.gc_keep_versions)
-        out(f"gc deleted {sum(len(r.deleted_objects) for r in results)} object(s); "
+        say(f"gc deleted {sum(len(r.deleted_objects) for r in results)} object(s); "
             f"{len(failures)} partition(s) skipped")
+    if any(r.internal for r in report.failed):
+        return EXIT_FAILED, report
     return (EXIT_PARTIAL if report.failed else EXIT_OK), report

@@ -1,88 +1,50 @@
-"""A stand-in for the part of Spark's RDD API the Arrow plan uses, running tasks in this process.
+"""The clean pass's Spark stages run in this process, through the same task bodies and row codecs as on Spark.
 
-It lets the job's own code (planning, the Arrow plan's tasks, both stages of a split partition, the
-commits) run hundreds of times per test without starting a JVM. Tasks and their results are pickled on
-the way, as Spark ships them, so whatever would not reach an executor fails here too.
+It lets the job's own code (planning, the Arrow plan's tasks, both stages of a split partition, the commits)
+run hundreds of times per test without starting a JVM. Tasks travel as the rows a Spark stage takes and their
+results as the rows it returns (payloads pickled on the way), so whatever would not reach an executor, or not
+come back, fails here too. The Spark SQL plans need Spark.
 """
 
 from __future__ import annotations
 
-import pickle
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
+import pyarrow as pa
 
-def _shipped(items: Iterable[Any]) -> list[Any]:
-    return [pickle.loads(pickle.dumps(item)) for item in items]
-
-
-class InlineRDD:
-    def __init__(self, items: Iterable[Any], parts: list[list[Any]] | None = None) -> None:
-        self.items = list(items)
-        self.parts = parts  # after partitionBy: the items of each partition
-
-    def map(self, fn: Callable[[Any], Any]) -> InlineRDD:
-        return InlineRDD(_shipped(fn(item) for item in self.items))
-
-    def flatMap(self, fn: Callable[[Any], Iterable[Any]]) -> InlineRDD:
-        return InlineRDD(_shipped(out for item in self.items for out in fn(item)))
-
-    def union(self, other: InlineRDD) -> InlineRDD:
-        return InlineRDD(self.items + other.items)
-
-    def groupByKey(self, numPartitions: int | None = None) -> InlineRDD:
-        groups: dict[Any, list[Any]] = defaultdict(list)
-        for key, value in self.items:
-            groups[key].append(value)
-        return InlineRDD(groups.items())
-
-    def partitionBy(self, numPartitions: int, partitionFunc: Callable[[Any], int]) -> InlineRDD:
-        parts: list[list[Any]] = [[] for _ in range(numPartitions)]
-        for key, value in self.items:
-            parts[partitionFunc(key) % numPartitions].append((key, value))
-        return InlineRDD([pair for part in parts for pair in part], parts)
-
-    def glom(self) -> InlineRDD:
-        return InlineRDD(self.parts if self.parts is not None else [self.items])
-
-    def persist(self, *_: Any) -> InlineRDD:
-        return self
-
-    def unpersist(self) -> InlineRDD:
-        return self
-
-    def collect(self) -> list[Any]:
-        return list(self.items)
+from compaction.clean.payloads import PIECE_SCHEMA, TASK_SCHEMA, dumps
+from compaction.clean.stages import DecideRange, ReadRun, Run, Stages, TaskResult, result_of
+from compaction.clean.tasks.isolation import group_rows, piece_rows, task_rows
 
 
-class Broadcast:
-    def __init__(self, value: Any) -> None:
-        self.value = pickle.loads(pickle.dumps(value))
+def _rows(payloads: Sequence[Any]) -> list[pa.RecordBatch]:
+    """A stage's input, one batch per task as Spark hands each task its row."""
+    return [pa.record_batch({"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(p)], pa.binary())},
+                            schema=TASK_SCHEMA) for i, p in enumerate(payloads)]
 
 
-class Accumulator:
-    """Spark's accumulator, in this process."""
-
-    def __init__(self, value: Any, param: Any) -> None:
-        self.value, self.param = value, param
-
-    def add(self, term: Any) -> None:
-        self.value = self.param.addInPlace(self.value, term)
+def _results(batches: list[pa.RecordBatch]) -> list[TaskResult]:
+    return [result_of(row) for batch in batches for row in batch.to_pylist()]
 
 
-class InlineContext:
-    def accumulator(self, value: Any, param: Any) -> Accumulator:
-        return Accumulator(value, param)
-
-    def parallelize(self, items: Iterable[Any], numSlices: int | None = None) -> InlineRDD:
-        return InlineRDD(_shipped(items))
-
-    def broadcast(self, value: Any) -> Broadcast:
-        return Broadcast(value)
-
-
-class InlineSession:
+class InlineStages(Stages):
     """Passed to :class:`compaction.clean.cleaner.Cleaner` in place of a SparkSession (the Arrow plan only)."""
 
-    sparkContext = InlineContext()
+    def map_tasks(self, body: Callable[[Any], Any], tasks: Sequence[Any]) -> list[TaskResult]:
+        return _results([out for batch in _rows(tasks) for out in task_rows(body, iter([batch]))])
+
+    def map_groups(self, read: ReadRun, runs: Sequence[Run], decide: DecideRange,
+                   groups: Sequence[Any]) -> list[TaskResult]:
+        pieces = [out for batch in _rows(runs) for out in piece_rows(read, iter([batch]))]
+        heads = pa.table({"group": pa.array(range(len(groups)), pa.int32()), "task": [dumps(t) for t in groups],
+                          "piece": pa.nulls(len(groups), pa.binary())}, schema=PIECE_SCHEMA)
+        rows = pa.concat_tables([heads, *(pa.Table.from_batches([b], schema=PIECE_SCHEMA) for b in pieces)])
+        body = partial(group_rows, decide)
+        return _results([batch for group in range(len(groups))
+                         for batch in body(rows.filter(pa.compute.equal(rows.column("group"), group))).to_batches()])
+
+
+#: The name the tests use for it: a session in all but name, for the Arrow plan.
+InlineSession = InlineStages

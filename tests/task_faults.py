@@ -24,12 +24,14 @@ T = TypeVar("T")
 class TaskFaults(Storage):
     """``kill``: any call under that prefix (``topic/partition/``) ends the worker, in every attempt or (with
     ``first_attempt_only``) in the first; ``slow_s``: each write under ``slow`` in a first attempt is followed
-    by that long a pause (the object is written, then the attempt lingers)."""
+    by that long a pause (the object is written, then the attempt lingers); ``bug``: any call under that prefix
+    raises a ``TypeError`` whose message holds ``bug_text``, as a bug in the library would."""
 
     def __init__(self, inner: Storage, *, kill: str | None = None, first_attempt_only: bool = False,
-                 slow: tuple[str, ...] = (), slow_s: float = 0.0) -> None:
+                 slow: tuple[str, ...] = (), slow_s: float = 0.0, bug: str | None = None, bug_text: str = "") -> None:
         super().__init__(inner.fs, inner.root, inner.url, inner.storage_options)
-        self.faults = {"kill": kill, "first_attempt_only": first_attempt_only, "slow": slow, "slow_s": slow_s}
+        self.faults = {"kill": kill, "first_attempt_only": first_attempt_only, "slow": slow, "slow_s": slow_s,
+                       "bug": bug, "bug_text": bug_text}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "faults": self.faults}
@@ -44,6 +46,9 @@ class TaskFaults(Storage):
         kill = self.faults["kill"]
         if task is not None and kill and rel.startswith(kill) and (first or not self.faults["first_attempt_only"]):
             os._exit(17)  # the worker dies mid-task, as if killed
+        bug = self.faults.get("bug")
+        if task is not None and bug and rel.startswith(bug):
+            raise TypeError(f"unsupported operand type(s) for +: 'int' and 'NoneType' ({self.faults['bug_text']})")
         result = super()._call(op, rel, fn)
         if first and op == "write" and rel.startswith(tuple(self.faults["slow"])):
             time.sleep(self.faults["slow_s"])

@@ -8,11 +8,13 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store
+from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.rules import Plan
 from compaction.config import Settings
-from compaction.store import Store, TopicPartition, Writer
+from compaction.errors import StoreError
+from compaction.job import EXIT_PARTIAL, JobOptions, run_job
+from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.manifest import Manifest
 from compaction.store.segment import records
 from compaction.store.verify import verify
@@ -337,8 +339,8 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         settings = Settings.load(overrides={**sized, "cleaner": {"task.max.records": limit}}, environ={})
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
-        tasks = cleaner.read_tasks([PartitionWork(p) for p in the_plan.selected], NOW)
-        assert len(tasks) == (4 if limit == 3_000 else 1), "12,000 records in tasks of at most 3,000"
+        buckets = cleaner.task(the_plan.to_clean[0], NOW).buckets
+        assert buckets == (4 if limit == 3_000 else 1), "12,000 records in tasks of at most 3,000"
         cleaner.run(NOW, compaction_plan=the_plan)
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
             {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(written, NOW + DAY)]
@@ -351,7 +353,7 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
                               environ={})
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
-        split = len(second.read_tasks([PartitionWork(p) for p in second_plan.selected], NOW + 1)) > 1
+        split = second.task(second_plan.to_clean[0], NOW + 1).buckets > 1
         assert split == (limit == 3_000)
         report = second.run(NOW + 1, compaction_plan=second_plan)
         assert report.partitions[0].stats.deletion_vectors_written > 0
@@ -541,3 +543,31 @@ def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_
     append(local_store, rec(14, "active3"))
     report = Cleaner(spark, local_store, sized).run(NOW)
     assert report.partitions[0].status == "failed" and "deletion vector" in (report.partitions[0].error or "")
+
+
+def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_its_partition(
+        local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka writes a checkpoint past the log end back to the log start even when it cleans nothing; when that
+    commit fails, the partition failed (exit code 3), not skipped."""
+    for tp in (TP, TopicPartition("t", 1)):
+        append(local_store, rec(0, "a"), rec(1, "b"), tp=tp)  # the active segment only: nothing to clean
+        manifest = local_store.manifest(tp)
+        local_store.replace(tp, Replacement((), (), 0, 50, 0, 0), writer=Writer(), now_ms=NOW)  # past the end
+        assert local_store.manifest(tp).version == manifest.version + 1
+    real = Store.replace
+
+    def refused(self: Store, tp: TopicPartition, change: Replacement, **kw: Any) -> Manifest:
+        if tp == TP:
+            raise StoreError(f"cannot write {tp}: access denied")
+        return real(self, tp, change, **kw)
+
+    monkeypatch.setattr(Store, "replace", refused)
+    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: None)
+    assert code == EXIT_PARTIAL
+    status = {r.partition: (r.status, r.error) for r in report.partitions}  # type: ignore[union-attr]
+    assert status == {
+        "t-0": ("failed", "could not reset the checkpoint (checkpoint 50 is past the log end 2): StoreError: cannot "
+                          "write t-0: access denied"),
+        "t-1": ("skipped", None)}
+    assert local_store.manifest(TopicPartition("t", 1)).first_dirty_offset == 0, "the other's reset is written"
+    assert local_store.manifest(TP).first_dirty_offset == 50

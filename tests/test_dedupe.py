@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from chispa import assert_df_equality
 
 from compaction.clean import arrow_dedupe, rules
-from compaction.clean.dedupe import FACTS_TYPE, WINNER_PLANS, classify
+from compaction.clean.dedupe import WINNER_PLANS, classify
 from compaction.clean.rules import Plan, Reason
 from tests.builders import facts
 
@@ -21,30 +22,45 @@ NOW = 1_000_000
 Outcome = tuple[int, str | None]  # (offset, reason or None when kept)
 
 
-def run(spark, plan: Plan, table: pa.Table, keyless_drop: bool = False) -> list[Outcome]:  # type: ignore[no-untyped-def]
-    """The plan's decision on ``table`` (rows of every partition), as (offset, reason) in offset order."""
+def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],  # type: ignore[no-untyped-def]
+           keyless_drop: bool = False) -> None:
+    """The plan decides ``table`` (rows of every partition) as ``expected``: (offset, reason or None when kept) in
+    offset order. The Spark SQL plans decide a DataFrame, compared with chispa to one written from ``expected``."""
     if plan is Plan.ARROW:
         result = []
         for partition in sorted(set(table.column("partition").to_pylist())):
             part = table.filter(pa.compute.equal(table.column("partition"), partition)).sort_by("offset")
             decided = arrow_dedupe.decide(part, now_ms=NOW, keyless_drop=keyless_drop)
             result += zip(part.column("offset").to_pylist(), decided.code.tolist(), strict=True)
-    else:
-        df = spark.createDataFrame([tuple(row.values()) for row in table.to_pylist()], FACTS_TYPE)
-        decided = classify(df.transform(WINNER_PLANS[plan]), now_ms=NOW, keyless_drop=keyless_drop)
-        result = [(r["offset"], r["code"]) for r in decided.select("offset", "code").collect()]
-    return sorted((offset, None if code == rules.KEPT else list(Reason)[code - 1].value) for offset, code in result)
+        assert sorted((o, None if c == rules.KEPT else list(Reason)[c - 1].value) for o, c in result) == expected
+        return
+    df = spark.createDataFrame(table)
+    decided = classify(df.transform(WINNER_PLANS[plan]), now_ms=NOW, keyless_drop=keyless_drop)
+    # A reason's code is its index in Reason plus one (0: kept), as element_at counts.
+    reasons = ", ".join(f"'{r.value}'" for r in Reason)
+    reason = f"CASE WHEN code = {rules.KEPT} THEN NULL ELSE element_at(array({reasons}), CAST(code AS INT)) END"
+    assert_df_equality(decided.selectExpr("offset", f"{reason} AS reason"),
+                       spark.createDataFrame(expected, "offset long, reason string"),
+                       ignore_row_order=True, ignore_nullable=True)
 
 
-@pytest.fixture(params=[Plan.ARROW, *(pytest.param(p, marks=pytest.mark.spark) for p in WINNER_PLANS)])
-def plan(request: pytest.FixtureRequest) -> Plan:
-    return request.param
+@pytest.fixture(params=[pytest.param((Plan.ARROW, None), id="arrow"),
+                        *(pytest.param((p, kind), id=f"{p}-{kind}", marks=pytest.mark.spark)
+                          for p in WINNER_PLANS for kind in ("classic", "connect"))])
+def plan_and_session(request: pytest.FixtureRequest) -> tuple[Plan, str | None]:
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def spark_or_none(request: pytest.FixtureRequest, plan: Plan):  # type: ignore[no-untyped-def]
-    """The shared session for the Spark SQL plans; the Arrow plan needs none."""
-    return None if plan is Plan.ARROW else request.getfixturevalue("spark")
+def plan(plan_and_session: tuple[Plan, str | None]) -> Plan:
+    return plan_and_session[0]
+
+
+@pytest.fixture
+def spark_or_none(request: pytest.FixtureRequest, plan_and_session: tuple[Plan, str | None]):  # type: ignore[no-untyped-def]
+    """The shared session (classic or Spark Connect) for the Spark SQL plans; the Arrow plan needs none."""
+    kind = plan_and_session[1]
+    return None if kind is None else request.getfixturevalue("spark" if kind == "classic" else "connect")
 
 
 def versioned(offset: int, key: str, version: int | None, **fields: Any) -> dict[str, Any]:
@@ -56,7 +72,7 @@ def versioned(offset: int, key: str, version: int | None, **fields: Any) -> dict
 def test_the_highest_offset_wins_per_key_and_partition(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
     table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "b"}, {"offset": 2, "key": "a"},
                   {"offset": 3, "key": "a", "partition": 1}, {"offset": 4, "key": "b"})
-    assert run(spark_or_none, plan, table) == [(0, "superseded"), (1, "superseded"), (2, None), (3, None), (4, None)]
+    expect(spark_or_none, plan, table, [(0, "superseded"), (1, "superseded"), (2, None), (3, None), (4, None)])
 
 
 def test_a_higher_version_wins_ties_go_to_the_higher_offset_and_records_without_one_lose(  # type: ignore[no-untyped-def]
@@ -66,21 +82,21 @@ def test_a_higher_version_wins_ties_go_to_the_higher_offset_and_records_without_
                   versioned(4, "c", 1), versioned(5, "c", None), versioned(6, "c", None),
                   versioned(7, "d", None), versioned(8, "d", None),
                   versioned(9, "e", -2**63), versioned(10, "e", None))
-    assert run(spark_or_none, plan, table) == [
+    expect(spark_or_none, plan, table, [
         (0, None), (1, "superseded"), (2, "superseded"), (3, None), (4, None), (5, "superseded"),
-        (6, "superseded"), (7, "superseded"), (8, None), (9, None), (10, "superseded")]
+        (6, "superseded"), (7, "superseded"), (8, None), (9, None), (10, "superseded")])
 
 
 def test_the_last_record_of_the_range_loses_like_any_other(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
     # Timestamp strategy: value @0 (t=300), tombstone @1 (t=500), stale value @2 (t=100) last in the range.
     table = facts(versioned(0, "k", 300), versioned(1, "k", 500, delete_horizon_ms=NOW + 1), versioned(2, "k", 100))
-    assert run(spark_or_none, plan, table) == [(0, "superseded"), (1, None), (2, "superseded")]
+    expect(spark_or_none, plan, table, [(0, "superseded"), (1, None), (2, "superseded")])
 
 
 def test_a_stamped_tombstone_competes_like_any_version(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
     table = facts(versioned(0, "a", 20), versioned(1, "a", 10, delete_horizon_ms=NOW - 9),
                   versioned(2, "b", 10), versioned(3, "b", 20, delete_horizon_ms=NOW + 9))
-    assert run(spark_or_none, plan, table) == [(0, None), (1, "superseded"), (2, "superseded"), (3, None)]
+    expect(spark_or_none, plan, table, [(0, None), (1, "superseded"), (2, "superseded"), (3, None)])
 
 
 def test_tombstones_expire_at_their_horizon_unless_superseded_first_or_guarded(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
@@ -89,15 +105,15 @@ def test_tombstones_expire_at_their_horizon_unless_superseded_first_or_guarded(s
                   {"offset": 3, "key": "c", "delete_horizon_ms": NOW},
                   {"offset": 4, "key": "d", "delete_horizon_ms": NOW}, {"offset": 5, "key": "d"},
                   {"offset": 6, "key": "e", "delete_horizon_ms": NOW, "guarded": True})
-    assert run(spark_or_none, plan, table) == [
+    expect(spark_or_none, plan, table, [
         (0, "superseded"), (1, "tombstone_expired"), (2, None), (3, "tombstone_expired"), (4, "superseded"),
-        (5, None), (6, None)]
+        (5, None), (6, None)])
 
 
 def test_keyless_records_are_kept_or_dropped(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
     table = facts({"offset": 0}, {"offset": 1, "key": "a"})
-    assert run(spark_or_none, plan, table) == [(0, None), (1, None)]
-    assert run(spark_or_none, plan, table, keyless_drop=True) == [(0, "keyless"), (1, None)]
+    expect(spark_or_none, plan, table, [(0, None), (1, None)])
+    expect(spark_or_none, plan, table, [(0, "keyless"), (1, None)], keyless_drop=True)
 
 
 def test_aborted_records_go_never_win_and_markers_follow_their_transaction(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
@@ -107,9 +123,9 @@ def test_aborted_records_go_never_win_and_markers_follow_their_transaction(spark
                   {"offset": 5, "is_control": True, "delete_horizon_ms": NOW},
                   {"offset": 6, "key": "b", "aborted": True}, {"offset": 7, "key": "c"},
                   {"offset": 8, "key": "c", "aborted": True})
-    assert run(spark_or_none, plan, table) == [
+    expect(spark_or_none, plan, table, [
         (0, "aborted"), (1, None), (2, None), (3, None), (4, None), (5, "marker_expired"), (6, "aborted"),
-        (7, None), (8, "aborted")]
+        (7, None), (8, "aborted")])
 
 
 def test_a_clean_section_with_unique_keys_is_decided_from_the_dirty_keys_alone() -> None:

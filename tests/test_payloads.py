@@ -15,14 +15,14 @@ from compaction.clean.payloads import (
     AppliedJob,
     ApplyJob,
     CleanedPartition,
+    CleanTask,
     DecisionRow,
     Payload,
-    ReadTask,
 )
-from compaction.clean.rules import Strategy
 from compaction.errors import PayloadVersionError
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
+from tests.builders import clean_task
 
 TP = TopicPartition("t", 0)
 
@@ -39,9 +39,9 @@ def one_of_each(store: Store) -> list[Payload]:
     applied = AppliedJob(tp=TP, job_id=0, sources=(0,), deletes_only=False, segment=segment, records_read=3,
                          bytes_read=segment.size_bytes, records_written=2, bytes_written=10)
     return [
-        ReadTask(tp=TP, store=store, segments=(segment,), tail=(), strategy=Strategy.OFFSET, strategy_header="",
-                 keyless_drop=False),
-        ApplyJob(tp=TP, store=store, job_id=0, sources=(segment,), horizon_ms=5, now_ms=0, log_start_offset=0),
+        clean_task(TP, store, (segment,)),
+        ApplyJob(tp=TP, store=store, job_id=0, sources=(segment,), horizon_ms=5, now_ms=0, log_start_offset=0,
+                 deletes_only=False, pass_id="pass", segment_format="parquet", batch_policy=None),
         DecisionRow(tp=TP, segment_base=0, outcome=outcome, rows=3, dropped=np.packbits([True, False, False]),
                     stamps=np.array([], dtype=np.int64)),
         applied,
@@ -57,13 +57,13 @@ def test_every_payload_arrives_as_it_was_sent(memory_store: Store) -> None:
             assert isinstance(arrived, DecisionRow)
             assert (arrived.tp, arrived.segment_base, arrived.outcome, arrived.rows) == (TP, 0, payload.outcome, 3)
             assert arrived.dropped.tolist() == [0b1000_0000] and arrived.stamps.tolist() == []
-        elif isinstance(payload, (ReadTask, ApplyJob)):
+        elif isinstance(payload, (CleanTask, ApplyJob)):
             assert arrived.tp == TP and arrived.pass_id == payload.pass_id
         else:
             assert arrived == payload
 
 
-@pytest.mark.parametrize("kind", ["ReadTask", "ApplyJob", "DecisionRow", "AppliedJob", "CleanedPartition"])
+@pytest.mark.parametrize("kind", ["CleanTask", "ApplyJob", "DecisionRow", "AppliedJob", "CleanedPartition"])
 def test_a_payload_of_another_version_is_refused_naming_both_versions(memory_store: Store, kind: str) -> None:
     (payload,) = [p for p in one_of_each(memory_store) if type(p).__name__ == kind]
     from_other_build = replace(payload, payload_version=PAYLOAD_VERSION + 1)
@@ -76,7 +76,7 @@ def test_a_payload_of_another_version_is_refused_naming_both_versions(memory_sto
 def test_a_payload_from_a_build_before_versions_is_refused() -> None:
     received = DecisionRow.__new__(DecisionRow)
     with pytest.raises(PayloadVersionError, match=r"^DecisionRow payload of version none cannot be read"):
-        received.__setstate__({"tp": TP, "segment_base": 0, "error": None})
+        received.__setstate__({"tp": TP, "segment_base": 0})
 
 
 def test_a_decision_row_sent_for_its_counts_leaves_its_bitmap_and_stamps_behind() -> None:
@@ -84,6 +84,6 @@ def test_a_decision_row_sent_for_its_counts_leaves_its_bitmap_and_stamps_behind(
     row = DecisionRow(tp=TP, segment_base=10, outcome=outcome, rows=9, dropped=np.packbits([True] * 8 + [False]),
                       stamps=np.array([18], dtype=np.int64))
     counts = row.counts()
-    assert (counts.tp, counts.segment_base, counts.outcome, counts.rows, counts.error) == (TP, 10, outcome, 9, None)
+    assert (counts.tp, counts.segment_base, counts.outcome, counts.rows) == (TP, 10, outcome, 9)
     assert counts.dropped.tolist() == [] and counts.stamps.tolist() == []
 

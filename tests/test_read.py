@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from chispa import assert_df_equality
 
 from compaction.clean.cleaner import Cleaner
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, main
@@ -214,15 +215,21 @@ def test_every_reader_returns_the_records_of_compaction_read(request: pytest.Fix
 @pytest.mark.parametrize(("name", "version"), [s for s in SCENARIOS if s.id != "local-older"])
 @pytest.mark.parametrize("latest", [False, True], ids=["log", "latest"])
 def test_the_spark_reader_returns_the_records_of_compaction_read(  # type: ignore[no-untyped-def]
-        spark, request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None, latest: bool) -> None:
+        any_spark, request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None,
+        latest: bool) -> None:
+    """On a classic session and on Spark Connect alike."""
     built = backend(request, name)
     flags = [*(["--version", str(version)] if version else []), *(["--latest"] if latest else [])]
     expected = cli_table(built, tmp_path, *flags)
     s = the_scan(built, version, latest)
-    frame = s.to_spark(spark)
+    frame = s.to_spark(any_spark)
     tasks = PARTITIONS if latest else sum(len(part.files) for part in s.files())
-    assert frame.rdd.getNumPartitions() == tasks, "a task per live file, or per partition for the latest view"
+    assert len(s.tasks(split=True)) == tasks, "a task per live file, or per partition for the latest view"
+    if not type(any_spark).__module__.startswith("pyspark.sql.connect"):  # only classic sessions show their RDDs
+        assert frame.rdd.getNumPartitions() == tasks
     assert canonical(frame.toArrow(), expected.schema).equals(expected)
+    assert_df_equality(frame.select(*expected.schema.names), any_spark.createDataFrame(expected),
+                       ignore_row_order=True, ignore_nullable=True)
 
 
 # --latest: the table view ------------------------------------------------------------------------------

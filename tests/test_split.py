@@ -4,6 +4,7 @@ Either way the log ends as the one-task plan leaves it. Runs in this process (te
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -12,9 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from compaction.clean.cleaner import Cleaner, PartitionWork, plan_store
+from compaction.clean.cleaner import Cleaner, plan_store
+from compaction.clean.payloads import dumps, loads
 from compaction.clean.planner import segment_runs
-from compaction.clean.tasks import BucketDecisions, bucket_pieces
+from compaction.clean.tasks.decide import bucket_decision_rows
+from compaction.clean.tasks.facts import bucket_pieces
+from compaction.clean.tasks.isolation import group_rows, piece_rows
+from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.config import Settings
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
@@ -63,11 +68,11 @@ def test_a_split_partition_reads_each_segment_once_unless_it_holds_transactions(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transactional: bool) -> None:
     extra = {"transactional_ratio": 0.3, "abort_ratio": 0.3} if transactional else {}
     whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
-    Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)  # type: ignore[arg-type]
+    Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)
     segments = split.manifest(TP).segments
-    cleaner = Cleaner(InlineSession(), split, settings(3_000))  # type: ignore[arg-type]
+    cleaner = Cleaner(InlineSession(), split, settings(3_000))
     plan = plan_store(split, cleaner.settings, NOW)
-    buckets = cleaner.key_buckets(plan.selected[0])
+    buckets = cleaner.task(plan.to_clean[0], NOW).buckets
     assert buckets >= 4, "12,000 records and more in tasks of at most 3,000"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
@@ -84,31 +89,37 @@ def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason
     before = store.manifest(TP)
     victim = before.segments[5]
     (tmp_path / "s" / "orders" / "0" / victim.path).write_bytes(b"not parquet")
-    cleaner = Cleaner(InlineSession(), store, settings(3_000))  # type: ignore[arg-type]
+    cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
-    assert cleaner.key_buckets(plan.selected[0]) == 4
+    assert cleaner.task(plan.to_clean[0], NOW).buckets == 4
     report = cleaner.run(NOW, compaction_plan=plan)
     (failed,) = report.failed
     assert victim.path.split("/")[-1] in (failed.error or ""), failed.error
     assert store.manifest(TP).version == before.version, "nothing committed"
 
 
-def test_every_bucket_reports_a_failed_read_and_the_pieces_of_a_bucket_must_cover_the_range(tmp_path: Path) -> None:
+def test_every_key_range_reports_a_failed_read_and_the_pieces_of_a_range_must_cover_it(tmp_path: Path) -> None:
     store = store_of(tmp_path / "s")
-    cleaner = Cleaner(InlineSession(), store, settings(3_000))  # type: ignore[arg-type]
+    cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
-    tasks = cleaner.read_tasks([PartitionWork(p) for p in plan.selected], NOW)
-    runs = segment_runs(tasks[0].segments, 3_000)
+    task = cleaner.task(plan.to_clean[0], NOW)
+    ranges = [replace(task, bucket=b, bounds=sample_bounds(task)) for b in range(task.buckets)]
+    runs = segment_runs(task.segments, 3_000)
     assert [len(run) for run in runs] == [2, 2, 2, 2]
-    pieces = [pair for run in runs for pair in bucket_pieces(replace(tasks[0], segments=run))]
-    assert sorted({key for key, _ in pieces}) == [(TP, b) for b in range(4)]
-    decide = BucketDecisions({(TP, t.bucket): t for t in tasks})
-    rows = decide([pair for pair in pieces if pair[0] == (TP, 2)])
-    assert len(rows) == len(tasks[0].segments) and all(r.error is None for r in rows)
-    missing = decide([pair for pair in pieces if pair[0] == (TP, 2)][1:])  # one run's piece lost
-    assert [r.error for r in missing] == [
-        f"RuntimeError: key bucket 2 of {TP} got pieces of 6 segment(s) for a range of 8"]
-    broken = replace(tasks[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
-    failed = bucket_pieces(broken)
-    assert [key for key, _ in failed] == [(TP, b) for b in range(4)] and all(p.error for _, p in failed)
-    assert decide([failed[2], *(pair for pair in pieces if pair[0] == (TP, 2))])[0].error == failed[2][1].error
+    pieces = [bucket_pieces(replace(ranges[0], segments=run)) for run in runs]
+    assert [len(found) for found in pieces] == [4, 4, 4, 4], "every run gives each of the 4 ranges a piece"
+    rows = bucket_decision_rows(ranges[2], [found[2] for found in pieces])
+    assert len(rows) == len(task.segments)
+    with pytest.raises(RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range "
+                                                     "of 8")):
+        bucket_decision_rows(ranges[2], [found[2] for found in pieces[1:]])  # one run's piece lost
+    broken = replace(ranges[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
+    payload = pa.table({"task": pa.array([0], pa.int32()), "payload": [dumps((broken, (10, 11, 12, 13)))]})
+    (sent,) = piece_rows(bucket_pieces, iter(payload.to_batches()))
+    assert sent.column("group").to_pylist() == [10, 11, 12, 13]
+    failed = [loads(p) for p in sent.column("piece").to_pylist()]
+    assert all(p.error and not p.internal for p in failed), "a missing object is the store's failure, not a bug"
+    group = pa.table({"group": pa.array([12] * 5, pa.int32()), "task": [dumps(ranges[2]), None, None, None, None],
+                      "piece": [None, dumps(failed[2]), *(dumps(found[2]) for found in pieces[1:])]})
+    (result,) = group_rows(bucket_decision_rows, group).to_pylist()
+    assert (result["task"], result["error"], result["payload"]) == (12, failed[2].error, None)

@@ -4,6 +4,7 @@ a one-line reason while the others commit; retried and speculative attempts neve
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 
 from compaction.clean.cleaner import Cleaner, spark_failure
+from compaction.clean.tasks.isolation import Failure
 from compaction.config import Settings
-from compaction.job import EXIT_PARTIAL, JobOptions, run_job
+from compaction.errors import CorruptSegmentError
+from compaction.job import EXIT_FAILED, EXIT_PARTIAL, JobOptions, run_job
 from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_garbage
 from compaction.store.segment import records
@@ -46,10 +49,11 @@ def offsets(store: Store, tp: TopicPartition) -> list[int]:
 
 
 @pytest.mark.spark
-def test_a_worker_killed_once_is_retried_and_every_partition_commits(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_once_is_retried_and_every_partition_commits(any_spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    """On a classic session and on Spark Connect alike."""
     seed(local_store)
     store = faulty(local_store, kill=f"{BAD.prefix}/", first_attempt_only=True)
-    report = Cleaner(spark, store, SETTINGS).run(NOW)
+    report = Cleaner(any_spark, store, SETTINGS).run(NOW)
     assert {r.partition: r.status for r in report.partitions} == {str(tp): "cleaned" for tp in PARTITIONS}
     assert {str(tp): offsets(local_store, tp) for tp in PARTITIONS} == {str(tp): [2, 3, 4, 5] for tp in PARTITIONS}
     assert [p for r in verify(local_store) for p in r.problems] == []
@@ -58,12 +62,12 @@ def test_a_worker_killed_once_is_retried_and_every_partition_commits(spark, loca
 @pytest.mark.spark
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_commit(  # type: ignore[no-untyped-def]
-        spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+        any_spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     seed(local_store)
     opened = Store.open
     monkeypatch.setattr(Store, "open", lambda url, options=None: faulty(opened(url, options), kill=f"{BAD.prefix}/"))
     printed: list[str] = []
-    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), PATHS[path], lambda: spark,
+    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), PATHS[path], lambda: any_spark,
                            out=printed.append)
 
     assert code == EXIT_PARTIAL
@@ -79,6 +83,44 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
     assert local_store.versions(BAD) == [1, 2, 3], "the failed partition is untouched"
     assert offsets(local_store, PARTITIONS[0]) == offsets(local_store, PARTITIONS[2]) == [2, 3, 4, 5]
     assert [p for r in verify(local_store) for p in r.problems] == []
+
+
+@pytest.mark.spark
+def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_error(  # type: ignore[no-untyped-def]
+        any_spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A TypeError in a task body is a bug: the line says internal error and names the partition, the report keeps
+    the executor's traceback with credentials masked, -v (debug) prints it, and the exit code is 1 (the DAG does
+    not retry it as if it were transient); the other partitions commit."""
+    seed(local_store)
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    opened = Store.open
+    monkeypatch.setattr(Store, "open", lambda url, options=None: faulty(opened(url, options), bug=f"{BAD.prefix}/",
+                                                                        bug_text=f"key {secret}"))
+    printed: list[str] = []
+    with caplog.at_level(logging.DEBUG, logger="compaction.job"):
+        code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), SETTINGS,
+                               lambda: any_spark, out=printed.append)
+    assert code == EXIT_FAILED
+    status: dict[str, Any] = {r.partition: r.status for r in report.partitions}  # type: ignore[union-attr]
+    assert status == {"t-0": "cleaned", "t-1": "failed", "t-2": "cleaned"}
+    (failure,) = report.to_dict()["failures"]  # type: ignore[union-attr]
+    assert failure["partition"] == "t-1" and failure["internal"] is True
+    assert failure["error"].startswith("TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'")
+    assert "Traceback (most recent call last)" in failure["trace"] and "task_faults.py" in failure["trace"]
+    assert secret not in failure["trace"] and secret not in json.dumps(report.to_dict())  # type: ignore[union-attr]
+    (line,) = [line for line in printed if "t-1" in line]
+    assert line.startswith("[2/3] failed t-1: internal error (a bug in compaction, not a problem of the data")
+    logged = [r.getMessage() for r in caplog.records if r.name == "compaction.job"]
+    assert any(m.startswith("internal error in t-1:\nTraceback") and secret not in m for m in logged)
+    assert local_store.versions(BAD) == [1, 2, 3], "the failed partition is untouched"
+
+
+def test_only_the_products_own_errors_and_io_errors_are_the_datas() -> None:
+    assert not Failure.of(CorruptSegmentError("segment x is not a readable Parquet file")).internal
+    assert not Failure.of(FileNotFoundError("t/0/segments/x.parquet")).internal
+    for bug in (TypeError("x"), KeyError("x"), AttributeError("x"), ValueError("x"), RuntimeError("x")):
+        failure = Failure.of(bug)
+        assert failure.internal and failure.trace is not None and failure.error.startswith(type(bug).__name__)
 
 
 def test_the_reason_is_the_last_failure_in_one_line() -> None:

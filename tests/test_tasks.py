@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from compaction.clean.payloads import ReadTask
-from compaction.clean.rules import Strategy
-from compaction.clean.tasks import key_bucket, key_range_bounds, read_facts
+from compaction.clean.tasks.facts import read_facts
+from compaction.clean.tasks.key_ranges import key_bucket, key_range_bounds
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
+from tests.builders import clean_task
 
 TP = TopicPartition("t", 0)
 
@@ -52,8 +52,7 @@ def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_sto
         return original(tp, seg, columns, start)
 
     local_store.read_segment = spy  # type: ignore[method-assign]
-    facts = read_facts(ReadTask(tp=TP, store=local_store, segments=(segment,), tail=(), strategy=Strategy.OFFSET,
-                                 strategy_header="", keyless_drop=False))
+    facts = read_facts(clean_task(TP, local_store, (segment,)), 0)
     assert facts.num_rows == 3
     assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"
     assert pa.types.is_binary(facts.schema.field("key").type)
@@ -62,7 +61,6 @@ def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_sto
 def test_records_below_the_log_start_are_not_read(local_store: Store) -> None:
     local_store.append(TP, records([{"key": k} for k in "abcde"]), now_ms=0)
     segment = local_store.manifest(TP).segments[0]
-    facts = read_facts(ReadTask(tp=TP, store=local_store, segments=(segment,), tail=(), strategy=Strategy.OFFSET,
-                                 strategy_header="", keyless_drop=False, log_start_offset=3))
+    facts = read_facts(clean_task(TP, local_store, (segment,), log_start_offset=3), 0)
     assert facts.column("offset").to_pylist() == [3, 4]
     assert facts.column("position").to_pylist() == [0, 1], "positions count the live rows only"

@@ -1,9 +1,13 @@
 """The Spark SQL plans: each key's greatest competing record found with a window or an aggregate.
 
+The plans are SQL run by the DataFrame's own session (``spark.sql(..., facts=df)``), which reads the same on a
+classic session and on Spark Connect, whichever kind of session a process has made first.
+
 Input: the facts of cleaned ranges (:data:`compaction.clean.rules.FACTS_SCHEMA`, read by executors). A plan
 adds ``is_winner``, stating :data:`compaction.clean.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
 whose survivor is unspecified); :func:`classify` then applies :func:`compaction.clean.rules.classify` to each
-Arrow batch, and :func:`per_segment` sums the decision up per segment.
+Arrow batch, :func:`per_segment` sums the decision up per segment, and :func:`decision_results` turns those
+sums into the stage's result rows (:data:`compaction.clean.payloads.RESULT_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -13,42 +17,48 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from compaction.clean import rules
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.payloads import DecisionRow
+from compaction.clean.payloads import RESULT_SCHEMA, DecisionRow
+from compaction.clean.tasks.isolation import Failure, result_table
 from compaction.store import TopicPartition
 
 KEY = ("topic", "partition", "key")
 
 FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
 #: The facts :func:`classify` passes through to :func:`per_segment`, before the decision's own columns.
-PASSED_ON = ("topic", "partition", "segment_base", "position", "offset", "error")
+PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", "error", "internal", "trace")
 DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
                             ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64())])
 DECIDED_TYPE: StructType = from_arrow_schema(DECIDED_SCHEMA)
+RESULT_TYPE: StructType = from_arrow_schema(RESULT_SCHEMA)
+
+
+def _names(*names: str) -> str:
+    return ", ".join(f"`{name}`" for name in names)
 
 
 def winners_by_window(df: DataFrame) -> DataFrame:
     """``is_winner`` = row 1 of its key in survival order: ``row_number() over (... order by competes,
     version_valid, version, offset desc)``; non-competing rows sort last, so they never take row 1."""
-    order = [F.col("competes").desc(), *(F.col(c).desc() for c in rules.SURVIVAL_ORDER)]
-    window = Window.partitionBy(*KEY).orderBy(*order)
-    return df.withColumn("is_winner", F.col("competes") & (F.row_number().over(window) == 1))
+    order = ", ".join(f"`{name}` DESC" for name in ("competes", *rules.SURVIVAL_ORDER))
+    return df.sparkSession.sql(
+        f"SELECT *, competes AND row_number() OVER (PARTITION BY {_names(*KEY)} ORDER BY {order}) = 1 AS is_winner "
+        "FROM {facts}", facts=df)
 
 
 def winners_by_aggregate(df: DataFrame) -> DataFrame:
     """``is_winner`` via ``max(struct(survival order))`` per key over competing rows, joined back on the offset."""
-    best = (df.filter(F.col("competes")).groupBy(*KEY)
-            .agg(F.max(F.struct(*rules.SURVIVAL_ORDER)).alias("best"))
-            .select(*KEY, F.col("best.offset").alias("winner_offset")))
-    joined = df.join(best, list(KEY), "left")
-    return joined.withColumn("is_winner", F.col("competes") & (F.col("offset") == F.col("winner_offset"))
-                             ).drop("winner_offset")
+    joined = " AND ".join(f"f.`{name}` = b.`{name}`" for name in KEY)
+    return df.sparkSession.sql(
+        f"WITH best AS (SELECT {_names(*KEY)}, max(struct({_names(*rules.SURVIVAL_ORDER)})).`offset` AS winner "
+        f"FROM {{facts}} WHERE competes GROUP BY {_names(*KEY)}) "
+        f"SELECT f.*, f.competes AND f.`offset` = b.winner AS is_winner FROM {{facts}} f LEFT JOIN best b ON {joined}",
+        facts=df)
 
 
 WINNER_PLANS: dict[rules.Plan, Callable[[DataFrame], DataFrame]] = {
@@ -76,27 +86,41 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
 
 def per_segment(decided: DataFrame) -> DataFrame:
     """One decision row per segment: its counts, the positions of the rows it loses, the markers to stamp."""
-    counts = [F.sum(F.when(F.col("code") == reason.code, 1).otherwise(0)).cast("long").alias(reason.value)
-              for reason in rules.Reason]
-    return decided.groupBy("topic", "partition", "segment_base").agg(
-        F.count(F.lit(1)).alias("records"), F.sum((F.col("code") == rules.KEPT).cast("long")).alias("kept"),
-        *counts,
-        F.collect_list(F.when(F.col("code") != rules.KEPT, F.col("position"))).alias("dropped"),
-        F.collect_list(F.when(F.col("stamp"), F.col("offset"))).alias("stamps"),
-        F.min("upcoming_horizon_ms").alias("next_horizon_ms"), F.max("error").alias("error"))
+    counts = ", ".join(f"CAST(sum(CASE WHEN code = {reason.code} THEN 1 ELSE 0 END) AS BIGINT) AS {reason.value}"
+                       for reason in rules.Reason)
+    group = _names("task", "topic", "partition", "segment_base")
+    return decided.sparkSession.sql(
+        f"SELECT {group}, count(1) AS records, CAST(sum(CAST(code = {rules.KEPT} AS INT)) AS BIGINT) AS kept, "
+        f"{counts}, collect_list(CASE WHEN code != {rules.KEPT} THEN position END) AS dropped, "
+        "collect_list(CASE WHEN stamp THEN `offset` END) AS stamps, min(upcoming_horizon_ms) AS next_horizon_ms, "
+        "max(error) AS error, max(internal) AS internal, max(trace) AS trace "
+        f"FROM {{decided}} GROUP BY {group}", decided=decided)
 
 
-def decision_row(row: Any) -> DecisionRow:
+def decision_row(row: dict[str, Any]) -> DecisionRow:
     """A :func:`per_segment` row as stage 2 takes it (the Arrow plan's decision row): the dropped rows'
-    positions become a bitmap over the segment's rows (here all read, with no key buckets)."""
-    tp = TopicPartition(row["topic"], row["partition"])
-    if row["error"] is not None:
-        return DecisionRow.failed(tp, row["error"])
+    positions become a bitmap over the segment's rows (here all read, with no key ranges)."""
     bits = np.zeros(row["records"] or 0, dtype=bool)
     bits[np.array(row["dropped"] or [], dtype=np.int64)] = True
     stamps = np.array(row["stamps"] or [], dtype=np.int64)
     outcome = SegmentOutcome(records=row["records"], kept=row["kept"], stamped=len(stamps),
                              dropped={reason.value: row[reason.value] for reason in rules.Reason if row[reason.value]},
                              next_horizon_ms=row["next_horizon_ms"])
-    return DecisionRow(tp=tp, segment_base=row["segment_base"], outcome=outcome, rows=len(bits),
-                       dropped=np.packbits(bits), stamps=stamps)
+    return DecisionRow(tp=TopicPartition(row["topic"], row["partition"]), segment_base=row["segment_base"],
+                       outcome=outcome, rows=len(bits), dropped=np.packbits(bits), stamps=stamps)
+
+
+def _results(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for row in batch.to_pylist():
+            if row["error"] is not None:
+                failure = Failure(row["error"], bool(row["internal"]), row["trace"])
+                yield from result_table(row["task"], None, failure, {}).to_batches()
+            else:
+                yield from result_table(row["task"], [decision_row(row)], None, {}).to_batches()
+
+
+def decision_results(per_segment_rows: DataFrame) -> DataFrame:
+    """:func:`per_segment`'s rows as the stage's result rows: a decision row per segment, or the failure that
+    stopped the task's partition."""
+    return per_segment_rows.mapInArrow(_results, RESULT_TYPE)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
+from compaction.clean.planner import CompactionPlan, Decision, LogToClean, PartitionPlan
 from compaction.store.manifest import Manifest, SegmentMeta
 from compaction.store.status import human_bytes
 
@@ -68,6 +68,8 @@ class PartitionResult:
     status: Status
     reason: str
     error: str | None = None
+    internal: bool = False  # the error is a bug in this library, not the data's or the store's
+    trace: str | None = None  # an internal error's traceback, from the executor (or the driver)
     version_before: int | None = None
     version_after: int | None = None
     checkpoint_before: int | None = None
@@ -83,17 +85,19 @@ class PartitionResult:
                    version_before=p.manifest.version if p.manifest else None, checkpoint_before=p.checkpoint)
 
     @classmethod
-    def failed(cls, p: PartitionPlan, error: str, outcomes: dict[int, SegmentOutcome]) -> PartitionResult:
-        log.warning("partition %s is uncleanable: %s", p.partition, error)
-        return cls(str(p.partition), Status.FAILED, p.reason, error=error,
+    def failed(cls, p: PartitionPlan, error: str, *, internal: bool = False, trace: str | None = None
+               ) -> PartitionResult:
+        log.warning("partition %s is uncleanable: %s%s", p.partition, "internal error: " if internal else "", error)
+        return cls(str(p.partition), Status.FAILED, p.reason, error=error, internal=internal, trace=trace,
                    version_before=p.manifest.version if p.manifest else None, checkpoint_before=p.checkpoint,
                    clean_range=[p.log_start_offset or 0, p.first_uncleanable_offset or 0],
                    stats=CleanerStats(cleanable_bytes=p.cleanable_bytes))
 
     @classmethod
-    def cleaned(cls, p: PartitionPlan, committed: Manifest, outcomes: dict[int, SegmentOutcome],
+    def cleaned(cls, target: LogToClean, committed: Manifest, outcomes: dict[int, SegmentOutcome],
                 jobs: Sequence[ApplyJob], added: list[SegmentMeta], records_written: int, bytes_written: int,
                 elapsed_ms: int) -> PartitionResult:
+        p = target.plan
         dropped: dict[str, int] = {}
         for outcome in outcomes.values():
             for reason, count in outcome.dropped.items():
@@ -127,13 +131,16 @@ class PartitionResult:
             records_after=sum(s.live_records for s in range_after),
         )
         return cls(str(p.partition), Status.CLEANED, p.reason,
-                   version_before=p.manifest.version if p.manifest else None, version_after=committed.version,
+                   version_before=target.manifest.version, version_after=committed.version,
                    checkpoint_before=p.checkpoint, checkpoint_after=committed.first_dirty_offset,
-                   clean_range=[p.log_start_offset or 0, p.first_uncleanable_offset or 0], stats=stats,
+                   clean_range=[target.log_start_offset, target.first_uncleanable_offset], stats=stats,
                    elapsed_ms=elapsed_ms)
 
     def summary(self) -> str:
         """Kafka's cleaner log line, shortened: ``cleaned orders-3 [0, 48210): 2.1 GB -> 420 MB, ...``."""
+        if self.internal:
+            return (f"{self.status} {self.partition}: internal error (a bug in compaction, not a problem of the data; "
+                    f"the run report and -v show its traceback): {self.error}")
         if self.status is not Status.CLEANED:
             return f"{self.status} {self.partition}: {self.error or self.reason}"
         s = self.stats
@@ -194,5 +201,6 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc["failures"] = [{"partition": r.partition, "error": r.error} for r in self.failed]
+        doc["failures"] = [{"partition": r.partition, "error": r.error, "internal": r.internal, "trace": r.trace}
+                           for r in self.failed]
         return doc

@@ -1,17 +1,20 @@
-"""What crosses between the driver and the executors: one frozen, versioned type per task and per result.
+"""What crosses between the driver and the executors: one frozen, versioned type per task and per result,
+and the Arrow schemas of the rows that carry them.
 
-Spark pickles these values: tasks on the way out, results on the way back, decision rows through a shuffle
-and a persisted RDD. Each carries the :data:`PAYLOAD_VERSION` of the library that built it, and unpickling
-it (on the receiving side) refuses another version with :class:`~compaction.errors.PayloadVersionError`, so
-a driver and executors that run different builds of this library fail with both versions named, not with
-a missing field deep inside a task or a wrong answer.
+A stage's tasks travel as rows of a small DataFrame (:data:`TASK_SCHEMA`: the task's index and its pickled
+payload) and its results come back as rows the driver collects (:data:`RESULT_SCHEMA`: the pickled result,
+the error that stopped the task, and the task's time by phase). Each payload carries the
+:data:`PAYLOAD_VERSION` of the library that built it, and unpickling it (on the receiving side) refuses another
+version with :class:`~compaction.errors.PayloadVersionError`, so a driver and executors that run different
+builds of this library fail with both versions named, not with a missing field deep inside a task or a wrong
+answer.
 
-- :class:`ReadTask` decides one partition's cleaned range, or one key bucket of it (stage 1); with a
-  policy, the same task also applies the decision. Stage 1 of a split partition without transactions also
-  uses it to read a run of segments once and hand each key bucket its :class:`BucketPiece` (a shuffle).
+- :class:`CleanTask` is one partition's pass, every field set: the cleaned range, the rules' parameters and how
+  decisions become objects. Its ``bucket`` names one key range of a split partition (stage 1), and a run of
+  its segments (``segments`` narrowed) is what a split partition reads once for every key range.
 - :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector (stage 2).
-- :class:`BucketPiece` is one key bucket's rows of a run of segments, on their way to the bucket's task.
-- :class:`DecisionRow` is stage 1's result for one segment and key bucket.
+- :class:`BucketPiece` is one key range's rows of a run of segments, on their way to the range's task.
+- :class:`DecisionRow` is stage 1's result for one segment and key range.
 - :class:`AppliedJob` is an apply job's result: the object it wrote and its figures.
 - :class:`CleanedPartition` is a partition decided and applied in one task.
 
@@ -20,7 +23,7 @@ Rows that stay inside Spark SQL are typed by Arrow schemas instead (:data:`compa
 
 from __future__ import annotations
 
-import uuid
+import pickle
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,15 +37,32 @@ from compaction.errors import PayloadVersionError
 from compaction.store import SegmentMeta, Store, TopicPartition
 
 #: The version of the payloads in this module. Bump it whenever one of them changes a field or its meaning.
-PAYLOAD_VERSION = 3
+PAYLOAD_VERSION = 4
 
-#: ``segment_base`` of a decision row that carries an error instead of a segment's decision.
-NO_SEGMENT = -1
+#: The phases of a task's time (:mod:`compaction.clean.phases`), each a column of :data:`RESULT_SCHEMA`.
+PHASES = ("read", "decide", "write")
+
+#: A stage's input: one row per task.
+TASK_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary())])
+#: A stage's output: per task (or per result of a task), its pickled result, or what stopped it: ``error`` is
+#: ``Type: message``; ``internal`` marks an error that is not the data's or the store's (a bug), whose
+#: executor traceback is in ``trace``. Then the seconds the task spent in each phase.
+RESULT_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary()), ("error", pa.string()),
+                           ("internal", pa.bool_()), ("trace", pa.string()),
+                           *((f"{name}_s", pa.float64()) for name in PHASES)])
+#: The rows between the two halves of a split partition's stage 1: per key range (``group``), its task once
+#: (``task`` set) and its pieces from every run of segments (``piece`` set).
+PIECE_SCHEMA = pa.schema([("group", pa.int32()), ("task", pa.binary()), ("piece", pa.binary())])
 
 
-def error_text(err: BaseException) -> str:
-    """How a task reports the error that stopped its partition: one line, with the exception's type."""
-    return f"{type(err).__name__}: {err}"
+def dumps(value: Any) -> bytes:
+    """A payload (or a list or tuple of them) as the bytes a row carries."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    """The payload a row carries (a payload of another version is refused as it unpickles)."""
+    return pickle.loads(data)
 
 
 @dataclass(frozen=True)
@@ -63,29 +83,35 @@ class Payload:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReadTask(Payload):
-    """Decide one partition's cleaned range, or one key bucket of it (``bucket`` of ``buckets``)."""
+class CleanTask(Payload):
+    """One partition's clean pass over ``[log_start_offset, end of segments)``, or one key range of it
+    (``bucket`` of ``buckets``); every field is set by the driver (:meth:`~compaction.clean.cleaner.Cleaner.task`)."""
 
     tp: TopicPartition
     store: Store
-    segments: tuple[SegmentMeta, ...]
+    segments: tuple[SegmentMeta, ...]  # the cleaned range (or, for a read of a run, the run)
     tail: tuple[SegmentMeta, ...]  # the segments beyond the range (their markers and stale records matter)
     strategy: rules.Strategy
     strategy_header: str
     keyless_drop: bool
-    now_ms: int = 0
-    log_start_offset: int = 0
-    bucket: int = 0
+    now_ms: int
+    log_start_offset: int
+    first_dirty_offset: int
+    clean_keys_unique: bool  # the manifest's promise (the Arrow plan's winner search uses it)
+    policy: ApplyPolicy  # how decisions become objects
+    horizon_ms: int  # the delete horizon this pass stamps
+    segment_format: str  # what its rewrites write
+    batch_policy: BatchPolicy | None  # which batches its .log rewrites keep when they lose every record (.log only)
+    pass_id: str  # names its objects (tasks.apply.object_id)
     buckets: int = 1
+    bucket: int = 0
     bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``buckets - 1``; the same in all its tasks)
-    first_dirty_offset: int = 0
-    clean_keys_unique: bool = False  # the manifest's promise (the Arrow plan's winner search uses it)
-    # For a partition decided and applied in one task (the Arrow plan, one bucket):
-    policy: ApplyPolicy | None = None
-    horizon_ms: int = 0
-    segment_format: str = "parquet"  # what its rewrites write
-    batch_policy: BatchPolicy | None = None  # which batches its .log rewrites keep when they lose every record
-    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its objects (tasks.object_id)
+
+    def job(self, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool) -> ApplyJob:
+        """Apply job ``job_id`` of this pass: rewrite ``sources`` into one segment, or extend a deletion vector."""
+        return ApplyJob(tp=self.tp, store=self.store, job_id=job_id, sources=sources, horizon_ms=self.horizon_ms,
+                        now_ms=self.now_ms, log_start_offset=self.log_start_offset, deletes_only=deletes_only,
+                        pass_id=self.pass_id, segment_format=self.segment_format, batch_policy=self.batch_policy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,10 +125,10 @@ class ApplyJob(Payload):
     horizon_ms: int
     now_ms: int
     log_start_offset: int
-    deletes_only: bool = False
-    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its object (tasks.object_id)
-    segment_format: str = "parquet"  # what a rewrite writes
-    batch_policy: BatchPolicy | None = None  # which batches a .log rewrite keeps when they lose every record
+    deletes_only: bool
+    pass_id: str  # names its object (tasks.apply.object_id)
+    segment_format: str  # what a rewrite writes
+    batch_policy: BatchPolicy | None  # which batches a .log rewrite keeps when they lose every record
 
     @property
     def base_offset(self) -> int:
@@ -115,18 +141,22 @@ class ApplyJob(Payload):
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class BucketPiece(Payload):
-    """A key bucket's rows of a run of consecutive segments (read once for every bucket): the columns a
-    decision needs that no other bucket's rows affect, with each row's position among its segment's live
-    rows; or (``error`` set) what stopped the read."""
+    """A key range's rows of a run of consecutive segments (read once for every range): the columns a
+    decision needs that no other range's rows affect, with each row's position among its segment's live
+    rows; or (``error`` set) what stopped the read. ``phases`` is the read's time, carried by one piece of
+    each run."""
 
     tp: TopicPartition
     first_segment: int  # the base offset of the run's first segment
     read_lengths: np.ndarray  # live rows of each segment of the run, as read
-    lengths: np.ndarray  # of which this bucket's
+    lengths: np.ndarray  # of which this range's
     # The rows (offset, key, delete_horizon_ms, position; version_valid and version unless the strategy is
     # offset, whose version is the offset) as Arrow IPC.
     data: bytes = b""
     error: str | None = None
+    internal: bool = False
+    trace: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, tp: TopicPartition, first_segment: int, read_lengths: np.ndarray, lengths: np.ndarray,
@@ -153,31 +183,25 @@ def _no_offsets() -> np.ndarray:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class DecisionRow(Payload):
-    """Stage 1's result for one segment and key bucket: the decision's counts, a packed bitmap over the
-    segment's live rows as read with the bits of the rows it drops, and the offsets of the markers to stamp;
-    or (``error`` set, ``segment_base`` :data:`NO_SEGMENT`) what stopped the partition."""
+    """Stage 1's result for one segment and key range: the decision's counts, a packed bitmap over the
+    segment's live rows as read with the bits of the rows it drops, and the offsets of the markers to stamp."""
 
     tp: TopicPartition
-    segment_base: int = NO_SEGMENT
+    segment_base: int
     outcome: SegmentOutcome = field(default_factory=SegmentOutcome.empty)
     rows: int = 0  # the segment's live rows as read: the bitmap's length
     dropped: np.ndarray = field(default_factory=_no_bits)
     stamps: np.ndarray = field(default_factory=_no_offsets)
-    error: str | None = None
-
-    @classmethod
-    def failed(cls, tp: TopicPartition, error: str) -> DecisionRow:
-        return cls(tp=tp, error=error)
 
     def counts(self) -> DecisionRow:
-        """The row without its bitmap and stamps: what the driver collects to lay out the apply jobs."""
+        """The row without its bitmap and stamps: what the driver needs to lay out the apply jobs."""
         return replace(self, dropped=_no_bits(), stamps=_no_offsets())
 
 
 @dataclass(frozen=True, kw_only=True)
 class AppliedJob(Payload):
     """An apply job's result: the object it wrote (``segment``; None when a rewrite kept no record) and its
-    figures; or the error that stopped it."""
+    figures."""
 
     tp: TopicPartition
     job_id: int
@@ -189,7 +213,6 @@ class AppliedJob(Payload):
     records_written: int = 0
     stamped: int = 0  # records given their first delete horizon
     bytes_written: int = 0
-    error: str | None = None
 
     @classmethod
     def of(cls, job: ApplyJob, **figures: Any) -> AppliedJob:
@@ -201,9 +224,8 @@ class AppliedJob(Payload):
 @dataclass(frozen=True, kw_only=True)
 class CleanedPartition(Payload):
     """A partition decided and applied in one task: the decision's counts per segment (by base offset) and
-    each apply job's result; or the error that stopped it (then nothing of it may be committed)."""
+    each apply job's result."""
 
     tp: TopicPartition
     outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)
     jobs: tuple[AppliedJob, ...] = ()
-    error: str | None = None

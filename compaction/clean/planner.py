@@ -63,16 +63,19 @@ class PartitionPlan:
         return self.decision is Decision.CLEAN and self.dedupe and bool(self.segments)
 
     @property
-    def segment_format(self) -> str:
-        """What the cleaner writes: the topic's ``segment.format``, else the format of the newest segment."""
-        if self.config is not None and self.config.segment_format is not None:
-            return self.config.segment_format
-        segments = self.manifest.segments if self.manifest is not None else ()
-        return segments[-1].format if segments else "parquet"
-
-    @property
     def work_bytes(self) -> int:
         return sum(s.live_size_bytes for s in self.segments)
+
+    def to_clean(self) -> LogToClean:
+        """The selected partition as a clean pass takes it, every field set."""
+        if (self.decision is not Decision.CLEAN or self.manifest is None or self.config is None
+                or self.first_dirty_offset is None or self.first_uncleanable_offset is None
+                or self.log_start_offset is None):
+            raise ValueError(f"partition {self.partition} is not selected for cleaning "
+                             f"({self.decision}: {self.reason})")
+        return LogToClean(self, self.partition, self.manifest, self.config, self.log_start_offset,
+                          self.first_dirty_offset, self.first_uncleanable_offset, self.segments,
+                          self.expired_segments, self.needs_dedupe)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +102,55 @@ class PartitionPlan:
 
 
 @dataclass(frozen=True)
+class LogToClean:
+    """A selected partition as a clean pass takes it (Kafka's LogToClean), every field set.
+
+    The pass cleans ``segments``, the range ``[log_start_offset, first_uncleanable_offset)`` (the dirty part
+    from ``first_dirty_offset``), after retention has dropped ``expired_segments``; without ``needs_dedupe``
+    (retention alone) it reads no record.
+    """
+
+    plan: PartitionPlan = field(repr=False)  # the planner's verdict: its reason and figures, for the report
+    partition: TopicPartition
+    manifest: Manifest = field(repr=False)
+    config: TopicConfig
+    log_start_offset: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    segments: tuple[SegmentMeta, ...]
+    expired_segments: tuple[SegmentMeta, ...]
+    needs_dedupe: bool
+
+    @property
+    def tail(self) -> tuple[SegmentMeta, ...]:
+        """The segments beyond the cleaned range."""
+        return tuple(s for s in self.manifest.segments if s.base_offset >= self.first_uncleanable_offset)
+
+    @property
+    def segment_format(self) -> str:
+        """What the cleaner writes: the topic's ``segment.format``, else the format of the newest segment."""
+        if self.config.segment_format is not None:
+            return self.config.segment_format
+        return self.manifest.segments[-1].format if self.manifest.segments else "parquet"
+
+    @property
+    def records(self) -> int:
+        """Live records of the cleaned range."""
+        return sum(s.live_records for s in self.segments)
+
+    @property
+    def work_bytes(self) -> int:
+        return self.plan.work_bytes
+
+    @property
+    def checkpoint_after(self) -> int:
+        """The checkpoint once the pass commits: past the cleaned range, or (retention alone) past the log start."""
+        if self.needs_dedupe:
+            return max(self.first_uncleanable_offset, self.first_dirty_offset)
+        return max(self.first_dirty_offset, self.log_start_offset)
+
+
+@dataclass(frozen=True)
 class CompactionPlan:
     """Every partition's plan: the selected ones first (dirtiest first), then skipped, then uncleanable."""
 
@@ -112,6 +164,10 @@ class CompactionPlan:
     @property
     def selected(self) -> list[PartitionPlan]:
         return [p for p in self.partitions if p.decision is Decision.CLEAN]
+
+    @property
+    def to_clean(self) -> list[LogToClean]:
+        return [p.to_clean() for p in self.selected]
 
     @property
     def uncleanable(self) -> list[PartitionPlan]:
@@ -334,15 +390,14 @@ def format_duration(ms: int) -> str:
 CLEAN_SEGMENT_COST_DIVISOR = 4
 
 
-def key_buckets(p: PartitionPlan, task_max_records: int) -> int:
+def key_buckets(p: LogToClean, task_max_records: int) -> int:
     """Key buckets (tasks) a partition's cleaned range is split into, so that no task decides too much.
 
     A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
     columns of clean ones (up to :data:`CLEAN_SEGMENT_COST_DIVISOR` times as many records in all).
     """
-    assert p.first_dirty_offset is not None
     dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
-    total = sum(s.live_records for s in p.segments)
+    total = p.records
     return max(1, math.ceil(dirty / task_max_records),
                math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
 
@@ -362,10 +417,9 @@ def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tupl
     return [*runs, tuple(run)] if run else runs
 
 
-def apply_policy(p: PartitionPlan, now_ms: int, cleaner: CleanerSettings, buckets: int) -> ApplyPolicy:
+def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, buckets: int) -> ApplyPolicy:
     """How a partition's decisions become objects; a split partition's rewrites each read no more records
     than one of its decision tasks."""
-    assert p.config is not None
-    share = math.ceil(sum(s.live_records for s in p.segments) / buckets)
+    share = math.ceil(p.records / buckets)
     return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
                        cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)))

@@ -78,6 +78,7 @@ SURVIVAL_ORDER = ("version_valid", "version", "offset")
 #: What every plan decides on, one row per record of the cleaned range (plus one ``error`` row for a
 #: partition that failed to read). Spark's schema for it is derived from this one.
 FACTS_SCHEMA = pa.schema([
+    ("task", pa.int32()),  # the stage's task the row comes from (one partition's cleaned range)
     ("topic", pa.string()),
     ("partition", pa.int32()),
     ("segment_base", pa.int64()),
@@ -92,7 +93,9 @@ FACTS_SCHEMA = pa.schema([
     ("aborted", pa.bool_()),
     ("marker_pending", pa.bool_()),
     ("guarded", pa.bool_()),
-    ("error", pa.string()),
+    ("error", pa.string()),  # set in the one row of a task that failed, with the two below
+    ("internal", pa.bool_()),
+    ("trace", pa.string()),
 ])
 
 

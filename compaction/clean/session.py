@@ -1,8 +1,15 @@
-"""The one place a SparkSession is built, with the settings the cleaner relies on."""
+"""The one place a SparkSession is built, classic or Spark Connect, with the settings the cleaner relies on.
+
+A classic session runs on a master (``--master``: local mode, a standalone cluster, YARN, Kubernetes; or
+spark-submit's); a Spark Connect session talks to a server (``--remote sc://HOST:PORT`` or Spark's own
+``SPARK_REMOTE``; ``local[N]`` starts one in this process). The cleaner runs the same stages on both
+(:mod:`compaction.clean.stages`).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import logging
 import os
 import re
@@ -10,15 +17,20 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Mapping
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
+import pyarrow as pa
 import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from compaction.errors import CompactionError
+from compaction.errors import CompactionError, ConfigError
 
 #: Settings every session gets unless the caller (or spark-submit --conf) says otherwise.
 DEFAULTS = {
@@ -31,7 +43,14 @@ DEFAULTS = {
     # Off unless asked (--spark-conf spark.ui.showConsoleProgress=true): the bar is drawn over the job's own
     # lines on stderr, and pyspark turns it on by default (it launches its JVM as a "shell").
     "spark.ui.showConsoleProgress": "false",
+    # Spark's own log (warnings and errors only) through this setting rather than a SparkContext, which a Spark
+    # Connect session does not have.
+    "spark.log.level": os.environ.get("COMPACTION_SPARK_LOG_LEVEL", "WARN"),
 }
+#: The defaults a session of a Spark Connect server can take (SQL settings of the session): the server was
+#: started with its own static settings.
+SESSION_DEFAULTS = ("spark.sql.execution.arrow.pyspark.enabled", "spark.sql.adaptive.enabled",
+                    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "spark.sql.session.timeZone")
 #: Spark's start-up lines ("Using Spark's default log4j profile", the native-hadoop warning) are noise to a
 #: user of the job: a driver this process starts logs warnings only, through this file (spark-submit's JVM is
 #: configured by spark-submit).
@@ -66,7 +85,7 @@ def make_class_archive() -> Path:
     code = ("from compaction.clean.session import spark_session\n"
             f"s = spark_session('local[2]', conf={{'spark.ui.enabled': 'false', 'spark.driver.extraJavaOptions': "
             f"'-XX:ArchiveClassesAtExit={archive}'}})\n"
-            "s.sparkContext.parallelize(range(4), 4).map(lambda x: x).collect()\n"
+            "s.range(0, 4, 1, 4).mapInArrow(lambda batches: batches, 'id long').collect()\n"
             "s.createDataFrame([(1, 'a')], 'k int, v string').groupBy('v').count().collect()\n"
             "s.stop()\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
@@ -106,22 +125,71 @@ def with_task_retries(master: str, attempts: int | str = TASK_ATTEMPTS) -> str:
     return f"local[{found.group(1) or 1},{attempts}]" if found else master
 
 
+def remote_url(remote: str | None = None, master: str | None = None) -> str | None:
+    """The Spark Connect server to use: ``remote`` (``--remote``), else Spark's ``SPARK_REMOTE``; None for classic
+    Spark. A master besides a server is a contradiction Spark itself refuses, so it is refused here first."""
+    url = remote or os.environ.get("SPARK_REMOTE") or None
+    if url is not None and master is not None:
+        source = "--remote" if remote else "SPARK_REMOTE"
+        raise ConfigError(f"--master {master} and {source} {url} cannot both be given: --master runs classic Spark, "
+                          f"{source} connects to a Spark Connect server; give one (unset SPARK_REMOTE for --master)")
+    if url is not None and not (url.startswith("sc://") or LOCAL_MASTER.fullmatch(url)
+                                or ANY_LOCAL_MASTER.fullmatch(url)):
+        raise ConfigError(f"Spark Connect server {url!r} must look like sc://HOST:PORT (or local[N], a server "
+                          "in this process)")
+    return url
+
+
+def package_archive(folder: Path) -> Path:
+    """This package's modules and data as a zip in ``folder`` (what the wheel of ``make dist`` holds), for a
+    Spark Connect server's Python workers."""
+    try:
+        version = importlib.metadata.version("compaction")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        version = "dev"
+    root = Path(__file__).resolve().parents[1]
+    archive = folder / f"compaction-{version}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zipped.write(path, Path("compaction") / path.relative_to(root))
+    return archive
+
+
+def ship_package(session: SparkSession, url: str) -> None:
+    """Send this package to the session's Python workers as a Spark Connect artifact, so that they run the
+    driver's own version of it (its payloads refuse any other); its dependencies must be installed there."""
+    with tempfile.TemporaryDirectory(prefix="compaction-artifact-") as folder:
+        try:
+            session.addArtifacts(str(package_archive(Path(folder))), pyfile=True)
+        except Exception as err:  # a server that refuses artifacts: say what works instead
+            raise CompactionError(f"could not send the compaction package to the Spark Connect server {url} ({err}); "
+                                  "install it on the server's Python and run with --no-ship-package") from err
+
+
 def spark_session(master: str | None = None, app_name: str = "compaction",
-                  conf: Mapping[str, str] | None = None, light_driver: bool = False) -> SparkSession:
-    """Get or create the session; ``master`` None leaves it to spark-submit (``local[*]`` outside it).
+                  conf: Mapping[str, str] | None = None, light_driver: bool = False,
+                  remote: str | None = None, ship: bool = True) -> SparkSession:
+    """Get or create the session: a Spark Connect session when ``remote`` or ``SPARK_REMOTE`` names a server,
+    else a classic one on ``master`` (None leaves it to spark-submit, or ``local[*]`` outside it).
 
     ``light_driver`` suits plans whose records never enter the JVM (the Arrow plan): in local mode the
     executors share the driver's JVM, so the Spark SQL plans leave it off.
 
     Python workers must run this interpreter (they import pyarrow and this package), so PYSPARK_PYTHON
     defaults to it when unset. A local master gets task retries (:func:`with_task_retries`), also one that
-    spark-submit was given.
+    spark-submit was given, or a Spark Connect server started in this process (``local[N]``). A server of its
+    own gets this package as an artifact (:func:`ship_package`) unless ``ship`` is false.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    url = remote_url(remote, master)
     attempts = (conf or {}).get("spark.task.maxFailures")
-    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if url is not None and url.startswith("sc://"):
+        return _server_session(url, app_name, conf or {}, ship)
+    if url is not None:
+        master = url  # a Spark Connect server in this process, on a local master of its own
+    elif master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = "local[*]"  # not under spark-submit, which sets the master (and the gateway) itself
     elif master is None:
         SparkContext._ensure_initialized()  # joins the JVM spark-submit started, so the conf reads its settings
@@ -129,13 +197,17 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
         given = submitted.get("spark.master") or ""
         if LOCAL_MASTER.fullmatch(given):
             master, attempts = given, attempts or submitted.get("spark.task.maxFailures")
+    builder = SparkSession.builder.appName(app_name)
     if master is not None:
         check_master(master)
-        builder = builder.master(with_task_retries(master, attempts or TASK_ATTEMPTS))
+        master = with_task_retries(master, attempts or TASK_ATTEMPTS)
+        builder = builder.remote(master) if url is not None else builder.master(master)
     settings = dict(DEFAULTS)
     if master is not None and master.startswith("local"):
         # Local mode talks only to itself: bind to loopback, not to whatever the host name resolves to.
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        if url is not None:  # and so does the Spark Connect server it starts
+            settings["spark.connect.grpc.binding.address"] = "127.0.0.1"
     java_options = []
     if light_driver:
         # The driver JVM only schedules tasks and collects metadata: the quick C1 compiler warms up in less
@@ -152,13 +224,35 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("COMPACTION_SPARK_LOG_LEVEL", "WARN"))
+    with warnings.catch_warnings():
+        # A Spark Connect server started here takes every setting at start-up, then pyspark tries each again on
+        # the session and warns that the static ones cannot change there: noise, not a problem.
+        warnings.filterwarnings("ignore", "Failed to set", UserWarning)
+        return builder.getOrCreate()
+
+
+def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool) -> SparkSession:
+    """A session of the Spark Connect server at ``url``: only the session's SQL settings can be set from here."""
+    # Spark Connect's own builder: pyspark's refuses a remote session in a process that runs a classic one.
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    builder = ConnectSession.builder.remote(url).appName(app_name)
+    for key, value in {**{key: DEFAULTS[key] for key in SESSION_DEFAULTS}, **conf}.items():
+        builder = builder.config(key, value)
+    session = cast(SparkSession, builder.getOrCreate())
+    if ship:
+        ship_package(session, url)
     return session
 
 
-def _import_task_modules(_: int) -> None:
-    import compaction.clean.tasks  # noqa: F401  (with pyarrow, numpy and the payloads)
+def _import_task_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import compaction.clean.tasks.apply  # noqa: F401  (with pyarrow, numpy, the payloads and the other stages)
+
+    yield from ()
+
+
+#: Rows of the warm-up job: spread over the session's default parallelism (a task on every core).
+WARM_ROWS = 1 << 16
 
 
 def warm_workers(session: SparkSession) -> threading.Thread:
@@ -168,12 +262,10 @@ def warm_workers(session: SparkSession) -> threading.Thread:
     a background thread, pays that while the driver reads manifests and samples keys, so the first stage's
     tasks start at once. Its failure is not the run's: a real task would fail the same way, and is handled.
     """
-    context = session.sparkContext
-    cores = max(1, context.defaultParallelism)
 
     def run() -> None:
         try:
-            context.parallelize(range(cores), cores).foreach(_import_task_modules)
+            session.range(0, WARM_ROWS).mapInArrow(_import_task_modules, "id long").collect()
         except Exception as err:  # only a warm-up
             logging.getLogger(__name__).debug("warming the Python workers failed: %s", err)
 

@@ -5,7 +5,8 @@
 - DuckDB: the scan registered on a connection as a view; every query over it streams the pinned versions
   again (DuckDB takes the scan through the Arrow PyCapsule stream interface).
 - Spark: a ``DataFrame`` whose tasks each read one live file (one partition for ``latest``) with the same
-  reading core, on executors, through the store's fsspec filesystem (local paths, S3 ...).
+  reading core, on executors, through the store's fsspec filesystem (local paths, S3 ...); classic and Spark
+  Connect sessions alike.
 
 Each engine is imported only when its adapter is used.
 """
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from compaction.clean.payloads import loads
 from compaction.read.task import ReadTask
 
 if TYPE_CHECKING:
@@ -63,20 +65,19 @@ def to_duckdb(scan: Scan, connection: DuckDBPyConnection, name: str) -> DuckDBPy
     return connection.table(name)
 
 
-def _task_batches(rows: Iterator[pa.RecordBatch], tasks: Any) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: each input row names a task of the broadcast list; yields its records."""
-    for row in rows:
-        for index in row.column(0).to_pylist():
-            task: ReadTask = tasks.value[index]
+def _task_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: each input row is a read task; yields its records."""
+    for batch in batches:
+        for payload in batch.column("payload").to_pylist():
+            task: ReadTask = loads(payload)
             yield from task.batches()
 
 
 def to_spark(scan: Scan, spark: SparkSession) -> DataFrame:
-    """The scan as a Spark DataFrame (the same records, in no particular order)."""
+    """The scan as a Spark DataFrame (the same records, in no particular order), on a classic or a Spark Connect
+    session: each read task is a row, read on an executor."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    tasks = scan.tasks(split=True)
-    sc = spark.sparkContext
-    shipped = sc.broadcast(tasks)
-    ids = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(tasks))], max(1, len(tasks))), "task int")
-    return ids.mapInArrow(lambda rows: _task_batches(rows, shipped), from_arrow_schema(scan.schema))
+    from compaction.clean.stages import task_frame
+
+    return task_frame(spark, scan.tasks(split=True)).mapInArrow(_task_batches, from_arrow_schema(scan.schema))

@@ -1,0 +1,104 @@
+"""The end of a clean pass: the one place a partition's checkpoint moves (Kafka's ``doneCleaning``).
+
+Per partition, the driver publishes the next manifest version through the store's commit primitive (an
+exclusive create, rebasing over concurrent appends): the segments the pass replaced out, the objects it wrote
+in, and the checkpoint past the cleaned range. A partition that failed anywhere commits nothing and is reported
+with its reason; so is one whose commit fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from compaction.clean.layout import SegmentOutcome
+from compaction.clean.outcome import PartitionResult
+from compaction.clean.payloads import AppliedJob, ApplyJob, CleanTask, DecisionRow
+from compaction.clean.planner import LogToClean, PartitionPlan
+from compaction.clean.tasks.isolation import Failure
+from compaction.errors import StoreError
+from compaction.store import Replacement, Store, Writer
+from compaction.store.manifest import SegmentMeta
+
+log = logging.getLogger("compaction.clean.commit")
+
+
+@dataclass
+class PartitionWork:
+    """One selected partition in a pass: its task, and what the Spark stages produced for it."""
+
+    log: LogToClean
+    task: CleanTask
+    outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)  # by segment base offset
+    decisions: list[DecisionRow] = field(default_factory=list)  # stage 1's rows, of a partition decided in stages
+    jobs: list[ApplyJob] = field(default_factory=list)
+    results: dict[int, SegmentMeta | None] = field(default_factory=dict)  # by job id; None: nothing kept
+    bytes_written: int = 0
+    records_written: int = 0
+    stamped: int = 0  # records the rewrites gave their first delete horizon
+    failure: Failure | None = None
+
+    def reset(self) -> None:
+        """Forget what a failed Spark job produced (none of it was committed)."""
+        self.outcomes, self.decisions, self.jobs, self.results = {}, [], [], {}
+        self.bytes_written = self.records_written = self.stamped = 0
+        self.failure = None
+
+    def fail(self, failure: Failure) -> None:
+        """Record the first failure of the partition (its task's, or a later stage's)."""
+        self.failure = self.failure or failure
+
+    def add(self, result: AppliedJob) -> None:
+        """Record an apply job's result."""
+        self.results[result.job_id] = result.segment
+        self.bytes_written += result.bytes_written
+        self.records_written += result.records_written
+        self.stamped += result.stamped
+
+    def next_horizon_ms(self) -> int | None:
+        """The earliest delete horizon still to come in the cleaned range after this pass."""
+        horizons = [o.next_horizon_ms for o in self.outcomes.values() if o.next_horizon_ms is not None]
+        if self.stamped:
+            horizons.append(self.task.horizon_ms)
+        return min(horizons, default=None)
+
+
+def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int, elapsed_ms: int) -> PartitionResult:
+    """Commit a partition's pass (or report why it cannot be committed)."""
+    p = work.log
+    if work.failure is not None:
+        return PartitionResult.failed(p.plan, work.failure.error, internal=work.failure.internal,
+                                      trace=work.failure.trace)
+    missing = [j.job_id for j in work.jobs if j.job_id not in work.results]
+    if missing:
+        return PartitionResult.failed(p.plan, f"apply job(s) {missing} produced no output", internal=True)
+    removed = [s for j in work.jobs for s in j.sources]
+    added = [segment for j in work.jobs if (segment := work.results[j.job_id]) is not None]
+    change = Replacement(
+        removed=(*p.expired_segments, *removed), added=tuple(added),
+        expected_first_dirty_offset=p.manifest.first_dirty_offset, first_dirty_offset=p.checkpoint_after,
+        expected_log_start_offset=p.manifest.log_start_offset, log_start_offset=p.log_start_offset,
+        # A pass leaves one competing record per key in the range it decided, whatever the strategy.
+        clean_keys_unique=True if p.needs_dedupe else None, last_clean_ms=now_ms if p.needs_dedupe else None,
+        next_horizon_ms=work.next_horizon_ms())
+    try:
+        committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms)
+    except StoreError as err:
+        return PartitionResult.failed(p.plan, f"{type(err).__name__}: {err}")
+    return PartitionResult.cleaned(p, committed, work.outcomes, work.jobs, added, work.records_written,
+                                   work.bytes_written, elapsed_ms=elapsed_ms)
+
+
+def reset_checkpoint(store: Store, p: PartitionPlan, writer: Writer, now_ms: int) -> PartitionResult:
+    """Write a checkpoint the planner reset (below the log start or past the log end) at once, as Kafka does
+    even for a partition it does not clean; a reset that cannot be committed is a failure of the partition."""
+    assert p.manifest is not None and p.first_dirty_offset is not None  # the planner resets only what it read
+    manifest = p.manifest
+    change = Replacement((), (), manifest.first_dirty_offset, p.first_dirty_offset, manifest.log_start_offset,
+                         manifest.log_start_offset)
+    try:
+        store.replace(p.partition, change, writer=writer, now_ms=now_ms)
+    except StoreError as err:
+        return PartitionResult.failed(p, f"could not reset the checkpoint ({p.checkpoint_reset}): "
+                                         f"{type(err).__name__}: {err}")
+    return PartitionResult.from_plan(p)

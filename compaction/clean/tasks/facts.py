@@ -1,0 +1,270 @@
+"""Stage 1's reading: the live records a decision needs from a cleaned range, and the facts the rules give them.
+
+Only the decision columns are read (key, offset, version inputs, delete horizons, transaction markers; never
+values), with deletion vectors applied and nothing below the log start. The Spark SQL plans take the same facts
+as rows (:func:`facts_rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from compaction.clean import rules
+from compaction.clean.payloads import BucketPiece, CleanTask
+from compaction.clean.phases import phase
+from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
+from compaction.kafka.layout import CONTROL, TRANSACTIONAL
+from compaction.store.formats import LogSegment
+from compaction.store.manifest import SegmentMeta
+from compaction.store.segment import SEGMENT_SCHEMA
+
+#: The decision columns of the facts (what :func:`compaction.clean.rules.classify` and the plans read).
+DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
+                    "aborted", "marker_pending", "guarded")
+
+
+def _column(table: pa.Table, name: str, default: Any = None) -> pa.Array:
+    if name in table.column_names:
+        return table.column(name).combine_chunks()
+    type_ = SEGMENT_SCHEMA.field(name).type
+    return pa.nulls(table.num_rows, type_) if default is None else pa.repeat(pa.scalar(default, type_),
+                                                                              table.num_rows)
+
+
+def _has_transactions(segment: SegmentMeta) -> bool:
+    return bool(segment.transactional_count or segment.control_count)
+
+
+def has_transactions(task: CleanTask) -> bool:
+    """Whether the task's range or tail holds transactions: their facts need every row of the range in one
+    task, so such a split partition's stage 1 cannot read each segment once (:func:`bucket_pieces`)."""
+    return any(_has_transactions(s) for s in (*task.segments, *task.tail))
+
+
+def _columns_for(task: CleanTask) -> list[str]:
+    """Only what the decision needs: never values (a data record with a delete horizon is a tombstone)."""
+    return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
+
+
+def row_positions(read_lengths: np.ndarray) -> np.ndarray:
+    """Each row's index among its segment's rows, for segments of ``read_lengths`` rows one after another."""
+    ends = np.cumsum(read_lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - read_lengths, read_lengths)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the decision reads of a task's rows (its key bucket of the cleaned range), in offset order."""
+
+    table: pa.Table  # DECISION_COLUMNS
+    lengths: np.ndarray  # rows of each segment in ``table``, in segment order
+    read_lengths: np.ndarray  # live rows of each segment as read (before the key-bucket filter)
+    selected: np.ndarray | None  # which rows read are the bucket's (None: all of them)
+    records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
+    logs: dict[int, LogSegment] = field(default_factory=dict)  # and the batches of those that are .log
+
+    def segment_slices(self) -> list[slice]:
+        """Each segment's rows in ``table``."""
+        ends = np.cumsum(self.lengths)
+        return [slice(int(end - length), int(end)) for end, length in zip(ends, self.lengths, strict=True)]
+
+    def positions(self) -> np.ndarray:
+        """Each row's index among its segment's live rows."""
+        read = row_positions(self.read_lengths)
+        return read if self.selected is None else read[self.selected]
+
+    def row_bitmaps(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Per segment, a packed bitmap over its live rows with the bits of ``rows`` (rows of ``table``)."""
+        bits = np.zeros(int(self.read_lengths.sum()), dtype=bool)
+        bits[np.flatnonzero(rows) if self.selected is None else np.flatnonzero(self.selected)[rows]] = True
+        ends = np.cumsum(self.read_lengths)
+        return [np.packbits(bits[end - length:end]) for end, length in zip(ends, self.read_lengths, strict=True)]
+
+
+def _tail_versions(task: CleanTask) -> pa.Table:
+    """``key``, ``version_valid``, ``version`` of the keyed data records beyond the cleaned range."""
+    parts = []
+    for segment in task.tail:
+        columns = ["offset", "key", *rules.strategy_columns(task.strategy)]
+        table = task.store.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
+                                        else columns, start=task.log_start_offset)
+        data = pc.is_valid(table.column("key"))
+        if segment.control_count:
+            data = pc.and_(data, pc.invert(pc.fill_null(table.column("is_control"), False)))
+        table = table.filter(data)
+        valid, version = rules.versions(table, task.strategy, task.strategy_header)
+        parts.append(pa.table({"key": table.column("key"), "version_valid": pa.array(valid),
+                               "version": pa.array(version)}))
+    return pa.concat_tables(parts) if parts else pa.table({"key": pa.array([], pa.binary()),
+                                                           "version_valid": pa.array([], pa.int8()),
+                                                           "version": pa.array([], pa.int64())})
+
+
+def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
+    """The empty transactional data batches of a ``.log`` segment, as rows of the transaction columns (at their last
+    offset): they have no record, but still belong to their transaction."""
+    batches = log.batches
+    attributes = batches.column("attributes").to_numpy()
+    last = batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(np.int64)
+    rows = ((batches.column("record_count").to_numpy() == 0) & ((attributes & TRANSACTIONAL) != 0)
+            & ((attributes & CONTROL) == 0) & (last >= start))
+    n = int(rows.sum())
+    return pa.table({"offset": pa.array(last[rows], pa.int64()),
+                     "producer_id": batches.column("producer_id").filter(pa.array(rows)),
+                     "is_transactional": pa.array(np.ones(n, dtype=bool)),
+                     "is_control": pa.array(np.zeros(n, dtype=bool)), "control_type": pa.nulls(n, pa.string())})
+
+
+def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
+    """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
+    compute their facts with :mod:`compaction.clean.rules`, and keep the rows of the task's key bucket.
+
+    Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
+    (a task that will rewrite them reads each object once).
+    """
+    transactional = has_transactions(task)
+    plain = _columns_for(task)
+    columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
+    with phase("read"):
+        parts, lengths, records, logs, empty = _read_range(task, whole, columns, plain)
+    with phase("decide"):
+        return _facts(task, parts, lengths, columns, transactional, empty, records, logs)
+
+
+def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str]
+                ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table]]:
+    """The decision columns of the task's segments (and the whole records of those in ``whole``)."""
+    parts: list[pa.Table] = []
+    lengths: list[int] = []
+    records: dict[int, pa.Table] = {}
+    logs: dict[int, LogSegment] = {}
+    empty: list[pa.Table] = []
+    for segment in task.segments:
+        if segment.format == "kafka":  # read whole in any case: a batch's CRC covers all its records
+            log = task.store.read_log_segment(task.tp, segment)
+            live = task.store.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
+            table = log.records.filter(pa.array(live))
+            empty.append(empty_transactional_batches(log, task.log_start_offset))
+            if segment.base_offset in whole:
+                logs[segment.base_offset], records[segment.base_offset] = log, table
+        elif segment.base_offset in whole:
+            table = records[segment.base_offset] = task.store.read_segment(task.tp, segment,
+                                                                           start=task.log_start_offset)
+        else:
+            table = task.store.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
+                                            start=task.log_start_offset)
+        parts.append(pa.table({name: _column(table, name) for name in columns}))
+        lengths.append(table.num_rows)
+    return parts, lengths, records, logs, empty
+
+
+def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: list[str], transactional: bool,
+           empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment]) -> Facts:
+    """The decision facts of the rows read (see :func:`read_decision_facts`)."""
+    raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
+    n = raw.num_rows
+    keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
+    control = np.zeros(n, dtype=bool)
+    aborted = np.zeros(n, dtype=bool)
+    pending = np.zeros(n, dtype=bool)
+    if transactional and n:
+        control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
+        later = [task.store.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
+                 for s in task.tail if _has_transactions(s)]
+        involved = raw.select(rules.TRANSACTION_COLUMNS)
+        # An empty batch of a transaction still belongs to it, as Kafka's cleaner sees it: its marker stays
+        # while the batch does (a broker reading the log back must find the transaction ended).
+        rank = np.arange(n)
+        extra = [t for t in empty if t.num_rows]
+        if extra:
+            involved = pa.concat_tables([involved, *(t.cast(involved.schema) for t in extra)])
+            order = np.argsort(involved.column("offset").to_numpy(), kind="stable")
+            involved = involved.take(pa.array(order))
+            rank = np.argsort(order)[:n]
+        found = rules.transaction_facts(pa.concat_tables([involved, *(t.cast(involved.schema) for t in later)]))
+        aborted, pending = found.aborted[rank], found.marker_pending[rank]
+    read_lengths = counts = np.array(lengths, dtype=np.int64)
+    mine = None
+    if task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
+        buckets = key_bucket(raw.column("key"), task.bounds)
+        mine = buckets == task.bucket
+        counts = bucket_counts(buckets, read_lengths, task.buckets)[:, task.bucket]
+        raw = raw.filter(pa.array(mine))
+        keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
+    valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+    table = decision_table(task, raw.column("offset"), raw.column("key"), valid, version,
+                           raw.column("delete_horizon_ms"), keyed, control, aborted, pending)
+    return Facts(table, counts, read_lengths, mine, records, logs)
+
+
+def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
+                   delete_horizon_ms: Any, keyed: np.ndarray, control: np.ndarray, aborted: np.ndarray,
+                   pending: np.ndarray) -> pa.Table:
+    """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied."""
+    facts = pa.table({
+        "offset": offset, "key": key, "version_valid": pa.array(valid, pa.int8()),
+        "version": pa.array(version, pa.int64()), "competes": pa.array(rules.competes(keyed, control, aborted)),
+        "delete_horizon_ms": delete_horizon_ms, "is_control": pa.array(control), "aborted": pa.array(aborted),
+        "marker_pending": pa.array(pending), "guarded": pa.array(np.zeros(len(keyed), dtype=bool)),
+    })
+    # A tombstone whose horizon passed may be guarded by a stale record of its key beyond the range; under
+    # the offset strategy every record beyond has a higher version, so none is.
+    candidates = facts.column("competes").to_numpy(zero_copy_only=False) & rules.expiring(facts, task.now_ms)
+    if task.strategy is not rules.Strategy.OFFSET and candidates.any() and task.tail:
+        guarded = rules.guarded_by_tail(facts, candidates, _tail_versions(task))
+        facts = facts.set_column(facts.column_names.index("guarded"), "guarded", pa.array(guarded))
+    return facts
+
+
+def read_facts(task: CleanTask, index: int) -> pa.Table:
+    """The Spark SQL plans' facts table for the stage's task ``index``: the decision facts with where each row
+    lives."""
+    facts = read_decision_facts(task)
+    table = facts.table
+    n = table.num_rows
+    bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
+    return pa.table({
+        "task": pa.repeat(pa.scalar(index, pa.int32()), n),
+        "topic": pa.repeat(pa.scalar(task.tp.topic), n),
+        "partition": pa.repeat(pa.scalar(task.tp.partition, pa.int32()), n),
+        "segment_base": pa.array(bases, pa.int64()),
+        "position": pa.array(facts.positions(), pa.int64()),
+        **{name: table.column(name) for name in DECISION_COLUMNS},
+        "error": pa.nulls(n, pa.string()), "internal": pa.nulls(n, pa.bool_()), "trace": pa.nulls(n, pa.string()),
+    }, schema=rules.FACTS_SCHEMA)
+
+
+# Stage 1 of a split partition without transactions: each run of segments read once -----------------------
+
+
+def bucket_pieces(task: CleanTask) -> list[BucketPiece]:
+    """Read a run of segments of a split partition (``task.segments``) once, and give each key range its rows:
+    one :class:`BucketPiece` per range, in range order, for the shuffle to the range's task.
+
+    Only for ranges without transactions: whether a record is aborted depends on every row before it, so
+    those partitions' range tasks read the whole range instead (:func:`read_decision_facts`).
+    """
+    columns = _columns_for(task)
+    with phase("read"):
+        parts, lengths, *_ = _read_range(task, frozenset(), columns, columns)
+    with phase("decide"):
+        raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
+        read_lengths = np.array(lengths, dtype=np.int64)
+        rows = pa.table({"offset": raw.column("offset"), "key": raw.column("key"),
+                         "delete_horizon_ms": raw.column("delete_horizon_ms"),
+                         "position": pa.array(row_positions(read_lengths).astype(np.int32))})
+        if task.strategy is not rules.Strategy.OFFSET:  # under it the version is the offset: rebuilt, not sent
+            valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+            rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
+                "version", pa.array(version, pa.int64()))
+        bucket = key_bucket(raw.column("key"), task.bounds)
+        del raw, parts
+        counts = bucket_counts(bucket, read_lengths, task.buckets)
+        first = task.segments[0].base_offset
+        return [BucketPiece.of(task.tp, first, read_lengths, counts[:, b], rows.filter(pa.array(bucket == b)))
+                for b in range(task.buckets)]
