@@ -221,6 +221,24 @@ def test_manifest_names_that_are_not_20_digit_versions_are_ignored_and_flagged(s
             (name, problems)
 
 
+def test_verify_reports_a_gap_across_the_version_space_and_checks_the_rest(seeded: Store,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    last = 10**20 - 1
+    _put_manifest(seeded, f"{last}.json", last)
+    _put_manifest(seeded, f"{10**20}.json", 10**20)
+    _put_manifest(seeded, f"{5:020d}.json", 5)
+    other = TopicPartition("orders", 1)
+    seeded.append(other, keyed("c=3"), now_ms=1)
+    code, out = run(capsys, "verify", seeded.url)
+    assert code == EXIT_FAILED and "Traceback" not in out, out
+    where = f"{seeded.url}/orders/0/_manifests"
+    assert f"PROBLEM orders-0: {where}: manifest versions are not continuous: missing 2-4, 6-99999999999999999998" \
+        in out, out
+    assert f"PROBLEM orders-0: {where}/100000000000000000000.json: is not named <20-digit version>.json" in out, out
+    assert "orders-0: version 99999999999999999999, 1 segment(s), 2 record(s)" in out, "its newest version checked"
+    assert "orders-1: version 1, 1 segment(s), 1 record(s), 0 unreferenced object(s): ok" in out, out
+
+
 # JSON Lines that are not UTF-8 text ------------------------------------------------------------------------
 
 
