@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import pairwise
 
 import pyarrow.compute as pc
 
@@ -106,7 +107,7 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
 def _gaps(versions: list[int], shown: int = 10) -> str:
     """The versions missing between sorted ``versions``, as ranges (``2, 5-99999999999999999998``): a gap may
     span most of the 20-digit version space, so it is never listed version by version."""
-    gaps = [(low + 1, high - 1) for low, high in zip(versions, versions[1:]) if high - low > 1]
+    gaps = [(low + 1, high - 1) for low, high in pairwise(versions) if high - low > 1]
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:shown])
     return text + (f" and {len(gaps) - shown} more gap(s)" if len(gaps) > shown else "")
 
