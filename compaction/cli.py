@@ -46,6 +46,7 @@ from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.store.jsonl import decode_utf8, parse_lines
 from compaction.store.names import partition_name_problem
+from compaction.store.segment import conform
 from compaction.store.status import format_table, human_bytes, partition_status
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store.verify import verify
@@ -381,12 +382,11 @@ def cmd_append(args: argparse.Namespace) -> int:
         # Universal newlines, as a text-mode file reads them; the bytes are decoded first so that a byte that is
         # not UTF-8 is reported with its line.
         table = parse_lines(io.StringIO(decode_utf8(path.read_bytes(), str(path)), newline=None), str(path))
-    if not args.no_timestamp and "timestamp" not in table.column_names:
-        table = table.append_column("timestamp", pa.array([now] * table.num_rows, pa.int64()))
-    elif not args.no_timestamp:
-        filled = pc.fill_null(table.column("timestamp").cast(pa.int64()), now)
+    table = conform(table, str(path))  # every column in the segment's types, a value that does not fit named
+    if not args.no_timestamp:
+        filled = pc.fill_null(table.column("timestamp"), now)
         table = table.set_column(table.column_names.index("timestamp"), "timestamp", filled)
-    manifest = store.append(tp, table, now_ms=now, writer=Writer(id="compaction-append"))
+    manifest = store.append(tp, table, now_ms=now, writer=Writer(id="compaction-append"), where=str(path))
     segment = manifest.segments[-1]
     print(f"appended {segment.record_count} record(s) to {tp} at [{segment.base_offset}, {segment.next_offset}) "
           f"as manifest version {manifest.version}")
