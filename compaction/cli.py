@@ -26,7 +26,7 @@ from compaction import __version__, job, logs
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision, format_duration
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
-from compaction.clean.session import spark_session
+from compaction.clean.session import check_session_kind, spark_session
 from compaction.config import Settings, did_you_mean
 from compaction.errors import (
     CompactionError,
@@ -312,6 +312,7 @@ def print_plan(result: CompactionPlan) -> None:
 
 def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
     conf = spark_properties(args)
+    check_session_kind(args.master or conf.get("spark.master"))  # a conflict fails before any work
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
     return lambda: spark_session(args.master, conf=conf, light_driver=arrow)
 

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -15,10 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pyspark
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from compaction.errors import CompactionError
+from compaction.errors import CompactionError, ConfigError, SparkStartError
 
 #: Settings every session gets unless the caller (or spark-submit --conf) says otherwise.
 DEFAULTS = {
@@ -41,6 +44,10 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 TASK_ATTEMPTS = 4
 #: Seconds to wait for a standalone master to accept a connection: a live one answers at once.
 MASTER_CONNECT_TIMEOUT_S = 5
+#: A Spark Connect URL: ``sc://`` [user info ``@``] host and port, then ``;``-separated parameters (a token).
+SPARK_CONNECT_URL = re.compile(r"(sc://)(?:[^\s@/;\]]*@)?([^\s/;\]]*)(?:/?;[^\s\]]*)?")
+#: Seconds for ``java -version`` with the driver's options (it takes some 50 ms).
+JAVA_CHECK_TIMEOUT_S = 30
 LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
 #: Every local master Spark takes: local, local[N], local[*], local[N,F], local[*,F], and local-cluster[N,C,M]
 #: (N workers of C cores and M MiB in separate JVMs on this machine, as a standalone cluster schedules them).
@@ -85,7 +92,8 @@ def check_master(master: str) -> None:
             try:
                 socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
             except OSError as err:
-                raise CompactionError(f"no Spark master is listening at {master} ({err})") from err
+                raise SparkStartError(f"Spark cannot start: no Spark master is listening at {master} ({err}); start "
+                                      "the master, or give the URL of a running one with --master") from err
     elif master.startswith("local"):
         if not ANY_LOCAL_MASTER.fullmatch(master):
             raise CompactionError(f"Spark master {master!r} is not local, local[N], local[*], local[N,F] or "
@@ -93,6 +101,50 @@ def check_master(master: str) -> None:
     elif not (master == "yarn" or master.startswith(("k8s://", "mesos://", "sc://"))):
         raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn, "
                               "k8s://... or local-cluster[N,C,M]")
+
+
+def check_session_kind(master: str | None, remote: str | None = None) -> None:
+    """A session is classic (a master: ``--master``, ``spark.master``) or Spark Connect (a remote:
+    ``SPARK_REMOTE``), never both: a ConfigError before any work, where pyspark would refuse the pair with a
+    traceback only once the session starts."""
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if master and remote:
+        raise ConfigError(f"both a Spark master ({master}) and a Spark Connect remote (SPARK_REMOTE="
+                          f"{without_secrets(remote)}) are set: a session is either classic or Spark Connect; drop "
+                          "--master or unset SPARK_REMOTE")
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with every Spark Connect URL's user info and parameters (``;token=...``) left out."""
+    return SPARK_CONNECT_URL.sub(r"\1\2", text)
+
+
+def check_java(java_options: str = "") -> None:
+    """Fail with the cause when the driver's JVM could not start: no java where Spark's launcher looks for it
+    (``$JAVA_HOME/bin/java``, else ``java`` on PATH), or a JVM that exits at once with the driver's options.
+    pyspark itself says only that the gateway exited (``JAVA_GATEWAY_EXITED``), after the JVM's own lines."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if java is None:
+        raise SparkStartError("Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install "
+                              "Java 17 or later, or set JAVA_HOME to one")
+    if not os.access(java, os.X_OK):
+        raise SparkStartError(f"Spark cannot start: JAVA_HOME is {home}, which has no bin/java; set JAVA_HOME to "
+                              "a Java 17 or later installation, or unset it to use the java on PATH")
+    # Spark's launcher adds IgnoreUnrecognizedVMOptions, so an unknown -XX option is not a failure here either.
+    command = [java, "-XX:+IgnoreUnrecognizedVMOptions", *shlex.split(java_options), "-version"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=JAVA_CHECK_TIMEOUT_S,
+                                stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SparkStartError(f"Spark cannot start: {java} does not run ({err}); check JAVA_HOME and PATH") from err
+    if result.returncode != 0:
+        lines = [line.strip() for line in (result.stderr + result.stdout).splitlines()]
+        cause = next((line for line in lines if line and not line.startswith(("Error: Could not create",
+                                                                              "Error: A fatal exception"))),
+                     f"exit code {result.returncode}")
+        raise SparkStartError(f"Spark cannot start: the driver's JVM ({java}) exits at once with the options "
+                              f"{java_options!r}: {cause}; fix spark.driver.extraJavaOptions (or JAVA_HOME)")
 
 
 def with_task_retries(master: str, attempts: int | str = TASK_ATTEMPTS) -> str:
@@ -117,9 +169,9 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     defaults to it when unset. A local master gets task retries (:func:`with_task_retries`), also one that
     spark-submit was given.
     """
+    check_session_kind(master or (conf or {}).get("spark.master"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
     attempts = (conf or {}).get("spark.task.maxFailures")
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = "local[*]"  # not under spark-submit, which sets the master (and the gateway) itself
@@ -129,10 +181,10 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
         given = submitted.get("spark.master") or ""
         if LOCAL_MASTER.fullmatch(given):
             master, attempts = given, attempts or submitted.get("spark.task.maxFailures")
+    settings = dict(DEFAULTS)
     if master is not None:
         check_master(master)
-        builder = builder.master(with_task_retries(master, attempts or TASK_ATTEMPTS))
-    settings = dict(DEFAULTS)
+        settings["spark.master"] = with_task_retries(master, attempts or TASK_ATTEMPTS)
     if master is not None and master.startswith("local"):
         # Local mode talks only to itself: bind to loopback, not to whatever the host name resolves to.
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
@@ -150,11 +202,27 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     settings.update(conf or {})
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None:  # this process starts the JVM
+        check_java(settings.get("spark.driver.extraJavaOptions", ""))
+    try:  # pyspark checks some settings as they are given, the rest as the session starts
+        builder = SparkSession.builder.appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+    except (PySparkException, Py4JError) as err:
+        raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
     session.sparkContext.setLogLevel(os.environ.get("COMPACTION_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def start_failure(err: Exception) -> str:
+    """One line saying why a session did not start, and what to do."""
+    if isinstance(err, PySparkException) and err.getCondition() == "JAVA_GATEWAY_EXITED":
+        return ("the driver's JVM exited before it started (its own message is above); check JAVA_HOME and the "
+                "spark.driver.* settings")
+    if isinstance(err, Py4JJavaError):
+        return str(err.java_exception.toString()).splitlines()[0]
+    return str(err).strip().splitlines()[0]
 
 
 def _import_task_modules(_: int) -> None:
