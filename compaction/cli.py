@@ -46,6 +46,7 @@ from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.store.jsonl import decode_utf8, parse_lines
 from compaction.store.names import partition_name_problem
+from compaction.store.segment import conform
 from compaction.store.status import format_table, human_bytes, partition_status
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store.verify import verify
@@ -311,8 +312,8 @@ def print_plan(result: CompactionPlan) -> None:
 
 def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
     conf = spark_properties(args)
+    remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
-    remote_url(args.remote, args.master)  # a master and a server both given fail before any work
     return lambda: spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
                                  ship=args.ship_package)
 
@@ -383,12 +384,11 @@ def cmd_append(args: argparse.Namespace) -> int:
         # Universal newlines, as a text-mode file reads them; the bytes are decoded first so that a byte that is
         # not UTF-8 is reported with its line.
         table = parse_lines(io.StringIO(decode_utf8(path.read_bytes(), str(path)), newline=None), str(path))
-    if not args.no_timestamp and "timestamp" not in table.column_names:
-        table = table.append_column("timestamp", pa.array([now] * table.num_rows, pa.int64()))
-    elif not args.no_timestamp:
-        filled = pc.fill_null(table.column("timestamp").cast(pa.int64()), now)
+    table = conform(table, str(path))  # every column in the segment's types, a value that does not fit named
+    if not args.no_timestamp:
+        filled = pc.fill_null(table.column("timestamp"), now)
         table = table.set_column(table.column_names.index("timestamp"), "timestamp", filled)
-    manifest = store.append(tp, table, now_ms=now, writer=Writer(id="compaction-append"))
+    manifest = store.append(tp, table, now_ms=now, writer=Writer(id="compaction-append"), where=str(path))
     segment = manifest.segments[-1]
     print(f"appended {segment.record_count} record(s) to {tp} at [{segment.base_offset}, {segment.next_offset}) "
           f"as manifest version {manifest.version}")
@@ -941,7 +941,7 @@ def check_run(argv: Sequence[str]) -> int:
     def check(args: argparse.Namespace) -> int:
         load_settings(args)
         command_now(args, wall_clock_ms())
-        remote_url(args.remote, args.master)
+        remote_url(args.remote, args.master or spark_properties(args).get("spark.master"))
         return EXIT_OK
 
     return run_command(check, args, secrets)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import javaproperties
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compaction.clean.settings import (
@@ -253,9 +254,16 @@ def read_file(path: Path) -> list[Entry]:
     """A TOML file, or a Kafka ``.properties`` file (``server.properties`` as it is)."""
     if not path.is_file():
         raise ConfigError(f"configuration file {path} does not exist")
-    text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix == ".properties":
-        return _check_names(_properties(text, str(path)), ignore_unknown=True)
+        entries = [Entry((name,), _parse_scalar(value), f"{path} line {line}")
+                   for name, value, line in read_properties(path.read_bytes(), str(path))]
+        return _check_names(entries, ignore_unknown=True)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes().count(b"\n", 0, err.start) + 1
+        raise ConfigError(f"configuration file {path} is not UTF-8 text (TOML is): byte 0x{err.object[err.start]:02x} "
+                          f"on line {line}") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -273,24 +281,29 @@ def _line_of(lines: Sequence[str], name: str) -> str:
     return ""
 
 
-def _properties(text: str, source: str) -> list[Entry]:
-    """Java ``.properties`` syntax: ``name=value``, ``name: value`` or ``name value``; ``#``/``!`` comments;
-    a trailing backslash continues a line."""
-    entries, pending, first = [], "", 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        first = first or number
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending += line[:-1]
-            continue
-        line, pending = pending + line, ""
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        name, value = (match.group(1), match.group(2)) if match else (line, "")
-        entries.append(Entry((name,), _parse_scalar(value), f"{source} line {first}"))
-        first = 0
-    return entries
+def read_properties(data: bytes, source: str) -> list[tuple[str, str, int]]:
+    """A ``.properties`` file's settings (name, value, line), in order, exactly as Kafka's ``Utils.loadProps``
+    reads them with Java's ``Properties.load(InputStream)``: the bytes are ISO 8859-1 (other characters come as
+    ``\\uXXXX`` escapes), ``name=value``, ``name: value`` or ``name value``, escapes, continuation lines, ``#``
+    and ``!`` comments. ``line`` is where a setting starts."""
+    settings: list[tuple[str, str, int]] = []
+    line = 1
+    elements = javaproperties.parse(data)
+    while True:
+        try:
+            element = next(elements, None)
+        except javaproperties.InvalidUEscapeError as err:  # Java: "Malformed \uxxxx encoding."
+            raise ConfigError(f"configuration file {source} line {line}: malformed \\uXXXX escape "
+                              f"{err.escape} (a \\u takes 4 hexadecimal digits)") from None
+        if element is None:
+            return settings
+        if isinstance(element, javaproperties.KeyValue):
+            settings.append((element.key, element.value, line))
+        line += len(_LINE_END.findall(element.source)) or 1  # the last line may have no line end
+
+
+#: Java's line ends: \n, \r or \r\n.
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def from_mapping(doc: Mapping[str, Any], source: str, lines: Sequence[str] = ()) -> list[Entry]:

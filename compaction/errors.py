@@ -76,6 +76,11 @@ class ConfigError(CompactionError):
     """Raised when configuration is invalid; the message uses Kafka's wording where Kafka has one."""
 
 
+class SparkStartError(CompactionError):
+    """Raised when Spark cannot start: no Java, a JVM that exits at once, a master that does not answer; the
+    message names the cause and what to do."""
+
+
 class PlanError(CompactionError):
     """Raised when a partition cannot be planned (for example its manifest is unreadable)."""
 

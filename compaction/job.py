@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from compaction import logs
 from compaction.clean.cleaner import Cleaner, plan_store
-from compaction.clean.outcome import RunReport
+from compaction.clean.outcome import GcOutcome, RunReport
 from compaction.clean.planner import CompactionPlan
 from compaction.clean.session import warm_workers
 from compaction.config import Settings
@@ -83,17 +83,26 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
             log.debug("internal error in %s:\n%s", failed.partition, failed.trace)
     report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
                         **report.phases_ms}
+    if options.gc:  # before the report is written, so that it names the partitions gc skipped
+        report.gc = collect(store, options, settings, say)
     if options.report_path:
         write_report(report, options.report_path, options_)
         say(f"report written to {options.report_path}")
     write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway,
                   finished_ms=options.wall_ms + report.elapsed_ms, storage_options=options_)
-    if options.gc:
-        results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
-                                          grace_ms=settings.cleaner.gc_grace_ms,
-                                          keep_versions=settings.cleaner.gc_keep_versions)
-        say(f"gc deleted {sum(len(r.deleted_objects) for r in results)} object(s); "
-            f"{len(failures)} partition(s) skipped")
     if any(r.internal for r in report.failed):
         return EXIT_FAILED, report
-    return (EXIT_PARTIAL if report.failed else EXIT_OK), report
+    return (EXIT_OK if report.succeeded else EXIT_PARTIAL), report
+
+
+def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> GcOutcome:
+    """gc after the commits; a partition it skips is named with the reason (and fails the run, exit code 3)."""
+    results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
+                                      grace_ms=settings.cleaner.gc_grace_ms,
+                                      keep_versions=settings.cleaner.gc_keep_versions)
+    outcome = GcOutcome(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
+                        {name: str(err) for name, err in failures.items()})
+    for name, reason in outcome.skipped.items():
+        out(f"gc skipped {name}, nothing deleted: {reason}")
+    out(f"gc deleted {outcome.deleted_objects} object(s); {len(outcome.skipped)} partition(s) skipped")
+    return outcome

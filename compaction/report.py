@@ -87,15 +87,15 @@ def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: s
 
     Each store's gauges stay apart: labelled by store, grouped by job and store on the Pushgateway, and merged
     by store into an existing text file. ``kafka_log_cleaner_last_success_time_seconds`` is set only by a run in
-    which every selected partition was cleaned, to ``finished_ms`` (the wall clock, never ``--now``: a backfill
-    is not a recent success); a run with failures keeps the previous value, in the Pushgateway (``pushadd``
-    replaces only the metrics pushed) and in the text file.
+    which every selected partition was cleaned (and, with --gc, collected), to ``finished_ms`` (the wall clock,
+    never ``--now``: a backfill is not a recent success); a run with failures keeps the previous value, in the
+    Pushgateway (``pushadd`` replaces only the metrics pushed) and in the text file.
     """
     from prometheus_client import CollectorRegistry, Gauge, generate_latest, pushadd_to_gateway, write_to_textfile
 
     store = report.store
     values: dict[str, float] = {metric_name(gauge): value for gauge, value in report.metrics.items()}
-    if not report.failed:
+    if report.succeeded:
         if finished_ms is None:
             raise ValueError("a successful run's metrics need the wall-clock time it finished")
         values[LAST_SUCCESS] = finished_ms / 1000

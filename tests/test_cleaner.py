@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from compaction.clean.cleaner import Cleaner, plan_store
-from compaction.clean.outcome import RunReport
+from compaction.clean.outcome import RunReport, Status
 from compaction.clean.rules import Plan
 from compaction.config import Settings
 from compaction.errors import StoreError
@@ -313,7 +313,7 @@ def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_st
     assert aged.deletes is not None and aged.deletes.created_ms == NOW
     week = 604_800_000
     report = clean(spark, local_store, "arrow", now=NOW + week, settings=settings)
-    assert report.partitions[0].reason.startswith("deletion vectors older than deletion.vector.max.age.ms")
+    assert report.partitions[0].reason.startswith("deletion vectors at least deletion.vector.max.age.ms old")
     purged = local_store.manifest(TP).segments[0]
     assert purged.deletes is None and purged.path != aged.path, "deleted records are physically gone in time"
 
@@ -571,3 +571,72 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
         "t-1": ("skipped", None)}
     assert local_store.manifest(TopicPartition("t", 1)).first_dirty_offset == 0, "the other's reset is written"
     assert local_store.manifest(TP).first_dirty_offset == 50
+
+
+def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vector_age(  # type: ignore[no-untyped-def]
+        spark, local_store: Store) -> None:
+    """Six nights, a budget that takes one partition a night, two hot partitions always dirtier than the rest:
+    the partition past max.compaction.lag.ms and the one whose deletion vector reaches its age go first on the
+    night they are due, so after every run no bound is broken (KIP-354's guarantee, and deleted data gone in
+    time)."""
+    max_lag = max_age = 2 * DAY
+    # segment.bytes small enough that dv's clean segment stands alone and takes a deletion vector
+    setup = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                     "log.segment.bytes": 16384}, environ={})
+    nightly = Settings.load(overrides={
+        "log.cleanup.policy": "compact", "log.segment.bytes": 16384,
+        "cleaner": {"max.bytes.per.run": 1, "deletion.vector.max.age.ms": max_age},
+        "topics": {"hot": {"min.cleanable.dirty.ratio": 0.1},
+                   "cold": {"min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": max_lag},
+                   "dv": {"min.cleanable.dirty.ratio": 0.99}}}, environ={})
+    hot = [TopicPartition("hot", 0), TopicPartition("hot", 1)]
+    cold, dv = TopicPartition("cold", 0), TopicPartition("dv", 0)
+
+    def put(tp: TopicPartition, keys: list[str], at: int, value: str = "v" * 100) -> None:
+        local_store.append(tp, records([{"key": k, "value": value, "timestamp": at} for k in keys]), now_ms=at)
+
+    t0 = NOW
+    put(dv, [f"d{i}" for i in range(100)], t0 - 4 * DAY)
+    put(dv, ["dx"], t0 - 4 * DAY)  # active
+    put(cold, [f"c{i}" for i in range(400)], t0 - 4 * DAY)
+    clean(spark, local_store, "arrow", now=t0 - 3 * DAY, settings=setup)  # dv's first segment clean
+    put(dv, ["d0", "d1"], t0 - 2 * DAY)  # two of the clean segment's keys updated
+    put(dv, ["dy"], t0 - DAY)
+    put(cold, ["c-first"], t0 - DAY)  # cold's first dirty record: past the max lag after t0 + DAY
+    for tp in hot:
+        put(tp, [f"h{i}" for i in range(5)], t0 - DAY)
+    clean(spark, local_store, "arrow", now=t0 - DAY, settings=setup)  # cold's first segment clean
+    vector = local_store.manifest(dv).segments[0].deletes
+    assert vector is not None and vector.count == 2 and vector.created_ms == t0 - DAY  # due at t0 + DAY
+    assert local_store.manifest(cold).first_dirty_offset == 400
+
+    reasons: dict[tuple[int, str], str] = {}
+    for night in range(6):
+        now = t0 + night * DAY
+        for tp in hot:
+            put(tp, [f"h{i % 5}" for i in range(50)], now)
+        put(cold, [f"c-night-{night}"], now)
+        report = clean(spark, local_store, "arrow", now=now, settings=nightly)
+        cleaned = [r.partition for r in report.partitions if r.status is Status.CLEANED]
+        assert len(cleaned) == 1, report.partitions  # the budget takes one partition a night
+        reasons.update({(night, r.partition): r.reason for r in report.partitions})
+        # The bounds, from the committed manifests: no dirty segment whose first record is older than the max
+        # lag, and no deletion vector as old as its maximum age.
+        manifest = local_store.manifest(cold)
+        dirty = [s for s in manifest.segments if s.next_offset > manifest.first_dirty_offset]
+        assert all(s.first_timestamp is not None and s.first_timestamp >= now - max_lag for s in dirty), \
+            (night, [(s.base_offset, s.first_timestamp) for s in dirty])
+        for tp in (*hot, cold, dv):
+            aged = [s.path for s in local_store.manifest(tp).segments
+                    if s.deletes is not None and s.deletes.created_ms + max_age <= now]
+            assert aged == [], (night, str(tp), aged)
+
+    assert reasons[(1, "dv-0")] == ("deletion vectors at least deletion.vector.max.age.ms old (due now): rewrite to "
+                                    "remove records physically; overdue, so first in the per-run byte budget")
+    for night in (2, 5):
+        assert reasons[(night, "cold-0")] == ("max.compaction.lag.ms exceeded by 1d; overdue, so first in the per-run "
+                                              "byte budget")
+    assert reasons[(1, "hot-0")].startswith("deferred: per-run byte budget 1 exhausted (dirty ratio")
+    assert local_store.read(dv).column("key").to_pylist().count(b"d0") == 1, "the updated key's old value is gone"
+    for tp in hot:  # the hot partitions still get the other nights
+        assert local_store.manifest(tp).first_dirty_offset > 5, str(tp)

@@ -8,7 +8,7 @@ import pytest
 
 from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.cli import EXIT_INVALID, main
-from compaction.config import Settings
+from compaction.config import Settings, read_properties
 from compaction.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,6 +155,94 @@ def test_a_kafka_server_properties_file_is_read_as_it_is(tmp_path: Path, caplog:
     assert len(warnings) == 1, "the names this job does not use are listed once"
     assert "broker.id, num.network.threads, log.dirs" in warnings[0]
     assert "log.cleaner.min.cleanable.ration (did you mean 'log.cleaner.min.cleanable.ratio'?)" in warnings[0]
+
+
+#: Every form of Java's .properties syntax, as bytes: Kafka reads server.properties with
+#: Properties.load(InputStream), so the file is ISO 8859-1 and other characters come as \uXXXX escapes.
+EVERY_FORM = (b"# Kafka's broker configuration\n"
+              b"! a bang comment\n"
+              b"   # an indented comment\n"
+              b"plain=one\n"
+              b"colon:two\n"
+              b"space three\n"
+              b"  padded   =   four  \n"
+              b"tab\tfive\n"
+              b"escaped\\ key\\=x\\:y = six\n"
+              b"unicode=caf\\u00e9 \\u0041\n"
+              b"escapes=a\\tb\\nc\\\\d\\qe\n"
+              b"multi = first, \\\n"
+              b"        second, \\\n"
+              b"   third\n"
+              b"not.continued = ends in a backslash\\\\\n"
+              b"# a comment does not continue \\\n"
+              b"comment.next = seven\n"
+              b"double==eight\n"
+              b"empty.value=\n"
+              b"lonely.key\n"
+              b"latin1 = \xe9\n"
+              b"utf8 = \xc3\xa9\n"
+              b"emoji = \\ud83d\\ude00\n"
+              b"crlf = nine\r\n"
+              b"cr = ten\r"
+              b"last = eleven\\")
+
+
+def test_a_properties_file_is_read_as_javas_properties_load_reads_it() -> None:
+    # What java.util.Properties.load(InputStream) gives for EVERY_FORM (JDK 17), with the line each setting
+    # starts on.
+    assert read_properties(EVERY_FORM, "every.properties") == [
+        ("plain", "one", 4),
+        ("colon", "two", 5),
+        ("space", "three", 6),
+        ("padded", "four  ", 7),  # trailing white space is part of the value
+        ("tab", "five", 8),
+        ("escaped key=x:y", "six", 9),
+        ("unicode", "caf\u00e9 A", 10),
+        ("escapes", "a\tb\nc\\dqe", 11),  # \t \n \\ are escapes; before any other character \ is dropped
+        ("multi", "first, second, third", 12),  # a continuation line's leading white space is dropped
+        ("not.continued", "ends in a backslash\\", 15),  # an escaped backslash does not continue the line
+        ("comment.next", "seven", 17),  # nor does a backslash ending a comment
+        ("double", "=eight", 18),  # one separator only
+        ("empty.value", "", 19),
+        ("lonely.key", "", 20),
+        ("latin1", "\u00e9", 21),  # the byte 0xE9
+        ("utf8", "\u00c3\u00a9", 22),  # UTF-8's two bytes for é are two ISO 8859-1 characters, as Kafka sees them
+        ("emoji", "\U0001f600", 23),  # a UTF-16 surrogate pair of escapes is one character
+        ("crlf", "nine", 24),
+        ("cr", "ten", 25),
+        ("last", "eleven", 26),  # a continuation at the end of the file ends the value
+    ]
+
+
+def test_a_malformed_unicode_escape_is_refused_naming_its_line(tmp_path: Path) -> None:
+    conf = tmp_path / "server.properties"
+    conf.write_bytes(b"broker.id=0\n# \\u in a comment is text\nlog.cleanup.policy=\\u00compact\n")
+    with pytest.raises(ConfigError, match=rf"^configuration file {conf} line 3: malformed \\uXXXX escape "
+                                          r"\\u00co \(a \\u takes 4 hexadecimal digits\)$"):
+        Settings.load(conf, environ={})
+
+
+def test_server_properties_escapes_and_continuations_reach_the_settings(tmp_path: Path) -> None:
+    conf = tmp_path / "server.properties"
+    conf.write_bytes(b"log.cleanup.policy = \\u0063ompact\n"
+                     b"log.cleaner.delete.retention.ms: 36\\\n"
+                     b"      00000\n"
+                     b"log.roll.hours\t24\r\n"
+                     b"log.cleaner.min.cleanable.ratio=0.7\\\n")
+    defaults = Settings.load(conf, environ={}).defaults
+    assert defaults.compact and defaults.delete_retention_ms == 3_600_000
+    assert defaults.segment_ms == 24 * 3_600_000 and defaults.min_cleanable_dirty_ratio == 0.7
+    conf.write_bytes(b"broker.id=0\n\nlog.cleaner.min.cleanable.ratio = \\\n   1.5\n")
+    with pytest.raises(ConfigError, match=rf"\(set in {conf} line 3\)$"):
+        Settings.load(conf, environ={})
+
+
+def test_a_toml_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_bytes(b'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "/tmp/caf\xe9.prom"\n')
+    with pytest.raises(ConfigError, match=rf"^configuration file {conf} is not UTF-8 text \(TOML is\): byte 0xe9 "
+                                          "on line 3$"):
+        Settings.load(conf, environ={})
 
 
 def test_the_finer_unit_wins_as_in_kafka() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -51,6 +52,63 @@ def test_wrong_master_url_fails_before_spark_and_changes_nothing(local_demo: Sto
                              str(ROOT / "conf" / "local.toml"), "--", local_demo.url],
                             capture_output=True, text=True, timeout=60)
     assert script.returncode == 2 and "no Spark master is listening" in script.stderr
+    assert snapshot(local_demo) == before
+
+
+def path_without_java(folder: Path) -> str:
+    """A PATH holding every command of this one but ``java``: links in ``folder``."""
+    folder.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        for command in Path(directory).glob("*") if Path(directory).is_dir() else ():
+            link = folder / command.name
+            if command.name != "java" and not link.exists() and not link.is_symlink():
+                link.symlink_to(command)
+    return str(folder)
+
+
+@pytest.mark.parametrize(("case", "args", "env", "code", "error"), [
+    ("no java", [], {"PATH": "<no java>", "JAVA_HOME": None}, 1,
+     "error: Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install Java 17 or later, or set "
+     "JAVA_HOME to one"),
+    ("bogus JAVA_HOME", [], {"JAVA_HOME": "/nonexistent/jdk"}, 1,
+     "error: Spark cannot start: JAVA_HOME is /nonexistent/jdk, which has no bin/java; set JAVA_HOME to a Java 17 or "
+     "later installation, or unset it to use the java on PATH"),
+    ("a JVM that exits at once", ["--spark-conf", "spark.driver.extraJavaOptions=-Xss1k"], {"JAVA_HOME": None}, 1,
+     "error: Spark cannot start: the driver's JVM (<java>) exits at once with the options '-Xss1k': The Java thread "
+     "stack size specified is too small. Specify at least 136k; fix spark.driver.extraJavaOptions (or JAVA_HOME)"),
+    ("an unreachable master", ["--master", "spark://127.0.0.1:1"], {}, 1,
+     "error: Spark cannot start: no Spark master is listening at spark://127.0.0.1:1 ([Errno 111] Connection "
+     "refused); start the master, or give the URL of a running one with --master"),
+    ("a master and SPARK_REMOTE", ["--master", "local[2]"], {"SPARK_REMOTE": "sc://127.0.0.1:15002/;token=s3cret"}, 4,
+     "error: both a Spark master (local[2]) and a Spark Connect remote (SPARK_REMOTE=sc://127.0.0.1:15002) are set: "
+     "a session is either classic or Spark Connect; drop --master or unset SPARK_REMOTE"),
+])
+def test_when_spark_cannot_start_run_says_why_in_one_line_and_writes_nothing(
+        local_demo: Store, tmp_path: Path, case: str, args: list[str], env: dict[str, str | None], code: int,
+        error: str) -> None:
+    environ = dict(os.environ)
+    for name, value in env.items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = path_without_java(tmp_path / "bin") if value == "<no java>" else value
+    before = snapshot(local_demo)
+    report, metrics = tmp_path / "out" / "report.json", tmp_path / "out" / "metrics.prom"
+    actual, out, _ = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--now", NOW,
+                                "--report", str(report), "--set", f"cleaner.metrics.textfile={metrics}", *args,
+                                env=environ)
+    assert (actual, out.splitlines()) == (code, [error.replace("<java>", str(shutil.which("java")))]), case
+    assert snapshot(local_demo) == before and not report.exists() and not metrics.exists(), "nothing written"
+
+
+def test_a_driver_setting_the_launcher_refuses_ends_in_one_typed_line(local_demo: Store) -> None:
+    before = snapshot(local_demo)
+    code, out, _ = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--now", NOW,
+                              "--spark-conf", "spark.driver.memory=lots")
+    assert code == 1 and "Traceback" not in out, out
+    assert out.splitlines()[-1] == ("error: Spark cannot start: the driver's JVM exited before it started (its own "
+                                    "message is above); check JAVA_HOME and the spark.driver.* settings")
+    assert "Invalid maximum heap size: -Xmxlots" in out, "the JVM's own words stay above"
     assert snapshot(local_demo) == before
 
 

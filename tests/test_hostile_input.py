@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from compaction import cli
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError, StoreError
 from compaction.store import IllegalFolder, Replacement, Store, TopicPartition, Writer
+from compaction.store.segment import records
 from compaction.store.verify import verify
 from tests.builders import keyed, rec, table
 from tests.test_bad_input import snapshot
@@ -221,6 +223,24 @@ def test_manifest_names_that_are_not_20_digit_versions_are_ignored_and_flagged(s
             (name, problems)
 
 
+def test_verify_reports_a_gap_across_the_version_space_and_checks_the_rest(seeded: Store,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    last = 10**20 - 1
+    _put_manifest(seeded, f"{last}.json", last)
+    _put_manifest(seeded, f"{10**20}.json", 10**20)
+    _put_manifest(seeded, f"{5:020d}.json", 5)
+    other = TopicPartition("orders", 1)
+    seeded.append(other, keyed("c=3"), now_ms=1)
+    code, out = run(capsys, "verify", seeded.url)
+    assert code == EXIT_FAILED and "Traceback" not in out, out
+    where = f"{seeded.url}/orders/0/_manifests"
+    assert f"PROBLEM orders-0: {where}: manifest versions are not continuous: missing 2-4, 6-99999999999999999998" \
+        in out, out
+    assert f"PROBLEM orders-0: {where}/100000000000000000000.json: is not named <20-digit version>.json" in out, out
+    assert "orders-0: version 99999999999999999999, 1 segment(s), 2 record(s)" in out, "its newest version checked"
+    assert "orders-1: version 1, 1 segment(s), 1 record(s), 0 unreferenced object(s): ok" in out, out
+
+
 # JSON Lines that are not UTF-8 text ------------------------------------------------------------------------
 
 
@@ -271,12 +291,36 @@ def test_jsonl_with_windows_line_ends_is_still_read(seeded: Store, tmp_path: Pat
     ({"key": "k", "producer_id": LONG_MIN - 1}, f"producer_id {LONG_MIN - 1} is outside Kafka's range"),
     ({"key": "k", "producer_epoch": 2**15}, "producer_epoch 32768 is outside Kafka's range for it [-32768, 32767]"),
     ({"key": "k", "value": None, "delete_horizon_ms": 2**63}, "delete_horizon_ms 9223372036854775808 is outside"),
+    ({"key": "k", "headers": [{"key": "v", "value_long": 2**63}]},
+     f"header 'v' value_long {2**63} is outside Kafka's Long range [{LONG_MIN}, {LONG_MAX}]"),
+    ({"key": "k", "headers": [{"key": "v", "value_long": LONG_MIN - 1}]},
+     f"header 'v' value_long {LONG_MIN - 1} is outside Kafka's Long range"),
 ])
 def test_jsonl_numbers_outside_kafkas_ranges_are_refused(seeded: Store, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str], row: dict,
                                                          message: str) -> None:
     out = refused(capsys, seeded, "append", seeded.url, "orders", "0", jsonl(tmp_path, row), "--now", str(CLOCK))
     assert message in out
+
+
+def test_a_number_outside_its_range_is_one_line_naming_the_file_the_line_and_the_field(
+        seeded: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = jsonl(tmp_path, {"key": "a", "headers": [{"key": "version", "value_long": LONG_MAX}]},
+                   {"key": "b", "headers": [{"key": "version", "value_long": 9223372036854775808}]})
+    out = refused(capsys, seeded, "append", seeded.url, "orders", "0", source, "--now", str(CLOCK))
+    assert out == (f"error: {source} line 2: header 'version' value_long 9223372036854775808 is outside Kafka's Long "
+                   "range [-9223372036854775808, 9223372036854775807] (the header holds an 8-byte long)\n")
+
+
+def test_the_record_builder_refuses_numbers_outside_kafkas_ranges() -> None:
+    with pytest.raises(InvalidRecordsError, match=re.escape(
+            "records record 1: header 'v' 9223372036854775808 is outside Kafka's Long range")):
+        records([{"key": "a", "headers": {"v": 1}}, {"key": "b", "headers": {"v": 2**63}}])
+    with pytest.raises(InvalidRecordsError, match=re.escape(
+            "rows record 0: producer_epoch -32769 is outside Kafka's range for it [-32768, 32767]")):
+        records([{"key": "a", "producer_epoch": -(2**15) - 1}], "rows")
+    with pytest.raises(InvalidRecordsError, match="records: a field has the wrong type"):
+        records([{"key": "a", "timestamp": "noon"}])
 
 
 def test_a_first_offset_below_zero_is_refused_in_an_empty_partition(tmp_path: Path,
@@ -291,7 +335,8 @@ def test_a_first_offset_below_zero_is_refused_in_an_empty_partition(tmp_path: Pa
 @pytest.mark.parametrize(("column", "message"), [
     (pa.array([-1, 0], pa.int64()), "offset -1 is negative"),
     (pa.array([LONG_MAX - 1, LONG_MAX], pa.int64()), f"offset {LONG_MAX} leaves no log end offset"),
-    (pa.array([2**63], pa.uint64()), "column 'offset' has type uint64, which cannot be read as int64"),
+    (pa.array([0, 2**63], pa.uint64()), "in.parquet row 1 (offset 9223372036854775808): offset 9223372036854775808 "
+                                        "is outside Kafka's range for it [-9223372036854775808, 9223372036854775807]"),
 ])
 def test_parquet_offsets_outside_kafkas_range_are_refused(seeded: Store, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str], column: pa.Array,
@@ -300,6 +345,66 @@ def test_parquet_offsets_outside_kafkas_range_are_refused(seeded: Store, tmp_pat
     pq.write_table(pa.table({"offset": column, "key": pa.array([b"k"] * len(column))}), path)
     out = refused(capsys, seeded, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))
     assert message in out
+
+
+@pytest.mark.parametrize(("name", "column", "message"), [
+    ("producer_epoch", pa.array([1, 40000], pa.int32()),
+     "row 1 (offset 1): producer_epoch 40000 is outside Kafka's range for it [-32768, 32767]"),
+    ("producer_id", pa.array([0, 2**63], pa.uint64()),
+     "row 1 (offset 1): producer_id 9223372036854775808 is outside Kafka's range for it "
+     "[-9223372036854775808, 9223372036854775807]"),
+    ("timestamp", pa.array([1.0, 1e30]),
+     "row 1 (offset 1): timestamp 1e+30 is outside Kafka's range for it [-9223372036854775808, 9223372036854775807]"),
+    ("timestamp", pa.array([Decimal(1), Decimal(10**25)], pa.decimal128(38, 0)),
+     "row 1 (offset 1): timestamp 10000000000000000000000000 is outside Kafka's range for it "
+     "[-9223372036854775808, 9223372036854775807]"),
+    ("timestamp", pa.array([float("nan"), 1.0]),
+     "row 0 (offset 0): timestamp nan (type double) cannot be read as int64"),
+    ("timestamp", pa.array([2.5, 1.0]), "row 0 (offset 0): timestamp 2.5 (type double) cannot be read as int64"),
+    ("timestamp", pa.array([1_767_225_600_000_000_001, 0], pa.timestamp("ns")),
+     "row 0 (offset 0): timestamp 1767225600000000001 (type timestamp[ns]) cannot be read as timestamp[ms]"),
+])
+def test_parquet_numbers_outside_kafkas_ranges_are_refused_naming_the_row(
+        seeded: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, column: pa.Array,
+        message: str) -> None:
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"offset": pa.array([0, 1]), "key": [b"a", b"b"], name: column}), path)
+    other = TopicPartition("fresh", 0)  # an empty partition, so the offsets 0 and 1 fit
+    out = refused(capsys, seeded, "append", seeded.url, other.topic, "0", str(path), "--now", str(CLOCK))
+    assert out == f"error: {path} {message}\n"
+
+
+def test_a_parquet_timestamp_column_is_read_in_milliseconds(seeded: Store, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"key": [b"a"], "timestamp": pa.array([1_767_225_600_123_000_000], pa.timestamp("ns"))}),
+                   path)
+    assert run(capsys, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))[0] == EXIT_OK
+    assert seeded.read(TP).column("timestamp").to_pylist()[-1] == 1_767_225_600_123
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("log_end_offset", 2**63), ("segments.0.next_offset", 2**64), ("segments.0.max_timestamp", -(2**63) - 1),
+    ("segments.0.size_bytes", 10**30), ("writer.time_ms", 2**63), ("last_clean_ms", 2**63),
+])
+def test_manifest_numbers_outside_kafkas_ranges_make_it_unreadable(seeded: Store,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   field: str, value: int) -> None:
+    doc = _manifest_doc(seeded)
+    *path, last = [int(part) if part.isdigit() else part for part in field.split(".")]
+    target = doc
+    for part in path:
+        target = target[part]
+    target[last] = value
+    seeded.storage.write_bytes(f"{TP.prefix}/_manifests/{1:020d}.json", json.dumps(doc).encode())
+    where = f"{seeded.url}/orders/0/_manifests/{1:020d}.json"
+    bound = ("greater than or equal to -9223372036854775808" if value < 0 else
+             "less than or equal to 9223372036854775807")
+    with pytest.raises(StoreError, match=re.escape(f"manifest {where} is invalid at {field}: Input should be {bound}")):
+        seeded.manifest(TP)
+    code, out = run(capsys, "status", seeded.url)
+    assert code == EXIT_FAILED and f"unreadable: orders-0: manifest {where} is invalid at {field}" in out, out
+    assert "Traceback" not in out
 
 
 def test_assigned_offsets_stop_where_the_log_end_would_pass_long_max(tmp_path: Path,
@@ -357,8 +462,7 @@ def test_a_tombstone_with_a_preset_delete_horizon_is_refused(seeded: Store, tmp_
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     source = jsonl(tmp_path, {"key": "a", "value": "2"}, {"key": "b", "value": None, "delete_horizon_ms": 1})
     out = refused(capsys, seeded, "append", seeded.url, "orders", "0", source, "--now", str(CLOCK))
-    assert "records for orders-0: the record at offset 3 carries delete_horizon_ms 1, which only the cleaner sets" \
-        in out
+    assert f"{source}: the record at offset 3 carries delete_horizon_ms 1, which only the cleaner sets" in out
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"key": [b"b"], "value": pa.array([None], pa.binary()), "delete_horizon_ms": [5]}), path)
     out = refused(capsys, seeded, "append", seeded.url, "orders", "0", str(path), "--now", str(CLOCK))

@@ -13,7 +13,7 @@ from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.config import Settings
 from compaction.errors import CorruptManifestError
 from compaction.store import TopicPartition
-from compaction.store.manifest import Manifest, SegmentMeta, WriterInfo
+from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, WriterInfo
 
 HOUR = 3_600_000
 BATCH = 70  # bytes of a one-record batch in Kafka's tests; only ratios matter here
@@ -222,6 +222,53 @@ def test_byte_budget_keeps_the_dirtiest_and_defers_the_rest() -> None:
     assert [str(p.partition) for p in result.selected] == ["t-1"]
     deferred = next(p for p in result.partitions if p.partition.partition == 0)
     assert deferred.reason.startswith("deferred: per-run byte budget 100 exhausted")
+
+
+def _with_vector(segment: SegmentMeta, created_ms: int) -> SegmentMeta:
+    vector = DeletionVector(path=f"segments/_{segment.base_offset:020d}-d.deletes.parquet", count=1, size_bytes=10,
+                            checksum="sha256:0", created_ms=created_ms)
+    return segment.model_copy(update={"deletes": vector})
+
+
+def test_partitions_past_a_bound_go_first_in_the_budget_most_overdue_first() -> None:
+    lagging = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.5, max_compaction_lag_ms=HOUR)
+    configs = {"hot": COMPACT, "lag": lagging, "dv": dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.5)}
+    logs = {
+        TopicPartition("hot", 0): filthy(30, 0),  # all dirty: ratio 1.0, within every bound
+        # clean [0, 10), a dirty segment whose first record is at 2h, past the max lag of 1h at 5h by 2h
+        TopicPartition("lag", 0): log([seg(0, 10, first_ts=0), seg(10, 11, first_ts=2 * HOUR),
+                                       seg(11, 12, first_ts=5 * HOUR)], checkpoint=10, topic="lag"),
+        # a deletion vector made at 0, past deletion.vector.max.age.ms (1h) at 5h by 4h; nothing dirty
+        TopicPartition("dv", 0): log([_with_vector(seg(0, 10, first_ts=0), 0), seg(10, 11, first_ts=5 * HOUR)],
+                                     checkpoint=10, topic="dv"),
+    }
+    dv_reason = ("deletion vectors at least deletion.vector.max.age.ms old (due for 4h): rewrite to remove records "
+                 "physically")
+    lag_reason = "max.compaction.lag.ms exceeded by 2h"
+
+    result = plan(logs, configs.__getitem__, now_ms=5 * HOUR, deletion_vector_max_age_ms=HOUR)
+    assert [(str(p.partition), p.overdue_ms, p.reason) for p in result.selected] == [
+        ("dv-0", 4 * HOUR, dv_reason), ("lag-0", 2 * HOUR, lag_reason), ("hot-0", None, "dirty ratio 1.00 > 0.05")]
+
+    budgeted = plan(logs, configs.__getitem__, now_ms=5 * HOUR, byte_budget=1, deletion_vector_max_age_ms=HOUR)
+    assert [(str(p.partition), p.decision, p.reason) for p in budgeted.partitions] == [
+        ("dv-0", Decision.CLEAN, f"{dv_reason}; overdue, so first in the per-run byte budget"),
+        ("lag-0", Decision.SKIP, f"deferred: per-run byte budget 1 exhausted ({lag_reason})"),
+        ("hot-0", Decision.SKIP, "deferred: per-run byte budget 1 exhausted (dirty ratio 1.00 > 0.05)")]
+    roomy = plan(logs, configs.__getitem__, now_ms=5 * HOUR, byte_budget=2 * BATCH * 11,
+                 deletion_vector_max_age_ms=HOUR)
+    assert [(str(p.partition), p.reason) for p in roomy.selected] == [
+        ("dv-0", f"{dv_reason}; overdue, so first in the per-run byte budget"),
+        ("lag-0", f"{lag_reason}; overdue, so first in the per-run byte budget")]
+
+
+def test_a_dirty_partition_with_an_aged_deletion_vector_says_both() -> None:
+    manifest = log([_with_vector(seg(0, 10, first_ts=0), 0), seg(10, 40), seg(40, 41)], checkpoint=10)
+    p = plan_partition(TopicPartition("t", 0), manifest, COMPACT, 3 * HOUR, deletion_vector_max_age_ms=HOUR)
+    assert p.overdue_ms == 2 * HOUR
+    # clean: 9 live records of 10 (630 bytes), cleanable 30 records (2100): 2100 / 2730 = 0.77
+    assert p.reason == ("dirty ratio 0.77 > 0.05; deletion vectors at least deletion.vector.max.age.ms old (due for "
+                        "2h): rewrite to remove records physically")
 
 
 def test_plan_metrics_use_kafka_gauges() -> None:

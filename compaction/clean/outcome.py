@@ -155,6 +155,16 @@ class PartitionResult:
 
 
 @dataclass
+class GcOutcome:
+    """What ``run --gc`` did after the commits: the objects and bytes it deleted, and each partition it skipped
+    (nothing of it deleted) with the reason: a failure of the run, like a partition that could not be cleaned."""
+
+    deleted_objects: int = 0
+    deleted_bytes: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class RunReport:
     """The machine-readable record of one run (written as JSON with ``--report``)."""
 
@@ -169,6 +179,7 @@ class RunReport:
     #: Where the time went: the driver's phases (``plan``, ``clean``: the Spark jobs, ``commit``; the job adds
     #: ``startup``), wall ms; and the executors' ``task_read``, ``task_decide``, ``task_write``, task ms summed.
     phases_ms: dict[str, int] = field(default_factory=dict)
+    gc: GcOutcome | None = None  # with --gc
 
     @classmethod
     def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,
@@ -199,8 +210,15 @@ class RunReport:
     def failed(self) -> list[PartitionResult]:
         return [r for r in self.partitions if r.status in FAILURES]
 
+    @property
+    def succeeded(self) -> bool:
+        """Every selected partition cleaned, and (with --gc) collected."""
+        return not self.failed and not (self.gc and self.gc.skipped)
+
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["failures"] = [{"partition": r.partition, "error": r.error, "internal": r.internal, "trace": r.trace}
-                           for r in self.failed]
+                           for r in self.failed] + [
+            {"partition": name, "error": f"gc skipped it, nothing deleted: {reason}", "internal": False, "trace": None}
+            for name, reason in (self.gc.skipped.items() if self.gc else ())]
         return doc

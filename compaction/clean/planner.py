@@ -53,6 +53,10 @@ class PartitionPlan:
     compaction_delay_ms: int = 0
     active_rolled: bool = False
     tombstone_purge: bool = False
+    #: How far past a bound on physical removal the partition is: its compaction delay past
+    #: ``max.compaction.lag.ms`` or its oldest deletion vector's age past ``deletion.vector.max.age.ms``,
+    #: the larger (0: due just now). None while within both. Such a partition goes first in the budget.
+    overdue_ms: int | None = None
     dedupe: bool = False
     expired_segments: tuple[SegmentMeta, ...] = ()
     segments: tuple[SegmentMeta, ...] = ()
@@ -94,6 +98,7 @@ class PartitionPlan:
             "compaction_delay_ms": self.compaction_delay_ms,
             "active_rolled": self.active_rolled,
             "tombstone_purge": self.tombstone_purge,
+            "overdue_ms": self.overdue_ms,
             "expired_segments": [s.path for s in self.expired_segments],
             "clean_range": [self.log_start_offset, self.first_uncleanable_offset]
             if self.decision is Decision.CLEAN else None,
@@ -152,7 +157,8 @@ class LogToClean:
 
 @dataclass(frozen=True)
 class CompactionPlan:
-    """Every partition's plan: the selected ones first (dirtiest first), then skipped, then uncleanable."""
+    """Every partition's plan: the selected ones first (the overdue, then the dirtiest), then skipped, then
+    uncleanable."""
 
     now_ms: int
     partitions: tuple[PartitionPlan, ...]
@@ -295,23 +301,31 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
         purge = passed
     else:
         purge = manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
-    aged = deletion_vector_max_age_ms is not None and any(
-        s.deletes is not None and rules.saturating_add(s.deletes.created_ms, deletion_vector_max_age_ms) <= now_ms
-        for s in in_range)
+    # deletion.vector.max.age.ms: how long the oldest deletion vector in range has been due for its rewrite.
+    vectors_overdue = max((now_ms - rules.saturating_add(s.deletes.created_ms, deletion_vector_max_age_ms)
+                           for s in in_range if s.deletes is not None), default=-1) \
+        if deletion_vector_max_age_ms is not None else -1
+    aged = vectors_overdue >= 0
+    lagging = delay > 0 and cleanable_bytes > 0
+    overdue = max(delay if lagging else -1, vectors_overdue)
     fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
                   first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
                   cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
-                  active_rolled=rolled, tombstone_purge=purge or aged, segments=in_range)
+                  active_rolled=rolled, tombstone_purge=purge or aged, segments=in_range,
+                  overdue_ms=overdue if overdue >= 0 else None)
 
     fields["dedupe"] = True
-    if delay > 0 and cleanable_bytes > 0:
+    due = f"due for {format_duration(vectors_overdue)}" if vectors_overdue > 0 else "due now"
+    aged_reason = (f"deletion vectors at least deletion.vector.max.age.ms old ({due}): rewrite to remove records "
+                   "physically")
+    if lagging:
         reason = f"max.compaction.lag.ms exceeded by {format_duration(delay)}"
     elif ratio > config.min_cleanable_dirty_ratio:
         reason = f"dirty ratio {ratio:.2f} > {config.min_cleanable_dirty_ratio:.2f}"
     elif purge:
         reason = "tombstones expired: delete horizon passed"
     elif aged:
-        reason = "deletion vectors older than deletion.vector.max.age.ms: rewrite to remove records physically"
+        reason = aged_reason
     elif expired:
         fields["dedupe"] = False
         reason = dropped
@@ -327,6 +341,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
             reason = f"dirty ratio {ratio:.2f} <= {config.min_cleanable_dirty_ratio:.2f}"
         fields["dedupe"] = False
         return PartitionPlan(tp, Decision.SKIP, reason, **fields)  # type: ignore[arg-type]
+    if aged and reason != aged_reason:
+        reason += f"; {aged_reason}"
     if expired and reason != dropped:
         reason += f"; {dropped}"
     return PartitionPlan(tp, Decision.CLEAN, reason, **fields)  # type: ignore[arg-type]
@@ -334,12 +350,15 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
 
 def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Callable[[str], TopicConfig], now_ms: int,
          byte_budget: int | None = None, deletion_vector_max_age_ms: int | None = None) -> CompactionPlan:
-    """Plan a run: select cleanable partitions, dirtiest first, within an optional byte budget.
+    """Plan a run: select cleanable partitions, within an optional byte budget.
 
     ``config(topic)`` gives a topic's effective configuration. A partition whose manifest could not be
     read (an exception in place of the manifest) is listed as uncleanable with the reason; the others
-    are still planned. The budget bounds the bytes read by the run; the dirtiest selected partition is
-    always taken, so every run makes progress.
+    are still planned. Partitions past a bound on physical removal (``max.compaction.lag.ms``,
+    ``deletion.vector.max.age.ms``) go first, most overdue first, as KIP-354 has the cleaner honour the max
+    lag, so that dirtier partitions cannot defer them night after night; then the dirtiest first. The budget
+    bounds the bytes read by the run; the first selected partition is always taken, so every run makes
+    progress.
     """
     plans: list[PartitionPlan] = []
     uncleanable: list[PartitionPlan] = []
@@ -355,7 +374,8 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
     max_delay = max((p.compaction_delay_ms for p in plans), default=0)
     delayed = sum(1 for p in plans if p.compaction_delay_ms > 0)
 
-    selected = sorted((p for p in plans if p.decision is Decision.CLEAN), key=lambda p: -p.cleanable_ratio)
+    selected = sorted((p for p in plans if p.decision is Decision.CLEAN),
+                      key=lambda p: (p.overdue_ms is None, -(p.overdue_ms or 0), -p.cleanable_ratio))
     skipped = [p for p in plans if p.decision is not Decision.CLEAN]
     if byte_budget is not None:
         within: list[PartitionPlan] = []
@@ -364,7 +384,8 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
             if within and spent + p.work_bytes > byte_budget:
                 skipped.append(_deferred(p, byte_budget))
                 continue
-            within.append(p)
+            within.append(p if p.overdue_ms is None else replace(p, reason=f"{p.reason}; overdue, so first in the "
+                                                                        "per-run byte budget"))
             spent += p.work_bytes
         selected = within
     return CompactionPlan(now_ms, tuple(selected + skipped + uncleanable), max_dirty, max_delay, delayed, byte_budget)

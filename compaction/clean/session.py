@@ -13,6 +13,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -27,10 +28,12 @@ from typing import cast
 
 import pyarrow as pa
 import pyspark
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from compaction.errors import CompactionError, ConfigError
+from compaction.errors import CompactionError, ConfigError, SparkStartError
 
 #: Settings every session gets unless the caller (or spark-submit --conf) says otherwise.
 DEFAULTS = {
@@ -60,6 +63,10 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 TASK_ATTEMPTS = 4
 #: Seconds to wait for a standalone master to accept a connection: a live one answers at once.
 MASTER_CONNECT_TIMEOUT_S = 5
+#: A Spark Connect URL: ``sc://`` [user info ``@``] host and port, then ``;``-separated parameters (a token).
+SPARK_CONNECT_URL = re.compile(r"(sc://)(?:[^\s@/;\]]*@)?([^\s/;\]]*)(?:/?;[^\s\]]*)?")
+#: Seconds for ``java -version`` with the driver's options (it takes some 50 ms).
+JAVA_CHECK_TIMEOUT_S = 30
 LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
 #: Every local master Spark takes: local, local[N], local[*], local[N,F], local[*,F], and local-cluster[N,C,M]
 #: (N workers of C cores and M MiB in separate JVMs on this machine, as a standalone cluster schedules them).
@@ -104,7 +111,8 @@ def check_master(master: str) -> None:
             try:
                 socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
             except OSError as err:
-                raise CompactionError(f"no Spark master is listening at {master} ({err})") from err
+                raise SparkStartError(f"Spark cannot start: no Spark master is listening at {master} ({err}); start "
+                                      "the master, or give the URL of a running one with --master") from err
     elif master.startswith("local"):
         if not ANY_LOCAL_MASTER.fullmatch(master):
             raise CompactionError(f"Spark master {master!r} is not local, local[N], local[*], local[N,F] or "
@@ -112,6 +120,39 @@ def check_master(master: str) -> None:
     elif not (master == "yarn" or master.startswith(("k8s://", "mesos://", "sc://"))):
         raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn, "
                               "k8s://... or local-cluster[N,C,M]")
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with every Spark Connect URL's user info and parameters (``;token=...``) left out."""
+    return SPARK_CONNECT_URL.sub(r"\1\2", text)
+
+
+def check_java(java_options: str = "") -> None:
+    """Fail with the cause when the driver's JVM could not start: no java where Spark's launcher looks for it
+    (``$JAVA_HOME/bin/java``, else ``java`` on PATH), or a JVM that exits at once with the driver's options.
+    pyspark itself says only that the gateway exited (``JAVA_GATEWAY_EXITED``), after the JVM's own lines."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if java is None:
+        raise SparkStartError("Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install "
+                              "Java 17 or later, or set JAVA_HOME to one")
+    if not os.access(java, os.X_OK):
+        raise SparkStartError(f"Spark cannot start: JAVA_HOME is {home}, which has no bin/java; set JAVA_HOME to "
+                              "a Java 17 or later installation, or unset it to use the java on PATH")
+    # Spark's launcher adds IgnoreUnrecognizedVMOptions, so an unknown -XX option is not a failure here either.
+    command = [java, "-XX:+IgnoreUnrecognizedVMOptions", *shlex.split(java_options), "-version"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=JAVA_CHECK_TIMEOUT_S,
+                                stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SparkStartError(f"Spark cannot start: {java} does not run ({err}); check JAVA_HOME and PATH") from err
+    if result.returncode != 0:
+        lines = [line.strip() for line in (result.stderr + result.stdout).splitlines()]
+        cause = next((line for line in lines if line and not line.startswith(("Error: Could not create",
+                                                                              "Error: A fatal exception"))),
+                     f"exit code {result.returncode}")
+        raise SparkStartError(f"Spark cannot start: the driver's JVM ({java}) exits at once with the options "
+                              f"{java_options!r}: {cause}; fix spark.driver.extraJavaOptions (or JAVA_HOME)")
 
 
 def with_task_retries(master: str, attempts: int | str = TASK_ATTEMPTS) -> str:
@@ -129,14 +170,14 @@ def remote_url(remote: str | None = None, master: str | None = None) -> str | No
     """The Spark Connect server to use: ``remote`` (``--remote``), else Spark's ``SPARK_REMOTE``; None for classic
     Spark. A master besides a server is a contradiction Spark itself refuses, so it is refused here first."""
     url = remote or os.environ.get("SPARK_REMOTE") or None
-    if url is not None and master is not None:
-        source = "--remote" if remote else "SPARK_REMOTE"
-        raise ConfigError(f"--master {master} and {source} {url} cannot both be given: --master runs classic Spark, "
-                          f"{source} connects to a Spark Connect server; give one (unset SPARK_REMOTE for --master)")
-    if url is not None and not (url.startswith("sc://") or LOCAL_MASTER.fullmatch(url)
-                                or ANY_LOCAL_MASTER.fullmatch(url)):
-        raise ConfigError(f"Spark Connect server {url!r} must look like sc://HOST:PORT (or local[N], a server "
-                          "in this process)")
+    if url is not None and master:
+        source = "--remote " if remote else "SPARK_REMOTE="
+        raise ConfigError(f"both a Spark master ({master}) and a Spark Connect remote ({source}{without_secrets(url)}) "
+                          "are set: a session is either classic or Spark Connect; drop --master or "
+                          + ("--remote" if remote else "unset SPARK_REMOTE"))
+    if url is not None and not (url.startswith("sc://") or ANY_LOCAL_MASTER.fullmatch(url)):
+        raise ConfigError(f"Spark Connect remote {without_secrets(url)!r} must look like sc://HOST:PORT (or local[N], "
+                          "a server started in this process)")
     return url
 
 
@@ -181,9 +222,9 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     spark-submit was given, or a Spark Connect server started in this process (``local[N]``). A server of its
     own gets this package as an artifact (:func:`ship_package`) unless ``ship`` is false.
     """
+    url = remote_url(remote, master or (conf or {}).get("spark.master"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    url = remote_url(remote, master)
     attempts = (conf or {}).get("spark.task.maxFailures")
     if url is not None and url.startswith("sc://"):
         return _server_session(url, app_name, conf or {}, ship)
@@ -197,12 +238,12 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
         given = submitted.get("spark.master") or ""
         if LOCAL_MASTER.fullmatch(given):
             master, attempts = given, attempts or submitted.get("spark.task.maxFailures")
-    builder = SparkSession.builder.appName(app_name)
+    settings = dict(DEFAULTS)
     if master is not None:
         check_master(master)
         master = with_task_retries(master, attempts or TASK_ATTEMPTS)
-        builder = builder.remote(master) if url is not None else builder.master(master)
-    settings = dict(DEFAULTS)
+        if url is None:
+            settings["spark.master"] = master
     if master is not None and master.startswith("local"):
         # Local mode talks only to itself: bind to loopback, not to whatever the host name resolves to.
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
@@ -222,13 +263,31 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     settings.update(conf or {})
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    with warnings.catch_warnings():
-        # A Spark Connect server started here takes every setting at start-up, then pyspark tries each again on
-        # the session and warns that the static ones cannot change there: noise, not a problem.
-        warnings.filterwarnings("ignore", "Failed to set", UserWarning)
-        return builder.getOrCreate()
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None:  # this process starts the JVM
+        check_java(settings.get("spark.driver.extraJavaOptions", ""))
+    try:  # pyspark checks some settings as they are given, the rest as the session starts
+        builder = SparkSession.builder.appName(app_name)
+        if url is not None and master is not None:  # a Spark Connect server in this process, on the local master
+            builder = builder.remote(master)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        with warnings.catch_warnings():
+            # A Spark Connect server started here takes every setting at start-up, then pyspark tries each again
+            # on the session and warns that the static ones cannot change there: noise, not a problem.
+            warnings.filterwarnings("ignore", "Failed to set", UserWarning)
+            return builder.getOrCreate()
+    except (PySparkException, Py4JError) as err:
+        raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
+
+
+def start_failure(err: Exception) -> str:
+    """One line saying why a session did not start, and what to do."""
+    if isinstance(err, PySparkException) and err.getCondition() == "JAVA_GATEWAY_EXITED":
+        return ("the driver's JVM exited before it started (its own message is above); check JAVA_HOME and the "
+                "spark.driver.* settings")
+    if isinstance(err, Py4JJavaError):
+        return str(err.java_exception.toString()).splitlines()[0]
+    return str(err).strip().splitlines()[0]
 
 
 def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool) -> SparkSession:
@@ -239,7 +298,10 @@ def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool
     builder = ConnectSession.builder.remote(url).appName(app_name)
     for key, value in {**{key: DEFAULTS[key] for key in SESSION_DEFAULTS}, **conf}.items():
         builder = builder.config(key, value)
-    session = cast(SparkSession, builder.getOrCreate())
+    try:
+        session = cast(SparkSession, builder.getOrCreate())
+    except (PySparkException, Py4JError) as err:
+        raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
     if ship:
         ship_package(session, url)
     return session

@@ -322,7 +322,7 @@ class Store:
                            operation=operation, now_ms=now_ms)
 
     def append(self, tp: TopicPartition, records: pa.Table, *, now_ms: int, writer: Writer | None = None,
-               operation: str = "append") -> Manifest:
+               where: str | None = None, operation: str = "append") -> Manifest:
         """Append records as one new segment at the log end and commit it.
 
         Offsets are assigned from the log end when the ``offset`` column is absent or all null; explicit
@@ -330,7 +330,7 @@ class Store:
         are re-based: auto-assigned offsets move to the new log end (a new object is written), explicit
         ones are kept if they still fit, else the append fails with CommitConflictError.
         """
-        where = f"records for {tp}"
+        where = where or f"records for {tp}"
         table = conform(records, where)
         if table.num_rows == 0:
             raise InvalidRecordsError(f"{where}: nothing to append (0 records)")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from compaction.errors import CorruptManifestError, InvalidManifestError
+from compaction.schema import LONG_MAX, LONG_MIN
 from compaction.store.names import MAX_PARTITION, topic_name_problem
 
 MANIFEST_DIR = "_manifests"
@@ -40,6 +41,15 @@ def deletes_name(base_offset: int, unique_id: str) -> str:
     return f"{SEGMENT_DIR}/{DELETES_PREFIX}{base_offset:020d}-{unique_id}.deletes.parquet"
 
 
+#: Every number a manifest holds is one of Kafka's: a Long (offsets, times, counts, sizes, producer ids) or a
+#: Short (a producer epoch). JSON integers are unbounded, and a value past these would fail far from its file
+#: (in Arrow, in a struct) instead of naming the manifest and the field here.
+Long = Annotated[int, Field(ge=LONG_MIN, le=LONG_MAX)]
+NonNegativeLong = Annotated[int, Field(ge=0, le=LONG_MAX)]
+PositiveLong = Annotated[int, Field(ge=1, le=LONG_MAX)]
+Short = Annotated[int, Field(ge=-(2**15), le=2**15 - 1)]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
@@ -48,14 +58,14 @@ class DeletionVector(_Frozen):
     """Offsets of a segment that are logically removed without rewriting it (an object of sorted offsets)."""
 
     path: str
-    count: int = Field(ge=1)
-    size_bytes: int = Field(ge=0)
+    count: PositiveLong
+    size_bytes: NonNegativeLong
     checksum: str
-    created_ms: int
+    created_ms: Long
     # The segment's figures over the records it still shows (what the planner decides on):
-    live_min_delete_horizon_ms: int | None = None
-    live_first_timestamp: int | None = None
-    live_max_timestamp: int | None = None
+    live_min_delete_horizon_ms: Long | None = None
+    live_first_timestamp: Long | None = None
+    live_max_timestamp: Long | None = None
 
     @model_validator(mode="after")
     def _check_path(self) -> DeletionVector:
@@ -72,19 +82,19 @@ class ProducerState(_Frozen):
     and max timestamp, and the last offset of its last data batch of that epoch (None when the epoch has only
     markers in the segment: Kafka's ``lastDataOffset`` is empty after an epoch bump)."""
 
-    producer_id: int = Field(ge=0)
-    producer_epoch: int
-    last_offset: int
-    max_timestamp: int
-    last_data_offset: int | None = None
+    producer_id: NonNegativeLong
+    producer_epoch: Short
+    last_offset: NonNegativeLong
+    max_timestamp: Long
+    last_data_offset: NonNegativeLong | None = None
 
 
 class EmptyBatch(_Frozen):
     """A batch of a ``.log`` segment that holds no record (kept for a producer's state or the log's last offset)."""
 
-    last_offset: int
-    producer_id: int = -1
-    producer_epoch: int = -1
+    last_offset: NonNegativeLong
+    producer_id: Long = -1
+    producer_epoch: Short = -1
     control: bool = False
 
 
@@ -93,19 +103,19 @@ class SegmentMeta(_Frozen):
 
     path: str
     format: Literal["parquet", "kafka"] = "parquet"  # a .parquet object, or a .log of Kafka record batches
-    base_offset: int = Field(ge=0)
-    next_offset: int
-    record_count: int = Field(ge=0)
-    size_bytes: int = Field(ge=0)
+    base_offset: NonNegativeLong
+    next_offset: NonNegativeLong
+    record_count: NonNegativeLong
+    size_bytes: NonNegativeLong
     checksum: str
-    created_ms: int
-    first_timestamp: int | None = None
-    max_timestamp: int | None = None
-    tombstone_count: int = Field(default=0, ge=0)
-    keyless_count: int = Field(default=0, ge=0)
-    transactional_count: int = Field(default=0, ge=0)
-    control_count: int = Field(default=0, ge=0)
-    min_delete_horizon_ms: int | None = None
+    created_ms: Long
+    first_timestamp: Long | None = None
+    max_timestamp: Long | None = None
+    tombstone_count: NonNegativeLong = 0
+    keyless_count: NonNegativeLong = 0
+    transactional_count: NonNegativeLong = 0
+    control_count: NonNegativeLong = 0
+    min_delete_horizon_ms: Long | None = None
     deletes: DeletionVector | None = None
     producers: tuple[ProducerState, ...] = ()  # each producer's last batch (a record, in Parquet), by producer id
     empty_batches: tuple[EmptyBatch, ...] = ()  # a .log segment's batches without records
@@ -187,7 +197,7 @@ class WriterInfo(_Frozen):
     id: str
     run_id: str
     operation: Literal["append", "clean", "generate"]
-    time_ms: int
+    time_ms: Long
     commit_id: str
 
 
@@ -198,19 +208,19 @@ class Manifest(_Frozen):
     topic: str
     partition: int = Field(ge=0, le=MAX_PARTITION)
     version: int = Field(ge=1)
-    log_start_offset: int = Field(ge=0)
-    log_end_offset: int = Field(ge=0)
-    last_stable_offset: int = Field(ge=0)
-    first_dirty_offset: int = Field(ge=0)
+    log_start_offset: NonNegativeLong
+    log_end_offset: NonNegativeLong
+    last_stable_offset: NonNegativeLong
+    first_dirty_offset: NonNegativeLong
     # The cleaner's promise that below first_dirty_offset no two competing records share a key (true after
     # every pass); a later pass then only compares clean keys the dirty section has.
     clean_keys_unique: bool = False
     # The time (`now`) of the last pass that decided the cleaned range, and the earliest delete horizon
     # still to come among the records it kept there: the next tombstone purge is due then. (Records whose
     # horizon had passed and that it kept are guarded by stale records beyond that range.)
-    last_clean_ms: int | None = None
-    next_horizon_ms: int | None = None
-    open_transactions: dict[int, int] = Field(default_factory=dict)
+    last_clean_ms: Long | None = None
+    next_horizon_ms: Long | None = None
+    open_transactions: dict[NonNegativeLong, NonNegativeLong] = Field(default_factory=dict)  # producer id: 1st offset
     segments: tuple[SegmentMeta, ...] = ()
     writer: WriterInfo
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import crc32c
@@ -13,13 +14,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compaction.errors import CorruptSegmentError, InvalidRecordsError, SegmentSchemaError
-from compaction.schema import LONG_MAX, RECORD_SCHEMA
+from compaction.schema import LONG_MAX, LONG_MIN, RECORD_SCHEMA
 
 #: The Parquet segment's columns are the record's (one row per record, in offset order).
 SEGMENT_SCHEMA = RECORD_SCHEMA
 COLUMNS = tuple(SEGMENT_SCHEMA.names)
 CONTROL_TYPES = ("commit", "abort")
 NO_PRODUCER = -1
+
+#: Kafka's range for each integer column: Longs, and a Short epoch. Input numbers (JSON and Python integers are
+#: unbounded, Parquet columns may be wider or unsigned) are checked against it, naming the record and field.
+INTEGER_RANGES: dict[str, tuple[int, int]] = {
+    "offset": (LONG_MIN, LONG_MAX), "timestamp": (LONG_MIN, LONG_MAX), "producer_id": (LONG_MIN, LONG_MAX),
+    "producer_epoch": (-(2**15), 2**15 - 1), "delete_horizon_ms": (LONG_MIN, LONG_MAX)}
 
 #: Defaults for the columns an appended file may leave out.
 _DEFAULTS: dict[str, Any] = {
@@ -67,19 +74,50 @@ def conform(table: pa.Table, where: str) -> pa.Table:
     columns = []
     for field in SEGMENT_SCHEMA:
         if field.name in table.column_names:
-            column = table.column(field.name)
-            try:
-                column = column.cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise InvalidRecordsError(
-                    f"{where}: column {field.name!r} has type {column.type}, which cannot be read as {field.type}"
-                ) from err
+            column = _cast(table, field, where)
         elif field.name == "offset":
             column = pa.chunked_array([pa.nulls(n, pa.int64())])
         else:
             column = pa.chunked_array([pa.array([_DEFAULTS[field.name]] * n, field.type)])
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA)
+
+
+def _cast(table: pa.Table, field: pa.Field, where: str) -> pa.ChunkedArray:
+    """``table``'s column of ``field`` as ``field.type``; a value that does not fit is an error naming its row."""
+    column = table.column(field.name)
+    if pa.types.is_timestamp(column.type):
+        # A Parquet timestamp counts its own unit; the format's timestamps are epoch milliseconds.
+        column = _cast_values(table, column, pa.timestamp("ms"), field.name, where)
+    return _cast_values(table, column, field.type, field.name, where)
+
+
+def _cast_values(table: pa.Table, column: pa.ChunkedArray, to: pa.DataType, name: str, where: str
+                 ) -> pa.ChunkedArray:
+    try:
+        return column.cast(to)
+    except pa.ArrowNotImplementedError as err:
+        raise InvalidRecordsError(f"{where}: column {name!r} has type {column.type}, which cannot be read as "
+                                  f"{to}") from err
+    except pa.ArrowInvalid:
+        pass
+    # Some value does not fit: bisect for the first row that fails (log2(rows) casts), to name that record.
+    low, high = 0, len(column)
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            column.slice(low, middle - low).cast(to)
+            low = middle
+        except pa.ArrowInvalid:
+            high = middle
+    value = column[low].as_py() if not pa.types.is_timestamp(column.type) else column.cast(pa.int64())[low].as_py()
+    offset = table.column("offset")[low].as_py() if "offset" in table.column_names else None
+    record = f"{where} row {low}" + (f" (offset {offset})" if isinstance(offset, int) else "")
+    span = INTEGER_RANGES.get(name)
+    number = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) and value == value  # not NaN
+    if span and number and not span[0] <= value <= span[1]:
+        raise InvalidRecordsError(f"{record}: {name} {value} is outside Kafka's range for it [{span[0]}, {span[1]}]")
+    raise InvalidRecordsError(f"{record}: {name} {value!r} (type {column.type}) cannot be read as {to}")
 
 
 def check_records(table: pa.Table, where: str) -> None:
@@ -264,6 +302,9 @@ def _to_bytes(value: Any, where: str, name: str) -> bytes | None:
     if isinstance(value, bool):
         raise InvalidRecordsError(f"{where}: {name} must be bytes, a string or an integer, not a boolean")
     if isinstance(value, int):
+        if not LONG_MIN <= value <= LONG_MAX:
+            raise InvalidRecordsError(f"{where}: {name} {value} is outside Kafka's Long range [{LONG_MIN}, "
+                                      f"{LONG_MAX}] (an integer header value is an 8-byte long)")
         return value.to_bytes(8, "big", signed=True)
     raise InvalidRecordsError(f"{where}: {name} must be bytes, a string or an integer, not {type(value).__name__}")
 
@@ -273,21 +314,29 @@ def records(rows: Iterable[Mapping[str, Any]], where: str = "records") -> pa.Tab
 
     The small builder tests and users' scripts use; missing columns take the format's defaults.
     """
-    rows = list(rows)
     data: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-    for row in rows:
+    for index, row in enumerate(rows):
+        record = f"{where} record {index}"
         unknown = set(row) - set(COLUMNS)
         if unknown:
-            raise InvalidRecordsError(f"{where}: unknown field(s) {sorted(unknown)}")
+            raise InvalidRecordsError(f"{record}: unknown field(s) {sorted(unknown)}")
         for name in COLUMNS:
             value = row.get(name, _DEFAULTS.get(name))
             if name in ("key", "value"):
-                value = _to_bytes(value, where, name)
+                value = _to_bytes(value, record, name)
             elif name == "headers" and value is not None:
                 pairs = value.items() if isinstance(value, Mapping) else value
                 value = [
-                    {"key": k, "value": _to_bytes(v, where, f"header {k!r}")}
+                    {"key": k, "value": _to_bytes(v, record, f"header {k!r}")}
                     for k, v in (p if isinstance(p, tuple) else (p["key"], p["value"]) for p in pairs)
                 ]
+            elif name in INTEGER_RANGES and isinstance(value, int) and not isinstance(value, bool):
+                low, high = INTEGER_RANGES[name]
+                if not low <= value <= high:
+                    raise InvalidRecordsError(f"{record}: {name} {value} is outside Kafka's range for it "
+                                              f"[{low}, {high}]")
             data[name].append(value)
-    return pa.Table.from_pydict(data, schema=SEGMENT_SCHEMA)
+    try:
+        return pa.Table.from_pydict(data, schema=SEGMENT_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
+        raise InvalidRecordsError(f"{where}: a field has the wrong type: {err}") from err
