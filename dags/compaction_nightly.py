@@ -8,7 +8,8 @@ needs neither pyspark nor this project.
 - ``compact`` runs ``compaction run STORE --conf CONFIG --now <logical time> --run-id <run id> --report ...``, so
   a retry or a backfill decides exactly as the first attempt would. Its exit code decides what happens next:
   4 (invalid configuration or input) and 2 (bad arguments) fail the task at once, without retries, since
-  another attempt would fail the same way; 1 (a failed run: an unreachable store, a crash) is retried with
+  another attempt would fail the same way; so does 1 when the report names an internal error (a bug in the job:
+  another attempt fails the same way); any other 1 (a failed run: an unreachable store, a crash) is retried with
   backoff; 3 (some partitions uncleanable, the others committed) is retried too, since a partition's failure
   can be passing (its task killed, the store throttling) and the partitions committed are not cleaned again,
   and after the last attempt the report goes on to ``check_report``.
@@ -25,6 +26,7 @@ Settings, each a run parameter (``params``) or else an Airflow Variable of the s
 - ``store`` (required): the store URL;
 - ``config`` (required): the configuration file on the worker, TOML or Kafka's ``server.properties``;
 - ``master``: the Spark master (default ``local[*]``); a cluster's executors need the wheel too;
+- ``remote``: a Spark Connect server (``sc://HOST:15002``) to run on instead of a master;
 - ``report_dir``: where reports go, a path or a URL like the store's (default ``$AIRFLOW_HOME/compaction-reports``;
   ``check_report`` reads it with fsspec, so an ``s3://`` folder needs s3fs in Airflow's environment);
 - ``run_options``: more flags for ``compaction run``, e.g. ``--topics orders,payments --spark-conf
@@ -57,6 +59,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INVALID = 0, 1, 2, 3, 4
 DEFAULTS = {
     "executable": "compaction",
     "master": "local[*]",
+    "remote": "",
     "report_dir": os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "compaction-reports"),
     "run_options": "",
 }
@@ -69,6 +72,16 @@ def setting(params: dict[str, Any], name: str) -> str:
         raise AirflowFailException(f"no {name}: set the DAG param {name!r} or the Airflow Variable "
                                    f"'compaction_{name}'")
     return str(value)
+
+
+def internal_errors(report_path: str) -> list[str]:
+    """The partitions a run's report says an internal error stopped (none when the run wrote no report)."""
+    try:
+        with fsspec.open(report_path, "rt") as stream:
+            report = json.load(stream)
+    except (OSError, ValueError):  # no report: the run stopped before it (an unreachable store, say)
+        return []
+    return [f["partition"] for f in report.get("failures", []) if f.get("internal")]
 
 
 with DAG(
@@ -84,6 +97,7 @@ with DAG(
         "store": "store URL (Variable compaction_store)",
         "config": "configuration file on the worker, TOML or server.properties (Variable compaction_config)",
         "master": "Spark master (Variable compaction_master; default local[*])",
+        "remote": "Spark Connect server sc://HOST:PORT, instead of a master (Variable compaction_remote)",
         "report_dir": "folder or URL for the run reports (Variable compaction_report_dir)",
         "run_options": "more `compaction run` flags (Variable compaction_run_options)",
     }.items()},
@@ -99,8 +113,10 @@ with DAG(
         logical = context.get("logical_date") or context["dag_run"].run_after
         report = (f"{setting(params, 'report_dir').rstrip('/')}/{context['dag'].dag_id}/"
                   f"{run_id.replace(':', '').replace('+', '_')}.json")
+        remote = setting(params, "remote")
+        session = ["--remote", remote] if remote else ["--master", setting(params, "master")]
         command = [setting(params, "executable"), "run", setting(params, "store"), "--conf", setting(params, "config"),
-                   "--master", setting(params, "master"), "--now", logical.isoformat(), "--run-id", run_id,
+                   *session, "--now", logical.isoformat(), "--run-id", run_id,
                    "--report", report, *shlex.split(setting(params, "run_options"))]
         print("running " + shlex.join(command), flush=True)
         try:
@@ -111,6 +127,11 @@ with DAG(
         if code in (EXIT_USAGE, EXIT_INVALID):
             raise AirflowFailException(f"the job refused its configuration or arguments (exit code {code}; the "
                                        "reason is in the log above): retrying would not help")
+        bugs = internal_errors(report) if code == EXIT_FAILED else []
+        if bugs:
+            raise AirflowFailException(f"an internal error (a bug in the job, not a problem of the data) stopped "
+                                       f"{', '.join(bugs)}; the report {report} has its traceback: retrying would "
+                                       "not help")
         if code == EXIT_PARTIAL and ti.try_number <= ti.max_tries:
             raise AirflowException(f"some partitions could not be cleaned (exit code {code}); the others were "
                                    f"committed; attempt {ti.try_number} of {ti.max_tries + 1}, retrying")

@@ -78,7 +78,17 @@ SCENARIOS = {
     "uncleanable": ("2026-01-03T02:00:00+00:00", 1),
     "invalid configuration": ("2026-01-04T02:00:00+00:00", 1),
     "missing store": ("2026-01-05T02:00:00+00:00", 1),
+    "internal error": ("2026-01-06T02:00:00+00:00", 1),
 }
+#: A job that stops as the real one does on a bug in a task: a report naming the internal error, exit code 1.
+BUGGY_JOB = """#!/bin/sh
+while [ "$1" != "--report" ]; do shift; done
+mkdir -p "$(dirname "$2")"
+printf '%s' '{"totals": {"cleaned": 1, "failed": 1, "skipped": 0}, "failures": [{"partition": "orders-1",
+ "error": "TypeError: boom", "internal": true, "trace": "Traceback ..."}]}' > "$2"
+echo "[2/2] failed orders-1: internal error (a bug in compaction, not a problem of the data): TypeError: boom"
+exit 1
+"""
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +106,11 @@ def dag_runs(worker: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
             conf["config"] = str(folder / "bad.toml")
         elif name == "missing store":
             conf["store"] = str(folder / "no-such-store")
+        elif name == "internal error":
+            job = folder / "buggy-job"
+            job.write_text(BUGGY_JOB)
+            job.chmod(0o755)
+            conf["executable"] = str(job)
         runs.append({"logical_date": logical_date, "conf": conf, "retries": retries})
     return {name: (result, stores[name]) for name, result in zip(SCENARIOS, run_dags(worker, runs), strict=True)}
 
@@ -141,3 +156,11 @@ def test_a_failed_run_is_retried(dag_runs: dict[str, tuple[dict, Store]]) -> Non
     assert result["state"] == "failed"
     assert result["tasks"]["compact"] == "failed" and result["compact_tries"] == 2
     assert "does not exist" in result["log"]
+
+
+def test_an_internal_error_fails_the_task_without_retries(dag_runs: dict[str, tuple[dict, Store]]) -> None:
+    """Exit code 1 with a report naming an internal error: a bug fails every attempt the same way."""
+    result, _ = dag_runs["internal error"]
+    assert result["state"] == "failed"
+    assert result["tasks"]["compact"] == "failed" and result["compact_tries"] == 1
+    assert "an internal error (a bug in the job, not a problem of the data) stopped orders-1" in result["log"]
