@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +16,8 @@ from compaction.clean.outcome import RunReport
 from compaction.clean.planner import CompactionPlan
 from compaction.clean.session import warm_workers
 from compaction.config import Settings
+from compaction.errors import CompactionError, ConfigError
+from compaction.read.files import Versions
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
 from compaction.store.gc import collect_store
@@ -54,6 +57,8 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
             output_location(output, options.store, options_)  # a path that cannot be written fails before any work
     store = Store.open(options.store, options_)
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
+    if settings.publish.after_run and not options.dry_run:
+        publishing().open_catalog(settings.publish.catalog, settings.publish.properties)  # a bad catalog fails now
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
     plan_name = options.dedupe_plan
     started = time.perf_counter()
@@ -71,6 +76,8 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
                         **report.phases_ms}
+    if settings.publish.after_run:  # every partition has committed (or failed) by now
+        report.published = publish_topics(store, options.topics, settings, options.wall_ms, out)
     if options.report_path:
         write_report(report, options.report_path, options_)
         out(f"report written to {options.report_path}")
@@ -82,4 +89,52 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
                                           keep_versions=settings.cleaner.gc_keep_versions)
         out(f"gc deleted {sum(len(r.deleted_objects) for r in results)} object(s); "
             f"{len(failures)} partition(s) skipped")
-    return (EXIT_PARTIAL if report.failed else EXIT_OK), report
+    failed = report.failed or any("error" in p for p in report.published)
+    return (EXIT_PARTIAL if failed else EXIT_OK), report
+
+
+def publishing() -> Any:
+    """The publish package, whose pyiceberg is an optional dependency; ConfigError when it is not installed."""
+    try:
+        import compaction.publish
+    except ImportError as err:
+        raise ConfigError(f"publishing to Iceberg needs pyiceberg ({err}): pip install 'compaction[iceberg]'") from err
+    return compaction.publish
+
+
+def publish_topic(store: Store, topic: str, settings: Settings, *, wall_ms: int, catalog: str | None = None,
+                  table: str | None = None, version: Versions = None) -> Any:
+    """Publish ``topic`` as configured in ``[publish]`` (the catalog and table may be given instead); snapshots
+    replaced more than gc's grace period ago are expired. Returns the :class:`compaction.publish.PublishResult`."""
+    return publishing().publish(store, topic, catalog or settings.publish.catalog, settings.publish.properties,
+                                table=table, namespace=settings.publish.namespace, version=version, wall_ms=wall_ms,
+                                grace_ms=settings.cleaner.gc_grace_ms)
+
+
+def publish_topics(store: Store, patterns: str | Sequence[str] | None, settings: Settings, wall_ms: int,
+                   out: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Publish each topic of the run (``after.run``); a topic that fails is reported and the others go on."""
+    chosen = [patterns] if isinstance(patterns, str) else list(patterns or ["*"])
+    outcomes = []
+    for topic in store.topics():
+        if not any(fnmatch.fnmatchcase(topic, p) for p in chosen):
+            continue
+        try:
+            result = publish_topic(store, topic, settings, wall_ms=wall_ms)
+        except CompactionError as err:
+            out(f"failed to publish {topic}: {err}")
+            outcomes.append({"topic": topic, "error": str(err)})
+            continue
+        out(describe_publish(topic, result))
+        outcomes.append({"topic": topic, **result.to_dict()})
+    return outcomes
+
+
+def describe_publish(topic: str, result: Any) -> str:
+    """One line saying what a publish did."""
+    versions = " ".join(f"{p}={v}" for p, v in result.versions.items())
+    expired = f"; expired {len(result.expired)} snapshot(s)" if result.expired else ""
+    if not result.committed:
+        return f"{result.table} already holds {topic} at versions {versions}: no new snapshot{expired}"
+    return (f"published {topic} at versions {versions} as {result.table} snapshot {result.snapshot_id} "
+            f"({result.data_files} data file(s), {result.delete_files} position delete file(s)){expired}")

@@ -162,6 +162,9 @@ class RunReport:
     #: Where the time went: the driver's phases (``plan``, ``clean``: the Spark jobs, ``commit``; the job adds
     #: ``startup``), wall ms; and the executors' ``task_read``, ``task_decide``, ``task_write``, task ms summed.
     phases_ms: dict[str, int] = field(default_factory=dict)
+    #: Tables published after the partitions committed (``[publish] after.run``): per topic the publish's
+    #: outcome, or its ``error``.
+    published: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,
