@@ -615,10 +615,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
                                       keep_versions=keep, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for result in results:
-        if result.deleted_objects or result.pruned_versions or result.unknown_objects:
+        if result.deleted_objects or result.pruned_versions or result.unknown_objects or result.pinned_versions:
+            pinned = f", kept pinned versions {result.pinned_versions}" if result.pinned_versions else ""
             print(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s) "
                   f"({human_bytes(result.deleted_bytes)}), pruned manifest versions {result.pruned_versions or '-'}, "
-                  f"{result.waiting_objects} within the grace period")
+                  f"{result.waiting_objects} within the grace period{pinned}")
         for unknown in result.unknown_objects:
             print(f"{result.partition}: left alone unknown object {unknown}")
     for name, err in failures.items():
@@ -922,7 +923,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Delete objects in each partition's own folders that no retained manifest "
                                    "references, once older than --grace; prune manifest versions beyond "
                                    "--keep-versions that were superseded more than --grace ago. The grace period is "
-                                   "measured on the wall clock (objects' modification times), never on a run's --now.")
+                                   "measured on the wall clock (objects' modification times), never on a run's --now. "
+                                   "A version an Iceberg snapshot holds (pinned by publish) is always kept.")
     _store_args(p)
     _selection_args(p)
     _config_args(p)

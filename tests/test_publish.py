@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -337,6 +336,11 @@ def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Pub
     tp = TopicPartition(TOPIC, 1)
     pins = store.pins(tp)
     assert [p.version for p in pins] == [OLDER, NEWEST], "the store learnt what the published snapshots read"
+    time.sleep(0.01)
+    assert main(["gc", str(tmp_path / "store"), "--grace", "0", "--keep-versions", "1"]) == EXIT_OK
+    assert f"{TOPIC}-1: deleted 0 object(s) (0 B), pruned manifest versions [1], 0 within the grace period, kept " \
+           f"pinned versions [{OLDER}, {NEWEST}]" in capsys.readouterr().out
+    assert not [p for r in verify(store, check_data=False) for p in r.problems], "the versions kept are continuous"
     segment = store.manifest(tp, NEWEST).segments[-1]
     (tmp_path / "store" / TOPIC / "1" / segment.path).unlink()
     (tmp_path / "store" / TOPIC / "1" / "_manifests" / f"{OLDER:020d}.json").unlink()

@@ -5,7 +5,8 @@ are deleted; an object is deleted only when no retained manifest references it a
 the grace period; a manifest version is pruned only when it is beyond the retained count *and* was
 superseded more than the grace period ago, so a reader that started on it has had the grace period to
 finish, and an object it alone referenced was replaced at least that long ago. A version that a pin holds (an
-Iceberg snapshot published from the store, :mod:`compaction.store.pins`) is never pruned, whatever its age.
+Iceberg snapshot published from the store, :mod:`compaction.store.pins`) is never pruned, whatever its age, nor
+are the versions after it, so that the retained versions stay continuous.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms:
     prunable = []
     for version in versions[: max(0, len(versions) - keep_versions)]:
         superseded = written.get(version + 1)
-        if superseded is None or superseded + grace_ms > wall_ms:
+        # Retained versions stay continuous (readers and verify rely on it): a pin keeps the versions after it too.
+        if superseded is None or superseded + grace_ms > wall_ms or version in pinned:
             break
-        if version not in pinned:
-            prunable.append(version)
+        prunable.append(version)
     retained = [manifests[v] for v in versions if v not in set(prunable)]
     referenced = {seg.path for m in retained for seg in m.segments}
     referenced |= {seg.deletes.path for m in retained for seg in m.segments if seg.deletes is not None}
