@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from pyspark.sql import SparkSession
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.planner import CompactionPlan
+from compaction import logs
 from compaction.clean.session import warm_workers
 from compaction.config import Settings
 from compaction.errors import CompactionError, ConfigError
@@ -58,7 +60,8 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     store = Store.open(options.store, options_)
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
     if settings.publish.after_run and not options.dry_run:
-        publishing().open_catalog(settings.publish.catalog, settings.publish.properties)  # a bad catalog fails now
+        with redacted(settings):  # a bad catalog fails now, before any work
+            publishing().open_catalog(settings.publish.catalog, settings.publish.properties)
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
     plan_name = options.dedupe_plan
     started = time.perf_counter()
@@ -106,9 +109,23 @@ def publish_topic(store: Store, topic: str, settings: Settings, *, wall_ms: int,
                   table: str | None = None, version: Versions = None) -> Any:
     """Publish ``topic`` as configured in ``[publish]`` (the catalog and table may be given instead); snapshots
     replaced more than gc's grace period ago are expired. Returns the :class:`compaction.publish.PublishResult`."""
-    return publishing().publish(store, topic, catalog or settings.publish.catalog, settings.publish.properties,
-                                table=table, namespace=settings.publish.namespace, version=version, wall_ms=wall_ms,
-                                grace_ms=settings.cleaner.gc_grace_ms)
+    with redacted(settings):
+        return publishing().publish(store, topic, catalog or settings.publish.catalog, settings.publish.properties,
+                                    table=table, namespace=settings.publish.namespace, version=version,
+                                    wall_ms=wall_ms, grace_ms=settings.cleaner.gc_grace_ms)
+
+
+@contextlib.contextmanager
+def redacted(settings: Settings) -> Iterator[None]:
+    """Errors without the catalog's secret-looking properties (``s3.secret-access-key``, ``token``...), which the
+    command line's own masking, set up before the configuration is read, does not know."""
+    try:
+        yield
+    except CompactionError as err:
+        text = logs.redact(str(err), logs.secrets_in({}, settings.publish.properties))
+        if text != str(err):
+            raise type(err)(text) from None
+        raise
 
 
 def publish_topics(store: Store, patterns: str | Sequence[str] | None, settings: Settings, wall_ms: int,

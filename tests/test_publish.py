@@ -30,7 +30,8 @@ from pyiceberg.table import Table
 
 from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.config import Settings
-from compaction.job import JobOptions, publish_topic, run_job
+from compaction.errors import CatalogError
+from compaction.job import JobOptions, publish_topic, redacted, run_job
 from compaction.publish import VERSIONS_PROPERTY, open_catalog, publish, snapshot_versions
 from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_store
@@ -350,6 +351,27 @@ def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Pub
     assert f"missing, but manifest version {NEWEST} references it; Iceberg snapshot {newest_snapshot} of table " \
            f"default.orders" in out
     assert f"holds manifest version {OLDER}, which is missing" in out
+
+
+def test_a_table_of_another_topic_or_store_is_refused_and_secrets_stay_out_of_errors(
+        local: Published, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    generate(local.store(), GenerateSpec(topics=("payments",), partitions=1, records=50, keys=10, segment_records=50),
+             now_ms=readstore.NOW)
+    assert local.cli("publish", "payments", "--table", "default.orders") == EXIT_INVALID
+    assert f"error: Iceberg table default.orders publishes topic orders of store file://{local.url}, not topic " \
+           "payments" in capsys.readouterr().err
+    secret = "sup3r-s3cret-value"
+    conf = write_conf(tmp_path / "c.toml", {"type": "sql", "uri": f"sqlite:///{tmp_path}/missing/c.db",
+                                            "s3.secret-access-key": secret})
+    assert main(["publish", local.url, "payments", "--conf", str(conf)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: Iceberg catalog 'test', table default.payments: OperationalError") and \
+        len(err.strip().splitlines()) == 1
+    settings = Settings.load(conf, environ={})
+    with pytest.raises(CatalogError) as raised, redacted(settings):
+        raise CatalogError(f"the catalog said: bad credential {secret}")
+    assert str(raised.value) == "the catalog said: bad credential ****", "the catalog's secrets are masked"
+    assert local.cli("publish", "payments") == EXIT_OK, "a table of its own, beside the other"
 
 
 def test_publish_settings_come_from_the_publish_table(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from compaction.errors import CatalogError, CompactionError, PublishError
+from compaction.publish.files import location
 from compaction.publish.snapshot import (
     MAX_ATTEMPTS,
     VERSIONS_PROPERTY,
@@ -39,9 +40,9 @@ def publish(store: Store, topic: str, catalog_name: str, catalog_properties: Map
     parts = resolve(store, topic, None, version)
     check_publishable(store, parts)
     ident = identifier(table, namespace, topic)
-    catalog = open_catalog(catalog_name, catalog_properties)
     try:
-        open_table(catalog, ident, store.url, topic)
+        catalog = open_catalog(catalog_name, catalog_properties)
+        open_table(catalog, ident, location(store, ""), topic)  # the store's full name, wherever it is run from
         return commit_snapshot(store, lambda: catalog.load_table(ident), parts, wall_ms=wall_ms, grace_ms=grace_ms,
                                max_attempts=max_attempts)
     except (CompactionError, OSError):
@@ -49,8 +50,9 @@ def publish(store: Store, topic: str, catalog_name: str, catalog_properties: Map
     except Exception as err:
         # The catalog's client (REST, SQL, Glue...) and its storage raise their own types: named once, here.
         if type(err).__module__.split(".")[0] in _CATALOG_LIBRARIES:
+            first = (str(err).strip().splitlines() or [""])[0]  # SQLAlchemy adds lines of links
             raise CatalogError(f"Iceberg catalog {catalog_name!r}, table {'.'.join(ident)}: {type(err).__name__}: "
-                               f"{err}") from err
+                               f"{first}") from err
         raise
 
 

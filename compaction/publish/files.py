@@ -43,7 +43,7 @@ DELETES_SUFFIX = "-deletes.parquet"
 
 def location(store: Store, rel: str) -> str:
     """An object's location as Iceberg writes it: a full URI (``file:///...`` on local disk, ``s3://...``)."""
-    name = store.storage.describe(rel)
+    name = store.storage.describe(rel).rstrip("/")
     return f"file://{name}" if store.storage.is_local else name
 
 
