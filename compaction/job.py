@@ -12,10 +12,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from compaction import logs
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport
 from compaction.clean.planner import CompactionPlan
-from compaction import logs
 from compaction.clean.session import warm_workers
 from compaction.config import Settings
 from compaction.errors import CompactionError, ConfigError
