@@ -80,7 +80,8 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
                         **report.phases_ms}
     if settings.publish.after_run:  # every partition has committed (or failed) by now
-        report.published = publish_topics(store, options.topics, settings, options.wall_ms, out)
+        # The snapshots' time is when they are committed, at the end of the run, not when it started.
+        report.published = publish_topics(store, options.topics, settings, options.wall_ms + report.elapsed_ms, out)
     if options.report_path:
         write_report(report, options.report_path, options_)
         out(f"report written to {options.report_path}")

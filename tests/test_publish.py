@@ -273,6 +273,24 @@ def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
         open_catalog("test", catalog).load_table(("default", "clicks"))
 
 
+def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=1, records=100, keys=10,
+                                           segment_records=50, segment_format="kafka"), now_ms=readstore.NOW)
+    generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=2, records=100, keys=10,
+                                           segment_records=50), now_ms=readstore.NOW)
+    catalog = local_catalog(tmp_path / "lake")
+    settings = Settings.load(write_conf(tmp_path / "c.toml", catalog, '"after.run" = true'), environ={})
+    lines: list[str] = []
+    code, report = run_job(JobOptions(store=url, now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)), settings,
+                           lambda: pytest.fail("nothing to clean: no Spark"), out=lines.append)
+    assert code == 3, "the run's cleaning committed, but a publish failed"
+    clicks, orders = report.published
+    assert clicks["topic"] == "clicks" and "holds Kafka .log segments" in clicks["error"]
+    assert orders["topic"] == "orders" and orders["committed"] and orders["versions"] == {"0": 1, "1": 1}
+    assert any(line.startswith("failed to publish clicks: partition clicks-0 holds Kafka .log") for line in lines)
+
+
 # A clean pass, gc and expiry ------------------------------------------------------------------------------------
 
 
@@ -318,8 +336,10 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
 
     # Within gc's grace the previous snapshot stays; once the grace has passed, a publish expires it and gc
     # collects what only it read.
-    assert publish_topic(store, TOPIC, settings, wall_ms=wall).expired == []
-    expired = publish_topic(store, TOPIC, settings, wall_ms=wall + settings.cleaner.gc_grace_ms + 60_000)
+    replaced_ms = table.snapshot_by_id(second).timestamp_ms
+    grace = settings.cleaner.gc_grace_ms
+    assert publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace - 1).expired == []
+    expired = publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace)
     assert not expired.committed and expired.expired == [first.snapshot_id]
     assert [s.snapshot_id for s in pub.table().snapshots()] == [second]
     assert all(p.holder.endswith(f"-{second}") for p in store.pins(TopicPartition(TOPIC, 0)))

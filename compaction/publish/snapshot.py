@@ -144,7 +144,7 @@ def expirable(table: Table, wall_ms: int, grace_ms: int) -> list[Snapshot]:
     """The snapshots replaced as current more than ``grace_ms`` ago (measured on the wall clock): their readers
     have had gc's grace period to finish. The current snapshot is never among them."""
     current = table.metadata.current_snapshot_id
-    ordered = sorted(table.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    ordered = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)  # the order of commits
     return [s for s, successor in itertools.pairwise(ordered)
             if s.snapshot_id != current and successor.timestamp_ms + grace_ms <= wall_ms]
 
@@ -254,7 +254,10 @@ def _build(store: Store, table: Table, parts: Sequence[PartitionFiles], versions
             parent.summary if parent else None)
         built.snapshot = Snapshot.model_validate({"snapshot-id": snapshot_id, "sequence-number": sequence_number,
                                      "parent-snapshot-id": parent.snapshot_id if parent else None,
-                                     "timestamp-ms": wall_ms, "manifest-list": list_path, "summary": summary,
+                                     # Engines (Iceberg's Java library) refuse a table whose snapshot log
+                                     # goes back in time: never before the table's last update.
+                                     "timestamp-ms": max(wall_ms, metadata.last_updated_ms),
+                                     "manifest-list": list_path, "summary": summary,
                                      "schema-id": metadata.current_schema_id})
         built.data_files = len(kept[ManifestContent.DATA]) + len(added[ManifestContent.DATA])
         built.delete_files = len(kept[ManifestContent.DELETES]) + len(added[ManifestContent.DELETES])
