@@ -34,6 +34,7 @@ from compaction.errors import (
     InvalidArgumentError,
     InvalidRecordsError,
     OffsetOverlapError,
+    PublishError,
     StoreError,
     StoreNotFoundError,
 )
@@ -555,6 +556,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    settings = load_settings(args)
+    store = open_store(args, settings)
+    result = job.publish_topic(store, args.topic, settings, wall_ms=wall_clock_ms(), catalog=args.catalog,
+                               table=args.table, version=read_versions(args))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else job.describe_publish(args.topic, result))
+    return EXIT_OK
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     store = open_store(args, load_settings(args))
     partitions, illegal = selected_partitions(store, args)
@@ -607,10 +617,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
                                       keep_versions=keep, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for result in results:
-        if result.deleted_objects or result.pruned_versions or result.unknown_objects:
+        if result.deleted_objects or result.pruned_versions or result.unknown_objects or result.pinned_versions:
+            pinned = f", kept pinned versions {result.pinned_versions}" if result.pinned_versions else ""
             print(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s) "
                   f"({human_bytes(result.deleted_bytes)}), pruned manifest versions {result.pruned_versions or '-'}, "
-                  f"{result.waiting_objects} within the grace period")
+                  f"{result.waiting_objects} within the grace period{pinned}")
         for unknown in result.unknown_objects:
             print(f"{result.partition}: left alone unknown object {unknown}")
     for name, err in failures.items():
@@ -642,7 +653,7 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", metavar="NAME=VALUE", action="append",
                         help="override a setting, repeatable: a broker-level name (log.cleaner.min.cleanable."
                              "ratio=0.2), TOPIC:NAME=VALUE for a topic (orders:min.cleanable.dirty.ratio=0.1), "
-                             "or cleaner.NAME=VALUE")
+                             "cleaner.NAME=VALUE or publish.NAME=VALUE")
 
 
 def _now_args(parser: argparse.ArgumentParser, what: str) -> None:
@@ -874,6 +885,31 @@ def build_parser() -> argparse.ArgumentParser:
     _scan_args(p)
     p.set_defaults(func=cmd_snapshot)
 
+    p = sub.add_parser("publish", help="publish a topic as an Iceberg table, without copying it",
+                       description="Commit the topic at a version as the next snapshot of an Iceberg table (format "
+                                   "v2, identity-partitioned by partition): its live Parquet segments are the data "
+                                   "files as they are, deletion vectors and records below the log start position "
+                                   "delete files. The snapshot summary names each partition's manifest version "
+                                   "(compaction.versions); publishing versions already published adds no snapshot. "
+                                   "Snapshots replaced more than [cleaner] gc.grace.ms ago are expired; gc keeps "
+                                   "every object a retained snapshot reads. The catalog is configured as pyiceberg "
+                                   "configures catalogs (.pyiceberg.yaml, PYICEBERG_CATALOG__NAME__* variables) or "
+                                   "in the configuration's [publish] table (type, uri, warehouse...). Kafka .log "
+                                   "segments cannot be data files: such a topic is refused.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--catalog", metavar="NAME", default=None,
+                   help="the catalog's name (default: [publish] catalog, else 'default')")
+    p.add_argument("--table", metavar="NAMESPACE.TABLE", default=None,
+                   help="the table (default: [publish] namespace, 'default', and the topic's name); created when "
+                        "absent")
+    p.add_argument("--version", metavar="V|P=V", action="append", type=parse_version, default=None,
+                   help="publish manifest version V of every partition, or PARTITION=V (repeatable); default: the "
+                        "newest")
+    p.add_argument("--json", action="store_true", help="print what was published as JSON")
+    _config_args(p)
+    p.set_defaults(func=cmd_publish)
+
     p = sub.add_parser("status", help="per partition: segments, bytes, records, checkpoint, dirty bytes")
     _store_args(p)
     _selection_args(p)
@@ -895,7 +931,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Delete objects in each partition's own folders that no retained manifest "
                                    "references, once older than --grace; prune manifest versions beyond "
                                    "--keep-versions that were superseded more than --grace ago. The grace period is "
-                                   "measured on the wall clock (objects' modification times), never on a run's --now.")
+                                   "measured on the wall clock (objects' modification times), never on a run's --now. "
+                                   "A version an Iceberg snapshot holds (pinned by publish) is always kept.")
     _store_args(p)
     _selection_args(p)
     _config_args(p)
@@ -917,7 +954,7 @@ def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
 
     try:
         return func(args)
-    except (ConfigError, InvalidArgumentError, InvalidRecordsError, OffsetOverlapError) as err:
+    except (ConfigError, InvalidArgumentError, InvalidRecordsError, OffsetOverlapError, PublishError) as err:
         error(str(err))
         return EXIT_INVALID
     except StoreNotFoundError as err:

@@ -56,6 +56,21 @@ class StoreSettings(BaseModel):
         return {RETRY_BUDGET_OPTION: self.retry_budget_ms, **self.options}
 
 
+class PublishSettings(BaseModel):
+    """Publishing topics as Iceberg tables (``compaction publish``, and ``run`` with ``after.run``), in the
+    ``[publish]`` table: the catalog's name, its properties as pyiceberg names them (``type``, ``uri``,
+    ``warehouse``, ``s3.endpoint``...; they override ``.pyiceberg.yaml`` and ``PYICEBERG_CATALOG__*`` variables,
+    and credentials belong there or in the environment), the tables' namespace (a topic's table is
+    ``NAMESPACE.<topic>``), and whether each run publishes the topics it covers once their partitions commit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    catalog: str = Field("default", min_length=1)
+    namespace: str = Field("default", min_length=1)
+    after_run: bool = Field(False, alias="after.run")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
 class Settings(BaseModel):
     """Everything a run is configured with; frozen, and validated before any work starts.
 
@@ -69,6 +84,7 @@ class Settings(BaseModel):
     topics: dict[str, dict[str, Any]] = Field(default_factory=dict)
     cleaner: CleanerSettings = Field(default_factory=CleanerSettings)  # type: ignore[arg-type]
     store: StoreSettings = Field(default_factory=StoreSettings)  # type: ignore[arg-type]
+    publish: PublishSettings = Field(default_factory=PublishSettings)  # type: ignore[arg-type]
 
     @model_validator(mode="before")
     @classmethod
@@ -173,7 +189,9 @@ def _source_of(entries: Sequence[Entry], location: tuple[str, ...]) -> str:
 # Sources ------------------------------------------------------------------------------------------------
 
 #: Tables of the file that are not Kafka names: per-topic overrides and the job's own settings.
-TOPICS, CLEANER, STORE = "topics", "cleaner", "store"
+TOPICS, CLEANER, STORE, PUBLISH = "topics", "cleaner", "store", "publish"
+#: Names of ``[publish]`` that are the job's own; the table's other names are the catalog's properties.
+PUBLISH_NAMES = ("catalog", "namespace", "after.run")
 
 #: Kafka's broker names given in another unit: name -> (the name in milliseconds, factor). Kafka lets the
 #: milliseconds name win over minutes, and minutes over hours.
@@ -201,6 +219,8 @@ def _known(table: tuple[str, ...]) -> list[str]:
         return [*BROKER_NAMES, *UNIT_NAMES]
     if table[0] == TOPICS:
         return list(TOPIC_KEYS)
+    if table[0] == PUBLISH:
+        return [*PUBLISH_NAMES, "properties"]
     model = CleanerSettings if table[0] == CLEANER else StoreSettings
     return [field.alias or name for name, field in model.model_fields.items()]
 
@@ -217,6 +237,9 @@ def _check_names(entries: list[Entry], ignore_unknown: bool = False) -> list[Ent
     kept, ignored = [], []
     for entry in entries:
         table, name = entry.path[:-1], entry.path[-1]
+        if table == (PUBLISH, "properties"):  # the catalog's own names, which pyiceberg checks
+            kept.append(entry)
+            continue
         if name not in _known(table[:1]):
             if ignore_unknown:
                 ignored.append(name + did_you_mean(name, _known(table[:1])))
@@ -324,6 +347,8 @@ def from_mapping(doc: Mapping[str, Any], source: str, lines: Sequence[str] = ())
                     [Entry((STORE, n), x, source) for n, x in _dotted({name: v})]
         elif key == CLEANER and isinstance(value, Mapping):
             entries += [Entry((CLEANER, name), v, source) for name, v in _dotted(value)]
+        elif key == PUBLISH and isinstance(value, Mapping):
+            entries += [_publish_entry(name, v, source) for name, v in _dotted(value)]
         else:
             entries += [Entry((name,), v, source) for name, v in _dotted({key: value})]
     if lines:
@@ -337,6 +362,17 @@ def _dotted(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
         name = f"{prefix}.{key}" if prefix else str(key)
         items += _dotted(value, name) if isinstance(value, Mapping) else [(name, value)]
     return items
+
+
+def _publish_entry(name: str, value: Any, source: str) -> Entry:
+    """A ``[publish]`` name: the job's own, or a catalog property (a string, as pyiceberg takes them)."""
+    if name in PUBLISH_NAMES:
+        return Entry((PUBLISH, name), value, source)
+    hint = did_you_mean(name, PUBLISH_NAMES)
+    if hint:  # pyiceberg would take it as a catalog property and ignore it
+        raise ConfigError(f"Unknown configuration '{name}' in [publish]{hint} (set in {source})")
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return Entry((PUBLISH, "properties", name), text, source)
 
 
 def from_environment(environ: Mapping[str, str]) -> list[Entry]:
@@ -353,7 +389,8 @@ def from_environment(environ: Mapping[str, str]) -> list[Entry]:
 
 
 def from_flags(items: Sequence[str]) -> list[Entry]:
-    """``--set NAME=VALUE`` (a broker name, ``cleaner.NAME`` or ``store.NAME``) and ``--set TOPIC:NAME=VALUE``."""
+    """``--set NAME=VALUE`` (a broker name, ``cleaner.NAME``, ``store.NAME`` or ``publish.NAME``) and
+    ``--set TOPIC:NAME=VALUE``."""
     entries = []
     for item in items:
         key, sep, raw = item.partition("=")
@@ -362,6 +399,9 @@ def from_flags(items: Sequence[str]) -> list[Entry]:
         topic, colon, name = key.partition(":")
         if colon:
             path: tuple[str, ...] = (TOPICS, topic, name)
+        elif key.startswith(PUBLISH + "."):
+            entries.append(_publish_entry(key.split(".", 1)[1], _parse_scalar(raw), f"--set {item}"))
+            continue
         elif key.startswith((CLEANER + ".", STORE + ".")):
             path = tuple(key.split(".", 1))
         else:

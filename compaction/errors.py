@@ -88,3 +88,16 @@ class PlanError(CompactionError):
 class PayloadVersionError(CompactionError):
     """Raised when a task or result shipped between the driver and executors was built by another version of
     this library (the driver and the executors run different builds)."""
+
+
+class PublishError(CompactionError):
+    """Raised when a topic cannot be published as an Iceberg table as it is: a live Kafka ``.log`` segment (no
+    engine reads one as a data file), a store other engines cannot reach, or a table that is not the topic's."""
+
+
+class PublishConflictError(CompactionError):
+    """Raised when a publish lost the race for the table's next snapshot more often than it retries."""
+
+
+class CatalogError(CompactionError):
+    """Raised when an Iceberg catalog cannot be reached or refuses a request (names the catalog and the table)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,8 @@ from compaction.clean.outcome import GcOutcome, RunReport
 from compaction.clean.planner import CompactionPlan
 from compaction.clean.session import warm_workers
 from compaction.config import Settings
+from compaction.errors import CompactionError, ConfigError
+from compaction.read.files import Versions
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
 from compaction.store.gc import collect_store
@@ -56,11 +60,15 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
 
     def say(line: str) -> None:  # an error's text may carry what a library put in it: credentials are masked
         out(logs.redact(line, secrets))
+
     for output in (options.report_path, settings.cleaner.metrics_textfile):
         if output:
             output_location(output, options.store, options_)  # a path that cannot be written fails before any work
     store = Store.open(options.store, options_)
     store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
+    if settings.publish.after_run and not options.dry_run:
+        with redacted(settings):  # a bad catalog fails now, before any work
+            publishing().open_catalog(settings.publish.catalog, settings.publish.properties)
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
     plan_name = options.dedupe_plan
     started = time.perf_counter()
@@ -83,6 +91,9 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
             log.debug("internal error in %s:\n%s", failed.partition, failed.trace)
     report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
                         **report.phases_ms}
+    if settings.publish.after_run:  # every partition has committed (or failed) by now; before gc, which keeps pins
+        # The snapshots' time is when they are committed, at the end of the run, not when it started.
+        report.published = publish_topics(store, options.topics, settings, options.wall_ms + report.elapsed_ms, say)
     if options.gc:  # before the report is written, so that it names the partitions gc skipped
         report.gc = collect(store, options, settings, say)
     if options.report_path:
@@ -106,3 +117,64 @@ def collect(store: Store, options: JobOptions, settings: Settings, out: Callable
         out(f"gc skipped {name}, nothing deleted: {reason}")
     out(f"gc deleted {outcome.deleted_objects} object(s); {len(outcome.skipped)} partition(s) skipped")
     return outcome
+
+
+def publishing() -> Any:
+    """The publish package, whose pyiceberg is an optional dependency; ConfigError when it is not installed."""
+    try:
+        import compaction.publish
+    except ImportError as err:
+        raise ConfigError(f"publishing to Iceberg needs pyiceberg ({err}): pip install 'compaction[iceberg]'") from err
+    return compaction.publish
+
+
+def publish_topic(store: Store, topic: str, settings: Settings, *, wall_ms: int, catalog: str | None = None,
+                  table: str | None = None, version: Versions = None) -> Any:
+    """Publish ``topic`` as configured in ``[publish]`` (the catalog and table may be given instead); snapshots
+    replaced more than gc's grace period ago are expired. Returns the :class:`compaction.publish.PublishResult`."""
+    with redacted(settings):
+        return publishing().publish(store, topic, catalog or settings.publish.catalog, settings.publish.properties,
+                                    table=table, namespace=settings.publish.namespace, version=version,
+                                    wall_ms=wall_ms, grace_ms=settings.cleaner.gc_grace_ms)
+
+
+@contextlib.contextmanager
+def redacted(settings: Settings) -> Iterator[None]:
+    """Errors without the catalog's secret-looking properties (``s3.secret-access-key``, ``token``...), which the
+    command line's own masking, set up before the configuration is read, does not know."""
+    try:
+        yield
+    except CompactionError as err:
+        text = logs.redact(str(err), logs.secrets_in({}, settings.publish.properties))
+        if text != str(err):
+            raise type(err)(text) from None
+        raise
+
+
+def publish_topics(store: Store, patterns: str | Sequence[str] | None, settings: Settings, wall_ms: int,
+                   out: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Publish each topic of the run (``after.run``); a topic that fails is reported and the others go on."""
+    chosen = [patterns] if isinstance(patterns, str) else list(patterns or ["*"])
+    outcomes = []
+    for topic in store.topics():
+        if not any(fnmatch.fnmatchcase(topic, p) for p in chosen):
+            continue
+        try:
+            result = publish_topic(store, topic, settings, wall_ms=wall_ms)
+        except CompactionError as err:
+            out(f"failed to publish {topic}: {err}")
+            outcomes.append({"topic": topic, "error": str(err)})
+            continue
+        out(describe_publish(topic, result))
+        outcomes.append({"topic": topic, **result.to_dict()})
+    return outcomes
+
+
+def describe_publish(topic: str, result: Any) -> str:
+    """One line saying what a publish did."""
+    versions = " ".join(f"{p}={v}" for p, v in result.versions.items())
+    expired = f"; expired {len(result.expired)} snapshot(s)" if result.expired else ""
+    if not result.committed:
+        return f"{result.table} already holds {topic} at versions {versions}: no new snapshot{expired}"
+    return (f"published {topic} at versions {versions} as {result.table} snapshot {result.snapshot_id} "
+            f"({result.data_files} data file(s), {result.delete_files} position delete file(s)){expired}")

@@ -99,3 +99,16 @@ def test_a_backdated_now_never_shortens_the_grace(local_store: Store) -> None:
                              keep_versions=1)
     assert result.deleted_objects == [] and result.pruned_versions == []
     assert _names(local_store) == {old, new}
+
+
+def test_a_pinned_version_and_its_objects_are_kept_however_old_until_unpinned(local_store: Store) -> None:
+    local_store.append(TP, keyed("a=1 a=2"), now_ms=T0)
+    old, new = _clean_once(local_store, now_ms=T0 + HOUR)
+    pin = local_store.pin(TP, 1, "iceberg-table-1", "Iceberg snapshot 1 of table t")
+    late = _written(local_store, 2) + 100 * HOUR
+    result = collect_garbage(local_store, TP, wall_ms=late, grace_ms=HOUR, keep_versions=1)
+    assert result.pruned_versions == [] and result.deleted_objects == [] and result.pinned_versions == [1]
+    assert _names(local_store) == {old, new}
+    local_store.unpin(TP, pin)
+    result = collect_garbage(local_store, TP, wall_ms=late, grace_ms=HOUR, keep_versions=1)
+    assert result.pruned_versions == [1] and result.deleted_objects == [f"{SEGMENT_DIR}/{old}"]

@@ -180,6 +180,9 @@ class RunReport:
     #: ``startup``), wall ms; and the executors' ``task_read``, ``task_decide``, ``task_write``, task ms summed.
     phases_ms: dict[str, int] = field(default_factory=dict)
     gc: GcOutcome | None = None  # with --gc
+    #: Tables published after the partitions committed (``[publish] after.run``): per topic the publish's
+    #: outcome, or its ``error``.
+    published: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,
@@ -212,8 +215,8 @@ class RunReport:
 
     @property
     def succeeded(self) -> bool:
-        """Every selected partition cleaned, and (with --gc) collected."""
-        return not self.failed and not (self.gc and self.gc.skipped)
+        """Every selected partition cleaned, and (with --gc) collected, and (with ``after.run``) published."""
+        return not self.failed and not (self.gc and self.gc.skipped) and not any("error" in p for p in self.published)
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -9,6 +9,7 @@ What lives here, bottom up:
 - :mod:`~compaction.store.names`: topic and partition names (Kafka's rules) and :class:`TopicPartition`.
 - :mod:`~compaction.store.manifest`: one committed version of a partition's log, as a validated model.
 - :mod:`~compaction.store.deletes`: the deletion-vector object format (a segment's removed offsets).
+- :mod:`~compaction.store.pins`: manifest versions held by readers outside the store (Iceberg snapshots).
 - :mod:`~compaction.store.commit`: a partition's manifest versions and the commit protocol (exclusive
   create of the next version, reading back an unknown outcome, rebase over a concurrent writer).
 - :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read segments and the live log,

@@ -4,7 +4,9 @@ Safety rules (SPEC §2, §5): only names inside the partition's own ``segments/`
 are deleted; an object is deleted only when no retained manifest references it and it is older than
 the grace period; a manifest version is pruned only when it is beyond the retained count *and* was
 superseded more than the grace period ago, so a reader that started on it has had the grace period to
-finish, and an object it alone referenced was replaced at least that long ago.
+finish, and an object it alone referenced was replaced at least that long ago. A version that a pin holds (an
+Iceberg snapshot published from the store, :mod:`compaction.store.pins`) is never pruned, whatever its age, nor
+are the versions after it, so that the retained versions stay continuous.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from compaction.errors import StoreError
 from compaction.store.log import Store
 from compaction.store.manifest import MANIFEST_DIR, MANIFEST_NAME, SEGMENT_DIR, manifest_name
 from compaction.store.names import TopicPartition
+from compaction.store.pins import list_pins
 from compaction.store.storage import TEMP_PREFIX
 from compaction.store.verify import is_store_object
 
@@ -28,6 +31,7 @@ class GcResult:
 
     partition: str
     pruned_versions: list[int] = field(default_factory=list)
+    pinned_versions: list[int] = field(default_factory=list)  # kept, however old, for a reader outside the store
     deleted_objects: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
     waiting_objects: int = 0
@@ -49,10 +53,13 @@ def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms:
                if (m := MANIFEST_NAME.match(e.name))}
     versions = sorted(written)
     manifests = {v: store.manifest(tp, v) for v in versions}  # unreadable -> StoreError, nothing deleted
+    pinned = {pin.version for pin in list_pins(store.storage, tp)}
+    result.pinned_versions = sorted(pinned & set(versions))
     prunable = []
     for version in versions[: max(0, len(versions) - keep_versions)]:
         superseded = written.get(version + 1)
-        if superseded is None or superseded + grace_ms > wall_ms:
+        # Retained versions stay continuous (readers and verify rely on it): a pin keeps the versions after it too.
+        if superseded is None or superseded + grace_ms > wall_ms or version in pinned:
             break
         prunable.append(version)
     retained = [manifests[v] for v in versions if v not in set(prunable)]

@@ -39,6 +39,7 @@ from compaction.errors import (
 from compaction.kafka.layout import CONTROL
 from compaction.store import commit as commits
 from compaction.store import deletes
+from compaction.store import pins as pinning
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.formats import (
     EXTENSIONS,
@@ -223,6 +224,17 @@ class Store:
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
         """The offsets a committed deletion vector removes, checked against its commit."""
         return deletes.read_deletes(self.storage, tp, vector)
+
+    def pins(self, tp: TopicPartition) -> list[pinning.Pin]:
+        """The manifest versions readers outside the store hold (gc keeps them; see :mod:`.pins`)."""
+        return pinning.list_pins(self.storage, tp)
+
+    def pin(self, tp: TopicPartition, version: int, holder: str, description: str) -> pinning.Pin:
+        """Hold ``version`` for ``holder`` (an Iceberg snapshot about to be committed) until :meth:`unpin`."""
+        return pinning.write_pin(self.storage, tp, version, holder, description)
+
+    def unpin(self, tp: TopicPartition, pin: pinning.Pin) -> None:
+        pinning.delete_pin(self.storage, tp, pin)
 
     def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
                      start: int | None = None) -> pa.Table:

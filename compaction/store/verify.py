@@ -1,4 +1,4 @@
-"""Checks a store's invariants: manifests, object presence, sizes, checksums and offsets."""
+"""Checks a store's invariants: manifests, object presence, sizes, checksums and offsets, and what pins hold."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from compaction.store.manifest import (
     SegmentMeta,
 )
 from compaction.store.names import TopicPartition
+from compaction.store.pins import PIN_DIR, Pin, describe_pin, list_pins
 from compaction.store.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
 from compaction.store.storage import TEMP_PREFIX
 
@@ -76,6 +77,17 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
             manifests.append(store.manifest(tp, version))
         except StoreError as err:
             problem(f"version {version}", str(err))
+    # A pinned version is read by another engine (an Iceberg snapshot): its loss is named with its holder.
+    pins: dict[int, list[Pin]] = {}
+    for pin in list_pins(store.storage, tp):
+        pins.setdefault(pin.version, []).append(pin)
+        if pin.version not in versions:
+            problem(store.describe(tp, f"{PIN_DIR}/{pin.name}"),
+                    f"{_holder(store, tp, pin)} holds manifest version {pin.version}, which is missing")
+
+    def held(version: int) -> str:
+        return "".join(f"; {_holder(store, tp, pin)} holds that version" for pin in pins.get(version, []))
+
     listing = {e.name: e for e in store.storage.list_dir(f"{tp.prefix}/{SEGMENT_DIR}")}
     referenced: set[str] = set()
     for manifest in manifests:
@@ -84,7 +96,8 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
                 referenced.add(rel)
                 entry = listing.get(rel.rsplit("/", 1)[-1])
                 if entry is None:
-                    problem(store.describe(tp, rel), f"missing, but manifest version {manifest.version} references it")
+                    problem(store.describe(tp, rel), f"missing, but manifest version {manifest.version} references "
+                                                     f"it{held(manifest.version)}")
                 elif entry.size != size:
                     problem(store.describe(tp, rel), f"is {entry.size} bytes, manifest version "
                                                      f"{manifest.version} records {size}")
@@ -110,6 +123,13 @@ def _gaps(versions: list[int], shown: int = 10) -> str:
     gaps = [(low + 1, high - 1) for low, high in pairwise(versions) if high - low > 1]
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:shown])
     return text + (f" and {len(gaps) - shown} more gap(s)" if len(gaps) > shown else "")
+
+
+def _holder(store: Store, tp: TopicPartition, pin: Pin) -> str:
+    try:
+        return describe_pin(store.storage, tp, pin)
+    except StoreError as err:
+        return f"pin {pin.name} ({err})"
 
 
 def _objects(segment: SegmentMeta) -> Iterable[tuple[str, int]]:
