@@ -80,6 +80,8 @@ CONFIG = """# The benchmark's configuration: compact everything; an hour-old las
 PYTHON = sys.executable
 #: Each peer's formulations (bench/engines.py), the fastest of each engine first; the fastest in a run is the bar.
 PEERS = ("duckdb", "duckdb-qualify", "duckdb-argmax", "polars", "polars-unique", "polars-window")
+#: What this run measures besides the job (``--job-only``: nothing, for a before/after of the job alone).
+SELECTED: dict[str, tuple[str, ...]] = {"peers": PEERS}
 
 
 @dataclass
@@ -256,14 +258,15 @@ def median(measures: list[Measure]) -> dict[str, Any]:
     return result
 
 
-def compare(work: Path, source: str, runs: int, job_source: str | None = None,
-            peers: tuple[str, ...] = PEERS) -> dict[str, Any]:
+def compare(work: Path, source: str, runs: int, job_source: str | None = None) -> dict[str, Any]:
     """The job (on ``job_source``, else ``source``) against every peer's formulations and the floor (on
     ``source``), taking turns run by run; every output checked against the job's. The fastest peer's median
     is the bar (``x_fastest``)."""
     records, size = store_bytes(source)
     rows: dict[str, Any] = {"input_records": records, "input_bytes": size}
-    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *peers, "floor")}
+    peers = SELECTED["peers"]
+    others = (*peers, "floor") if peers else ()
+    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *others)}
     survivors = work / "survivors.parquet"
     expected: tuple[int, str] | None = None
     for _ in range(runs):  # the engines take turns, so a busy spell of the machine hits all alike
@@ -275,7 +278,7 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None,
                 "offset": np.concatenate(list(ran.extra["survivors"].values()))}), survivors)
         check_output("the job", ran, expected)
         measured["job"].append(ran)
-        for name in (*peers, "floor"):
+        for name in others:
             measure = engine(work, name, source, survivors if name == "floor" else None)
             check_output(name, measure, expected)
             measured[name].append(measure)
@@ -285,6 +288,8 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None,
         row["mb_per_second"] = round(size / 2**20 / row["seconds"], 1)
         row["spread"] = round(spread(row), 3)
         rows[name] = row
+    if not peers:  # --job-only
+        return rows
     fastest = min(peers, key=lambda name: rows[name]["seconds"])
     rows["fastest_peer"] = fastest
     for name in ("job", *peers, "floor"):
@@ -361,6 +366,8 @@ def s3(work: Path, runs: int, records: int) -> dict[str, Any]:
                         partition0_share=0.8, hot_key_records=records // 20, end_time_ms=WRITTEN, seed=4)
     source = generated(work, f"s3-{records}", spec)
     result = compare(work, source, runs)
+    if not SELECTED["peers"]:
+        return result
     per_task, largest = max_task_records(source)
     result["max_records_per_task"] = per_task
     result["largest_partition_records"] = largest
@@ -489,10 +496,10 @@ def table(results: dict[str, Any]) -> str:
         for engine_name in ("job", *PEERS, "floor"):
             row = rows.get(engine_name)
             if row:
-                label = engine_name + (" *" if engine_name == rows["fastest_peer"] else "")
+                label = engine_name + (" *" if engine_name == rows.get("fastest_peer") else "")
                 lines.append(f"{name:<9} {label:<15} {row['seconds']:>7.1f} {row['spread']:>7.0%} "
                              f"{row['records_per_second']:>11,} {row['peak_rss_mb']:>11,} "
-                             f"{row['x_fastest']:>9.2f} {row['x_floor']:>8.2f}")
+                             f"{row.get('x_fastest', float('nan')):>9.2f} {row.get('x_floor', float('nan')):>8.2f}")
     if compared:
         lines.append("(* the fastest peer, the bar; every engine's output checked against the job's: the same "
                      "records, the same offsets)")
@@ -510,7 +517,7 @@ def table(results: dict[str, Any]) -> str:
                      f"{s2_rows['x_bytes_written_vs_alone']}x; runs {s2_rows['job']['runs']} vs "
                      f"{s2_rows['dirty_alone']['runs']} (spread {spread(s2_rows['job']):.0%})")
     s3_rows = results["scenarios"].get("S3")
-    if s3_rows and "S1" in results["scenarios"]:
+    if s3_rows and "S1" in results["scenarios"] and "max_records_per_task" in s3_rows:
         per_record = (s3_rows["job"]["seconds"] / s3_rows["input_records"]) / (
             results["scenarios"]["S1"]["job"]["seconds"] / results["scenarios"]["S1"]["input_records"])
         lines.append(f"S3: largest task holds {s3_rows['max_records_per_task']:,} of the skewed partition's "
@@ -555,7 +562,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = [s for s in ("S1", "S5", "S3", "K1", "S2") if s in results["scenarios"]]
+    scenarios = [s for s in ("S1", "S5", "S3", "K1", "S2") if s in results["scenarios"]
+                 and "fastest_peer" in results["scenarios"][s]]
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.25
     for i, name in enumerate(("job", "fastest peer", "floor")):
@@ -587,12 +595,16 @@ def main() -> None:
     parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S5,S2,S3,S4,K1,scaling,read; "
                                                           "with --quick S1,S5,S2,S3,K1,scaling,read)")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--job-only", action="store_true", help="time the job alone (no peers, no floor): a "
+                                                                  "before/after of a change")
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    if args.job_only:
+        SELECTED["peers"] = ()
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
     default = ("startup,S1,S5,S2,S3,K1,scaling,read" if args.quick
