@@ -61,10 +61,6 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compaction.clean.cleaner import Cleaner, plan_store  # noqa: E402
-from compaction.clean.layout import SegmentOutcome, plan_jobs  # noqa: E402
-from compaction.clean.tasks.decide import decide_facts  # noqa: E402
-from compaction.clean.tasks.key_ranges import sample_bounds  # noqa: E402
 from compaction.config import Settings  # noqa: E402
 from compaction.store import Store  # noqa: E402
 from compaction.synthetic import GenerateSpec, generate  # noqa: E402
@@ -301,6 +297,11 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None) -
 def max_task_records(source: str) -> tuple[int, int]:
     """The most records one task of the skewed partition holds (counted by reading each decision task's
     key range, and each rewrite's sources), and that partition's cleaned records."""
+    from compaction.clean.cleaner import Cleaner, plan_store
+    from compaction.clean.layout import SegmentOutcome, plan_jobs
+    from compaction.clean.tasks.decide import decide_facts
+    from compaction.clean.tasks.key_ranges import sample_bounds
+
     store = Store.open(source)
     settings = Settings.load(overrides=tomllib.loads(CONFIG), environ={})
     cleaner = Cleaner(None, store, settings)
