@@ -38,7 +38,8 @@ def test_a_local_cluster_master_keeps_its_own_task_attempts() -> None:
         "a local cluster schedules like a standalone one: spark.task.maxFailures applies"
 
 
-def test_a_run_without_a_class_archive_dumps_one_that_a_later_run_maps(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_without_a_class_archive_dumps_one_that_a_later_run_maps(  # type: ignore[no-untyped-def]
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An installed wheel has no archive from `make setup`: its first run has the JVM dump one under a name of its
     own, and a run after that dump has settled maps it; a dump still fresh is left alone."""
     import os
@@ -63,7 +64,8 @@ def test_a_run_without_a_class_archive_dumps_one_that_a_later_run_maps(tmp_path,
     assert session.class_archive_option() == f"-XX:SharedArchiveFile={archive}"
 
 
-def test_no_archive_is_dumped_where_the_folder_cannot_be_written(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_no_archive_is_dumped_where_the_folder_cannot_be_written(  # type: ignore[no-untyped-def]
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from compaction.clean import session
 
     folder = tmp_path / "read-only"
