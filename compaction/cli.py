@@ -24,10 +24,11 @@ from pyspark.sql import SparkSession
 
 from compaction import __version__, job, logs
 from compaction.clean.cleaner import plan_store
-from compaction.clean.planner import CompactionPlan, Decision, format_duration
+from compaction.clean.planner import CompactionPlan, Decision
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
 from compaction.clean.session import remote_url, spark_session
 from compaction.config import Settings, did_you_mean
+from compaction.display import format_duration, human_bytes
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -48,7 +49,7 @@ from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect
 from compaction.store.jsonl import decode_utf8, parse_lines
 from compaction.store.names import partition_name_problem
 from compaction.store.segment import conform
-from compaction.store.status import format_table, human_bytes, partition_status
+from compaction.store.status import format_table, partition_status
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate, topic_names

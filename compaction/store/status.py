@@ -52,14 +52,6 @@ def partition_status(manifest: Manifest) -> PartitionStatus:
     )
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
-
-
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     """Plain aligned columns (numbers right-aligned) for terminal output."""
     cells = [[str(c) for c in row] for row in rows]
