@@ -20,6 +20,7 @@ import random
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from compaction.errors import (
 )
 from compaction.kafka.layout import CONTROL
 from compaction.store import commit as commits
-from compaction.store import deletes
+from compaction.store import deletes, inputs
 from compaction.store import pins as pinning
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.deletes import members
@@ -467,6 +468,21 @@ class Store:
             return appended_state(latest, written, records, where)
 
         return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)
+
+    def append_file(self, tp: TopicPartition, path: str | Path, *, now_ms: int, writer: Writer | None = None,
+                    fill_timestamps: bool = True) -> Manifest:
+        """Append a file as one new segment: a Kafka ``.log`` file's batches as they are (:meth:`append_log`), or
+        the records of a Parquet or JSON Lines file (:meth:`append`; without a timestamp they get ``now_ms``
+        unless ``fill_timestamps`` is false)."""
+        path = Path(path)
+        if not path.exists():
+            raise InvalidRecordsError(f"input file {path} does not exist")
+        if path.suffix == ".log":  # Kafka record batches: kept byte for byte, offsets and all
+            return self.append_log(tp, path.read_bytes(), now_ms=now_ms, writer=writer, where=str(path))
+        table = inputs.read_records(path)
+        if fill_timestamps:
+            table = inputs.fill_timestamps(table, now_ms)
+        return self.append(tp, table, now_ms=now_ms, writer=writer, where=str(path))
 
 
 def _asked(columns: Sequence[str] | None) -> list[str]:
