@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import fnmatch
 import io
 import json
 import logging
@@ -27,7 +26,7 @@ from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
 from compaction.clean.session import remote_url, spark_session
-from compaction.config import Settings, did_you_mean
+from compaction.config import Settings
 from compaction.display import format_duration, human_bytes
 from compaction.errors import (
     CompactionError,
@@ -40,7 +39,7 @@ from compaction.errors import (
     StoreNotFoundError,
 )
 from compaction.interop import export_partition, import_partition
-from compaction.job import JobOptions, run_job
+from compaction.job import JobOptions, check_selection, run_job
 from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
 from compaction.read.history import history
 from compaction.read.scan import Scan, scan
@@ -247,38 +246,6 @@ def selected_partitions(store: Store, args: argparse.Namespace) -> tuple[list[To
     return store.scan(topic_patterns(args))
 
 
-def check_selection(store: Store, settings: Settings, args: argparse.Namespace, strict: bool) -> None:
-    """Name the likely mistakes that would make a run select nothing: --topics matching no topic, a
-    ``[topics."x"]`` table naming no topic, no topic compacted (no --conf: Kafka's default policy is delete).
-
-    Each is a warning; with ``strict`` (a run), one that leaves nothing of what was asked for is an error.
-    """
-    topics = store.topics()
-    patterns = topic_patterns(args)
-    unmatched = [p for p in patterns or [] if not any(fnmatch.fnmatchcase(t, p) for t in topics)]
-    for pattern in unmatched:
-        log.warning("--topics %r matches no topic of %s%s", pattern, store.url, did_you_mean(pattern, topics))
-    for pattern in settings.topics:
-        if not any(fnmatch.fnmatchcase(t, pattern) for t in topics):
-            log.warning("configuration [topics.%r] names no topic of %s%s", pattern, store.url,
-                        did_you_mean(pattern, topics))
-    chosen = [t for t in topics if patterns is None or any(fnmatch.fnmatchcase(t, p) for p in patterns)]
-    if patterns and not chosen:
-        problem = (f"--topics {args.topics!r} matches no topic of {store.url}"
-                   f"{did_you_mean(unmatched[0], topics) if len(unmatched) == 1 else ''}")
-        if strict:
-            raise InvalidArgumentError(problem)
-        return
-    if chosen and not any(settings.topic_config(t).compact for t in chosen):
-        problem = (f"none of the {len(chosen)} topic(s) selected has cleanup.policy=compact, so nothing can be "
-                   "cleaned" + ("; no --conf was given and Kafka's default policy is delete: pass --conf FILE "
-                                "(e.g. conf/production.toml) or --set log.cleanup.policy=compact"
-                                if conf_file(args) is None else ""))
-        if strict:
-            raise InvalidArgumentError(problem)
-        log.warning(problem)
-
-
 # Commands ------------------------------------------------------------------------------------------------
 
 
@@ -287,7 +254,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     now = command_now(args, wall_clock_ms())
     store = open_store(args, settings)
     store.require_exists()
-    check_selection(store, settings, args, strict=False)
+    check_selection(store, settings, topic_patterns(args), strict=False, configured=conf_file(args) is not None,
+                    asked=args.topics)
     result = plan_store(store, settings, now, topic_patterns(args))
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
@@ -326,11 +294,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     now = command_now(args, clock)
     store = open_store(args, settings)
     store.require_exists()
-    check_selection(store, settings, args, strict=True)
-    options = JobOptions(store=args.store, now_ms=now, wall_ms=clock, topics=topic_patterns(args),
-                         dry_run=args.dry_run,
+    check_selection(store, settings, topic_patterns(args), strict=True, configured=conf_file(args) is not None,
+                    asked=args.topics)
+    options = JobOptions(now_ms=now, wall_ms=clock, topics=topic_patterns(args), dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
-    code, outcome = run_job(options, settings, spark_factory(args, settings), storage_options(args))
+    code, outcome = run_job(store, options, settings, spark_factory(args, settings))
     if isinstance(outcome, CompactionPlan):
         print_plan(outcome)
         return code

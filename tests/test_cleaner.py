@@ -562,7 +562,7 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
         return real(self, tp, change, **kw)
 
     monkeypatch.setattr(Store, "replace", refused)
-    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: None)
+    code, report = run_job(local_store, JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: None)
     assert code == EXIT_PARTIAL
     status = {r.partition: (r.status, r.error) for r in report.partitions}  # type: ignore[union-attr]
     assert status == {

@@ -282,7 +282,7 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
     catalog = local_catalog(tmp_path / "lake")
     settings = Settings.load(write_conf(tmp_path / "c.toml", catalog, '"after.run" = true'), environ={})
     lines: list[str] = []
-    code, report = run_job(JobOptions(store=url, now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)), settings,
+    code, report = run_job(Store.open(url), JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)), settings,
                            lambda: pytest.fail("nothing to clean: no Spark"), out=lines.append)
     assert code == 3, "the run's cleaning committed, but a publish failed"
     clicks, orders = report.published
@@ -313,7 +313,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
         f"{TOPIC}:compaction.strategy={strategy}", f"{TOPIC}:compaction.strategy.header={HEADER}"])
     wall = int(time.time() * 1000)
     lines: list[str] = []
-    code, report = run_job(JobOptions(store=pub.url, now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark,
+    code, report = run_job(store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark,
                            out=lines.append)
     assert code == EXIT_OK and [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     newest = {p: store.versions(TopicPartition(TOPIC, p))[-1] for p in range(PARTITIONS)}

@@ -64,11 +64,9 @@ def test_a_worker_killed_once_is_retried_and_every_partition_commits(any_spark, 
 def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_commit(  # type: ignore[no-untyped-def]
         any_spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     seed(local_store)
-    opened = Store.open
-    monkeypatch.setattr(Store, "open", lambda url, options=None: faulty(opened(url, options), kill=f"{BAD.prefix}/"))
     printed: list[str] = []
-    code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), PATHS[path], lambda: any_spark,
-                           out=printed.append)
+    code, report = run_job(faulty(local_store, kill=f"{BAD.prefix}/"), JobOptions(now_ms=NOW, wall_ms=NOW),
+                           PATHS[path], lambda: any_spark, out=printed.append)
 
     assert code == EXIT_PARTIAL
     assert any(line.startswith("deciding survivors") for line in printed) == (path == "arrow-split")
@@ -93,13 +91,10 @@ def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_erro
     not retry it as if it were transient); the other partitions commit."""
     seed(local_store)
     secret = "AKIAIOSFODNN7EXAMPLE"
-    opened = Store.open
-    monkeypatch.setattr(Store, "open", lambda url, options=None: faulty(opened(url, options), bug=f"{BAD.prefix}/",
-                                                                        bug_text=f"key {secret}"))
     printed: list[str] = []
     with caplog.at_level(logging.DEBUG, logger="compaction.job"):
-        code, report = run_job(JobOptions(store=local_store.url, now_ms=NOW, wall_ms=NOW), SETTINGS,
-                               lambda: any_spark, out=printed.append)
+        code, report = run_job(faulty(local_store, bug=f"{BAD.prefix}/", bug_text=f"key {secret}"),
+                               JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: any_spark, out=printed.append)
     assert code == EXIT_FAILED
     status: dict[str, Any] = {r.partition: r.status for r in report.partitions}  # type: ignore[union-attr]
     assert status == {"t-0": "cleaned", "t-1": "failed", "t-2": "cleaned"}
