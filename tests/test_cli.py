@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, main, parse_duration, parse_time
+from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, main
+from compaction.cli.types import parse_duration, parse_time
 from compaction.store import Store, TopicPartition
 
 NOW = "2026-01-02T00:00:00Z"

@@ -14,8 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from compaction import cli
-from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
+from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, common, main
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError, StoreError
 from compaction.store import IllegalFolder, Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
@@ -32,7 +31,7 @@ MINUTE = 60_000
 
 @pytest.fixture(autouse=True)
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "wall_clock_ms", lambda: CLOCK)
+    monkeypatch.setattr(common, "wall_clock_ms", lambda: CLOCK)
 
 
 @pytest.fixture

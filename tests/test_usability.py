@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from compaction import __version__
-from compaction.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, main, parse_duration, parse_time
+from compaction.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, main
+from compaction.cli.types import parse_duration, parse_time
 from compaction.store import Store
 from compaction.synthetic import GenerateSpec, generate
 
@@ -122,7 +123,8 @@ def test_status_verify_and_gc_take_the_configuration(capsys: pytest.CaptureFixtu
 
 
 def test_spark_properties_are_taken_as_spark_submit_writes_them() -> None:
-    from compaction.cli import build_parser, conf_file, spark_properties
+    from compaction.cli import build_parser
+    from compaction.cli.common import conf_file, spark_properties
 
     args = build_parser().parse_args(["run", "STORE", "--conf", "conf/local.toml", "--conf",
                                       "spark.sql.shuffle.partitions=8", "--spark-conf", "spark.driver.memory=2g"])

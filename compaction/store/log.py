@@ -71,6 +71,7 @@ from compaction.store.segment import (
     decode_parquet,
     encode_parquet,
     encode_parquet_pieces,
+    first_set,
     parquet_batches,
     segment_stats,
 )
@@ -435,9 +436,8 @@ class Store:
         batches = segment.batches
         if batches.num_rows == 0:
             raise InvalidRecordsError(f"{where}: nothing to append (no record batch)")
-        horizons = batches.column("delete_horizon_ms")
-        if horizons.null_count != batches.num_rows:
-            row = pc.index(pc.is_valid(horizons), True).as_py()
+        row = first_set(batches.column("delete_horizon_ms"))
+        if row is not None:
             raise InvalidRecordsError(
                 f"{where}: the batch at offset {batches.column('base_offset')[row].as_py()} carries a delete horizon "
                 f"(attribute bit 6), which only the cleaner sets; appended batches must not")

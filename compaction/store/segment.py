@@ -120,6 +120,11 @@ def _cast_values(table: pa.Table, column: pa.ChunkedArray, to: pa.DataType, name
     raise InvalidRecordsError(f"{record}: {name} {value!r} (type {column.type}) cannot be read as {to}")
 
 
+def first_set(column: pa.Array | pa.ChunkedArray) -> int | None:
+    """The row of the first non-null value of ``column`` (None: every value is null)."""
+    return None if column.null_count == len(column) else int(pc.index(pc.is_valid(column), True).as_py())
+
+
 def check_records(table: pa.Table, where: str) -> None:
     """Check records given to append against the format's per-row rules: offsets present, strictly increasing
     and inside Kafka's range, markers well formed, no field that only the cleaner sets."""
@@ -149,8 +154,8 @@ def check_records(table: pa.Table, where: str) -> None:
     # The cleaner stamps a delete horizon on the first pass that keeps a tombstone or marker; a preset one
     # would let an appended delete vanish at the first pass, before delete.retention.ms has run.
     horizons = table.column("delete_horizon_ms")
-    if horizons.null_count != table.num_rows:
-        row = pc.index(pc.is_valid(horizons), True).as_py()
+    row = first_set(horizons)
+    if row is not None:
         raise InvalidRecordsError(
             f"{where}: the record at offset {offsets[row].as_py()} carries delete_horizon_ms "
             f"{horizons[row].as_py()}, which only the cleaner sets; appended records must leave it null")
