@@ -28,158 +28,33 @@ No code below the command line reads the clock: ``now`` is always an argument.
 The package is laid out as its architecture (``docs/architecture.md``): :mod:`compaction.store` (the store:
 storage, formats, manifests and commits), :mod:`compaction.clean` (choosing and cleaning partitions),
 :mod:`compaction.read` (reading the clean log at a version, for every tool downstream), and the application
-edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`,
-:mod:`compaction.report`). The names below are the public API; they load on first use, so that importing
-the package does not start the JVM libraries a store command never needs.
+edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`, :mod:`compaction.report`).
+
+The public API is written once, as the imports of the stub beside this file (``__init__.pyi``): type checkers
+read them, and ``__all__`` and the names themselves come from them at run time, each loaded on first use, so
+that importing the package does not start the JVM libraries a store command never needs.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
-from typing import TYPE_CHECKING, Any
+import importlib.resources
+from typing import Any
 
 __version__ = "0.1.0"
 
-#: Public name -> the module that defines it.
-_API = {
-    "CommitConflictError": "compaction.errors",
-    "CompactionError": "compaction.errors",
-    "ConfigError": "compaction.errors",
-    "CorruptManifestError": "compaction.errors",
-    "CorruptSegmentError": "compaction.errors",
-    "InvalidManifestError": "compaction.errors",
-    "InvalidRecordsError": "compaction.errors",
-    "MissingObjectError": "compaction.errors",
-    "OffsetOverlapError": "compaction.errors",
-    "PlanError": "compaction.errors",
-    "SegmentSchemaError": "compaction.errors",
-    "StoreError": "compaction.errors",
-    "StoreNotFoundError": "compaction.errors",
-    "VersionNotFoundError": "compaction.errors",
-    "DeletionVector": "compaction.store",
-    "Manifest": "compaction.store",
-    "SegmentMeta": "compaction.store",
-    "Store": "compaction.store",
-    "TopicPartition": "compaction.store",
-    "Writer": "compaction.store",
-    "verify": "compaction.store.verify",
-    "collect_store": "compaction.store.gc",
-    "records": "compaction.store.segment",
-    "Plan": "compaction.clean.rules",
-    "Strategy": "compaction.clean.rules",
-    "CleanerSettings": "compaction.clean.settings",
-    "TopicConfig": "compaction.clean.settings",
-    "CompactionPlan": "compaction.clean.planner",
-    "Decision": "compaction.clean.planner",
-    "PartitionPlan": "compaction.clean.planner",
-    "Cleaner": "compaction.clean.cleaner",
-    "plan_store": "compaction.clean.cleaner",
-    "CleanerStats": "compaction.clean.outcome",
-    "PartitionResult": "compaction.clean.outcome",
-    "RunReport": "compaction.clean.outcome",
-    "Status": "compaction.clean.outcome",
-    "Scan": "compaction.read.scan",
-    "scan": "compaction.read.scan",
-    "read_table": "compaction.read.scan",
-    "read_batches": "compaction.read.scan",
-    "RecordFilter": "compaction.read.filters",
-    "PartitionFiles": "compaction.read.files",
-    "LiveFile": "compaction.read.files",
-    "VersionEntry": "compaction.read.history",
-    "history": "compaction.read.history",
-    "SnapshotResult": "compaction.read.export",
-    "snapshot": "compaction.read.export",
-    "Settings": "compaction.config",
-    "GenerateSpec": "compaction.synthetic",
-    "generate": "compaction.synthetic",
-}
 
-__all__ = [
-    "Cleaner",
-    "CleanerSettings",
-    "CleanerStats",
-    "CommitConflictError",
-    "CompactionError",
-    "CompactionPlan",
-    "ConfigError",
-    "CorruptManifestError",
-    "CorruptSegmentError",
-    "Decision",
-    "DeletionVector",
-    "GenerateSpec",
-    "InvalidManifestError",
-    "InvalidRecordsError",
-    "LiveFile",
-    "Manifest",
-    "MissingObjectError",
-    "OffsetOverlapError",
-    "PartitionFiles",
-    "PartitionPlan",
-    "PartitionResult",
-    "Plan",
-    "PlanError",
-    "RecordFilter",
-    "RunReport",
-    "Scan",
-    "SegmentMeta",
-    "SegmentSchemaError",
-    "Settings",
-    "SnapshotResult",
-    "Status",
-    "Store",
-    "StoreError",
-    "StoreNotFoundError",
-    "Strategy",
-    "TopicConfig",
-    "TopicPartition",
-    "VersionEntry",
-    "VersionNotFoundError",
-    "Writer",
-    "collect_store",
-    "generate",
-    "history",
-    "plan_store",
-    "read_batches",
-    "read_table",
-    "records",
-    "scan",
-    "snapshot",
-    "verify",
-]
+def _public_api() -> dict[str, str]:
+    """Each public name and the module that defines it, from the imports of the stub (read as a package resource,
+    so that it is found in the zip a Spark Connect server's workers import this package from, too)."""
+    stub = importlib.resources.files(__name__).joinpath("__init__.pyi").read_text(encoding="utf-8")
+    return {alias.name: f"{__name__}.{node.module}" for node in ast.parse(stub).body
+            if isinstance(node, ast.ImportFrom) for alias in node.names}
 
-if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
-    from compaction.clean.cleaner import Cleaner, plan_store
-    from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
-    from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
-    from compaction.clean.rules import Plan, Strategy
-    from compaction.clean.settings import CleanerSettings, TopicConfig
-    from compaction.config import Settings
-    from compaction.errors import (
-        CommitConflictError,
-        CompactionError,
-        ConfigError,
-        CorruptManifestError,
-        CorruptSegmentError,
-        InvalidManifestError,
-        InvalidRecordsError,
-        MissingObjectError,
-        OffsetOverlapError,
-        PlanError,
-        SegmentSchemaError,
-        StoreError,
-        StoreNotFoundError,
-        VersionNotFoundError,
-    )
-    from compaction.read.export import SnapshotResult, snapshot
-    from compaction.read.files import LiveFile, PartitionFiles
-    from compaction.read.filters import RecordFilter
-    from compaction.read.history import VersionEntry, history
-    from compaction.read.scan import Scan, read_batches, read_table, scan
-    from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
-    from compaction.store.gc import collect_store
-    from compaction.store.segment import records
-    from compaction.store.verify import verify
-    from compaction.synthetic import GenerateSpec, generate
+
+_API = _public_api()
+__all__ = sorted(_API)
 
 
 def __getattr__(name: str) -> Any:
