@@ -317,7 +317,7 @@ def s3(work: Path, runs: int, records: int) -> dict[str, Any]:
 
 def s4(work: Path, records: int) -> dict[str, Any]:
     """50M records on a standalone cluster (driver 1 GB, executors 2 GB); the driver's RSS at three sizes."""
-    from tests.cluster import spark_cluster
+    from tests.helpers.cluster import spark_cluster
 
     result: dict[str, Any] = {}
     conf = work / "bench.toml"

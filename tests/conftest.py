@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compaction.store import Store
-from tests.s3server import new_bucket, s3_server, set_credentials_env, storage_options
+from tests.helpers.s3server import new_bucket, s3_server, set_credentials_env, storage_options
 
 set_credentials_env()
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark talks to itself on loopback only

@@ -1,6 +1,6 @@
 """The Airflow DAG, in its own virtualenv with a real Airflow 3, on a worker as production has it: the DAG file
 alone in a DAGS folder, the job the ``compaction`` command of the project's wheel in a virtualenv of its own
-(tests/jobenv.py), no checkout on any path. dag.test() runs it."""
+(tests/helpers/jobenv.py), no checkout on any path. dag.test() runs it."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
-from tests.jobenv import build_wheel, job_environment
+from tests.helpers import ROOT
+from tests.helpers.jobenv import build_wheel, job_environment
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW_PYTHON = Path(os.environ.get("COMPACTION_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python"))
 
 
@@ -48,9 +48,10 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def run_dags(env: dict[str, str], runs: list[dict]) -> list[dict]:
-    """dag.test() each of ``runs`` in one Airflow process (tests/airflow_runner.py); its output is each's "log"."""
+    """dag.test() each of ``runs`` in one Airflow process (tests/helpers/airflow_runner.py); its output is each's
+    "log"."""
     runner = Path(env["AIRFLOW_HOME"]).parent / "airflow_runner.py"
-    shutil.copy(ROOT / "tests" / "airflow_runner.py", runner)
+    shutil.copy(ROOT / "tests" / "helpers" / "airflow_runner.py", runner)
     process = subprocess.run([str(AIRFLOW_PYTHON), str(runner), env["AIRFLOW__CORE__DAGS_FOLDER"], json.dumps(runs)],
                              env=env, capture_output=True, text=True, timeout=900, cwd=runner.parent)
     results, log = [], []

@@ -21,7 +21,7 @@ from compaction.store.gc import collect_garbage
 from compaction.store.segment import SEGMENT_SCHEMA, checksum
 from compaction.store.storage import Storage
 from compaction.store.verify import verify
-from tests.builders import keyed, rec, table
+from tests.helpers.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)
 

@@ -14,12 +14,12 @@ import pytest
 from compaction.store import Store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
-from tests.cluster import cluster_env, spark_cluster
-from tests.s3server import new_bucket, storage_options
+from tests.helpers import ROOT
+from tests.helpers.cluster import cluster_env, spark_cluster
+from tests.helpers.s3server import new_bucket, storage_options
 
 pytestmark = [pytest.mark.cluster, pytest.mark.s3, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_800_000_000_000
 SPEC = GenerateSpec(records=200_000, keys=20_000, partitions=4, segment_records=10_000, end_time_ms=NOW - 60_000,
                     seed=5)

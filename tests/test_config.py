@@ -10,8 +10,7 @@ from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.cli import EXIT_INVALID, main
 from compaction.config import Settings, read_properties
 from compaction.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 
 def test_defaults_are_kafkas() -> None:

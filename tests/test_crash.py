@@ -13,7 +13,7 @@ from compaction.store.gc import collect_garbage
 from compaction.store.manifest import MANIFEST_DIR, SEGMENT_DIR
 from compaction.store.storage import Storage
 from compaction.store.verify import verify
-from tests.builders import keyed, rec, table
+from tests.helpers.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)
 

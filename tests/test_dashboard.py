@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,9 @@ from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
 from compaction.report import write_metrics
 from compaction.store import Store
+from tests.helpers import ROOT
 
-DASHBOARD = Path(__file__).resolve().parent.parent / "dashboards" / "compaction.json"
+DASHBOARD = ROOT / "dashboards" / "compaction.json"
 #: PromQL words that are not metric names where they stand (functions are recognised by their parenthesis).
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless",
             "inf", "nan"}

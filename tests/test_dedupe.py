@@ -16,7 +16,7 @@ from chispa import assert_df_equality
 from compaction.clean import arrow_dedupe, rules
 from compaction.clean.dedupe import WINNER_PLANS, classify
 from compaction.clean.rules import Plan, Reason
-from tests.builders import facts
+from tests.helpers.builders import facts
 
 NOW = 1_000_000
 Outcome = tuple[int, str | None]  # (offset, reason or None when kept)

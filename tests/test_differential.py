@@ -26,7 +26,7 @@ from compaction.store import Store, TopicPartition
 from compaction.store.formats import decode_log
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.inline import InlineSession
+from tests.helpers.inline import InlineSession
 
 RETENTION = 1000
 T0 = 10_000

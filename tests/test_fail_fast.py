@@ -14,10 +14,10 @@ import pytest
 
 from compaction.store import Store
 from compaction.synthetic import GenerateSpec, generate
-from tests.cluster import free_port
-from tests.s3server import CREDENTIALS, new_bucket, storage_options
+from tests.helpers import ROOT
+from tests.helpers.cluster import free_port
+from tests.helpers.s3server import CREDENTIALS, new_bucket, storage_options
 
-ROOT = Path(__file__).resolve().parent.parent
 NOW = "2026-01-01T00:00:00Z"  # in the past: a future --now is refused
 
 

@@ -17,12 +17,12 @@ import pytest
 
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
-from tests.pushgateway import Pushgateway
-from tests.s3server import CREDENTIALS, new_bucket, storage_options
+from tests.helpers import ROOT
+from tests.helpers.pushgateway import Pushgateway
+from tests.helpers.s3server import CREDENTIALS, new_bucket, storage_options
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW_PYTHON = Path(os.environ.get("COMPACTION_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python"))
 AIRFLOW = AIRFLOW_PYTHON.parent / "airflow"
 SECTION = "## Your first week"
@@ -95,7 +95,7 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
         assert venv_line in script
         script = script.replace(venv_line, venv_line + (
             f"{sys.executable} -c 'import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-            f"from tests.jobenv import borrow_dependencies; borrow_dependencies(Path(sys.argv[2]))' "
+            f"from tests.helpers.jobenv import borrow_dependencies; borrow_dependencies(Path(sys.argv[2]))' "
             f"{ROOT} {tmp_path / 'opt-compaction'}\n"))
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=900)

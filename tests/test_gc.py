@@ -7,7 +7,7 @@ import time
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.gc import collect_garbage
 from compaction.store.manifest import MANIFEST_DIR, SEGMENT_DIR
-from tests.builders import keyed, rec, table
+from tests.helpers.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)
 HOUR = 3_600_000

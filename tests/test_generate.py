@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate, partition_records
-from tests.builders import rec, table
+from tests.helpers.builders import rec, table
 
 
 def test_same_seed_same_records_and_different_seed_different_records() -> None:

@@ -19,7 +19,7 @@ from compaction.errors import CommitConflictError, InvalidArgumentError, Invalid
 from compaction.store import IllegalFolder, Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.builders import keyed, rec, table
+from tests.helpers.builders import keyed, rec, table
 from tests.test_bad_input import snapshot
 
 TP = TopicPartition("orders", 0)

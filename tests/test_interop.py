@@ -15,7 +15,7 @@ from compaction.errors import InvalidArgumentError, InvalidRecordsError
 from compaction.interop import export_partition, import_partition
 from compaction.kafka import CODECS
 from compaction.store import Store, TopicPartition, Writer
-from tests.kafka_builders import CORRUPTIONS, batch, kv, log_bytes
+from tests.helpers.batches import CORRUPTIONS, batch, kv, log_bytes
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000

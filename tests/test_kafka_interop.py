@@ -18,7 +18,7 @@ from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
 from compaction.interop import export_partition
 from compaction.store import Store, TopicPartition
-from tests.inline import InlineSession
+from tests.helpers.inline import InlineSession
 from tests.test_differential import Model, Rec
 
 TP = TopicPartition("t", 0)

@@ -27,8 +27,8 @@ from compaction.store.formats import decode_log
 from compaction.store.log import appended_state
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.inline import InlineSession
-from tests.kafka_builders import batch, kv, log_bytes
+from tests.helpers.batches import batch, kv, log_bytes
+from tests.helpers.inline import InlineSession
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000

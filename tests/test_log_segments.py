@@ -15,7 +15,7 @@ from compaction.store.log import appended_state
 from compaction.store.segment import records
 from compaction.store.status import partition_status
 from compaction.store.verify import verify
-from tests.kafka_builders import CORRUPTIONS, batch, kv, log_bytes
+from tests.helpers.batches import CORRUPTIONS, batch, kv, log_bytes
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000
@@ -173,7 +173,7 @@ def test_the_read_api_streams_log_segments(memory_store: Store) -> None:
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS))
 def test_every_kind_of_bad_batch_makes_its_partition_uncleanable_alone(tmp_path, corruption: str) -> None:  # type: ignore[no-untyped-def]
     from compaction.clean.cleaner import Cleaner
-    from tests.inline import InlineSession
+    from tests.helpers.inline import InlineSession
 
     store = Store.open(str(tmp_path / "store"))
     bad, good = TopicPartition("t", 0), TopicPartition("t", 1)

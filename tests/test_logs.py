@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from compaction.logs import MASK, redact, secrets_in
-from tests.s3server import new_bucket
+from tests.helpers import ROOT
+from tests.helpers.s3server import new_bucket
 
-ROOT = Path(__file__).resolve().parent.parent
 # Distinctive values, so that any trace of them in the output is found.
 KEY_ID = "AKIAQWERTYSECRET7788"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzSECRET"

@@ -22,7 +22,7 @@ from compaction.clean.payloads import (
 from compaction.errors import PayloadVersionError
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
-from tests.builders import clean_task
+from tests.helpers.builders import clean_task
 
 TP = TopicPartition("t", 0)
 

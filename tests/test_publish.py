@@ -1,6 +1,6 @@
 """Publishing the clean log as an Iceberg table: every engine reads exactly what ``compaction read`` reads.
 
-The read tests' store (:mod:`tests.readstore`: several versions, deletion vectors, log starts inside and past
+The read tests' store (:mod:`tests.helpers.readstore`: several versions, deletion vectors, log starts inside and past
 segments, keyless records, tombstones, transactions) is published with ``compaction publish`` to a SQL catalog on
 sqlite, its warehouse on local disk and on the moto S3 server, first at an older version and then at the newest.
 pyiceberg's ``scan().to_arrow()``, Polars' ``scan_iceberg`` and DuckDB over pyiceberg's Arrow output, each at the
@@ -37,9 +37,9 @@ from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
-from tests import readstore
-from tests.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
-from tests.s3server import CREDENTIALS, new_bucket, storage_options
+from tests.helpers import readstore
+from tests.helpers.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
+from tests.helpers.s3server import CREDENTIALS, new_bucket, storage_options
 
 # Polars plans Iceberg scans with pyiceberg here (its own planner is a separate package): say so, quietly.
 os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")

@@ -1,6 +1,6 @@
 """Every reader of the clean log returns exactly what ``compaction read`` returns, at any readable version.
 
-One store per backend (built once per module, :mod:`tests.readstore`): several versions, deletion vectors,
+One store per backend (built once per module, :mod:`tests.helpers.readstore`): several versions, deletion vectors,
 log starts moved by retention, keyless records, tombstones and transactions. ``compaction read`` is first
 held to an oracle written with plain pyarrow from the manifests; then the CLI, the Python table and stream,
 Polars, pandas, DuckDB and Spark are held to it, for the newest version, an older one, and (Spark) after a
@@ -33,9 +33,9 @@ from compaction.read.scan import Scan, read_batches, scan
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.gc import collect_store
 from compaction.store.jsonl import to_lines
-from tests import readstore
-from tests.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
-from tests.s3server import new_bucket, storage_options
+from tests.helpers import readstore
+from tests.helpers.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
+from tests.helpers.s3server import new_bucket, storage_options
 
 ORDER = [("partition", "ascending"), ("offset", "ascending")]
 

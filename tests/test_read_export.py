@@ -18,10 +18,8 @@ import pytest
 from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.read.history import history
 from compaction.store import Store
-from tests import readstore
-from tests.readstore import NEWEST, OLDER, PARTITIONS, TOPIC
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT, readstore
+from tests.helpers.readstore import NEWEST, OLDER, PARTITIONS, TOPIC
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from compaction.cli import EXIT_OK, EXIT_PARTIAL, main
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
-from tests.pushgateway import Pushgateway
-from tests.s3server import new_bucket, storage_options
+from tests.helpers.pushgateway import Pushgateway
+from tests.helpers.s3server import new_bucket, storage_options
 
 NOW = "2026-01-02T00:00:00Z"
 NOW_MS = 1_767_312_000_000

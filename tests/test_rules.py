@@ -12,7 +12,7 @@ from compaction.clean import rules
 from compaction.clean.rules import LONG_MAX, Reason, Strategy
 from compaction.schema import HEADER_TYPE
 from compaction.store.segment import records
-from tests.builders import facts
+from tests.helpers.builders import facts
 
 NOW = 1_000_000
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 SCRIPT = ROOT / "scripts" / "spark-submit.sh"
 VALID = '"log.cleanup.policy" = "compact"\n'
 

@@ -1,6 +1,6 @@
 """A split partition's stage 1 (the Arrow plan, over ``task.max.records``): without transactions each
 segment is read once and its rows shuffled to their key buckets; with them every bucket reads the range.
-Either way the log ends as the one-task plan leaves it. Runs in this process (tests/inline.py)."""
+Either way the log ends as the one-task plan leaves it. Runs in this process (tests/helpers/inline.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from compaction.config import Settings
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.synthetic import GenerateSpec, generate
-from tests.inline import InlineSession
+from tests.helpers.inline import InlineSession
 
 NOW = 1_767_225_600_000
 DAY = 86_400_000

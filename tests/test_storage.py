@@ -13,7 +13,7 @@ import pytest
 
 from compaction.errors import StoreError
 from compaction.store import Store, TopicPartition
-from tests.builders import keyed
+from tests.helpers.builders import keyed
 
 TP = TopicPartition("orders", 0)
 

@@ -13,7 +13,7 @@ from compaction.errors import (
     StoreNotFoundError,
 )
 from compaction.store import Replacement, Store, TopicPartition, Writer
-from tests.builders import keyed, rec, table
+from tests.helpers.builders import keyed, rec, table
 
 TP = TopicPartition("orders", 0)
 

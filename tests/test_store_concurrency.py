@@ -9,7 +9,7 @@ import pytest
 
 from compaction.store import Store, TopicPartition, Writer
 from compaction.store.verify import verify
-from tests.builders import keyed
+from tests.helpers.builders import keyed
 
 TP = TopicPartition("events", 0)
 WRITERS = 8

@@ -18,9 +18,9 @@ from compaction.errors import StoreError
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.manifest import Manifest
 from compaction.store.verify import verify
-from tests.builders import keyed, rec, table
-from tests.faultproxy import Fault, FaultProxy, fault_proxy
-from tests.s3server import new_bucket, storage_options
+from tests.helpers.builders import keyed, rec, table
+from tests.helpers.faultproxy import Fault, FaultProxy, fault_proxy
+from tests.helpers.s3server import new_bucket, storage_options
 
 pytestmark = pytest.mark.s3
 

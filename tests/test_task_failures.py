@@ -23,8 +23,9 @@ from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_garbage
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.cluster import cluster_env, spark_cluster
-from tests.task_faults import faulty
+from tests.helpers import ROOT
+from tests.helpers.cluster import cluster_env, spark_cluster
+from tests.helpers.task_faults import faulty
 
 NOW = 1_800_000_000_000
 PARTITIONS = [TopicPartition("t", i) for i in range(3)]
@@ -132,7 +133,6 @@ def test_the_reason_is_the_last_failure_in_one_line() -> None:
     assert spark_failure(Exception(stopped)) == "Spark job failed: Job 7 cancelled because SparkContext was shut down"
 
 
-ROOT = Path(__file__).resolve().parent.parent
 #: The driver of a pass under speculation, in a process of its own: the tests' session is local, and Spark runs
 #: a speculative copy of a task only on another host than the original attempt, so this needs a cluster of
 #: two hosts. Partitions 0 and 2 pause after each object their first attempt writes (for up to 60 s, so that
@@ -146,7 +146,7 @@ from compaction.config import Settings
 from compaction.clean.session import spark_session
 from compaction.report import write_report
 from compaction.store import Store
-from tests.task_faults import faulty
+from tests.helpers.task_faults import faulty
 
 master, url, out, now = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spark = spark_session(master, conf={
@@ -195,7 +195,7 @@ def _speculative_pass(master: str, store: Store, partitions: list[TopicPartition
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_speculative_attempts_never_publish_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # executors import tests.task_faults
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # executors import tests.helpers.task_faults
     partitions = [TopicPartition("t", i) for i in range(4)]
     # Whether Spark launches a copy in time depends on the machine's load, so a pass in which no copy won is
     # checked as well (one object per segment, the right records) and the pass runs again on a fresh store,

@@ -9,7 +9,7 @@ from compaction.clean.tasks.facts import read_facts
 from compaction.clean.tasks.key_ranges import key_bucket, key_range_bounds
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
-from tests.builders import clean_task
+from tests.helpers.builders import clean_task
 
 TP = TopicPartition("t", 0)
 

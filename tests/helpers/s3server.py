@@ -14,11 +14,12 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
+
+from tests.helpers import ROOT
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -51,8 +52,8 @@ def s3_server() -> Iterator[str]:
 
     A separate process keeps moto's request handling off the test process's interpreter lock.
     """
-    process = subprocess.Popen([sys.executable, "-m", "tests.s3server"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parent.parent, text=True)
+    process = subprocess.Popen([sys.executable, "-m", "tests.helpers.s3server"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, cwd=ROOT, text=True)
     try:
         line = process.stdout.readline() if process.stdout else ""
         if not line.strip().isdigit():

@@ -14,7 +14,8 @@ import sysconfig
 import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 #: Entries of .venv's site-packages a job environment must not borrow: the project, and the packaging tools
 #: the new environment has its own of.
 NOT_BORROWED = ("compaction", "__editable__", "_distutils_hack", "distutils-precedence", "pip", "setuptools",
