@@ -22,13 +22,9 @@ from compaction.store.segment import SEGMENT_SCHEMA, checksum
 from compaction.store.storage import Storage
 from compaction.store.verify import verify
 from tests.helpers.builders import keyed, rec, table
+from tests.helpers.stores import snapshot, tamper
 
 TP = TopicPartition("orders", 0)
-
-
-def snapshot(store: Store) -> dict[str, bytes]:
-    fs = store.storage.fs
-    return {path: fs.cat_file(path) for path in fs.find(store.storage.root)}
 
 
 @pytest.fixture
@@ -141,13 +137,6 @@ def test_schema_check_names_a_missing_column() -> None:
         check_schema(pa.schema([f for f in SEGMENT_SCHEMA if f.name != "producer_epoch"]), "s1")
     with pytest.raises(SegmentSchemaError, match="unexpected column"):
         check_schema(SEGMENT_SCHEMA.append(pa.field("extra", pa.int8())), "s1")
-
-
-def tamper(store: Store, rel: str) -> None:
-    """Change an object's bytes without changing its size or making it undecodable (the footer's writer name)."""
-    data = store.storage.fs.cat_file(store.storage.path(rel))
-    assert b"parquet-cpp-arrow" in data
-    store.storage.fs.pipe_file(store.storage.path(rel), data.replace(b"parquet-cpp-arrow", b"parquet-cpp-arroW"))
 
 
 def test_a_segment_whose_bytes_changed_but_still_decode_is_never_read_whole(seeded: Store) -> None:

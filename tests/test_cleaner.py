@@ -511,7 +511,7 @@ def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come
 
 
 def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    from tests.test_bad_input import tamper
+    from tests.helpers.stores import tamper
 
     for tp in (TopicPartition("t", 0), TopicPartition("t", 1)):
         append(local_store, rec(0, "a"), rec(1, "a"), tp=tp)
@@ -526,7 +526,7 @@ def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local
 
 
 def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    from tests.test_bad_input import tamper
+    from tests.helpers.stores import tamper
 
     sized = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                                      "log.segment.bytes": 16384}, environ={})

@@ -20,7 +20,7 @@ from compaction.store import IllegalFolder, Replacement, Store, TopicPartition, 
 from compaction.store.segment import records
 from compaction.store.verify import verify
 from tests.helpers.builders import keyed, rec, table
-from tests.test_bad_input import snapshot
+from tests.helpers.stores import snapshot
 
 TP = TopicPartition("orders", 0)
 LONG_MAX = 2**63 - 1

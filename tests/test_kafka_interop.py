@@ -19,7 +19,7 @@ from compaction.config import Settings
 from compaction.interop import export_partition
 from compaction.store import Store, TopicPartition
 from tests.helpers.inline import InlineSession
-from tests.test_differential import Model, Rec
+from tests.helpers.model import Model, Rec
 
 TP = TopicPartition("t", 0)
 T0 = 1_800_000_000_000
