@@ -1,4 +1,5 @@
-"""A store with the history readers must honour, and an oracle for its live log written without the read API.
+"""A store with the history readers must honour, an oracle for its live log written without the read API, and
+the readers the read tests hold to ``compaction read``.
 
 ``build`` gives topic ``orders`` (3 partitions) four versions each:
 
@@ -12,13 +13,20 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
+from compaction.cli import main
+from compaction.read.scan import Scan, read_batches, scan
 from compaction.store import Manifest, Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
 from compaction.synthetic import GenerateSpec, generate
@@ -113,3 +121,127 @@ def oracle(store: Store, versions: dict[int, int] | None = None) -> pa.Table:
             data = data.filter(keep)
             tables.append(data.add_column(0, "partition", pa.array(np.full(data.num_rows, p, np.int32))))
     return pa.concat_tables(tables)
+
+
+# Reading it: compaction read (the reference), and every reader's way of reading a scan ---------------------
+
+
+ORDER = [("partition", "ascending"), ("offset", "ascending")]
+
+
+class Built:
+    """A built store: how to open it, the CLI flags that reach it, and its aborted offsets."""
+
+    def __init__(self, url: str, options: dict[str, Any], flags: list[str], aborted: dict[int, list[int]]):
+        self.url, self.options, self.flags, self.aborted = url, options, flags, aborted
+
+    def store(self) -> Store:
+        return Store.open(self.url, self.options)
+
+
+def backend(request: pytest.FixtureRequest, name: str) -> Built:
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+def cli(built: Built, *args: str, capsys: pytest.CaptureFixture[str] | None = None) -> tuple[int, str]:
+    code = main([*args[:1], built.url, *args[1:], *built.flags])
+    out = capsys.readouterr() if capsys else None
+    return code, (out.out + out.err) if out else ""
+
+
+_READS: dict[tuple[str, ...], pa.Table] = {}
+
+
+def cli_table(built: Built, tmp_path: Path, *args: str) -> pa.Table:
+    """``compaction read STORE orders ARGS --format parquet -o FILE``, as a table (each read once per store:
+    the stores built for a module never change; tests that change one work on a copy)."""
+    if (built.url, *args) not in _READS:
+        target = tmp_path / f"read-{time.perf_counter_ns()}.parquet"
+        assert cli(built, "read", TOPIC, *args, "--format", "parquet", "-o", str(target))[0] == 0
+        _READS[built.url, *args] = pq.read_table(target)
+    return _READS[built.url, *args]
+
+
+def canonical(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return table.select(schema.names).cast(schema).sort_by(ORDER)
+
+
+def stream(the_scan: Scan) -> pa.Table:
+    batches = list(read_batches(the_scan.store, the_scan.topic, None, version=the_scan.versions,
+                                latest=the_scan.latest, strategy=the_scan.strategy, strategy_header=HEADER,
+                                batch_rows=100))
+    assert all(b.num_rows <= 100 for b in batches), "a stream's batches are bounded"
+    return pa.Table.from_batches(batches, schema=the_scan.schema)
+
+
+def with_duckdb(the_scan: Scan) -> pa.Table:
+    con = duckdb.connect()
+    try:
+        view = the_scan.to_duckdb(con, "orders")
+        first = view.to_arrow_table()
+        assert con.sql("select count(*) from orders").fetchall() == [(first.num_rows,)], "the view can be scanned again"
+        return first
+    finally:
+        con.close()
+
+
+READERS: dict[str, Callable[[Scan], pa.Table]] = {
+    "table": lambda s: s.to_arrow(),
+    "stream": stream,
+    "polars": lambda s: s.to_polars().collect().to_arrow(),
+    "pandas": lambda s: pa.Table.from_pandas(s.to_pandas(), schema=s.schema, preserve_index=False),
+    "duckdb": with_duckdb,
+}
+
+
+def the_scan(built: Built, version: int | None, latest: bool = False) -> Scan:
+    return scan(built.url, TOPIC, version=version, latest=latest, strategy_header=HEADER,
+                storage_options=built.options)
+
+
+def latest_in_duckdb(log: pa.Table, aborted: dict[int, list[int]], strategy: str) -> pa.Table:
+    """Per partition and key, the greatest competing record of the log; tombstones then dropped."""
+    order = {
+        "offset": '"offset" DESC',
+        "timestamp": 'coalesce(timestamp >= 0, false) DESC, CASE WHEN timestamp >= 0 THEN timestamp ELSE -1 END DESC, '
+                     '"offset" DESC',
+    }[strategy]
+    gone = pa.table({"partition": pa.array([p for p, offsets in aborted.items() for _ in offsets], pa.int32()),
+                     "offset": pa.array([o for offsets in aborted.values() for o in offsets], pa.int64())})
+    con = duckdb.connect()
+    try:
+        con.register("log", log)
+        con.register("aborted", gone)
+        return con.sql(f"""
+            SELECT * FROM (
+                SELECT * FROM log
+                WHERE key IS NOT NULL AND NOT is_control
+                  AND ("partition", "offset") NOT IN (SELECT ("partition", "offset") FROM aborted)
+                QUALIFY row_number() OVER (PARTITION BY "partition", key ORDER BY {order}) = 1)
+            WHERE value IS NOT NULL ORDER BY "partition", "offset" """).to_arrow_table()
+    finally:
+        con.close()
+
+
+def latest_by_header(log: pa.Table, aborted: dict[int, list[int]]) -> list[tuple[int, int]]:
+    """The header strategy in plain Python: the last ``seq`` header as an 8-byte big-endian long wins."""
+    best: dict[tuple[int, bytes], tuple[tuple[int, int, int], dict[str, Any]]] = {}
+    for row in log.to_pylist():
+        if row["key"] is None or row["is_control"] or row["offset"] in aborted[row["partition"]]:
+            continue
+        values = [h["value"] for h in row["headers"] or [] if h["key"] == HEADER]
+        valid = bool(values) and len(values[-1]) == 8
+        rank = (int(valid), int.from_bytes(values[-1], "big", signed=True) if valid else -1, row["offset"])
+        if (row["partition"], row["key"]) not in best or rank > best[row["partition"], row["key"]][0]:
+            best[row["partition"], row["key"]] = (rank, row)
+    return sorted((r["partition"], r["offset"]) for _, r in best.values() if r["value"] is not None)
+
+
+def segments_folder(built: Built, partition: int) -> Path:
+    return Path(built.url) / TOPIC / str(partition) / "segments"
+
+
+def built_locally(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The store built in a local folder (a module's ``local`` fixture)."""
+    url = str(tmp_path_factory.mktemp("read") / "store")
+    return Built(url, {}, [], build(Store.open(url)))

@@ -9,14 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from compaction.logs import MASK, redact, secrets_in
 from tests.helpers import ROOT
 from tests.helpers.s3server import new_bucket
+from tests.unit.test_logs import SECRET, TOKEN
 
-# Distinctive values, so that any trace of them in the output is found.
 KEY_ID = "AKIAQWERTYSECRET7788"
-SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzSECRET"
-TOKEN = "IQoJb3JpZ2luX2VjEXAMPLESESSIONTOKENzz9+/w=="
 
 
 def _clean_environment(tmp_path: Path) -> dict[str, str]:
@@ -68,19 +65,6 @@ def test_verbose_commands_print_no_credential(s3_endpoint: str, tmp_path: Path, 
     assert "error: partition" in output, "and an error"
     for secret in (KEY_ID, SECRET, TOKEN, TOKEN[:20], SECRET[:20]):
         assert secret not in output
-
-
-def test_known_secrets_and_recognisable_credentials_are_masked() -> None:
-    secrets = secrets_in({"AWS_SECRET_ACCESS_KEY": SECRET, "HOME": "/home/me"},
-                         {"client_kwargs": {"endpoint_url": "http://x", "aws_session_token": TOKEN}})
-    assert secrets == {SECRET, TOKEN}
-    text = (f"secret {SECRET} token {TOKEN}; Authorization: AWS4-HMAC-SHA256 Credential=ASIAXYZXYZXYZXYZXYZ1/"
-            f"20260101/us-east-1/s3/aws4_request, Signature=0a1b2c; headers={{'X-Amz-Security-Token': b'abc/+='}}\n"
-            "x-amz-security-token:abc/+=\n")
-    assert redact(text, secrets) == (
-        f"secret {MASK} token {MASK}; Authorization: AWS4-HMAC-SHA256 Credential={MASK}/20260101/us-east-1/s3/"
-        f"aws4_request, Signature={MASK}; headers={{'X-Amz-Security-Token': b'{MASK}'}}\n"
-        f"x-amz-security-token:{MASK}\n")
 
 
 #: What stderr may hold at the default verbosity besides the job's own warnings: the JVM's notice that Spark 4

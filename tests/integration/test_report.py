@@ -18,9 +18,8 @@ from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
 from tests.helpers.pushgateway import Pushgateway
 from tests.helpers.s3server import new_bucket, storage_options
+from tests.unit.test_report import NOW, NOW_MS, make_store
 
-NOW = "2026-01-02T00:00:00Z"
-NOW_MS = 1_767_312_000_000
 LAST_SUCCESS = "kafka_log_cleaner_last_success_time_seconds"
 UNCLEANABLE = "kafka_log_cleaner_uncleanable_partitions_count"
 
@@ -29,13 +28,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     out = capsys.readouterr()
     return code, out.out + out.err
-
-
-def make_store(url: str, options: dict | None = None) -> Store:
-    store = Store.open(url, options)
-    generate(store, GenerateSpec(records=600, keys=30, partitions=2, segment_records=100, end_time_ms=NOW_MS - 1),
-             now_ms=NOW_MS - 1)
-    return store
 
 
 def break_partition(store_path: Path, store: Store, partition: int) -> None:
@@ -77,15 +69,6 @@ def test_report_and_metrics_file_given_as_s3_urls_are_written_to_the_bucket(
     assert [p["status"] for p in report["partitions"]] == ["cleaned", "cleaned"]
     assert samples(bucket.cat_file(f"{url}/metrics/job.prom").decode())[UNCLEANABLE] == {url: 0}
     assert list(tmp_path.iterdir()) == [conf], "no local folder called 's3:'"
-
-
-def test_an_output_path_naming_no_file_fails_before_any_work(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    store = make_store(str(tmp_path / "store"))
-    code, out = run(capsys, "run", store.url, "--set", "log.cleanup.policy=compact", "--now", NOW,
-                    "--report", "s3://run.json")
-    assert code == 4 and "output path 's3://run.json' must name a file in a folder or bucket" in out
-    assert store.versions(TopicPartition("orders", 0)) == [1], "nothing was cleaned"
 
 
 @pytest.mark.spark

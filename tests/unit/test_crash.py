@@ -71,7 +71,6 @@ def _content(store: Store) -> list[tuple[int, bytes]]:
     return [(r["offset"], r["key"]) for r in store.read(TP, columns=["offset", "key"]).to_pylist()]
 
 
-@pytest.mark.parametrize("backend", ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
 @pytest.mark.parametrize("operation", [_append, _clean], ids=["append", "clean"])
 def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: str,  # type: ignore[no-untyped-def]
                                                        operation) -> None:

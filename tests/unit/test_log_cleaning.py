@@ -7,7 +7,8 @@ log with nothing new, the scenario appends a filler record to make the pass happ
 Kafka's unit tests (which it treats as committed) get their commit marker here, as the last stable offset bounds
 the cleanable range.
 
-Runs in this process (the Arrow plan, whole and split into key ranges); the Spark plans run a few on Spark.
+Runs in this process (the Arrow plan, whole and split into key ranges); the Spark plans run a few on Spark
+(tests/integration/test_log_segments_on_spark.py).
 """
 
 from __future__ import annotations
@@ -338,22 +339,6 @@ def test_framing_keeps_one_horizon_per_batch() -> None:
     framed = frame_batches(rows, "zstd").to_pylist()
     assert [(b["base_offset"], b["record_count"], b["delete_horizon_ms"], b["compression"]) for b in framed] == \
         [(0, 2, 7, "zstd"), (2, 1, None, "zstd"), (3, 1, 7, "zstd"), (4, 1, None, "none")]
-
-
-# On Spark: the SQL plans (and the Arrow plan) reframe the same way ------------------------------------------
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("plan", ["arrow", "window", "aggregate"])
-def test_every_plan_reframes_batches_alike_on_spark(spark, tmp_path, plan: str) -> None:  # type: ignore[no-untyped-def]
-    store = Store.open(str(tmp_path / "store"))
-    append(store, I(1, 0, "1", "2", "3"), I(2, 3, "3", "1", "4"), I(3, 6, "1", "4"))
-    append(store, T(5, 8, "9"), A(5, 9), rec(10, "4"))
-    append(store, rec(11, "active"))
-    clean(store, WHOLE, spark=spark, plan=plan)
-    assert last_offsets(store) == [2, 5, 7, 8, 9, 10, 11]
-    assert [b["record_count"] for b in batches(store)] == [1, 1, 1, 0, 1, 1, 1]
-    assert offsets(store) == [1, 3, 6, 9, 10, 11]
 
 
 def test_a_batch_with_a_deletion_vector_reads_without_its_deleted_records(store: Store) -> None:

@@ -140,19 +140,6 @@ def _files(store: Store, tp: TopicPartition) -> dict[str, bytes]:
     return {path: root.cat_file(path) for path in sorted(root.find(base))}
 
 
-@pytest.mark.spark
-def test_segment_format_says_what_the_cleaner_writes(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    from compaction.clean.cleaner import Cleaner
-
-    local_store.append(TP, records([{"key": "a", "value": "1"}, {"key": "a", "value": "2"}]), now_ms=NOW)
-    local_store.append(TP, records([{"key": "b", "value": "3"}]), now_ms=NOW)
-    Cleaner(spark, local_store, _settings(**{"segment.format": "kafka"})).run(NOW)
-    assert [s.format for s in local_store.manifest(TP).segments] == ["kafka", "parquet"]
-    rows = local_store.read(TP).to_pylist()
-    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(1, b"a", b"2"), (2, b"b", b"3")]
-    assert [p for r in verify(local_store) for p in r.problems] == []
-
-
 def test_the_read_api_streams_log_segments(memory_store: Store) -> None:
     from compaction.read.scan import read_table
 
