@@ -38,10 +38,6 @@ def log_bytes(*batches: tuple[list[dict[str, Any]], dict[str, Any]]) -> bytes:
     return encode(records(rows), batch_table([b for _, b in batches]))
 
 
-def kv(key: str | None, value: str | None = "v", **fields: Any) -> dict[str, Any]:
-    return {"key": key, "value": value, **fields}
-
-
 def _recrc(data: bytearray, at: int = 0) -> bytearray:
     length = struct.unpack_from(">i", data, at + 8)[0]
     struct.pack_into(">I", data, at + 17, crc32c.crc32c(bytes(data[at + 21:at + 12 + length])))

@@ -1,4 +1,5 @@
-"""Tiny builders for records, used by tests to state inputs inline."""
+"""The one record builder (``rec``: a record as a dict, in the order key, value, offset) and the tables, decision
+facts and clean tasks tests build from records, to state their inputs inline."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from compaction.read.scan import Scan, read_batches, scan
 from compaction.store import Manifest, Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.cli import run
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -144,9 +145,9 @@ def backend(request: pytest.FixtureRequest, name: str) -> Built:
 
 
 def cli(built: Built, *args: str, capsys: pytest.CaptureFixture[str] | None = None) -> tuple[int, str]:
-    code = main([*args[:1], built.url, *args[1:], *built.flags])
-    out = capsys.readouterr() if capsys else None
-    return code, (out.out + out.err) if out else ""
+    """``compaction COMMAND STORE ARGS`` on the built store; what it printed when ``capsys`` is given."""
+    argv = [*args[:1], built.url, *args[1:], *built.flags]
+    return run(capsys, *argv) if capsys else (main(argv), "")
 
 
 _READS: dict[tuple[str, ...], pa.Table] = {}

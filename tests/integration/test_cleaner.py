@@ -19,14 +19,15 @@ from compaction.store.manifest import Manifest
 from compaction.store.segment import records
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.builders import rec
+from tests.helpers.settings import settings_with
 
 pytestmark = pytest.mark.spark
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000
 DAY = 86_400_000
-SETTINGS = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0},
-                         environ={})
+SETTINGS = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0})
 
 
 @pytest.fixture(params=list(Plan))
@@ -40,10 +41,6 @@ def clean(spark, store: Store, plan: str, now: int = NOW, settings: Settings = S
     problems = [p for r in verify(store) for p in r.problems]
     assert problems == [], problems
     return report
-
-
-def rec(offset: int, key: str | None, value: str | None = "v", **fields: Any) -> dict[str, Any]:
-    return {"offset": offset, "key": key, "value": value, **fields}
 
 
 def append(store: Store, *rows: dict[str, Any], tp: TopicPartition = TP, now: int = NOW) -> Manifest:
@@ -70,22 +67,22 @@ def keys(store: Store, tp: TopicPartition = TP) -> list[str]:
 
 
 def T(producer: int, offset: int, key: int) -> dict[str, Any]:  # the reference's notation
-    return rec(offset, str(key), str(key), producer_id=producer, is_transactional=True)
+    return rec(str(key), str(key), offset, producer_id=producer, is_transactional=True)
 
 
 def C(producer: int, offset: int) -> dict[str, Any]:
-    return rec(offset, None, None, producer_id=producer, is_control=True, control_type="commit")
+    return rec(None, None, offset, producer_id=producer, is_control=True, control_type="commit")
 
 
 def A(producer: int, offset: int) -> dict[str, Any]:
-    return rec(offset, None, None, producer_id=producer, is_control=True, control_type="abort")
+    return rec(None, None, offset, producer_id=producer, is_control=True, control_type="abort")
 
 
 def test_t1_keys_with_a_later_version_go_and_others_survive(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
     for base in (0, 14, 28):
-        append(local_store, *(rec(i, str(i), str(i)) for i in range(base, base + 14)))
-    append(local_store, *(rec(42 + i, str(k), "new") for i, k in enumerate((1, 3, 5, 7, 9))))
-    append(local_store, rec(47, "active"))
+        append(local_store, *(rec(str(i), str(i), i) for i in range(base, base + 14)))
+    append(local_store, *(rec(str(k), "new", 42 + i) for i, k in enumerate((1, 3, 5, 7, 9))))
+    append(local_store, rec("active", offset=47))
     report = clean(spark, local_store, plan)
     expected = [str(i) for i in range(42) if i not in (1, 3, 5, 7, 9)] + ["1", "3", "5", "7", "9", "active"]
     assert keys(local_store) == expected
@@ -94,12 +91,13 @@ def test_t1_keys_with_a_later_version_go_and_others_survive(spark, local_store: 
 
 
 def test_t7_checkpoint_moves_past_offset_gaps(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    layout(local_store, [(0, 11, [rec(i, str(i)) for i in range(10)]), (11, 12, [rec(11, "a")])])
+    layout(local_store, [(0, 11, [rec(str(i), offset=i) for i in range(10)]), (11, 12, [rec("a", offset=11)])])
     clean(spark, local_store, plan)
     assert local_store.manifest(TP).first_dirty_offset == 11
     other = TopicPartition("t", 1)
-    layout(local_store, [(0, 15, [rec(i, str(i)) for i in range(10)]),
-                         (15, 30, [rec(i, str(i)) for i in range(15, 25)]), (30, 31, [rec(30, "a")])], tp=other)
+    layout(local_store, [(0, 15, [rec(str(i), offset=i) for i in range(10)]),
+                         (15, 30, [rec(str(i), offset=i) for i in range(15, 25)]), (30, 31, [rec("a", offset=30)])],
+           tp=other)
     clean(spark, local_store, plan)
     assert local_store.manifest(other).first_dirty_offset == 30
     assert offsets(local_store, other) == [*range(10), *range(15, 25), 30]
@@ -107,11 +105,10 @@ def test_t7_checkpoint_moves_past_offset_gaps(spark, local_store: Store, plan: s
 
 @pytest.mark.parametrize("keyless", ["keep", "drop"])
 def test_t9_keyless_records_are_kept_or_dropped_and_counted(spark, local_store: Store, keyless: str) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, *(rec(i, None, f"v{i}") for i in range(5)))
-    append(local_store, *(rec(i, str(i)) for i in range(5, 10)))
-    append(local_store, rec(10, "active"))
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "cleaner": {"keyless.records": keyless}},
-                             environ={})
+    append(local_store, *(rec(None, f"v{i}", i) for i in range(5)))
+    append(local_store, *(rec(str(i), offset=i) for i in range(5, 10)))
+    append(local_store, rec("active", offset=10))
+    settings = settings_with({"log.cleanup.policy": "compact", "cleaner": {"keyless.records": keyless}})
     report = clean(spark, local_store, "window", settings=settings)
     stats = report.partitions[0].stats
     if keyless == "keep":
@@ -123,10 +120,10 @@ def test_t9_keyless_records_are_kept_or_dropped_and_counted(spark, local_store: 
 
 
 def test_t10_tombstones_remove_their_keys_and_stay_with_a_horizon(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, *(rec(i, str(i), str(i)) for i in range(14)))
-    append(local_store, rec(14, "14", "14"), *(rec(15 + j, str(2 * j), None) for j in range(8)))
-    append(local_store, *(rec(i, str(i), str(i)) for i in range(23, 30)))
-    append(local_store, rec(30, "active"))
+    append(local_store, *(rec(str(i), str(i), i) for i in range(14)))
+    append(local_store, rec("14", "14", 14), *(rec(str(2 * j), None, 15 + j) for j in range(8)))
+    append(local_store, *(rec(str(i), str(i), i) for i in range(23, 30)))
+    append(local_store, rec("active", offset=30))
     clean(spark, local_store, plan)
     remaining = keys(local_store)
     assert not {str(k) for k in range(0, 15, 2)} & set(remaining)
@@ -137,14 +134,14 @@ def test_t10_tombstones_remove_their_keys_and_stay_with_a_horizon(spark, local_s
 
 
 def test_t11_tombstone_horizon_comes_from_cleaning_time_not_record_time(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, rec(0, "0", "0", timestamp=NOW + DAY + 10_000))
-    append(local_store, rec(1, "filler-1"))
+    append(local_store, rec("0", "0", 0, timestamp=NOW + DAY + 10_000))
+    append(local_store, rec("filler-1", offset=1))
     clean(spark, local_store, plan)
-    append(local_store, rec(2, "0", None, timestamp=NOW - DAY - 10_000))
-    append(local_store, rec(3, "filler-3"))
+    append(local_store, rec("0", None, 2, timestamp=NOW - DAY - 10_000))
+    append(local_store, rec("filler-3", offset=3))
     clean(spark, local_store, plan)
-    append(local_store, rec(4, "1", "1"))
-    append(local_store, rec(5, "filler-5"))
+    append(local_store, rec("1", "1", 4))
+    append(local_store, rec("filler-5", offset=5))
     clean(spark, local_store, plan)
     rows = local_store.read(TP).to_pylist()
     assert [(r["offset"], r["value"], r["delete_horizon_ms"]) for r in rows[:2]] == [
@@ -152,9 +149,9 @@ def test_t11_tombstone_horizon_comes_from_cleaning_time_not_record_time(spark, l
 
 
 def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, rec(0, "k", "1"))
-    append(local_store, rec(1, "k", None))
-    append(local_store, rec(2, "active"))
+    append(local_store, rec("k", "1", 0))
+    append(local_store, rec("k", None, 1))
+    append(local_store, rec("active", offset=2))
     clean(spark, local_store, plan, now=NOW)
     assert offsets(local_store) == [1, 2]
     before = local_store.manifest(TP).version
@@ -170,7 +167,7 @@ def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, loca
 def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(2, 2, 2), T(2, 3, 3), T(1, 4, 3), T(1, 5, 4), A(1, 6), C(2, 7),
            T(1, 8, 2), C(1, 9))
-    append(local_store, rec(10, "active"))
+    append(local_store, rec("active", offset=10))
     report = clean(spark, local_store, plan)
     assert keys(local_store) == ["3", "2", "active"]
     assert offsets(local_store) == [3, 6, 7, 8, 9, 10]
@@ -193,15 +190,15 @@ def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(spa
                                                                              plan: str) -> None:
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(1, 2, 3), C(1, 3))
     append(local_store, T(1, 4, 2), C(1, 5))
-    append(local_store, rec(6, "filler-6"))
+    append(local_store, rec("filler-6", offset=6))
     clean(spark, local_store, plan)
     assert keys(local_store) == ["1", "3", "2", "filler-6"]
     assert offsets(local_store) == [0, 2, 3, 4, 5, 6]
     append(local_store, T(1, 7, 1), T(1, 8, 3), C(1, 9))
-    append(local_store, rec(10, "filler-10"))
+    append(local_store, rec("filler-10", offset=10))
     clean(spark, local_store, plan)
     assert offsets(local_store) == [3, 4, 5, 6, 7, 8, 9, 10], "@3 stays: this pass still read its records"
-    append(local_store, rec(11, "filler-11"))
+    append(local_store, rec("filler-11", offset=11))
     clean(spark, local_store, plan)
     horizons = {r["offset"]: r["delete_horizon_ms"] for r in local_store.read(TP).to_pylist()}
     assert horizons[3] == NOW + DAY and horizons[5] is None, "only the marker with no records left is stamped"
@@ -212,8 +209,8 @@ def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(spa
 def test_a_corrupt_partition_is_uncleanable_and_the_others_commit(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     partitions = [TopicPartition("t", i) for i in range(3)]
     for tp in partitions:
-        append(local_store, rec(0, "a"), rec(1, "a"), tp=tp)
-        append(local_store, rec(2, "active"), tp=tp)
+        append(local_store, rec("a", offset=0), rec("a", offset=1), tp=tp)
+        append(local_store, rec("active", offset=2), tp=tp)
     bad = local_store.manifest(partitions[1]).segments[0]
     path = local_store.storage.path(f"{partitions[1].prefix}/{bad.path}")
     data = local_store.storage.fs.cat_file(path)
@@ -232,22 +229,22 @@ def test_a_corrupt_partition_is_uncleanable_and_the_others_commit(spark, local_s
 
 
 def test_an_append_during_the_run_survives_and_stays_dirty(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, rec(0, "a"), rec(1, "a"), rec(2, "b"))
-    append(local_store, rec(3, "active"))
+    append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
+    append(local_store, rec("active", offset=3))
     report = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan).run(
-        NOW, before_commit=lambda: append(local_store, rec(4, "a", "late")))
+        NOW, before_commit=lambda: append(local_store, rec("a", "late", 4)))
     assert report.partitions[0].status == "cleaned"
     manifest = local_store.manifest(TP)
     assert offsets(local_store) == [1, 2, 3, 4]
     assert manifest.first_dirty_offset == 3 and manifest.segments[-1].base_offset == 4
-    append(local_store, rec(5, "active2"))
+    append(local_store, rec("active2", offset=5))
     clean(spark, local_store, plan)
     assert [r["value"] for r in local_store.read(TP).to_pylist() if r["key"] == b"a"] == [b"late"]
 
 
 def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, rec(0, "a"), rec(1, "a"), rec(2, "b", None))
-    append(local_store, rec(3, "active"))
+    append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", None, 2))
+    append(local_store, rec("active", offset=3))
     first = clean(spark, local_store, "window")
     assert first.totals["cleaned"] == 1
     objects = {e.name for e in local_store.storage.list_dir(f"{TP.prefix}/segments")}
@@ -261,17 +258,17 @@ def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_
         spark, local_store: Store) -> None:
     # Segments below segment.bytes / 8 (4 KiB here) are small: they merge with their neighbours.
     sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 32768}
-    no_vectors = Settings.load(overrides={**sized, "cleaner": {"deletion.vector.max.ratio": 0}}, environ={})
-    default = Settings.load(overrides=sized, environ={})
+    no_vectors = settings_with({**sized, "cleaner": {"deletion.vector.max.ratio": 0}})
+    default = settings_with(sized)
     for tp, settings in ((TopicPartition("t", 0), no_vectors), (TopicPartition("t", 1), default)):
-        append(local_store, *(rec(i, f"k{i}", hashlib.sha256(b"%d" % i).hexdigest()) for i in range(200)), tp=tp)
-        append(local_store, rec(200, "active"), tp=tp)
+        append(local_store, *(rec(f"k{i}", hashlib.sha256(b"%d" % i).hexdigest(), i) for i in range(200)), tp=tp)
+        append(local_store, rec("active", offset=200), tp=tp)
         clean(spark, local_store, "arrow", settings=settings, topics="t")
         first = local_store.manifest(tp).segments[0]
         assert (first.base_offset, first.next_offset, first.deletes) == (0, 200, None)
         assert first.size_bytes >= 4096, "a clean segment that is not small"
-        append(local_store, rec(201, "new1"), rec(202, "k5", "updated"), tp=tp)
-        append(local_store, rec(203, "active2"), tp=tp)
+        append(local_store, rec("new1", offset=201), rec("k5", "updated", 202), tp=tp)
+        append(local_store, rec("active2", offset=203), tp=tp)
         report = clean(spark, local_store, "arrow", settings=settings)
         stats = next(r for r in report.partitions if r.partition == str(tp)).stats
         segment = local_store.manifest(tp).segments[0]
@@ -289,25 +286,25 @@ def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_
 
 def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     # Every segment here is above segment.bytes / 8, so none merges as small.
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                        "log.segment.bytes": 16384}, environ={})
+    settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                        "log.segment.bytes": 16384})
 
-    append(local_store, *(rec(i, f"k{i}") for i in range(10)))
-    append(local_store, rec(10, "active"))
+    append(local_store, *(rec(f"k{i}", offset=i) for i in range(10)))
+    append(local_store, rec("active", offset=10))
     clean(spark, local_store, "arrow", settings=settings)
     first = local_store.manifest(TP).segments[0]
-    append(local_store, rec(11, "k1", "new"))
-    append(local_store, rec(12, "active2"))
+    append(local_store, rec("k1", "new", 11))
+    append(local_store, rec("active2", offset=12))
     clean(spark, local_store, "arrow", settings=settings)
     assert local_store.manifest(TP).segments[0].deletes.count == 1  # type: ignore[union-attr]
-    append(local_store, rec(13, "k2", "new"), rec(14, "k3", "new"))  # 3 of 10 deleted: past the 0.2 ratio
-    append(local_store, rec(15, "active3"))
+    append(local_store, rec("k2", "new", 13), rec("k3", "new", 14))  # 3 of 10 deleted: past the 0.2 ratio
+    append(local_store, rec("active3", offset=15))
     clean(spark, local_store, "arrow", settings=settings)
     rewritten = local_store.manifest(TP).segments[0]
     assert rewritten.path != first.path and rewritten.deletes is None and rewritten.record_count < 10
 
-    append(local_store, rec(16, "k4", "new"))
-    append(local_store, rec(17, "active4"))
+    append(local_store, rec("k4", "new", 16))
+    append(local_store, rec("active4", offset=17))
     clean(spark, local_store, "arrow", settings=settings)
     aged = local_store.manifest(TP).segments[0]
     assert aged.deletes is not None and aged.deletes.created_ms == NOW
@@ -336,7 +333,7 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         store = Store.open(str(tmp_path / f"s{limit}"))
         generate(store, spec, now_ms=NOW - DAY)
         written = store.read(tp, columns=["offset", "key", "value"]).to_pylist()
-        settings = Settings.load(overrides={**sized, "cleaner": {"task.max.records": limit}}, environ={})
+        settings = settings_with({**sized, "cleaner": {"task.max.records": limit}})
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
         buckets = cleaner.task(the_plan.to_clean[0], NOW).buckets
@@ -345,12 +342,11 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
             {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(written, NOW + DAY)]
         # A second pass: a few updates make the clean segments lose a record or two each (deletion vectors).
-        updates = [rec(20_000 + i, f"key-{i * 37:010d}") for i in range(12)]
+        updates = [rec(f"key-{i * 37:010d}", offset=20_000 + i) for i in range(12)]
         append(store, *updates, tp=tp)
-        append(store, rec(20_012, "active"), tp=tp)
-        small = Settings.load(overrides={**sized, "log.cleaner.min.cleanable.ratio": 0.0,
-                                         "cleaner": {"task.max.records": 200 if limit == 3_000 else limit}},
-                              environ={})
+        append(store, rec("active", offset=20_012), tp=tp)
+        small = settings_with({**sized, "log.cleaner.min.cleanable.ratio": 0.0,
+                                         "cleaner": {"task.max.records": 200 if limit == 3_000 else limit}})
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
         split = second.task(second_plan.to_clean[0], NOW + 1).buckets > 1
@@ -367,8 +363,8 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
 def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from compaction.report import write_metrics
 
-    append(local_store, rec(0, "a"), rec(1, "a"), rec(2, "b"))
-    append(local_store, rec(3, "active"))
+    append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
+    append(local_store, rec("active", offset=3))
     report = clean(spark, local_store, "window")
     doc = report.to_dict()
     cleaned = doc["partitions"][0]
@@ -387,11 +383,11 @@ def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> N
 
 
 def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
-    append(local_store, rec(0, "a", timestamp=NOW - 10 * DAY))
-    append(local_store, rec(1, "b", timestamp=NOW - DAY))
-    append(local_store, rec(2, "c", timestamp=NOW))
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
-                                        "log.cleaner.min.cleanable.ratio": 1.0}, environ={})
+    append(local_store, rec("a", offset=0, timestamp=NOW - 10 * DAY))
+    append(local_store, rec("b", offset=1, timestamp=NOW - DAY))
+    append(local_store, rec("c", offset=2, timestamp=NOW))
+    settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
+                                        "log.cleaner.min.cleanable.ratio": 1.0})
     manifest = local_store.manifest(TP)
     change_plan = Cleaner(None, local_store, settings).run(NOW)
     assert change_plan.partitions[0].stats.dropped == {"retention": 1}
@@ -401,16 +397,16 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
 
 
 def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    append(local_store, rec(0, "a"), rec(1, "a"), rec(2, "b"))
-    append(local_store, rec(3, "active"))
+    append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
+    append(local_store, rec("active", offset=3))
     assert not local_store.manifest(TP).clean_keys_unique
     clean(spark, local_store, "arrow")
     assert local_store.manifest(TP).clean_keys_unique
-    append(local_store, rec(4, "a"))
+    append(local_store, rec("a", offset=4))
     assert local_store.manifest(TP).clean_keys_unique, "appends keep the promise"
-    by_timestamp = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                            "topics": {TP.topic: {"compaction.strategy": "timestamp"}}}, environ={})
-    append(local_store, rec(5, "active2"))
+    by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                            "topics": {TP.topic: {"compaction.strategy": "timestamp"}}})
+    append(local_store, rec("active2", offset=5))
     clean(spark, local_store, "arrow", settings=by_timestamp)
     assert local_store.manifest(TP).clean_keys_unique, "no strategy keeps a superseded record"
     assert offsets(local_store) == [2, 3, 4, 5]
@@ -424,32 +420,31 @@ def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: St
     clean(spark, local_store, "arrow")
     rewritten = local_store.manifest(TP).segments[0]
     assert (rewritten.base_offset, rewritten.next_offset, rewritten.created_ms) == (0, 3, NOW - 3 * DAY + 1)
-    retention = Settings.load(overrides={"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
-                                         "log.cleaner.min.cleanable.ratio": 1.0}, environ={})
+    retention = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
+                                         "log.cleaner.min.cleanable.ratio": 1.0})
     Cleaner(None, local_store, retention).run(NOW + 1)
     assert offsets(local_store) == [3], "the rewritten records are as old as they were"
 
 
 def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact,delete", "log.retention.ms": 100_000,
-                                        "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0},
-                             environ={})
+    settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 100_000,
+                                        "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0})
     for base in (0, 3):
-        append(local_store, *(rec(base + i, str(i % 2), timestamp=NOW - 200_000) for i in range(3)))
+        append(local_store, *(rec(str(i % 2), offset=base + i, timestamp=NOW - 200_000) for i in range(3)))
     clean(spark, local_store, "arrow", settings=settings)
     manifest = local_store.manifest(TP)
     assert (manifest.segments, manifest.log_start_offset, manifest.log_end_offset) == ((), 6, 6)
-    append(local_store, *(rec(6 + i, f"k{i % 20}", timestamp=NOW) for i in range(40)))
-    append(local_store, rec(46, "active", timestamp=NOW))
+    append(local_store, *(rec(f"k{i % 20}", offset=6 + i, timestamp=NOW) for i in range(40)))
+    append(local_store, rec("active", offset=46, timestamp=NOW))
     clean(spark, local_store, "arrow", settings=settings)
     assert offsets(local_store) == [*range(26, 47)], "a fresh log compacts as usual"
 
 
 def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                        "log.cleaner.delete.retention.ms": 2**63 - 1}, environ={})
-    append(local_store, rec(0, "a"), rec(1, "a", None))
-    append(local_store, rec(2, "active"))
+    settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                        "log.cleaner.delete.retention.ms": 2**63 - 1})
+    append(local_store, rec("a", offset=0), rec("a", None, 1))
+    append(local_store, rec("active", offset=2))
     report = clean(spark, local_store, plan, settings=settings)
     assert report.partitions[0].status == "cleaned"
     assert local_store.read(TP).to_pylist()[0]["delete_horizon_ms"] == 2**63 - 1
@@ -457,19 +452,19 @@ def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, loca
 
 def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 16384}
-    append(local_store, *(rec(i, f"k{i}", timestamp=NOW - 10 * DAY + i) for i in range(9)),
-           rec(9, "late", timestamp=NOW - DAY))
-    append(local_store, rec(10, "active", timestamp=NOW))
-    clean(spark, local_store, "arrow", settings=Settings.load(overrides=sized, environ={}))
-    append(local_store, rec(11, "late", "updated", timestamp=NOW))  # the newest record of [0, 10) goes
-    append(local_store, rec(12, "active-2", timestamp=NOW))
-    clean(spark, local_store, "arrow", settings=Settings.load(overrides=sized, environ={}))
+    append(local_store, *(rec(f"k{i}", offset=i, timestamp=NOW - 10 * DAY + i) for i in range(9)),
+           rec("late", offset=9, timestamp=NOW - DAY))
+    append(local_store, rec("active", offset=10, timestamp=NOW))
+    clean(spark, local_store, "arrow", settings=settings_with(sized))
+    append(local_store, rec("late", "updated", 11, timestamp=NOW))  # the newest record of [0, 10) goes
+    append(local_store, rec("active-2", offset=12, timestamp=NOW))
+    clean(spark, local_store, "arrow", settings=settings_with(sized))
     segment = local_store.manifest(TP).segments[0]
     assert segment.deletes is not None and segment.deletes.count == 1
     assert (segment.max_timestamp, segment.live_max_timestamp) == (NOW - DAY, NOW - 10 * DAY + 8)
     assert segment.live_size_bytes == segment.size_bytes * 9 // 10
-    retention = Settings.load(overrides={**sized, "log.cleanup.policy": "compact,delete", "log.retention.ms": 5 * DAY,
-                                         "log.cleaner.min.cleanable.ratio": 1.0}, environ={})
+    retention = settings_with({**sized, "log.cleanup.policy": "compact,delete", "log.retention.ms": 5 * DAY,
+                                         "log.cleaner.min.cleanable.ratio": 1.0})
     the_plan = plan_store(local_store, retention, NOW)
     assert [s.base_offset for s in the_plan.partitions[0].expired_segments] == [0], \
         "retention sees the live records' age, not the deleted one's"
@@ -477,28 +472,28 @@ def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_s
 
 def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spark, local_store: Store,  # type: ignore[no-untyped-def]
                                                                            plan: str) -> None:
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                        "log.segment.bytes": 8192}, environ={})  # no segment here is small
-    append(local_store, rec(0, "a"), rec(1, "b"), rec(2, "c"))
-    append(local_store, rec(3, "a"), rec(4, "b"), rec(5, "c"))
-    append(local_store, rec(6, "active"))
+    settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                        "log.segment.bytes": 8192})  # no segment here is small
+    append(local_store, rec("a", offset=0), rec("b", offset=1), rec("c", offset=2))
+    append(local_store, rec("a", offset=3), rec("b", offset=4), rec("c", offset=5))
+    append(local_store, rec("active", offset=6))
     report = clean(spark, local_store, plan, settings=settings)
     manifest = local_store.manifest(TP)
     assert [(s.base_offset, s.next_offset) for s in manifest.segments] == [(3, 6), (6, 7)]
     assert (manifest.log_start_offset, manifest.log_end_offset, manifest.first_dirty_offset) == (0, 7, 6)
     assert report.partitions[0].stats.segments_emptied == 1
     assert offsets(local_store) == [3, 4, 5, 6]
-    append(local_store, rec(7, "d"))
+    append(local_store, rec("d", offset=7))
     assert [s.base_offset for s in local_store.manifest(TP).segments] == [3, 6, 7], "appends go on at the log end"
 
 
 def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come_back(  # type: ignore[no-untyped-def]
         spark, local_store: Store, plan: str) -> None:
-    by_timestamp = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                            "log.cleaner.compaction.strategy": "timestamp"}, environ={})
-    layout(local_store, [(0, 6, [rec(0, "k", "gone", timestamp=900), rec(1, "j", "gone", timestamp=1),
-                                 rec(4, "k", "live", timestamp=100), rec(5, "x", timestamp=1)]),
-                         (6, 7, [rec(6, "active", timestamp=1)])])
+    by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                            "log.cleaner.compaction.strategy": "timestamp"})
+    layout(local_store, [(0, 6, [rec("k", "gone", 0, timestamp=900), rec("j", "gone", 1, timestamp=1),
+                                 rec("k", "live", 4, timestamp=100), rec("x", offset=5, timestamp=1)]),
+                         (6, 7, [rec("active", offset=6, timestamp=1)])])
     local_store.commit(TP, lambda m: {**m.model_dump(include={"log_end_offset", "last_stable_offset", "segments"}),
                                       "log_start_offset": 3, "first_dirty_offset": 3},
                        writer=Writer(), operation="append", now_ms=NOW)
@@ -514,8 +509,8 @@ def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local
     from tests.helpers.stores import tamper
 
     for tp in (TopicPartition("t", 0), TopicPartition("t", 1)):
-        append(local_store, rec(0, "a"), rec(1, "a"), tp=tp)
-        append(local_store, rec(2, "active"), tp=tp)
+        append(local_store, rec("a", offset=0), rec("a", offset=1), tp=tp)
+        append(local_store, rec("active", offset=2), tp=tp)
     bad = TopicPartition("t", 1)
     tamper(local_store, f"{bad.prefix}/{local_store.manifest(bad).segments[0].path}")
     report = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan).run(NOW)
@@ -528,19 +523,19 @@ def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local
 def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     from tests.helpers.stores import tamper
 
-    sized = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                     "log.segment.bytes": 16384}, environ={})
-    append(local_store, *(rec(i, f"k{i}") for i in range(10)))
-    append(local_store, rec(10, "active"))
+    sized = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                     "log.segment.bytes": 16384})
+    append(local_store, *(rec(f"k{i}", offset=i) for i in range(10)))
+    append(local_store, rec("active", offset=10))
     clean(spark, local_store, "arrow", settings=sized)
-    append(local_store, rec(11, "k1", "new"))
-    append(local_store, rec(12, "active2"))
+    append(local_store, rec("k1", "new", 11))
+    append(local_store, rec("active2", offset=12))
     clean(spark, local_store, "arrow", settings=sized)
     vector = local_store.manifest(TP).segments[0].deletes
     assert vector is not None
     tamper(local_store, f"{TP.prefix}/{vector.path}")
-    append(local_store, rec(13, "k2", "new"))
-    append(local_store, rec(14, "active3"))
+    append(local_store, rec("k2", "new", 13))
+    append(local_store, rec("active3", offset=14))
     report = Cleaner(spark, local_store, sized).run(NOW)
     assert report.partitions[0].status == "failed" and "deletion vector" in (report.partitions[0].error or "")
 
@@ -550,7 +545,7 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
     """Kafka writes a checkpoint past the log end back to the log start even when it cleans nothing; when that
     commit fails, the partition failed (exit code 3), not skipped."""
     for tp in (TP, TopicPartition("t", 1)):
-        append(local_store, rec(0, "a"), rec(1, "b"), tp=tp)  # the active segment only: nothing to clean
+        append(local_store, rec("a", offset=0), rec("b", offset=1), tp=tp)  # the active segment only: nothing to clean
         manifest = local_store.manifest(tp)
         local_store.replace(tp, Replacement((), (), 0, 50, 0, 0), writer=Writer(), now_ms=NOW)  # past the end
         assert local_store.manifest(tp).version == manifest.version + 1
@@ -581,14 +576,14 @@ def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vec
     time)."""
     max_lag = max_age = 2 * DAY
     # segment.bytes small enough that dv's clean segment stands alone and takes a deletion vector
-    setup = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                     "log.segment.bytes": 16384}, environ={})
-    nightly = Settings.load(overrides={
+    setup = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                     "log.segment.bytes": 16384})
+    nightly = settings_with({
         "log.cleanup.policy": "compact", "log.segment.bytes": 16384,
         "cleaner": {"max.bytes.per.run": 1, "deletion.vector.max.age.ms": max_age},
         "topics": {"hot": {"min.cleanable.dirty.ratio": 0.1},
                    "cold": {"min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": max_lag},
-                   "dv": {"min.cleanable.dirty.ratio": 0.99}}}, environ={})
+                   "dv": {"min.cleanable.dirty.ratio": 0.99}}})
     hot = [TopicPartition("hot", 0), TopicPartition("hot", 1)]
     cold, dv = TopicPartition("cold", 0), TopicPartition("dv", 0)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from compaction.clean.cleaner import Cleaner
-from compaction.config import Settings
 from compaction.store import Store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.settings import settings_with
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
 NOW = 1_800_000_000_000
-SETTINGS = Settings.load(overrides={"log.cleanup.policy": "compact"}, environ={})
+SETTINGS = settings_with({"log.cleanup.policy": "compact"})
 
 
 def latest_per_key(rows: list[dict]) -> dict[bytes, tuple[int, bytes | None]]:

@@ -23,9 +23,9 @@ import pytest
 from chispa import assert_df_equality
 
 from compaction.clean.cleaner import Cleaner
-from compaction.config import Settings
 from compaction.read.scan import scan
 from compaction.store import Store
+from tests.helpers.settings import settings_with
 
 NOW = 1_900_000_000_000  # ahead of the wall clock, so that both runs stamp horizons from it
 DAY = 86_400_000
@@ -114,7 +114,7 @@ def test_a_run_on_a_spark_connect_server_commits_what_a_classic_run_commits(  # 
     done = _run(remote, conf, "--remote", connect_server, "--report", str(tmp_path / "report.json"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "4 partition(s) cleaned, 0 failed" in done.stdout
-    report = Cleaner(spark, Store.open(str(classic)), Settings.load(str(conf), environ={})).run(NOW)
+    report = Cleaner(spark, Store.open(str(classic)), settings_with(conf=str(conf))).run(NOW)
     assert not report.failed
 
     remote_store, classic_store = Store.open(str(remote)), Store.open(str(classic))

@@ -27,6 +27,7 @@ from compaction.store.segment import records
 from compaction.store.verify import verify
 from tests.helpers.inline import InlineSession
 from tests.helpers.model import RETENTION, Model, Rec
+from tests.helpers.settings import settings_with
 
 T0 = 10_000
 TOPICS = {"off": "offset", "ts": "timestamp", "hdr": "header"}
@@ -34,12 +35,12 @@ BASE = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
         "log.cleaner.delete.retention.ms": RETENTION, "log.segment.bytes": 65_536,
         "topics": {"ts": {"compaction.strategy": "timestamp"},
                    "hdr": {"compaction.strategy": "header", "compaction.strategy.header": "v"}}}
-WHOLE = Settings.load(overrides=BASE, environ={})
-SPLIT = Settings.load(overrides={**BASE, "cleaner": {"task.max.records": 2}}, environ={})
+WHOLE = settings_with(BASE)
+SPLIT = settings_with({**BASE, "cleaner": {"task.max.records": 2}})
 #: .log segments: producers expire at once, so that only the rules decide which batches keep records.
 KAFKA = {**BASE, "producer.id.expiration.ms": 1}
-KAFKA_WHOLE = Settings.load(overrides=KAFKA, environ={})
-KAFKA_SPLIT = Settings.load(overrides={**KAFKA, "cleaner": {"task.max.records": 2}}, environ={})
+KAFKA_WHOLE = settings_with(KAFKA)
+KAFKA_SPLIT = settings_with({**KAFKA, "cleaner": {"task.max.records": 2}})
 
 
 KEYS = st.sampled_from(["a", "b", "c", None])

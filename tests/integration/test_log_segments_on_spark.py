@@ -9,7 +9,7 @@ import pytest
 from compaction.store import Store
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.unit.test_log_cleaning import WHOLE, A, I, T, append, batches, clean, last_offsets, offsets, rec
+from tests.unit.test_log_cleaning import WHOLE, A, I, T, append, batches, clean, last_offsets, offsets, plain
 from tests.unit.test_log_segments import NOW, TP, _settings
 
 
@@ -18,8 +18,8 @@ from tests.unit.test_log_segments import NOW, TP, _settings
 def test_every_plan_reframes_batches_alike_on_spark(spark, tmp_path, plan: str) -> None:  # type: ignore[no-untyped-def]
     store = Store.open(str(tmp_path / "store"))
     append(store, I(1, 0, "1", "2", "3"), I(2, 3, "3", "1", "4"), I(3, 6, "1", "4"))
-    append(store, T(5, 8, "9"), A(5, 9), rec(10, "4"))
-    append(store, rec(11, "active"))
+    append(store, T(5, 8, "9"), A(5, 9), plain(10, "4"))
+    append(store, plain(11, "active"))
     clean(store, WHOLE, spark=spark, plan=plan)
     assert last_offsets(store) == [2, 5, 7, 8, 9, 10, 11]
     assert [b["record_count"] for b in batches(store)] == [1, 1, 1, 0, 1, 1, 1]

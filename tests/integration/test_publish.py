@@ -29,7 +29,6 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from compaction.cli import EXIT_INVALID, EXIT_OK, main
-from compaction.config import Settings
 from compaction.errors import CatalogError
 from compaction.job import JobOptions, publish_topic, redacted, run_job
 from compaction.publish import VERSIONS_PROPERTY, open_catalog, publish, snapshot_versions
@@ -40,6 +39,7 @@ from compaction.synthetic import GenerateSpec, generate
 from tests.helpers import readstore
 from tests.helpers.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
 from tests.helpers.s3server import CREDENTIALS, new_bucket, storage_options
+from tests.helpers.settings import settings_with
 
 # Polars plans Iceberg scans with pyiceberg here (its own planner is a separate package): say so, quietly.
 os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
@@ -280,7 +280,7 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
     generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=2, records=100, keys=10,
                                            segment_records=50), now_ms=readstore.NOW)
     catalog = local_catalog(tmp_path / "lake")
-    settings = Settings.load(write_conf(tmp_path / "c.toml", catalog, '"after.run" = true'), environ={})
+    settings = settings_with(conf=write_conf(tmp_path / "c.toml", catalog, '"after.run" = true'))
     lines: list[str] = []
     code, report = run_job(Store.open(url), JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)), settings,
                            lambda: pytest.fail("nothing to clean: no Spark"), out=lines.append)
@@ -308,7 +308,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     first = pub.table().current_snapshot()
     assert first is not None
 
-    settings = Settings.load(pub.conf, environ={}, flags=[
+    settings = settings_with(conf=pub.conf, flags=[
         "log.cleanup.policy=compact", "log.roll.ms=1", "cleaner.deletion.vector.max.ratio=0.5",
         f"{TOPIC}:compaction.strategy={strategy}", f"{TOPIC}:compaction.strategy.header={HEADER}"])
     wall = int(time.time() * 1000)
@@ -387,7 +387,7 @@ def test_a_table_of_another_topic_or_store_is_refused_and_secrets_stay_out_of_er
     err = capsys.readouterr().err
     assert err.startswith("error: Iceberg catalog 'test', table default.payments: OperationalError") and \
         len(err.strip().splitlines()) == 1
-    settings = Settings.load(conf, environ={})
+    settings = settings_with(conf=conf)
     with pytest.raises(CatalogError) as raised, redacted(settings):
         raise CatalogError(f"the catalog said: bad credential {secret}")
     assert str(raised.value) == "the catalog said: bad credential ****", "the catalog's secrets are masked"
@@ -398,11 +398,11 @@ def test_publish_settings_come_from_the_publish_table(tmp_path: Path) -> None:
     conf = tmp_path / "c.toml"
     conf.write_text('[publish]\ncatalog = "lake"\nnamespace = "kafka"\n"after.run" = true\ntype = "rest"\n'
                     'uri = "http://127.0.0.1:1"\ns3.endpoint = "http://127.0.0.1:2"\n')
-    settings = Settings.load(conf, environ={}, flags=["publish.warehouse=s3://w"])
+    settings = settings_with(conf=conf, flags=["publish.warehouse=s3://w"])
     assert (settings.publish.catalog, settings.publish.namespace, settings.publish.after_run) == ("lake", "kafka",
                                                                                                     True)
     assert settings.publish.properties == {"type": "rest", "uri": "http://127.0.0.1:1",
                                            "s3.endpoint": "http://127.0.0.1:2", "warehouse": "s3://w"}
     with pytest.raises(Exception, match=r"Unknown configuration 'after.runs' in \[publish\] \(did you mean "
                                         r"'after.run'\?\)"):
-        Settings.load(conf, environ={}, flags=["publish.after.runs=true"])
+        settings_with(conf=conf, flags=["publish.after.runs=true"])

@@ -18,7 +18,6 @@ import pytest
 from chispa import assert_df_equality
 
 from compaction.clean.cleaner import Cleaner
-from compaction.config import Settings
 from compaction.store import Store
 from compaction.store.gc import collect_store
 from tests.helpers import readstore
@@ -39,6 +38,7 @@ from tests.helpers.readstore import (
     the_scan,
 )
 from tests.helpers.s3server import new_bucket, storage_options
+from tests.helpers.settings import settings_with
 
 # Stores -------------------------------------------------------------------------------------------------
 
@@ -62,8 +62,8 @@ def cleaned(spark, local: Built, tmp_path_factory: pytest.TempPathFactory) -> Bu
     url = str(tmp_path_factory.mktemp("cleaned") / "store")
     shutil.copytree(local.url, url)
     store = Store.open(url)
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.roll.ms": 1,
-                                        "cleaner": {"deletion.vector.max.ratio": 0.5}}, environ={})
+    settings = settings_with({"log.cleanup.policy": "compact", "log.roll.ms": 1,
+                                        "cleaner": {"deletion.vector.max.ratio": 0.5}})
     report = Cleaner(spark, store, settings).run(readstore.NOW)
     assert [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     time.sleep(0.01)

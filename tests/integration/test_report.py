@@ -13,21 +13,16 @@ import pytest
 import s3fs
 from prometheus_client.parser import text_string_to_metric_families
 
-from compaction.cli import EXIT_OK, EXIT_PARTIAL, main
+from compaction.cli import EXIT_OK, EXIT_PARTIAL
 from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.cli import run
 from tests.helpers.pushgateway import Pushgateway
 from tests.helpers.s3server import new_bucket, storage_options
 from tests.unit.test_report import NOW, NOW_MS, make_store
 
 LAST_SUCCESS = "kafka_log_cleaner_last_success_time_seconds"
 UNCLEANABLE = "kafka_log_cleaner_uncleanable_partitions_count"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def break_partition(store_path: Path, store: Store, partition: int) -> None:

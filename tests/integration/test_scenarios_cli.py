@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from compaction.cli import EXIT_OK, main
+from compaction.cli import EXIT_OK
+from tests.helpers.builders import rec
+from tests.helpers.cli import run
 
 pytestmark = pytest.mark.spark
 
@@ -33,9 +35,7 @@ class Cli:
         self.tmp_path, self.capsys, self.files = tmp_path, capsys, 0
 
     def call(self, *argv: str) -> tuple[int, str]:
-        code = main([*argv, "--allow-future-now"] if "--now" in argv else list(argv))
-        out = self.capsys.readouterr()
-        return code, out.out + out.err
+        return run(self.capsys, *argv, *(["--allow-future-now"] if "--now" in argv else []))
 
     def append(self, *rows: dict[str, Any], partition: int = 0, now: int = NOW) -> None:
         self.files += 1
@@ -68,10 +68,6 @@ class Cli:
         """Kafka's keysInLog: keys of data records with a value."""
         return [r["key"] for r in self.read() if not r["is_control"] and r["value"] is not None and "key" in r
                 and r["key"] is not None]
-
-
-def rec(key: str | None, value: str | None = "v", **fields: Any) -> dict[str, Any]:
-    return {"key": key, "value": value, **fields}
 
 
 def T(producer: int, key: int) -> dict[str, Any]:  # the reference's notation

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from compaction.clean.cleaner import Cleaner
-from compaction.config import Settings
 from compaction.job import EXIT_FAILED, EXIT_PARTIAL, JobOptions, run_job
 from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_garbage
@@ -23,17 +22,18 @@ from compaction.store.segment import records
 from compaction.store.verify import verify
 from tests.helpers import ROOT
 from tests.helpers.cluster import cluster_env, spark_cluster
+from tests.helpers.settings import settings_with
 from tests.helpers.task_faults import faulty
 
 NOW = 1_800_000_000_000
 PARTITIONS = [TopicPartition("t", i) for i in range(3)]
 BAD = PARTITIONS[1]
 OVERRIDES = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0}
-SETTINGS = Settings.load(overrides=OVERRIDES, environ={})
+SETTINGS = settings_with(OVERRIDES)
 #: The two ways through Spark: a whole partition in one task; or stage 1 (key buckets here, or the Spark SQL
 #: plans) then stage 2's apply jobs. Every failed attempt costs a new Python worker (~2 s), so one of each.
 PATHS = {"arrow": SETTINGS,
-         "arrow-split": Settings.load(overrides={**OVERRIDES, "cleaner": {"task.max.records": 3}}, environ={})}
+         "arrow-split": settings_with({**OVERRIDES, "cleaner": {"task.max.records": 3}})}
 
 
 def seed(store: Store, partitions: list[TopicPartition] = PARTITIONS) -> None:

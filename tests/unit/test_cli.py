@@ -10,14 +10,9 @@ import pytest
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
 from compaction.cli.types import parse_duration, parse_time
 from compaction.store import Store, TopicPartition
+from tests.helpers.cli import run
 
 NOW = "2026-01-02T00:00:00Z"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def test_generate_status_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from compaction.clean.cleaner import Cleaner
-from compaction.config import Settings
 from compaction.report import write_metrics
 from compaction.store import Store
 from tests.helpers import ROOT
+from tests.helpers.settings import settings_with
 
 DASHBOARD = ROOT / "dashboards" / "compaction.json"
 #: PromQL words that are not metric names where they stand (functions are recognised by their parenthesis).
@@ -63,7 +63,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """The metric names a run actually writes (a run over an empty store, which needs no Spark)."""
     folder = tmp_path_factory.mktemp("exported")
     store = Store.open(str(folder / "store"))
-    report = Cleaner(None, store, Settings.load(environ={})).run(1_767_225_600_000)
+    report = Cleaner(None, store, settings_with()).run(1_767_225_600_000)
     write_metrics(report, textfile=str(folder / "m.prom"), finished_ms=1_767_225_600_000)
     return {s.name for f in text_string_to_metric_families((folder / "m.prom").read_text()) for s in f.samples}
 

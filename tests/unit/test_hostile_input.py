@@ -14,12 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, common, main
+from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, common
 from compaction.errors import CommitConflictError, InvalidArgumentError, InvalidRecordsError, StoreError
 from compaction.store import IllegalFolder, Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
 from compaction.store.verify import verify
 from tests.helpers.builders import keyed, rec, table
+from tests.helpers.cli import run
 from tests.helpers.stores import snapshot
 
 TP = TopicPartition("orders", 0)
@@ -39,12 +40,6 @@ def seeded(tmp_path: Path) -> Store:
     store = Store.open(str(tmp_path / "store"))
     store.append(TP, keyed("a=1 b=2"), now_ms=1)
     return store
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def refused(capsys: pytest.CaptureFixture[str], store: Store, *argv: str, code: int = EXIT_INVALID) -> str:

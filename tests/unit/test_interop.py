@@ -15,7 +15,8 @@ from compaction.errors import InvalidArgumentError, InvalidRecordsError
 from compaction.interop import export_partition, import_partition
 from compaction.kafka import CODECS
 from compaction.store import Store, TopicPartition, Writer
-from tests.helpers.batches import CORRUPTIONS, batch, kv, log_bytes
+from tests.helpers.batches import CORRUPTIONS, batch, log_bytes
+from tests.helpers.builders import rec
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000
@@ -28,18 +29,18 @@ def value(i: int) -> str:
 def write_dir(root: Path, codec: str = "none") -> Path:
     """Two files: [0, 40) with 20 two-record batches, a transaction aborted and one committed; [40, 61)."""
     root.mkdir(parents=True, exist_ok=True)
-    first = [batch(2 * i, kv(f"k{i % 7}", value(i)), kv(f"k{i % 5}", value(i)), compression=codec, timestamp=NOW + i)
+    first = [batch(2 * i, rec(f"k{i % 7}", value(i)), rec(f"k{i % 5}", value(i)), compression=codec, timestamp=NOW + i)
              for i in range(17)]
-    first += [batch(34, kv("t1", "a"), kv("t2", "b"), producer=5, transactional=True, sequence=0, compression=codec,
+    first += [batch(34, rec("t1", "a"), rec("t2", "b"), producer=5, transactional=True, sequence=0, compression=codec,
                     timestamp=NOW + 40),
-              batch(36, kv("t3", "c"), producer=6, transactional=True, sequence=0, compression=codec,
+              batch(36, rec("t3", "c"), producer=6, transactional=True, sequence=0, compression=codec,
                     timestamp=NOW + 41),
-              batch(37, kv(None, None, control_type="abort"), producer=5, transactional=True, control=True,
+              batch(37, rec(None, None, control_type="abort"), producer=5, transactional=True, control=True,
                     timestamp=NOW + 42),
-              batch(38, kv(None, None, control_type="commit"), producer=6, transactional=True, control=True,
+              batch(38, rec(None, None, control_type="commit"), producer=6, transactional=True, control=True,
                     timestamp=NOW + 43)]
     (root / "00000000000000000000.log").write_bytes(log_bytes(*first))
-    second = [batch(40 + i, kv(f"k{i}", value(i)), compression=codec, timestamp=NOW + 50 + i) for i in range(21)]
+    second = [batch(40 + i, rec(f"k{i}", value(i)), compression=codec, timestamp=NOW + 50 + i) for i in range(21)]
     (root / "00000000000000000040.log").write_bytes(log_bytes(*second))
     return root
 
@@ -70,7 +71,7 @@ def test_indexes_have_an_entry_each_time_4096_bytes_were_written(tmp_path: Path)
     source = tmp_path / "in"
     source.mkdir()
     # 30 batches of one record, 200 bytes each.
-    batches = [batch(i, kv("k", "v" * 129), timestamp=NOW + (i if i != 25 else -20)) for i in range(30)]
+    batches = [batch(i, rec("k", "v" * 129), timestamp=NOW + (i if i != 25 else -20)) for i in range(30)]
     data = log_bytes(*batches)
     assert len(data) == 30 * 200
     (source / "00000000000000000100.log").write_bytes(data)
@@ -102,7 +103,7 @@ def test_the_txnindex_names_each_aborted_transaction(tmp_path: Path) -> None:
 def test_bad_input_refuses_the_whole_import_naming_the_file_and_offset(tmp_path: Path, corruption: str) -> None:
     source = write_dir(tmp_path / "in")
     bad = source / "00000000000000000040.log"
-    bad.write_bytes(CORRUPTIONS[corruption](log_bytes(batch(40, kv("a", "b")))))
+    bad.write_bytes(CORRUPTIONS[corruption](log_bytes(batch(40, rec("a", "b")))))
     store = Store.open(str(tmp_path / "store"))
     with pytest.raises(InvalidRecordsError, match=r"00000000000000000040\.log.*batch at offset 40"):
         import_partition(store, TP, source, now_ms=NOW)

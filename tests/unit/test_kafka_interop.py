@@ -15,18 +15,17 @@ from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
 from compaction.clean.cleaner import Cleaner
-from compaction.config import Settings
 from compaction.interop import export_partition
 from compaction.store import Store, TopicPartition
 from tests.helpers.inline import InlineSession
 from tests.helpers.model import Model, Rec
+from tests.helpers.settings import settings_with
 
 TP = TopicPartition("t", 0)
 T0 = 1_800_000_000_000
 RETENTION = 1000
-SETTINGS = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                    "log.cleaner.delete.retention.ms": RETENTION, "producer.id.expiration.ms": 1},
-                         environ={})
+SETTINGS = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                    "log.cleaner.delete.retention.ms": RETENTION, "producer.id.expiration.ms": 1})
 COMMIT_KEY, ABORT_KEY = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"
 MARKER_VALUE = b"\x00\x00\x00\x00\x00\x00"
 

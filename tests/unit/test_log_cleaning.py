@@ -28,8 +28,10 @@ from compaction.store.formats import decode_log
 from compaction.store.log import appended_state
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.helpers.batches import batch, kv, log_bytes
+from tests.helpers.batches import batch, log_bytes
+from tests.helpers.builders import rec
 from tests.helpers.inline import InlineSession
+from tests.helpers.settings import settings_with
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000
@@ -37,8 +39,8 @@ DAY = 86_400_000
 TS = NOW - 1000  # the records' time: their producers are active at NOW
 BASE: dict[str, Any] = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                         "producer.id.expiration.ms": 7 * DAY, "cleaner": {"deletion.vector.max.ratio": 0}}
-WHOLE = Settings.load(overrides=BASE, environ={})
-SPLIT = Settings.load(overrides={**BASE, "cleaner": {**BASE["cleaner"], "task.max.records": 2}}, environ={})
+WHOLE = settings_with(BASE)
+SPLIT = settings_with({**BASE, "cleaner": {**BASE["cleaner"], "task.max.records": 2}})
 
 
 @pytest.fixture(params=["whole", "split"])
@@ -65,17 +67,17 @@ def append(store: Store, *batches: tuple[list[dict[str, Any]], dict[str, Any]]) 
 
 def T(producer: int, base: int, *keys: str, sequence: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The reference's T(p)[k...]: a transactional batch, value = key."""
-    return batch(base, *(kv(k, k) for k in keys), producer=producer, transactional=True, sequence=sequence,
+    return batch(base, *(rec(k, k) for k in keys), producer=producer, transactional=True, sequence=sequence,
                  timestamp=TS)
 
 
 def I(producer: int, base: int, *keys: str, sequence: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # noqa: E743
     """I(p, seq)[k...]: an idempotent batch."""
-    return batch(base, *(kv(k, k) for k in keys), producer=producer, sequence=sequence, timestamp=TS)
+    return batch(base, *(rec(k, k) for k in keys), producer=producer, sequence=sequence, timestamp=TS)
 
 
 def marker(kind: str, producer: int, offset: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    return batch(offset, kv(None, None, control_type=kind), producer=producer, transactional=True, control=True,
+    return batch(offset, rec(None, None, control_type=kind), producer=producer, transactional=True, control=True,
                  timestamp=TS)
 
 
@@ -87,8 +89,9 @@ def A(producer: int, offset: int) -> tuple[list[dict[str, Any]], dict[str, Any]]
     return marker("abort", producer, offset)
 
 
-def rec(offset: int, key: str, value: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    return batch(offset, kv(key, value if value is not None else key), timestamp=TS)
+def plain(offset: int, key: str, value: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A batch of one plain record (value = key unless given)."""
+    return batch(offset, rec(key, value if value is not None else key), timestamp=TS)
 
 
 def batches(store: Store) -> list[dict[str, Any]]:
@@ -140,9 +143,9 @@ def test_t2_the_last_batch_before_the_uncleanable_offset_stays_empty(store: Stor
     """KAFKA-17076: every record goes, yet the batch whose next offset is the first uncleanable one stays as an
     empty batch and keeps the log's last offset."""
     for first, last in ((0, 13), (14, 27), (28, 41)):  # tombstones an earlier pass stamped, horizon now passed
-        commit_log(store, with_horizon(NOW - 1, *(batch(i, kv(str(i), None), timestamp=TS)
+        commit_log(store, with_horizon(NOW - 1, *(batch(i, rec(str(i), None), timestamp=TS)
                                                   for i in range(first, last + 1))))
-    append(store, rec(42, "42"))
+    append(store, plain(42, "42"))
     clean(store, settings)
     manifest = store.manifest(TP)
     assert len(manifest.segments) == 2
@@ -154,7 +157,7 @@ def test_t2_the_last_batch_before_the_uncleanable_offset_stays_empty(store: Stor
 def test_t13_idempotent_batches_keep_their_offsets_and_sequences(store: Store, settings: Settings) -> None:
     append(store, I(1, 0, "1", "2", "3"), I(2, 3, "3", "1", "4"), I(3, 6, "1", "4"))
     original = {b["base_offset"]: b for b in batches(store)}
-    append(store, rec(8, "active"))
+    append(store, plain(8, "active"))
     clean(store, settings)
     assert last_offsets(store) == [2, 5, 7, 8]
     assert keys(store) == ["2", "3", "1", "4", "active"] and offsets(store) == [1, 3, 6, 7, 8]
@@ -163,7 +166,7 @@ def test_t13_idempotent_batches_keep_their_offsets_and_sequences(store: Store, s
     assert after[6]["bytes"] == original[6]["bytes"], "a batch that keeps every record is copied byte for byte"
     assert after[0]["bytes"] != original[0]["bytes"]
     append(store, I(4, 9, "2"))
-    append(store, rec(10, "active-2"))
+    append(store, plain(10, "active-2"))
     clean(store, settings)
     assert last_offsets(store) == [2, 5, 7, 8, 9, 10]
     assert keys(store) == ["3", "1", "4", "active", "2", "active-2"]
@@ -173,8 +176,8 @@ def test_t13_idempotent_batches_keep_their_offsets_and_sequences(store: Store, s
 
 
 def test_t14_an_active_producers_last_batch_stays_empty(store: Store, settings: Settings) -> None:
-    append(store, rec(0, "0"), I(1, 1, "0"), I(2, 2, "0"), I(3, 3, "0"), I(2, 4, "1", sequence=1))
-    append(store, rec(5, "active"))
+    append(store, plain(0, "0"), I(1, 1, "0"), I(2, 2, "0"), I(3, 3, "0"), I(2, 4, "1", sequence=1))
+    append(store, plain(5, "active"))
     clean(store, settings)
     assert last_offsets(store) == [1, 3, 4, 5]
     assert keys(store) == ["0", "1", "active"] and offsets(store) == [3, 4, 5]
@@ -183,20 +186,20 @@ def test_t14_an_active_producers_last_batch_stays_empty(store: Store, settings: 
 
 
 def test_an_expired_producers_last_batch_goes(store: Store, settings: Settings) -> None:
-    append(store, rec(0, "0"), I(1, 1, "0"), I(2, 2, "0"))
-    append(store, rec(3, "active"))
+    append(store, plain(0, "0"), I(1, 1, "0"), I(2, 2, "0"))
+    append(store, plain(3, "active"))
     clean(store, settings, now=TS + 7 * DAY)  # producer.id.expiration.ms after their last batch
     assert last_offsets(store) == [2, 3]
 
 
 def test_t15_the_last_batch_of_an_aborted_transaction_stays_empty(store: Store, settings: Settings) -> None:
     append(store, T(1, 0, "1"), T(1, 1, "2", "3", sequence=1), A(1, 3))
-    append(store, rec(4, "active"))
+    append(store, plain(4, "active"))
     clean(store, settings)
     assert last_offsets(store) == [2, 3, 4] and keys(store) == ["active"] and offsets(store) == [3, 4]
     assert [b["record_count"] for b in batches(store)[:2]] == [0, 1]
     append(store, T(1, 5, "1", "5", sequence=3), C(1, 7))
-    append(store, rec(8, "active-2"))
+    append(store, plain(8, "active-2"))
     clean(store, settings)
     assert last_offsets(store) == [3, 4, 6, 7, 8], "the empty batch goes once the producer wrote a newer one"
     assert keys(store) == ["active", "1", "5", "active-2"] and offsets(store) == [3, 4, 5, 6, 7, 8]
@@ -205,7 +208,7 @@ def test_t15_the_last_batch_of_an_aborted_transaction_stays_empty(store: Store, 
 def test_t16_transaction_aware_cleaning_in_batches(store: Store, settings: Settings) -> None:
     append(store, T(1, 0, "1", "2"), T(2, 2, "2", "3"), T(1, 4, "3", "4", sequence=2), A(1, 6), C(2, 7),
            T(1, 8, "2", sequence=4), C(1, 9))
-    append(store, rec(10, "active"))
+    append(store, plain(10, "active"))
     clean(store, settings)
     assert keys(store) == ["3", "2", "active"] and offsets(store) == [3, 6, 7, 8, 9, 10]
     assert last_offsets(store) == [3, 6, 7, 8, 9, 10]
@@ -227,14 +230,14 @@ def test_t17_aborted_transactions_spanning_segments(store: Store, settings: Sett
 def test_t18_commit_marker_lifecycle_in_batches(store: Store, settings: Settings) -> None:
     append(store, T(1, 0, "1"), T(1, 1, "2", "3", sequence=1), C(1, 3))
     append(store, T(1, 4, "2", sequence=3), C(1, 5))
-    append(store, rec(6, "filler-6"))
+    append(store, plain(6, "filler-6"))
     clean(store, settings)
     assert keys(store) == ["1", "3", "2", "filler-6"] and offsets(store) == [0, 2, 3, 4, 5, 6]
     append(store, T(1, 7, "1", "3", sequence=4), C(1, 9))
-    append(store, rec(10, "filler-10"))
+    append(store, plain(10, "filler-10"))
     clean(store, settings)
     assert offsets(store) == [3, 4, 5, 6, 7, 8, 9, 10], "@3 stays: this pass still read its records"
-    append(store, rec(11, "filler-11"))
+    append(store, plain(11, "filler-11"))
     clean(store, settings)
     stamped = {b["base_offset"]: b["delete_horizon_ms"] for b in batches(store)}
     assert stamped[3] == NOW + DAY and stamped[5] is None, "the marker batch carries its horizon (bit 6)"
@@ -244,10 +247,10 @@ def test_t18_commit_marker_lifecycle_in_batches(store: Store, settings: Settings
 
 def test_t19_an_abort_marker_goes_two_passes_after_its_records(store: Store, settings: Settings) -> None:
     append(store, T(1, 0, "1"), A(1, 1), T(1, 2, "2", sequence=1), T(1, 3, "2", sequence=2), C(1, 4))
-    append(store, rec(5, "filler-5"))
+    append(store, plain(5, "filler-5"))
     clean(store, settings)
     assert keys(store) == ["2", "filler-5"] and offsets(store) == [1, 3, 4, 5]
-    append(store, rec(6, "filler-6"))
+    append(store, plain(6, "filler-6"))
     clean(store, settings)  # the abort marker has no records left: stamped
     clean(store, settings, now=NOW + DAY)
     assert offsets(store) == [3, 4, 5, 6]
@@ -256,31 +259,31 @@ def test_t19_an_abort_marker_goes_two_passes_after_its_records(store: Store, set
 def test_t20_empty_batches_keep_producers_until_they_write_again(store: Store, settings: Settings) -> None:
     append(store, T(1, 0, "2", "3"))
     append(store, T(2, 2, "2", "3"), C(2, 4))
-    append(store, rec(5, "2"), rec(6, "3"), C(1, 7))
-    append(store, rec(8, "active"))
+    append(store, plain(5, "2"), plain(6, "3"), C(1, 7))
+    append(store, plain(8, "active"))
     clean(store, settings)
     assert keys(store) == ["2", "3", "active"] and offsets(store) == [4, 5, 6, 7, 8]
     assert last_offsets(store) == [1, 3, 4, 5, 6, 7, 8]
     append(store, T(2, 9, "1", sequence=2), C(2, 10))
-    append(store, rec(11, "active-2"))
+    append(store, plain(11, "active-2"))
     clean(store, settings)
     assert keys(store) == ["2", "3", "active", "1", "active-2"]
     assert offsets(store) == [4, 5, 6, 7, 8, 9, 10, 11]
     assert last_offsets(store) == [1, 4, 5, 6, 7, 8, 9, 10, 11], "producer 2's empty batch went"
     horizons = {b["base_offset"]: b["delete_horizon_ms"] for b in batches(store)}
     assert horizons[4] is None, "C(2)@4 stays unstamped: this pass still read its transaction's empty batch"
-    append(store, rec(12, "filler"))
+    append(store, plain(12, "filler"))
     clean(store, settings)
     assert {b["base_offset"]: b["delete_horizon_ms"] for b in batches(store)}[4] == NOW + DAY
-    append(store, rec(13, "filler"))
+    append(store, plain(13, "filler"))
     clean(store, settings, now=NOW + DAY)
     assert offsets(store) == [5, 6, 7, 8, 9, 10, 11, 12, 13] and last_offsets(store)[0] == 1
 
 
 def test_t56_the_horizon_goes_in_the_base_timestamp_and_record_times_stay(store: Store, settings: Settings) -> None:
-    append(store, batch(0, kv("a", "x", timestamp=5), kv("b", None, timestamp=10), kv("c", "y", timestamp=15),
+    append(store, batch(0, rec("a", "x", timestamp=5), rec("b", None, timestamp=10), rec("c", "y", timestamp=15),
                         compression="zstd"))
-    append(store, rec(3, "active"))
+    append(store, plain(3, "active"))
     clean(store, settings)
     stamped = batches(store)[0]
     assert stamped["delete_horizon_ms"] == NOW + DAY == stamped["base_timestamp"]
@@ -289,10 +292,10 @@ def test_t56_the_horizon_goes_in_the_base_timestamp_and_record_times_stay(store:
 
 
 def test_t56_a_rebuilt_batch_keeps_its_last_offset(store: Store, settings: Settings) -> None:
-    append(store, batch(0, kv(None, "5", offset=5), kv("k", "8", offset=8), kv(None, "10", offset=10),
+    append(store, batch(0, rec(None, "5", offset=5), rec("k", "8", offset=8), rec(None, "10", offset=10),
                         producer=23, epoch=5, sequence=10, compression="gzip", timestamp=TS))
-    append(store, rec(11, "active"))
-    drop = Settings.load(overrides={**BASE, "cleaner": {**BASE["cleaner"], "keyless.records": "drop"}}, environ={})
+    append(store, plain(11, "active"))
+    drop = settings_with({**BASE, "cleaner": {**BASE["cleaner"], "keyless.records": "drop"}})
     clean(store, drop)
     rebuilt = batches(store)[0]
     assert (rebuilt["base_offset"], rebuilt["last"], rebuilt["offsets"], rebuilt["base_sequence"],
@@ -300,9 +303,9 @@ def test_t56_a_rebuilt_batch_keeps_its_last_offset(store: Store, settings: Setti
 
 
 def test_t56_an_empty_batch_is_a_bare_header(store: Store, settings: Settings) -> None:
-    commit_log(store, with_horizon(NOW - 1, batch(3, kv("a", None, timestamp=11), kv("b", None, timestamp=12),
+    commit_log(store, with_horizon(NOW - 1, batch(3, rec("a", None, timestamp=11), rec("b", None, timestamp=12),
                                                   producer=23, epoch=5, sequence=10, compression="gzip")))
-    append(store, rec(5, "active"))
+    append(store, plain(5, "active"))
     clean(store, settings)
     empty = batches(store)[0]
     assert {k: empty[k] for k in ("record_count", "max_timestamp", "base_offset", "last", "base_sequence", "size",
@@ -317,7 +320,7 @@ def test_parquet_segments_written_as_kafka_are_framed_in_batches(store: Store, s
     store.append(TP, records([{"key": "a", "value": "1"}, {"key": "b", "value": None}, {"key": "a", "value": "2"}]),
                  now_ms=NOW)
     store.append(TP, records([{"key": "c", "value": "3"}]), now_ms=NOW)
-    kafka = Settings.load(overrides={**BASE, "topics": {"t": {"segment.format": "kafka"}}}, environ={})
+    kafka = settings_with({**BASE, "topics": {"t": {"segment.format": "kafka"}}})
     clean(store, kafka)
     first = store.manifest(TP).segments[0]
     assert first.format == "kafka"
@@ -342,13 +345,12 @@ def test_framing_keeps_one_horizon_per_batch() -> None:
 
 
 def test_a_batch_with_a_deletion_vector_reads_without_its_deleted_records(store: Store) -> None:
-    vectors = Settings.load(overrides={**BASE, "log.segment.bytes": 200, "cleaner": {"deletion.vector.max.ratio": 0.5}},
-                            environ={})
-    append(store, *(rec(i, f"k{i}") for i in range(10)))
-    append(store, rec(10, "x"))
+    vectors = settings_with({**BASE, "log.segment.bytes": 200, "cleaner": {"deletion.vector.max.ratio": 0.5}})
+    append(store, *(plain(i, f"k{i}") for i in range(10)))
+    append(store, plain(10, "x"))
     clean(store, vectors)
-    append(store, rec(11, "k3"))
-    append(store, rec(12, "y"))
+    append(store, plain(11, "k3"))
+    append(store, plain(12, "y"))
     clean(store, vectors)
     (segment, *_) = store.manifest(TP).segments
     assert segment.deletes is not None and segment.deletes.count == 1
@@ -356,14 +358,14 @@ def test_a_batch_with_a_deletion_vector_reads_without_its_deleted_records(store:
 
 
 def test_a_segment_whose_empty_batch_need_not_stay_is_rewritten(store: Store) -> None:
-    large = Settings.load(overrides={**BASE, "log.segment.bytes": 200}, environ={})  # no segment counts as small
-    append(store, I(1, 0, "a"), rec(1, "b"))
-    append(store, rec(2, "a"))
-    append(store, rec(3, "active"))
+    large = settings_with({**BASE, "log.segment.bytes": 200})  # no segment counts as small
+    append(store, I(1, 0, "a"), plain(1, "b"))
+    append(store, plain(2, "a"))
+    append(store, plain(3, "active"))
     clean(store, large)
     assert last_offsets(store)[:2] == [0, 1] and batches(store)[0]["record_count"] == 0
     assert [b.last_offset for b in store.manifest(TP).segments[0].empty_batches] == [0]
     append(store, I(1, 4, "c", sequence=1))
-    append(store, rec(5, "active-2"))
+    append(store, plain(5, "active-2"))
     clean(store, large)
     assert last_offsets(store) == [1, 2, 3, 4, 5], "producer 1 wrote again: its empty batch went"

@@ -15,15 +15,17 @@ from compaction.store.log import appended_state
 from compaction.store.segment import records
 from compaction.store.status import partition_status
 from compaction.store.verify import verify
-from tests.helpers.batches import CORRUPTIONS, batch, kv, log_bytes
+from tests.helpers.batches import CORRUPTIONS, batch, log_bytes
+from tests.helpers.builders import rec
+from tests.helpers.settings import settings_with
 
 TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000
 
 
 def two_batches(base: int = 0) -> bytes:
-    return log_bytes(batch(base, kv("a", "1"), kv("b", None), kv(None, "x")),
-                     batch(base + 5, kv("a", "2"), last=base + 7, producer=3, sequence=0))
+    return log_bytes(batch(base, rec("a", "1"), rec("b", None), rec(None, "x")),
+                     batch(base + 5, rec("a", "2"), last=base + 7, producer=3, sequence=0))
 
 
 def test_append_keeps_the_bytes_offsets_and_batches(memory_store: Store) -> None:
@@ -65,7 +67,7 @@ def test_parquet_and_log_segments_share_a_partition(memory_store: Store) -> None
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS))
 def test_bad_batches_are_refused_naming_the_offset_and_nothing_is_written(memory_store: Store,
                                                                            corruption: str) -> None:
-    data = CORRUPTIONS[corruption](log_bytes(batch(30, kv("a"), kv("b"))))
+    data = CORRUPTIONS[corruption](log_bytes(batch(30, rec("a"), rec("b"))))
     with pytest.raises(InvalidRecordsError, match="batch at offset 30"):
         memory_store.append_log(TP, data, now_ms=NOW, where="in.log")
     assert memory_store.latest(TP) is None
@@ -74,7 +76,7 @@ def test_bad_batches_are_refused_naming_the_offset_and_nothing_is_written(memory
 
 def test_an_appended_delete_horizon_is_refused() -> None:
     store = Store.open("memory://horizon-refused")
-    placed, row = batch(0, kv("a", None))
+    placed, row = batch(0, rec("a", None))
     row["delete_horizon_ms"] = NOW
     with pytest.raises(InvalidRecordsError, match="offset 0 carries a delete horizon"):
         store.append_log(TP, encode(records(placed), batch_table([row])), now_ms=NOW)
@@ -91,13 +93,13 @@ def commit_raw(store: Store, data: bytes, tp: TopicPartition = TP) -> None:
 
 
 def test_verify_checks_the_batches_crc_and_framing(memory_store: Store) -> None:
-    commit_raw(memory_store, CORRUPTIONS["flipped byte"](log_bytes(batch(0, kv("a"), kv("b")))))
+    commit_raw(memory_store, CORRUPTIONS["flipped byte"](log_bytes(batch(0, rec("a"), rec("b")))))
     problems = [str(p) for r in verify(memory_store) for p in r.problems]
     assert len(problems) == 1 and "batch at offset 0" in problems[0] and "CRC-32C" in problems[0]
 
 
 def test_verify_names_batches_out_of_order(memory_store: Store) -> None:
-    commit_raw(memory_store, log_bytes(batch(1, kv("a")), batch(0, kv("b"))))
+    commit_raw(memory_store, log_bytes(batch(1, rec("a")), batch(0, rec("b"))))
     problems = [str(p) for r in verify(memory_store) for p in r.problems]
     assert any("batch at offset 0 starts at or before the previous batch's last offset 1" in p for p in problems)
 
@@ -128,10 +130,9 @@ def test_segment_format_is_a_topic_setting() -> None:
 
 
 def _settings(**topic: str):  # type: ignore[no-untyped-def]
-    from compaction.config import Settings
 
-    return Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                    "topics": {"t": topic} if topic else {}}, environ={})
+    return settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                                    "topics": {"t": topic} if topic else {}})
 
 
 def _files(store: Store, tp: TopicPartition) -> dict[str, bytes]:
@@ -164,11 +165,11 @@ def test_every_kind_of_bad_batch_makes_its_partition_uncleanable_alone(tmp_path,
 
     store = Store.open(str(tmp_path / "store"))
     bad, good = TopicPartition("t", 0), TopicPartition("t", 1)
-    commit_raw(store, CORRUPTIONS[corruption](log_bytes(batch(0, kv("a"), kv("a")))), bad)
+    commit_raw(store, CORRUPTIONS[corruption](log_bytes(batch(0, rec("a"), rec("a")))), bad)
     for tp in (bad, good):
         if tp == good:
-            store.append_log(tp, log_bytes(batch(0, kv("a", "1"), kv("a", "2"))), now_ms=NOW)
-        store.append_log(tp, log_bytes(batch(2, kv("b"), timestamp=NOW)), now_ms=NOW)
+            store.append_log(tp, log_bytes(batch(0, rec("a", "1"), rec("a", "2"))), now_ms=NOW)
+        store.append_log(tp, log_bytes(batch(2, rec("b"), timestamp=NOW)), now_ms=NOW)
     before = _files(store, bad)
     report = Cleaner(InlineSession(), store, _settings()).run(NOW)
     results = {r.partition: r for r in report.partitions}

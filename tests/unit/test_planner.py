@@ -10,10 +10,10 @@ from hypothesis import given, settings
 
 from compaction.clean.planner import Decision, plan, plan_partition, segment_runs
 from compaction.clean.settings import LONG_MAX, TopicConfig
-from compaction.config import Settings
 from compaction.errors import CorruptManifestError
 from compaction.store import TopicPartition
 from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, WriterInfo
+from tests.helpers.settings import settings_with
 
 HOUR = 3_600_000
 BATCH = 70  # bytes of a one-record batch in Kafka's tests; only ratios matter here
@@ -278,8 +278,7 @@ def test_plan_metrics_use_kafka_gauges() -> None:
 
 
 def test_topic_configuration_comes_from_settings() -> None:
-    settings = Settings.load(overrides={"log.cleanup.policy": "compact", "topics": {"t": {"segment.ms": HOUR}}},
-                             environ={})
+    settings = settings_with({"log.cleanup.policy": "compact", "topics": {"t": {"segment.ms": HOUR}}})
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=0)])
     result = plan({TopicPartition("t", 0): manifest, TopicPartition("u", 0): log([seg(0, 10), seg(10, 20)], topic="u")},
                   settings.topic_config, now_ms=HOUR + 1)

@@ -19,6 +19,7 @@ from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.read.history import history
 from compaction.store import Store
 from tests.helpers import ROOT, readstore
+from tests.helpers.cli import invoke
 from tests.helpers.readstore import NEWEST, OLDER, PARTITIONS, TOPIC
 
 
@@ -27,12 +28,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("export") / "store")
     readstore.build(Store.open(path))
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def read(url: str, tmp_path: Path, *args: str) -> pa.Table:
@@ -72,7 +67,7 @@ def test_parquet_to_stdout_and_csv(url: str, tmp_path: Path) -> None:
 
 def test_files_json_is_enough_to_wire_up_another_engine(url: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "files", url, TOPIC, "--json")
+    code, out, _ = invoke(capsys, "files", url, TOPIC, "--json")
     doc = json.loads(out)
     assert code == EXIT_OK and [p["version"] for p in doc["partitions"]] == [NEWEST] * PARTITIONS
     assert any(f["deletes"] for p in doc["partitions"] for f in p["files"]), "deletion vectors are named"
@@ -90,7 +85,7 @@ def test_files_json_is_enough_to_wire_up_another_engine(url: str, tmp_path: Path
     expected = read(url, tmp_path)
     assert wired.cast(expected.schema).equals(expected)
 
-    code, out, _ = run(capsys, "files", url, TOPIC, "0", "--version", str(OLDER))
+    code, out, _ = invoke(capsys, "files", url, TOPIC, "0", "--version", str(OLDER))
     assert code == EXIT_OK and "globbing the folders reads superseded segments" in out
     assert out.count("orders-0") == 5  # version 2: the generated segments and the append
 
@@ -107,10 +102,10 @@ def test_history_lists_each_version_with_its_operation_and_figures(url: str, cap
     assert (retention.records_in, retention.records_out, retention.log_start_offset) == (0, 0, 170)
     assert [e.operation for e in history(url, TOPIC, 1)][-1] == "clean", "no log start moved in partition 1"
 
-    code, out, _ = run(capsys, "history", url, TOPIC)
+    code, out, _ = invoke(capsys, "history", url, TOPIC)
     assert code == EXIT_OK and out.count("compaction-generate") == PARTITIONS
     assert "clean+retention" in out and "2026-01-01T00:00:00Z" in out
-    code, out, _ = run(capsys, "history", url, TOPIC, "2", "--json")
+    code, out, _ = invoke(capsys, "history", url, TOPIC, "2", "--json")
     assert [e["version"] for e in json.loads(out)] == [1, 2, 3, 4]
 
 
@@ -118,7 +113,7 @@ def test_history_lists_each_version_with_its_operation_and_figures(url: str, cap
 def test_a_snapshot_is_read_correctly_with_a_plain_glob(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          flags: list[str]) -> None:
     dest = tmp_path / "snap"
-    code, out, _ = run(capsys, "snapshot", url, TOPIC, str(dest), *flags)
+    code, out, _ = invoke(capsys, "snapshot", url, TOPIC, str(dest), *flags)
     expected = read(url, tmp_path, *flags)
     assert code == EXIT_OK and f"wrote {expected.num_rows:,} record(s)" in out
     assert sorted(p.name for p in dest.iterdir()) == ["_snapshot.json", "partition=0", "partition=1", "partition=2"]
@@ -136,5 +131,5 @@ def test_a_snapshot_is_read_correctly_with_a_plain_glob(url: str, tmp_path: Path
     assert {p: v["version"] for p, v in marker["partitions"].items()} == {str(p): version for p in range(PARTITIONS)}
     assert marker["latest"] == ("--latest" in flags) and marker["written_ms"] > 0
 
-    code, _, err = run(capsys, "snapshot", url, TOPIC, str(dest), *flags)
+    code, _, err = invoke(capsys, "snapshot", url, TOPIC, str(dest), *flags)
     assert code == EXIT_INVALID and "is not empty" in err

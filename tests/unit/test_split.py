@@ -25,6 +25,7 @@ from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.synthetic import GenerateSpec, generate
 from tests.helpers.inline import InlineSession
+from tests.helpers.settings import settings_with
 
 NOW = 1_767_225_600_000
 DAY = 86_400_000
@@ -33,7 +34,7 @@ SIZED = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.by
 
 
 def settings(task_max_records: int) -> Settings:
-    return Settings.load(overrides={**SIZED, "cleaner": {"task.max.records": task_max_records}}, environ={})
+    return settings_with({**SIZED, "cleaner": {"task.max.records": task_max_records}})
 
 
 def store_of(path: Path, **spec: Any) -> Store:

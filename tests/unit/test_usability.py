@@ -9,21 +9,13 @@ from pathlib import Path
 import pytest
 
 from compaction import __version__
-from compaction.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, main
+from compaction.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from compaction.cli.types import parse_duration, parse_time
 from compaction.store import Store
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.cli import run
 
 NOW = "2026-01-02T00:00:00Z"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:  # argparse: --version, usage errors
-        code = int(exit_.code or 0)
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 @pytest.fixture(scope="module")
