@@ -15,7 +15,7 @@ from compaction.config import Settings
 from compaction.errors import StoreError
 from compaction.job import EXIT_PARTIAL, JobOptions, run_job
 from compaction.store import Replacement, Store, TopicPartition, Writer
-from compaction.store.manifest import Manifest
+from compaction.store.manifest import Manifest, SegmentMeta
 from compaction.store.segment import records
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
@@ -284,18 +284,27 @@ def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_
         assert offsets(local_store, tp) == [*range(0, 5), *range(6, 204)]
 
 
-def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
-    # Every segment here is above segment.bytes / 8, so none merges as small.
-    settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                        "log.segment.bytes": 16384})
+#: Segments of 16 KiB: every segment of these tests is above segment.bytes / 8, so none merges as small.
+SIXTEEN_KIB = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
+                             "log.segment.bytes": 16384})
 
-    append(local_store, *(rec(f"k{i}", offset=i) for i in range(10)))
-    append(local_store, rec("active", offset=10))
-    clean(spark, local_store, "arrow", settings=settings)
-    first = local_store.manifest(TP).segments[0]
-    append(local_store, rec("k1", "new", 11))
-    append(local_store, rec("active2", offset=12))
-    clean(spark, local_store, "arrow", settings=settings)
+
+def with_a_deletion_vector(spark: Any, store: Store) -> SegmentMeta:
+    """Ten keys cleaned, then ``k1`` updated and cleaned again: the first segment keeps its object and gets a
+    deletion vector of one record. Returns the first segment as the first pass left it."""
+    append(store, *(rec(f"k{i}", offset=i) for i in range(10)))
+    append(store, rec("active", offset=10))
+    clean(spark, store, "arrow", settings=SIXTEEN_KIB)
+    first = store.manifest(TP).segments[0]
+    append(store, rec("k1", "new", 11))
+    append(store, rec("active2", offset=12))
+    clean(spark, store, "arrow", settings=SIXTEEN_KIB)
+    return first
+
+
+def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+    settings = SIXTEEN_KIB
+    first = with_a_deletion_vector(spark, local_store)
     assert local_store.manifest(TP).segments[0].deletes.count == 1  # type: ignore[union-attr]
     append(local_store, rec("k2", "new", 13), rec("k3", "new", 14))  # 3 of 10 deleted: past the 0.2 ratio
     append(local_store, rec("active3", offset=15))
@@ -346,7 +355,7 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         append(store, *updates, tp=tp)
         append(store, rec("active", offset=20_012), tp=tp)
         small = settings_with({**sized, "log.cleaner.min.cleanable.ratio": 0.0,
-                                         "cleaner": {"task.max.records": 200 if limit == 3_000 else limit}})
+                               "cleaner": {"task.max.records": 200 if limit == 3_000 else limit}})
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
         split = second.task(second_plan.to_clean[0], NOW + 1).buckets > 1
@@ -387,7 +396,7 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
     append(local_store, rec("b", offset=1, timestamp=NOW - DAY))
     append(local_store, rec("c", offset=2, timestamp=NOW))
     settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
-                                        "log.cleaner.min.cleanable.ratio": 1.0})
+                              "log.cleaner.min.cleanable.ratio": 1.0})
     manifest = local_store.manifest(TP)
     change_plan = Cleaner(None, local_store, settings).run(NOW)
     assert change_plan.partitions[0].stats.dropped == {"retention": 1}
@@ -405,7 +414,7 @@ def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_s
     append(local_store, rec("a", offset=4))
     assert local_store.manifest(TP).clean_keys_unique, "appends keep the promise"
     by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                            "topics": {TP.topic: {"compaction.strategy": "timestamp"}}})
+                                  "topics": {TP.topic: {"compaction.strategy": "timestamp"}}})
     append(local_store, rec("active2", offset=5))
     clean(spark, local_store, "arrow", settings=by_timestamp)
     assert local_store.manifest(TP).clean_keys_unique, "no strategy keeps a superseded record"
@@ -421,14 +430,14 @@ def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: St
     rewritten = local_store.manifest(TP).segments[0]
     assert (rewritten.base_offset, rewritten.next_offset, rewritten.created_ms) == (0, 3, NOW - 3 * DAY + 1)
     retention = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
-                                         "log.cleaner.min.cleanable.ratio": 1.0})
+                               "log.cleaner.min.cleanable.ratio": 1.0})
     Cleaner(None, local_store, retention).run(NOW + 1)
     assert offsets(local_store) == [3], "the rewritten records are as old as they were"
 
 
 def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 100_000,
-                                        "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0})
+                              "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0})
     for base in (0, 3):
         append(local_store, *(rec(str(i % 2), offset=base + i, timestamp=NOW - 200_000) for i in range(3)))
     clean(spark, local_store, "arrow", settings=settings)
@@ -442,7 +451,7 @@ def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, loca
 
 def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
     settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                        "log.cleaner.delete.retention.ms": 2**63 - 1})
+                              "log.cleaner.delete.retention.ms": 2**63 - 1})
     append(local_store, rec("a", offset=0), rec("a", None, 1))
     append(local_store, rec("active", offset=2))
     report = clean(spark, local_store, plan, settings=settings)
@@ -464,7 +473,7 @@ def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_s
     assert (segment.max_timestamp, segment.live_max_timestamp) == (NOW - DAY, NOW - 10 * DAY + 8)
     assert segment.live_size_bytes == segment.size_bytes * 9 // 10
     retention = settings_with({**sized, "log.cleanup.policy": "compact,delete", "log.retention.ms": 5 * DAY,
-                                         "log.cleaner.min.cleanable.ratio": 1.0})
+                               "log.cleaner.min.cleanable.ratio": 1.0})
     the_plan = plan_store(local_store, retention, NOW)
     assert [s.base_offset for s in the_plan.partitions[0].expired_segments] == [0], \
         "retention sees the live records' age, not the deleted one's"
@@ -473,7 +482,7 @@ def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_s
 def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spark, local_store: Store,  # type: ignore[no-untyped-def]
                                                                            plan: str) -> None:
     settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                        "log.segment.bytes": 8192})  # no segment here is small
+                              "log.segment.bytes": 8192})  # no segment here is small
     append(local_store, rec("a", offset=0), rec("b", offset=1), rec("c", offset=2))
     append(local_store, rec("a", offset=3), rec("b", offset=4), rec("c", offset=5))
     append(local_store, rec("active", offset=6))
@@ -490,7 +499,7 @@ def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spar
 def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come_back(  # type: ignore[no-untyped-def]
         spark, local_store: Store, plan: str) -> None:
     by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                            "log.cleaner.compaction.strategy": "timestamp"})
+                                  "log.cleaner.compaction.strategy": "timestamp"})
     layout(local_store, [(0, 6, [rec("k", "gone", 0, timestamp=900), rec("j", "gone", 1, timestamp=1),
                                  rec("k", "live", 4, timestamp=100), rec("x", offset=5, timestamp=1)]),
                          (6, 7, [rec("active", offset=6, timestamp=1)])])
@@ -523,14 +532,8 @@ def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local
 def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
     from tests.helpers.stores import tamper
 
-    sized = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                     "log.segment.bytes": 16384})
-    append(local_store, *(rec(f"k{i}", offset=i) for i in range(10)))
-    append(local_store, rec("active", offset=10))
-    clean(spark, local_store, "arrow", settings=sized)
-    append(local_store, rec("k1", "new", 11))
-    append(local_store, rec("active2", offset=12))
-    clean(spark, local_store, "arrow", settings=sized)
+    sized = SIXTEEN_KIB
+    with_a_deletion_vector(spark, local_store)
     vector = local_store.manifest(TP).segments[0].deletes
     assert vector is not None
     tamper(local_store, f"{TP.prefix}/{vector.path}")
@@ -577,7 +580,7 @@ def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vec
     max_lag = max_age = 2 * DAY
     # segment.bytes small enough that dv's clean segment stands alone and takes a deletion vector
     setup = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                     "log.segment.bytes": 16384})
+                           "log.segment.bytes": 16384})
     nightly = settings_with({
         "log.cleanup.policy": "compact", "log.segment.bytes": 16384,
         "cleaner": {"max.bytes.per.run": 1, "deletion.vector.max.age.ms": max_age},

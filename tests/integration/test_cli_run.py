@@ -14,14 +14,26 @@ from tests.helpers.cli import run
 NOW = "2026-01-02T00:00:00Z"
 
 
+def generated(capsys: pytest.CaptureFixture[str], tmp_path: Path, records: str) -> str:
+    """A store of two partitions of ``orders`` (100 keys, segments of 500 records) generated at NOW."""
+    store = str(tmp_path / "s")
+    run(capsys, "generate", store, "--records", records, "--keys", "100", "--partitions", "2",
+        "--segment-records", "500", "--now", NOW, "--end-time", NOW)
+    return store
+
+
+def metrics_conf(tmp_path: Path) -> Path:
+    """Every topic compacted, and the metrics written to ``m.prom`` beside the store."""
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{tmp_path}/m.prom"\n')
+    return conf
+
+
 @pytest.mark.spark
 def test_run_cleans_writes_the_report_and_metrics_and_reports_partial_failures(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # type: ignore[no-untyped-def]
-    store = str(tmp_path / "s")
-    run(capsys, "generate", store, "--records", "3000", "--keys", "100", "--partitions", "2",
-        "--segment-records", "500", "--now", NOW, "--end-time", NOW)
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{tmp_path}/m.prom"\n')
+    store = generated(capsys, tmp_path, "3000")
+    conf = metrics_conf(tmp_path)
     code, out = run(capsys, "run", store, "--conf", str(conf), "--now", NOW, "--dry-run")
     assert code == EXIT_OK and "2 to clean" in out
     assert Store.open(store).versions(TopicPartition("orders", 0)) == [1], "a dry run changes nothing"
@@ -44,16 +56,13 @@ def test_run_cleans_writes_the_report_and_metrics_and_reports_partial_failures(
 @pytest.mark.spark
 def test_run_gc_names_each_partition_it_skips_and_fails_the_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # type: ignore[no-untyped-def]
-    store = str(tmp_path / "s")
-    run(capsys, "generate", store, "--records", "2000", "--keys", "100", "--partitions", "2",
-        "--segment-records", "500", "--now", NOW, "--end-time", NOW)
+    store = generated(capsys, tmp_path, "2000")
     source = tmp_path / "in.jsonl"
     source.write_text('{"key": "a", "value": "1"}\n')
     assert run(capsys, "append", store, "orders", "1", str(source), "--now", NOW)[0] == EXIT_OK
     broken = tmp_path / "s" / "orders" / "1" / "_manifests" / f"{1:020d}.json"
     broken.write_bytes(b"{")  # an old version gc must read (it keeps 10), unreadable: gc skips orders-1
-    conf = tmp_path / "c.toml"
-    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{tmp_path}/m.prom"\n')
+    conf = metrics_conf(tmp_path)
     report = tmp_path / "report.json"
     code, out = run(capsys, "run", store, "--conf", str(conf), "--now", NOW, "--report", str(report), "--gc")
     assert code == EXIT_PARTIAL, out

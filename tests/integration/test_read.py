@@ -63,7 +63,7 @@ def cleaned(spark, local: Built, tmp_path_factory: pytest.TempPathFactory) -> Bu
     shutil.copytree(local.url, url)
     store = Store.open(url)
     settings = settings_with({"log.cleanup.policy": "compact", "log.roll.ms": 1,
-                                        "cleaner": {"deletion.vector.max.ratio": 0.5}})
+                              "cleaner": {"deletion.vector.max.ratio": 0.5}})
     report = Cleaner(spark, store, settings).run(readstore.NOW)
     assert [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     time.sleep(0.01)

@@ -11,16 +11,16 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import pyarrow as pa
 import pytest
 
 from compaction.errors import StoreError
-from compaction.store import Replacement, Store, TopicPartition, Writer
+from compaction.store import Store, TopicPartition, Writer
 from compaction.store.manifest import Manifest
 from compaction.store.verify import verify
-from tests.helpers.builders import keyed, rec, table
+from tests.helpers.builders import keyed
 from tests.helpers.faultproxy import Fault, FaultProxy, fault_proxy
 from tests.helpers.s3server import new_bucket, storage_options
+from tests.helpers.stores import cleaning_change, seed_three_versions
 
 pytestmark = pytest.mark.s3
 
@@ -57,9 +57,7 @@ class Bench:
         """A new partition at version 3."""
         with self._lock:
             tp = TopicPartition("orders", next(self._partitions))
-        self.direct.append(tp, keyed("a=1 b=2"), now_ms=1)
-        self.direct.append(tp, keyed("a=3"), now_ms=2)
-        self.direct.append(tp, keyed("x=9 y=8"), now_ms=3)
+        seed_three_versions(self.direct, tp)
         return tp
 
     @staticmethod
@@ -87,16 +85,7 @@ def _append(bench: Bench, tp: TopicPartition, via: Store | None = None) -> Calla
 
 def _clean(bench: Bench, tp: TopicPartition, via: Store | None = None) -> Callable[[], Manifest]:
     """A cleaner's commit: its new objects are written beforehand, only the commit goes through the proxy."""
-    store = bench.direct
-    base = store.manifest(tp)
-    merged = store.write_segment(tp, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=50)
-    kept = base.segments[2]
-    vector = store.write_deletes(tp, kept, pa.array([3]), created_ms=50, live_min_delete_horizon_ms=None)
-    change = Replacement(
-        removed=(*base.segments[:2], kept), added=(merged, kept.model_copy(update={"deletes": vector})),
-        expected_first_dirty_offset=base.first_dirty_offset, first_dirty_offset=5,
-        expected_log_start_offset=base.log_start_offset, log_start_offset=base.log_start_offset,
-    )
+    change = cleaning_change(bench.direct, tp)
     return lambda: (via or bench.via).replace(tp, change, writer=Writer(), now_ms=50)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,6 +44,15 @@ def _manifest_path(store: Store) -> str:
     return f"{TP.prefix}/_manifests/{store.manifest(TP).version:020d}.json"
 
 
+def _edit_manifest(store: Store, edit: Callable[[dict[str, Any]], object]) -> str:
+    """Change the newest manifest's JSON behind the store's back (``edit`` changes the document); returns its path."""
+    rel = _manifest_path(store)
+    doc = json.loads(store.storage.read_bytes(rel))
+    edit(doc)
+    store.storage.fs.pipe_file(store.storage.path(rel), json.dumps(doc).encode())
+    return rel
+
+
 def _everything_fails_cleanly(store: Store, error: type[StoreError], name: str) -> None:
     before = snapshot(store)
     with pytest.raises(error, match=name):
@@ -75,11 +86,8 @@ def test_segment_with_a_wrong_column_type(seeded: Store) -> None:
     pq.write_table(bad, sink)
     data = sink.getvalue().to_pybytes()
     seeded.storage.fs.pipe_file(seeded.storage.path(rel), data)
-    manifest_rel = _manifest_path(seeded)
-    doc = json.loads(seeded.storage.read_bytes(manifest_rel))
-    doc["segments"][0]["size_bytes"] = len(data)  # size and checksum as recorded: only the schema is wrong
-    doc["segments"][0]["checksum"] = checksum(data)
-    seeded.storage.fs.pipe_file(seeded.storage.path(manifest_rel), json.dumps(doc).encode())
+    # Size and checksum as recorded: only the schema is wrong.
+    _edit_manifest(seeded, lambda doc: doc["segments"][0].update(size_bytes=len(data), checksum=checksum(data)))
     with pytest.raises(SegmentSchemaError, match=r"column 'timestamp' has type string.*requires int64"):
         seeded.read(TP)
     _everything_fails_cleanly(seeded, SegmentSchemaError, rel.split("/")[-1])
@@ -104,21 +112,16 @@ def test_manifest_referencing_a_missing_object(seeded: Store) -> None:
 
 
 def test_manifest_referencing_a_path_outside_its_partition(seeded: Store) -> None:
-    rel = _manifest_path(seeded)
-    doc = json.loads(seeded.storage.read_bytes(rel))
-    doc["segments"][0]["path"] = "../../other/0/segments/00000000000000000000-x.parquet"
-    seeded.storage.fs.pipe_file(seeded.storage.path(rel), json.dumps(doc).encode())
+    rel = _edit_manifest(seeded, lambda doc: doc["segments"][0].update(
+        path="../../other/0/segments/00000000000000000000-x.parquet"))
     with pytest.raises(CorruptManifestError, match=r"\.\./\.\./other.*inside the partition"):
         seeded.manifest(TP)
     _everything_fails_cleanly(seeded, CorruptManifestError, rel.split("/")[-1])
 
 
 def test_manifest_with_overlapping_segments(seeded: Store) -> None:
-    rel = _manifest_path(seeded)
-    doc = json.loads(seeded.storage.read_bytes(rel))
-    doc["segments"][1]["base_offset"] = 1
-    doc["segments"][1]["path"] = doc["segments"][1]["path"].replace("00000000000000000002-", "00000000000000000001-")
-    seeded.storage.fs.pipe_file(seeded.storage.path(rel), json.dumps(doc).encode())
+    _edit_manifest(seeded, lambda doc: doc["segments"][1].update(
+        base_offset=1, path=doc["segments"][1]["path"].replace("00000000000000000002-", "00000000000000000001-")))
     with pytest.raises(CorruptManifestError, match="must not overlap"):
         seeded.manifest(TP)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
-from compaction.store import Replacement, Store, TopicPartition, Writer
+from compaction.store import Store, TopicPartition, Writer
 from compaction.store.gc import collect_garbage
 from compaction.store.manifest import MANIFEST_DIR, SEGMENT_DIR
 from compaction.store.storage import Storage
 from compaction.store.verify import verify
-from tests.helpers.builders import keyed, rec, table
+from tests.helpers.builders import keyed
+from tests.helpers.stores import cleaning_change, seed_three_versions
 
 TP = TopicPartition("orders", 0)
 
@@ -49,22 +49,7 @@ def _append(store: Store) -> None:
 
 
 def _clean(store: Store) -> None:
-    base = store.manifest(TP)
-    merged = store.write_segment(TP, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=50)
-    kept = base.segments[2]
-    vector = store.write_deletes(TP, kept, pa.array([3]), created_ms=50, live_min_delete_horizon_ms=None)
-    change = Replacement(
-        removed=(*base.segments[:2], kept), added=(merged, kept.model_copy(update={"deletes": vector})),
-        expected_first_dirty_offset=base.first_dirty_offset, first_dirty_offset=5,
-        expected_log_start_offset=base.log_start_offset, log_start_offset=base.log_start_offset,
-    )
-    store.replace(TP, change, writer=Writer(), now_ms=50)
-
-
-def _seed(store: Store) -> None:
-    store.append(TP, keyed("a=1 b=2"), now_ms=1)
-    store.append(TP, keyed("a=3"), now_ms=2)
-    store.append(TP, keyed("x=9 y=8"), now_ms=3)
+    store.replace(TP, cleaning_change(store, TP), writer=Writer(), now_ms=50)
 
 
 def _content(store: Store) -> list[tuple[int, bytes]]:
@@ -75,7 +60,7 @@ def _content(store: Store) -> list[tuple[int, bytes]]:
 def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: str,  # type: ignore[no-untyped-def]
                                                        operation) -> None:
     reference = store_factory(backend)
-    _seed(reference)
+    seed_three_versions(reference, TP)
     before = _content(reference)
     probe = CrashingStorage(reference.storage, at=10**9, after=False)
     operation(Store(probe))
@@ -86,7 +71,7 @@ def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: s
     for at in range(steps):
         for crash_after in (False, True):
             store = store_factory(backend)
-            _seed(store)
+            seed_three_versions(store, TP)
             with pytest.raises(Crash):
                 operation(Store(CrashingStorage(store.storage, at, crash_after)))
             state = _content(store)

@@ -25,7 +25,7 @@ TP = TopicPartition("t", 0)
 T0 = 1_800_000_000_000
 RETENTION = 1000
 SETTINGS = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                    "log.cleaner.delete.retention.ms": RETENTION, "producer.id.expiration.ms": 1})
+                          "log.cleaner.delete.retention.ms": RETENTION, "producer.id.expiration.ms": 1})
 COMMIT_KEY, ABORT_KEY = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"
 MARKER_VALUE = b"\x00\x00\x00\x00\x00\x00"
 

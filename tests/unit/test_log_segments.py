@@ -132,7 +132,7 @@ def test_segment_format_is_a_topic_setting() -> None:
 def _settings(**topic: str):  # type: ignore[no-untyped-def]
 
     return settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                    "topics": {"t": topic} if topic else {}})
+                          "topics": {"t": topic} if topic else {}})
 
 
 def _files(store: Store, tp: TopicPartition) -> dict[str, bytes]:

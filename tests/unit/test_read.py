@@ -29,16 +29,7 @@ from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.gc import collect_store
 from compaction.store.jsonl import to_lines
 from tests.helpers import readstore
-from tests.helpers.readstore import (
-    PARTITIONS,
-    TOPIC,
-    Built,
-    cli,
-    cli_table,
-    latest_in_duckdb,
-    segments_folder,
-    the_scan,
-)
+from tests.helpers.readstore import PARTITIONS, TOPIC, Built, cli, cli_table, the_scan
 
 # Stores -------------------------------------------------------------------------------------------------
 
@@ -116,7 +107,7 @@ def test_latest_until_a_time_is_the_table_as_of_that_time(local: Built, tmp_path
     until = readstore.NOW - 40_000_000
     log = cli_table(local, tmp_path, "--until", str(until))
     got = cli_table(local, tmp_path, "--latest", "--until", str(until))
-    assert got.equals(latest_in_duckdb(log, local.aborted, "offset").cast(got.schema))
+    assert got.equals(readstore.latest_in_duckdb(log, local.aborted, "offset").cast(got.schema))
 
 
 # Versions --------------------------------------------------------------------------------------------------
@@ -192,7 +183,7 @@ def test_deletion_vectors_are_named_so_that_readers_skipping_underscore_files_sk
     vectors = [s.deletes.path for p in range(PARTITIONS) for s in local.store().manifest(TopicPartition(TOPIC, p))
                .segments if s.deletes]
     assert len(vectors) == 3 and all(v.startswith("segments/_") and v.endswith(".deletes.parquet") for v in vectors)
-    folder = segments_folder(local, 0)
+    folder = readstore.segments_folder(local, 0)
     listed = {p.name for p in folder.iterdir()}
     dataset = {Path(f).name for f in ds.dataset(folder).files}  # pyarrow: ignore_prefixes [".", "_"]
     assert dataset == {name for name in listed if not name.startswith("_")} and len(dataset) < len(listed)
