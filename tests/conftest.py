@@ -33,7 +33,7 @@ def memory_store() -> Store:
 @pytest.fixture
 def store(request: pytest.FixtureRequest, backend: str) -> Store:
     """The same store contract on each backend (``backend``: memory and local in unit tests, s3 in integration)."""
-    return request.getfixturevalue(f"{backend}_store")  # type: ignore[no-any-return]
+    return request.getfixturevalue(f"{backend}_store")
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(condition, what: str, seconds: float = STARTUP_SECONDS) -> None:  # type: ignore[no-untyped-def]
+def _wait(condition, what: str, seconds: float = STARTUP_SECONDS) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if condition():

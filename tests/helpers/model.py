@@ -86,7 +86,7 @@ class Model:
             elif r.transactional:
                 members.setdefault(r.producer, []).append(r)
         competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted]
-        best = {}
+        best: dict[str | None, tuple[int, int, int]] = {}
         for r in competing:
             best[r.key] = max(best.get(r.key, (-1, -1, -1)), (*self.version(r), r.offset))
         beyond = [r for r in self.log if r.offset >= end and r.key is not None and r.control is None]

@@ -141,7 +141,7 @@ class Built:
 
 
 def backend(request: pytest.FixtureRequest, name: str) -> Built:
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return request.getfixturevalue(name)
 
 
 def cli(built: Built, *args: str, capsys: pytest.CaptureFixture[str] | None = None) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from tests.helpers.s3server import new_bucket, s3_server, storage_options
 
 @pytest.fixture(params=[pytest.param("s3", marks=pytest.mark.s3)])
 def backend(request: pytest.FixtureRequest) -> str:
-    return request.param  # type: ignore[no-any-return]
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,8 @@ def run_dags(env: dict[str, str], runs: list[dict]) -> list[dict]:
     shutil.copy(ROOT / "tests" / "helpers" / "airflow_runner.py", runner)
     process = subprocess.run([str(AIRFLOW_PYTHON), str(runner), env["AIRFLOW__CORE__DAGS_FOLDER"], json.dumps(runs)],
                              env=env, capture_output=True, text=True, timeout=900, cwd=runner.parent)
-    results, log = [], []
+    results: list[dict[str, Any]] = []
+    log: list[str] = []
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
             _, _, doc = line.removeprefix("RESULT ").partition(" ")

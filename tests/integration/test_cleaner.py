@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport, Status
@@ -35,7 +37,7 @@ def plan(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def clean(spark, store: Store, plan: str, now: int = NOW, settings: Settings = SETTINGS,  # type: ignore[no-untyped-def]
+def clean(spark, store: Store, plan: str, now: int = NOW, settings: Settings = SETTINGS,
           **kwargs: Any) -> RunReport:
     report = Cleaner(spark, store, settings, dedupe_plan=plan).run(now, **kwargs)
     problems = [p for r in verify(store) for p in r.problems]
@@ -78,7 +80,7 @@ def A(producer: int, offset: int) -> dict[str, Any]:
     return rec(None, None, offset, producer_id=producer, is_control=True, control_type="abort")
 
 
-def test_t1_keys_with_a_later_version_go_and_others_survive(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t1_keys_with_a_later_version_go_and_others_survive(spark, local_store: Store, plan: str) -> None:
     for base in (0, 14, 28):
         append(local_store, *(rec(str(i), str(i), i) for i in range(base, base + 14)))
     append(local_store, *(rec(str(k), "new", 42 + i) for i, k in enumerate((1, 3, 5, 7, 9))))
@@ -90,7 +92,7 @@ def test_t1_keys_with_a_later_version_go_and_others_survive(spark, local_store: 
     assert local_store.manifest(TP).first_dirty_offset == 47
 
 
-def test_t7_checkpoint_moves_past_offset_gaps(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t7_checkpoint_moves_past_offset_gaps(spark, local_store: Store, plan: str) -> None:
     layout(local_store, [(0, 11, [rec(str(i), offset=i) for i in range(10)]), (11, 12, [rec("a", offset=11)])])
     clean(spark, local_store, plan)
     assert local_store.manifest(TP).first_dirty_offset == 11
@@ -104,7 +106,7 @@ def test_t7_checkpoint_moves_past_offset_gaps(spark, local_store: Store, plan: s
 
 
 @pytest.mark.parametrize("keyless", ["keep", "drop"])
-def test_t9_keyless_records_are_kept_or_dropped_and_counted(spark, local_store: Store, keyless: str) -> None:  # type: ignore[no-untyped-def]
+def test_t9_keyless_records_are_kept_or_dropped_and_counted(spark, local_store: Store, keyless: str) -> None:
     append(local_store, *(rec(None, f"v{i}", i) for i in range(5)))
     append(local_store, *(rec(str(i), offset=i) for i in range(5, 10)))
     append(local_store, rec("active", offset=10))
@@ -119,7 +121,7 @@ def test_t9_keyless_records_are_kept_or_dropped_and_counted(spark, local_store: 
         assert stats.invalid_messages_read == 5 and stats.dropped == {"keyless": 5}
 
 
-def test_t10_tombstones_remove_their_keys_and_stay_with_a_horizon(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t10_tombstones_remove_their_keys_and_stay_with_a_horizon(spark, local_store: Store, plan: str) -> None:
     append(local_store, *(rec(str(i), str(i), i) for i in range(14)))
     append(local_store, rec("14", "14", 14), *(rec(str(2 * j), None, 15 + j) for j in range(8)))
     append(local_store, *(rec(str(i), str(i), i) for i in range(23, 30)))
@@ -133,7 +135,7 @@ def test_t10_tombstones_remove_their_keys_and_stay_with_a_horizon(spark, local_s
     assert {r["delete_horizon_ms"] for r in tombstones} == {NOW + DAY}
 
 
-def test_t11_tombstone_horizon_comes_from_cleaning_time_not_record_time(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t11_tombstone_horizon_comes_from_cleaning_time_not_record_time(spark, local_store: Store, plan: str) -> None:
     append(local_store, rec("0", "0", 0, timestamp=NOW + DAY + 10_000))
     append(local_store, rec("filler-1", offset=1))
     clean(spark, local_store, plan)
@@ -148,7 +150,7 @@ def test_t11_tombstone_horizon_comes_from_cleaning_time_not_record_time(spark, l
         (1, b"v", None), (2, None, NOW + DAY)]
 
 
-def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, local_store: Store, plan: str) -> None:
     append(local_store, rec("k", "1", 0))
     append(local_store, rec("k", None, 1))
     append(local_store, rec("active", offset=2))
@@ -164,7 +166,7 @@ def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, loca
     assert local_store.manifest(TP).log_end_offset == 3, "the offset range is kept when records go"
 
 
-def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) -> None:
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(2, 2, 2), T(2, 3, 3), T(1, 4, 3), T(1, 5, 4), A(1, 6), C(2, 7),
            T(1, 8, 2), C(1, 9))
     append(local_store, rec("active", offset=10))
@@ -174,7 +176,7 @@ def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) ->
     assert report.partitions[0].stats.dropped == {"aborted": 4, "superseded": 1}
 
 
-def test_t17_transactions_spanning_segments(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_t17_transactions_spanning_segments(spark, local_store: Store, plan: str) -> None:
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(3, 2, 2), T(3, 3, 3), T(2, 4, 3), T(2, 5, 4))
     append(local_store, T(2, 6, 5), T(2, 7, 6), T(3, 8, 6), T(3, 9, 7), T(1, 10, 7), T(1, 11, 8), A(2, 12),
            T(3, 13, 8), T(3, 14, 9), C(3, 15), T(1, 16, 9), T(1, 17, 10), A(1, 18))
@@ -186,7 +188,7 @@ def test_t17_transactions_spanning_segments(spark, local_store: Store, plan: str
     assert keys(local_store) == ["2", "3", "6", "7", "8", "9", "11", "12"]
 
 
-def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(spark, local_store: Store,  # type: ignore[no-untyped-def]
+def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(spark, local_store: Store,
                                                                              plan: str) -> None:
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(1, 2, 3), C(1, 3))
     append(local_store, T(1, 4, 2), C(1, 5))
@@ -206,7 +208,7 @@ def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(spa
     assert offsets(local_store) == [4, 5, 6, 7, 8, 9, 10, 11]
 
 
-def test_a_corrupt_partition_is_uncleanable_and_the_others_commit(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_a_corrupt_partition_is_uncleanable_and_the_others_commit(spark, local_store: Store) -> None:
     partitions = [TopicPartition("t", i) for i in range(3)]
     for tp in partitions:
         append(local_store, rec("a", offset=0), rec("a", offset=1), tp=tp)
@@ -228,7 +230,7 @@ def test_a_corrupt_partition_is_uncleanable_and_the_others_commit(spark, local_s
     assert offsets(local_store, partitions[0]) == [1, 2]
 
 
-def test_an_append_during_the_run_survives_and_stays_dirty(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_append_during_the_run_survives_and_stays_dirty(spark, local_store: Store, plan: str) -> None:
     append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
     append(local_store, rec("active", offset=3))
     report = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan).run(
@@ -242,7 +244,7 @@ def test_an_append_during_the_run_survives_and_stays_dirty(spark, local_store: S
     assert [r["value"] for r in local_store.read(TP).to_pylist() if r["key"] == b"a"] == [b"late"]
 
 
-def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Store) -> None:
     append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", None, 2))
     append(local_store, rec("active", offset=3))
     first = clean(spark, local_store, "window")
@@ -254,7 +256,7 @@ def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Stor
     assert {e.name for e in local_store.storage.list_dir(f"{TP.prefix}/segments")} == objects
 
 
-def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_vectors(  # type: ignore[no-untyped-def]
+def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_vectors(
         spark, local_store: Store) -> None:
     # Segments below segment.bytes / 8 (4 KiB here) are small: they merge with their neighbours.
     sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 32768}
@@ -302,7 +304,7 @@ def with_a_deletion_vector(spark: Any, store: Store) -> SegmentMeta:
     return first
 
 
-def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_deletion_vectors_are_folded_in_when_too_many_or_too_old(spark, local_store: Store) -> None:
     settings = SIXTEEN_KIB
     first = with_a_deletion_vector(spark, local_store)
     assert local_store.manifest(TP).segments[0].deletes.count == 1  # type: ignore[union-attr]
@@ -332,7 +334,7 @@ def latest_per_key(rows: list[dict[str, Any]], horizon: int) -> list[tuple[int, 
             if r["key"] is None or last[r["key"]] == r["offset"]]
 
 
-def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_latest_per_key(  # type: ignore[no-untyped-def]
+def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_latest_per_key(
         spark, tmp_path) -> None:
     spec = GenerateSpec(records=12_000, keys=900, partitions=1, segment_records=1_500, tombstone_ratio=0.05,
                         keyless_ratio=0.01, seed=3, end_time_ms=NOW - DAY)
@@ -369,7 +371,7 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
             {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(everything, NOW + DAY)]
 
 
-def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> None:
     from compaction.report import write_metrics
 
     append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
@@ -405,7 +407,7 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
     assert manifest.segments[0].path not in {s.path for s in after.segments}
 
 
-def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_store: Store) -> None:
     append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
     append(local_store, rec("active", offset=3))
     assert not local_store.manifest(TP).clean_keys_unique
@@ -421,7 +423,7 @@ def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_s
     assert offsets(local_store) == [2, 3, 4, 5]
 
 
-def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: Store) -> None:
     # Records without timestamps: their age is their segment's. Retention must count from the append.
     local_store.append(TP, records([{"key": "a"}, {"key": "a"}]), now_ms=NOW - 3 * DAY)
     local_store.append(TP, records([{"key": "b"}]), now_ms=NOW - 3 * DAY + 1)
@@ -435,7 +437,7 @@ def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: St
     assert offsets(local_store) == [3], "the rewritten records are as old as they were"
 
 
-def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, local_store: Store) -> None:
     settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 100_000,
                               "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0})
     for base in (0, 3):
@@ -449,7 +451,7 @@ def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, loca
     assert offsets(local_store) == [*range(26, 47)], "a fresh log compacts as usual"
 
 
-def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:
     settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                               "log.cleaner.delete.retention.ms": 2**63 - 1})
     append(local_store, rec("a", offset=0), rec("a", None, 1))
@@ -459,7 +461,7 @@ def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, loca
     assert local_store.read(TP).to_pylist()[0]["delete_horizon_ms"] == 2**63 - 1
 
 
-def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_store: Store) -> None:
     sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 16384}
     append(local_store, *(rec(f"k{i}", offset=i, timestamp=NOW - 10 * DAY + i) for i in range(9)),
            rec("late", offset=9, timestamp=NOW - DAY))
@@ -479,7 +481,7 @@ def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_s
         "retention sees the live records' age, not the deleted one's"
 
 
-def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spark, local_store: Store,  # type: ignore[no-untyped-def]
+def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spark, local_store: Store,
                                                                            plan: str) -> None:
     settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                               "log.segment.bytes": 8192})  # no segment here is small
@@ -496,14 +498,15 @@ def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spar
     assert [s.base_offset for s in local_store.manifest(TP).segments] == [3, 6, 7], "appends go on at the log end"
 
 
-def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come_back(  # type: ignore[no-untyped-def]
+def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come_back(
         spark, local_store: Store, plan: str) -> None:
     by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                                   "log.cleaner.compaction.strategy": "timestamp"})
     layout(local_store, [(0, 6, [rec("k", "gone", 0, timestamp=900), rec("j", "gone", 1, timestamp=1),
                                  rec("k", "live", 4, timestamp=100), rec("x", offset=5, timestamp=1)]),
                          (6, 7, [rec("active", offset=6, timestamp=1)])])
-    local_store.commit(TP, lambda m: {**m.model_dump(include={"log_end_offset", "last_stable_offset", "segments"}),
+    local_store.commit(TP, lambda m: {**cast(Manifest, m).model_dump(include={"log_end_offset", "last_stable_offset",
+                                                                              "segments"}),
                                       "log_start_offset": 3, "first_dirty_offset": 3},
                        writer=Writer(), operation="append", now_ms=NOW)
     clean(spark, local_store, plan, settings=by_timestamp)
@@ -514,7 +517,7 @@ def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come
     assert stored == [4, 5, 6], "the records below the log start are physically gone with the rewrite"
 
 
-def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local_store: Store, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local_store: Store, plan: str) -> None:
     from tests.helpers.stores import tamper
 
     for tp in (TopicPartition("t", 0), TopicPartition("t", 1)):
@@ -529,7 +532,7 @@ def test_a_run_never_rewrites_bytes_that_changed_after_their_commit(spark, local
     assert [p.partition for r in verify(local_store) for p in r.problems] == ["t-1"]
 
 
-def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_store: Store) -> None:
     from tests.helpers.stores import tamper
 
     sized = SIXTEEN_KIB
@@ -560,9 +563,11 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
         return real(self, tp, change, **kw)
 
     monkeypatch.setattr(Store, "replace", refused)
-    code, report = run_job(local_store, JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: None)
+    code, report = run_job(local_store, JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS,
+                           cast(Callable[[], SparkSession], lambda: None))
+    report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_PARTIAL
-    status = {r.partition: (r.status, r.error) for r in report.partitions}  # type: ignore[union-attr]
+    status = {r.partition: (r.status, r.error) for r in report.partitions}
     assert status == {
         "t-0": ("failed", "could not reset the checkpoint (checkpoint 50 is past the log end 2): StoreError: cannot "
                           "write t-0: access denied"),
@@ -571,7 +576,7 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
     assert local_store.manifest(TP).first_dirty_offset == 50
 
 
-def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vector_age(  # type: ignore[no-untyped-def]
+def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vector_age(
         spark, local_store: Store) -> None:
     """Six nights, a budget that takes one partition a night, two hot partitions always dirtier than the rest:
     the partition past max.compaction.lag.ms and the one whose deletion vector reaches its age go first on the

@@ -24,7 +24,7 @@ def latest_per_key(rows: list[dict]) -> dict[bytes, tuple[int, bytes | None]]:
     return latest
 
 
-def test_generate_run_verify_read_and_rerun_on_s3(spark, s3_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_generate_run_verify_read_and_rerun_on_s3(spark, s3_store: Store) -> None:
     spec = GenerateSpec(records=20_000, keys=800, partitions=2, segment_records=2_500, tombstone_ratio=0.05,
                         end_time_ms=NOW, seed=11)
     generate(s3_store, spec, now_ms=NOW)

@@ -31,7 +31,7 @@ def metrics_conf(tmp_path: Path) -> Path:
 
 @pytest.mark.spark
 def test_run_cleans_writes_the_report_and_metrics_and_reports_partial_failures(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
     store = generated(capsys, tmp_path, "3000")
     conf = metrics_conf(tmp_path)
     code, out = run(capsys, "run", store, "--conf", str(conf), "--now", NOW, "--dry-run")
@@ -55,7 +55,7 @@ def test_run_cleans_writes_the_report_and_metrics_and_reports_partial_failures(
 
 @pytest.mark.spark
 def test_run_gc_names_each_partition_it_skips_and_fails_the_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
     store = generated(capsys, tmp_path, "2000")
     source = tmp_path / "in.jsonl"
     source.write_text('{"key": "a", "value": "1"}\n')

@@ -103,7 +103,7 @@ def _generate(path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_a_run_on_a_spark_connect_server_commits_what_a_classic_run_commits(  # type: ignore[no-untyped-def]
+def test_a_run_on_a_spark_connect_server_commits_what_a_classic_run_commits(
         spark, connect_server: str, tmp_path: Path) -> None:
     remote, classic = tmp_path / "remote", tmp_path / "classic"
     _generate(remote)

@@ -21,12 +21,12 @@ NOW = 1_000_000
 Outcome = tuple[int, str | None]  # (offset, reason or None when kept)
 
 
-def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],  # type: ignore[no-untyped-def]
+def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],
            keyless_drop: bool = False) -> None:
     """The plan decides ``table`` (rows of every partition) as ``expected``: (offset, reason or None when kept) in
     offset order. The Spark SQL plans decide a DataFrame, compared with chispa to one written from ``expected``."""
     if plan is Plan.ARROW:
-        result = []
+        result: list[tuple[int, int]] = []
         for partition in sorted(set(table.column("partition").to_pylist())):
             part = table.filter(pa.compute.equal(table.column("partition"), partition)).sort_by("offset")
             decided = arrow_dedupe.decide(part, now_ms=NOW, keyless_drop=keyless_drop)
@@ -34,11 +34,11 @@ def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],  # type:
         assert sorted((o, None if c == rules.KEPT else list(Reason)[c - 1].value) for o, c in result) == expected
         return
     df = spark.createDataFrame(table)
-    decided = classify(df.transform(WINNER_PLANS[plan]), now_ms=NOW, keyless_drop=keyless_drop)
+    frame = classify(df.transform(WINNER_PLANS[plan]), now_ms=NOW, keyless_drop=keyless_drop)
     # A reason's code is its index in Reason plus one (0: kept), as element_at counts.
     reasons = ", ".join(f"'{r.value}'" for r in Reason)
     reason = f"CASE WHEN code = {rules.KEPT} THEN NULL ELSE element_at(array({reasons}), CAST(code AS INT)) END"
-    assert_df_equality(decided.selectExpr("offset", f"{reason} AS reason"),
+    assert_df_equality(frame.selectExpr("offset", f"{reason} AS reason"),
                        spark.createDataFrame(expected, "offset long, reason string"),
                        ignore_row_order=True, ignore_nullable=True)
 
@@ -47,7 +47,7 @@ def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],  # type:
                         *(pytest.param((p, kind), id=f"{p}-{kind}", marks=pytest.mark.spark)
                           for p in WINNER_PLANS for kind in ("classic", "connect"))])
 def plan_and_session(request: pytest.FixtureRequest) -> tuple[Plan, str | None]:
-    return request.param  # type: ignore[no-any-return]
+    return request.param
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def plan(plan_and_session: tuple[Plan, str | None]) -> Plan:
 
 
 @pytest.fixture
-def spark_or_none(request: pytest.FixtureRequest, plan_and_session: tuple[Plan, str | None]):  # type: ignore[no-untyped-def]
+def spark_or_none(request: pytest.FixtureRequest, plan_and_session: tuple[Plan, str | None]):
     """The shared session (classic or Spark Connect) for the Spark SQL plans; the Arrow plan needs none."""
     kind = plan_and_session[1]
     return None if kind is None else request.getfixturevalue("spark" if kind == "classic" else "connect")
@@ -68,13 +68,13 @@ def versioned(offset: int, key: str, version: int | None, **fields: Any) -> dict
             "version": -1 if version is None else version, **fields}
 
 
-def test_the_highest_offset_wins_per_key_and_partition(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+def test_the_highest_offset_wins_per_key_and_partition(spark_or_none, plan: Plan) -> None:
     table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "b"}, {"offset": 2, "key": "a"},
                   {"offset": 3, "key": "a", "partition": 1}, {"offset": 4, "key": "b"})
     expect(spark_or_none, plan, table, [(0, "superseded"), (1, "superseded"), (2, None), (3, None), (4, None)])
 
 
-def test_a_higher_version_wins_ties_go_to_the_higher_offset_and_records_without_one_lose(  # type: ignore[no-untyped-def]
+def test_a_higher_version_wins_ties_go_to_the_higher_offset_and_records_without_one_lose(
         spark_or_none, plan: Plan) -> None:
     table = facts(versioned(0, "a", 50), versioned(1, "a", 10),
                   versioned(2, "b", 7), versioned(3, "b", 7),
@@ -86,19 +86,19 @@ def test_a_higher_version_wins_ties_go_to_the_higher_offset_and_records_without_
         (6, "superseded"), (7, "superseded"), (8, None), (9, None), (10, "superseded")])
 
 
-def test_the_last_record_of_the_range_loses_like_any_other(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+def test_the_last_record_of_the_range_loses_like_any_other(spark_or_none, plan: Plan) -> None:
     # Timestamp strategy: value @0 (t=300), tombstone @1 (t=500), stale value @2 (t=100) last in the range.
     table = facts(versioned(0, "k", 300), versioned(1, "k", 500, delete_horizon_ms=NOW + 1), versioned(2, "k", 100))
     expect(spark_or_none, plan, table, [(0, "superseded"), (1, None), (2, "superseded")])
 
 
-def test_a_stamped_tombstone_competes_like_any_version(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+def test_a_stamped_tombstone_competes_like_any_version(spark_or_none, plan: Plan) -> None:
     table = facts(versioned(0, "a", 20), versioned(1, "a", 10, delete_horizon_ms=NOW - 9),
                   versioned(2, "b", 10), versioned(3, "b", 20, delete_horizon_ms=NOW + 9))
     expect(spark_or_none, plan, table, [(0, None), (1, "superseded"), (2, "superseded"), (3, None)])
 
 
-def test_tombstones_expire_at_their_horizon_unless_superseded_first_or_guarded(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+def test_tombstones_expire_at_their_horizon_unless_superseded_first_or_guarded(spark_or_none, plan: Plan) -> None:
     table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "a", "delete_horizon_ms": NOW - 5},
                   {"offset": 2, "key": "b", "delete_horizon_ms": NOW + 1},
                   {"offset": 3, "key": "c", "delete_horizon_ms": NOW},
@@ -109,13 +109,13 @@ def test_tombstones_expire_at_their_horizon_unless_superseded_first_or_guarded(s
         (5, None), (6, None)])
 
 
-def test_keyless_records_are_kept_or_dropped(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+def test_keyless_records_are_kept_or_dropped(spark_or_none, plan: Plan) -> None:
     table = facts({"offset": 0}, {"offset": 1, "key": "a"})
     expect(spark_or_none, plan, table, [(0, None), (1, None)])
     expect(spark_or_none, plan, table, [(0, "keyless"), (1, None)], keyless_drop=True)
 
 
-def test_aborted_records_go_never_win_and_markers_follow_their_transaction(spark_or_none, plan: Plan) -> None:  # type: ignore[no-untyped-def]
+def test_aborted_records_go_never_win_and_markers_follow_their_transaction(spark_or_none, plan: Plan) -> None:
     table = facts({"offset": 0, "key": "a", "aborted": True}, {"offset": 1, "key": "a"},
                   {"offset": 2, "is_control": True, "marker_pending": True}, {"offset": 3, "is_control": True},
                   {"offset": 4, "is_control": True, "delete_horizon_ms": NOW + 5},

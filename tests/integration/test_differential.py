@@ -95,7 +95,7 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
         for tp, batches_of_tp in zip(partitions, appends, strict=True):
             model = models[tp]
             for batch in batches_of_tp:
-                recs = []
+                recs: list[Rec] = []
                 for row in batch["rows"]:
                     counter += 1
                     # A keyless null value would take its batch's delete horizon (Kafka's is per batch): in
@@ -160,7 +160,7 @@ def test_log_segments_keep_exactly_what_the_reference_model_keeps(split: bool, h
 @settings(max_examples=4, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=HISTORY)
-def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_spark, plan: str,  # type: ignore[no-untyped-def]
+def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_spark, plan: str,
                                                                           history: list[Any]) -> None:
     """On a classic session and on Spark Connect; the histories hold transactions in some partitions and not in
     others, so a split partition takes both of its ways."""
@@ -174,6 +174,6 @@ def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_sp
 @settings(max_examples=2, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=HISTORY)
-def test_log_segments_on_spark_keep_exactly_what_the_reference_model_keeps(any_spark, split: bool,  # type: ignore[no-untyped-def]
+def test_log_segments_on_spark_keep_exactly_what_the_reference_model_keeps(any_spark, split: bool,
                                                                            history: list[Any]) -> None:
     check_history(any_spark, "arrow", KAFKA_SPLIT if split else KAFKA_WHOLE, history, kafka=True)

@@ -15,7 +15,7 @@ from tests.unit.test_log_segments import NOW, TP, _settings
 
 @pytest.mark.spark
 @pytest.mark.parametrize("plan", ["arrow", "window", "aggregate"])
-def test_every_plan_reframes_batches_alike_on_spark(spark, tmp_path, plan: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_plan_reframes_batches_alike_on_spark(spark, tmp_path, plan: str) -> None:
     store = Store.open(str(tmp_path / "store"))
     append(store, I(1, 0, "1", "2", "3"), I(2, 3, "3", "1", "4"), I(3, 6, "1", "4"))
     append(store, T(5, 8, "9"), A(5, 9), plain(10, "4"))
@@ -27,7 +27,7 @@ def test_every_plan_reframes_batches_alike_on_spark(spark, tmp_path, plan: str) 
 
 
 @pytest.mark.spark
-def test_segment_format_says_what_the_cleaner_writes(spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_segment_format_says_what_the_cleaner_writes(spark, local_store: Store) -> None:
     from compaction.clean.cleaner import Cleaner
 
     local_store.append(TP, records([{"key": "a", "value": "1"}, {"key": "a", "value": "2"}]), now_ms=NOW)

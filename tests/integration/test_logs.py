@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -57,7 +58,8 @@ def test_verbose_commands_print_no_credential(s3_endpoint: str, tmp_path: Path, 
                   [("-vv", "status", url), ("-vv", "read", url, "orders", "0"), ("-vv", "read", url, "orders", "9")]):
         for process in [cli(*args) for args in batch]:
             output, _ = process.communicate(timeout=120)
-            assert process.returncode == (1 if process.args[-len(where) - 1] == "9" else 0), output[-3000:]
+            failing = cast(list[str], process.args)[-len(where) - 1] == "9"
+            assert process.returncode == (1 if failing else 0), output[-3000:]
             printed.append(output)
     output = "\n".join(printed)
 

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -27,7 +27,9 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
+from compaction.clean.outcome import RunReport
 from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.errors import CatalogError
 from compaction.job import JobOptions, publish_topic, redacted, run_job
@@ -110,7 +112,7 @@ def copy_store(pub: Published, dest: Path) -> None:
 
 
 def backend(request: pytest.FixtureRequest, name: str) -> Published:
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return request.getfixturevalue(name)
 
 
 # The reference, and the engines ------------------------------------------------------------------------------
@@ -211,7 +213,8 @@ def test_publishing_the_same_versions_again_adds_no_snapshot(local: Published,
     assert "already holds orders at versions 0=4 1=4 2=4: no new snapshot" in capsys.readouterr().out
     assert [s.snapshot_id for s in local.table().snapshots()] == before
     current = local.table().current_snapshot()
-    assert current is not None and json.loads(current.summary[VERSIONS_PROPERTY]) == {"0": 4, "1": 4, "2": 4}
+    assert current is not None and json.loads(current.summary[VERSIONS_PROPERTY]) == {  # type: ignore[index,arg-type]
+        "0": 4, "1": 4, "2": 4}
 
 
 def test_a_publish_racing_another_resolves_through_the_catalogs_commit_check(
@@ -284,6 +287,7 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
     lines: list[str] = []
     code, report = run_job(Store.open(url), JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)), settings,
                            lambda: pytest.fail("nothing to clean: no Spark"), out=lines.append)
+    report = cast(RunReport, report)  # not a dry run
     assert code == 3, "the run's cleaning committed, but a publish failed"
     clicks, orders = report.published
     assert clicks["topic"] == "clicks" and "holds Kafka .log segments" in clicks["error"]
@@ -296,7 +300,7 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
 
 @pytest.mark.spark
 @pytest.mark.parametrize("strategy", ["offset", "timestamp", "header"])
-def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_it_expires(  # type: ignore[no-untyped-def]
+def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_it_expires(
         spark, local: Published, tmp_path: Path, strategy: str) -> None:
     copy_store(local, tmp_path / "store")
     catalog = local_catalog(tmp_path / "lake")
@@ -315,6 +319,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     lines: list[str] = []
     code, report = run_job(store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark,
                            out=lines.append)
+    report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_OK and [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     newest = {p: store.versions(TopicPartition(TOPIC, p))[-1] for p in range(PARTITIONS)}
     assert report.published[0]["versions"] == {str(p): v for p, v in newest.items()}
@@ -336,7 +341,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
 
     # Within gc's grace the previous snapshot stays; once the grace has passed, a publish expires it and gc
     # collects what only it read.
-    replaced_ms = table.snapshot_by_id(second).timestamp_ms
+    replaced_ms = cast(Snapshot, table.snapshot_by_id(second)).timestamp_ms
     grace = settings.cleaner.gc_grace_ms
     assert publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace - 1).expired == []
     expired = publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace)

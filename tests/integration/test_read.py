@@ -57,7 +57,7 @@ def s3(s3_endpoint: str) -> Built:
 
 
 @pytest.fixture(scope="module")
-def cleaned(spark, local: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:  # type: ignore[no-untyped-def]
+def cleaned(spark, local: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """A copy of the local store after a clean pass (deletion vectors, rewrites) and gc of all but 2 versions."""
     url = str(tmp_path_factory.mktemp("cleaned") / "store")
     shutil.copytree(local.url, url)
@@ -117,7 +117,7 @@ def test_every_reader_returns_the_records_of_compaction_read(request: pytest.Fix
 @pytest.mark.spark
 @pytest.mark.parametrize(("name", "version"), [s for s in SCENARIOS if s.id != "local-older"])
 @pytest.mark.parametrize("latest", [False, True], ids=["log", "latest"])
-def test_the_spark_reader_returns_the_records_of_compaction_read(  # type: ignore[no-untyped-def]
+def test_the_spark_reader_returns_the_records_of_compaction_read(
         any_spark, request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None,
         latest: bool) -> None:
     """On a classic session and on Spark Connect alike."""
@@ -165,6 +165,6 @@ def test_latest_view_is_the_same_before_and_after_a_clean_pass(local: Built, cle
 
 
 @pytest.mark.spark
-def test_spark_reading_a_segment_folder_skips_deletion_vectors(spark, local: Built) -> None:  # type: ignore[no-untyped-def]
+def test_spark_reading_a_segment_folder_skips_deletion_vectors(spark, local: Built) -> None:
     inputs = spark.read.parquet(str(segments_folder(local, 1))).inputFiles()
     assert inputs and not [f for f in inputs if Path(f).name.startswith("_")]

@@ -48,7 +48,7 @@ def pushgateway() -> Iterator[Pushgateway]:
 @pytest.mark.s3
 @pytest.mark.spark
 def test_report_and_metrics_file_given_as_s3_urls_are_written_to_the_bucket(
-        spark, s3_endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+        spark, s3_endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     url = new_bucket(s3_endpoint)
@@ -68,7 +68,7 @@ def test_report_and_metrics_file_given_as_s3_urls_are_written_to_the_bucket(
 
 @pytest.mark.spark
 def test_the_last_success_survives_a_partially_failed_run_and_is_on_the_wall_clock(
-        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         pushgateway: Pushgateway) -> None:
     store = make_store(str(tmp_path / "store"))
     textfile = tmp_path / "metrics" / "compaction.prom"
@@ -95,7 +95,7 @@ def test_the_last_success_survives_a_partially_failed_run_and_is_on_the_wall_clo
 
 
 @pytest.mark.spark
-def test_two_stores_metrics_stay_apart(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_two_stores_metrics_stay_apart(spark, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str], pushgateway: Pushgateway) -> None:
     first, second = make_store(str(tmp_path / "first")), make_store(str(tmp_path / "second"))
     break_partition(tmp_path / "second", second, 0)
@@ -119,7 +119,7 @@ def test_two_stores_metrics_stay_apart(spark, tmp_path: Path,  # type: ignore[no
 
 @pytest.mark.spark
 @pytest.mark.parametrize("task_max_records", [1_000_000, 100], ids=["in-task", "key-buckets"])
-def test_the_report_says_where_the_time_went(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_the_report_says_where_the_time_went(spark, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str], task_max_records: int) -> None:
     store = make_store(str(tmp_path / "store"))
     conf = tmp_path / "c.toml"

@@ -83,7 +83,7 @@ def A(producer: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> Cli:  # type: ignore[no-untyped-def]
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> Cli:
     return Cli(tmp_path, capsys)
 
 
@@ -129,7 +129,7 @@ def test_t28_a_data_key_equal_to_a_marker_key_supersedes_nothing(cli: Cli) -> No
     assert cli.offsets() == [0, 1, 2, 3, 4]
 
 
-def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str], spark) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.delete.retention.ms" = 1\n')
     horizon = NOW
@@ -143,7 +143,7 @@ def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path
 @pytest.mark.parametrize(("strategy", "version"), [
     ("timestamp", lambda t: {"timestamp": NOW - 1000 + t}),
     ("header", lambda t: {"headers": [{"key": "seq", "value_long": t}]})])
-def test_a_deleted_key_never_comes_back_after_its_tombstone_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+def test_a_deleted_key_never_comes_back_after_its_tombstone_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                  spark, strategy: str, version) -> None:
     cli = Cli(tmp_path, capsys, f'"log.cleaner.compaction.strategy" = "{strategy}"\n'
                                 '"log.cleaner.compaction.strategy.header" = "seq"\n')
@@ -156,7 +156,7 @@ def test_a_deleted_key_never_comes_back_after_its_tombstone_goes(tmp_path: Path,
     assert [r.get("key") for r in cli.read()] == ["filler-0", "filler-1", "filler-2"]
 
 
-def test_a_tombstone_outlives_its_horizon_while_a_stale_record_of_its_key_waits_beyond_the_range(  # type: ignore[no-untyped-def]
+def test_a_tombstone_outlives_its_horizon_while_a_stale_record_of_its_key_waits_beyond_the_range(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.compaction.strategy" = "timestamp"\n')
     cli.append(rec("k", "v", timestamp=NOW - 300), rec("k", None, timestamp=NOW - 100))
@@ -171,7 +171,7 @@ def test_a_tombstone_outlives_its_horizon_while_a_stale_record_of_its_key_waits_
     assert [r for r in cli.read() if r.get("key") == "k"] == []
 
 
-def test_an_expired_tombstone_that_lost_on_version_goes_and_the_next_plan_selects_nothing(  # type: ignore[no-untyped-def]
+def test_an_expired_tombstone_that_lost_on_version_goes_and_the_next_plan_selects_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.compaction.strategy" = "timestamp"\n')
     cli.append(rec("k", "live", timestamp=NOW - 100), rec("k", None, timestamp=NOW - 300))  # an older tombstone

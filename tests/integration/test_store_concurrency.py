@@ -18,7 +18,7 @@ APPENDS = 25
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])
-def test_concurrent_appenders_lose_nothing(store_factory, backend: str) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_appenders_lose_nothing(store_factory, backend: str) -> None:
     store: Store = store_factory(backend)
 
     def appender(writer: int) -> list[int]:

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from compaction.clean.cleaner import Cleaner
+from compaction.clean.outcome import RunReport
 from compaction.job import EXIT_FAILED, EXIT_PARTIAL, JobOptions, run_job
 from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_garbage
@@ -48,7 +49,7 @@ def offsets(store: Store, tp: TopicPartition) -> list[int]:
 
 
 @pytest.mark.spark
-def test_a_worker_killed_once_is_retried_and_every_partition_commits(any_spark, local_store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_once_is_retried_and_every_partition_commits(any_spark, local_store: Store) -> None:
     """On a classic session and on Spark Connect alike."""
     seed(local_store)
     store = faulty(local_store, kill=f"{BAD.prefix}/", first_attempt_only=True)
@@ -60,18 +61,19 @@ def test_a_worker_killed_once_is_retried_and_every_partition_commits(any_spark, 
 
 @pytest.mark.spark
 @pytest.mark.parametrize("path", list(PATHS))
-def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_commit(  # type: ignore[no-untyped-def]
-        any_spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_commit(
+        any_spark, local_store: Store, path: str) -> None:
     seed(local_store)
     printed: list[str] = []
     code, report = run_job(faulty(local_store, kill=f"{BAD.prefix}/"), JobOptions(now_ms=NOW, wall_ms=NOW),
                            PATHS[path], lambda: any_spark, out=printed.append)
+    report = cast(RunReport, report)  # not a dry run
 
     assert code == EXIT_PARTIAL
     assert any(line.startswith("deciding survivors") for line in printed) == (path == "arrow-split")
-    status: dict[str, Any] = {r.partition: r.status for r in report.partitions}  # type: ignore[union-attr]
+    status: dict[str, Any] = {r.partition: r.status for r in report.partitions}
     assert status == {"t-0": "cleaned", "t-1": "failed", "t-2": "cleaned"}
-    (failure,) = report.to_dict()["failures"]  # type: ignore[union-attr]
+    (failure,) = report.to_dict()["failures"]
     assert failure["partition"] == "t-1"
     assert failure["error"] == "Spark task failed 4 times: Python worker exited unexpectedly (crashed)"
     assert [line for line in printed if "t-1" in line and "failed" in line] == [
@@ -83,8 +85,8 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
 
 
 @pytest.mark.spark
-def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_error(  # type: ignore[no-untyped-def]
-        any_spark, local_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_error(
+        any_spark, local_store: Store, caplog: pytest.LogCaptureFixture) -> None:
     """A TypeError in a task body is a bug: the line says internal error and names the partition, the report keeps
     the executor's traceback with credentials masked, -v (debug) prints it, and the exit code is 1 (the DAG does
     not retry it as if it were transient); the other partitions commit."""
@@ -94,14 +96,15 @@ def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_erro
     with caplog.at_level(logging.DEBUG, logger="compaction.job"):
         code, report = run_job(faulty(local_store, bug=f"{BAD.prefix}/", bug_text=f"key {secret}"),
                                JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: any_spark, out=printed.append)
+        report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_FAILED
-    status: dict[str, Any] = {r.partition: r.status for r in report.partitions}  # type: ignore[union-attr]
+    status: dict[str, Any] = {r.partition: r.status for r in report.partitions}
     assert status == {"t-0": "cleaned", "t-1": "failed", "t-2": "cleaned"}
-    (failure,) = report.to_dict()["failures"]  # type: ignore[union-attr]
+    (failure,) = report.to_dict()["failures"]
     assert failure["partition"] == "t-1" and failure["internal"] is True
     assert failure["error"].startswith("TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'")
     assert "Traceback (most recent call last)" in failure["trace"] and "task_faults.py" in failure["trace"]
-    assert secret not in failure["trace"] and secret not in json.dumps(report.to_dict())  # type: ignore[union-attr]
+    assert secret not in failure["trace"] and secret not in json.dumps(report.to_dict())
     (line,) = [line for line in printed if "t-1" in line]
     assert line.startswith("[2/3] failed t-1: internal error (a bug in compaction, not a problem of the data")
     logged = [r.getMessage() for r in caplog.records if r.name == "compaction.job"]

@@ -7,4 +7,4 @@ import pytest
 
 @pytest.fixture(params=["memory", "local"])
 def backend(request: pytest.FixtureRequest) -> str:
-    return request.param  # type: ignore[no-any-return]
+    return request.param

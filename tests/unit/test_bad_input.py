@@ -154,7 +154,7 @@ def test_a_segment_that_cannot_be_read_is_reported_by_verify(seeded: Store) -> N
     rel = _segment_path(seeded)
 
     class Unreadable(Storage):
-        def _call(self, op: str, path: str, fn):  # type: ignore[no-untyped-def]
+        def _call(self, op: str, path: str, fn):
             if path == rel and op != "list":
                 raise StoreError(f"cannot {op} {path}: access denied")
             return super()._call(op, path, fn)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from compaction.clean.rules import Strategy
 from compaction.clean.settings import LONG_MAX, TopicConfig
 from compaction.cli import EXIT_INVALID, main
 from compaction.config import Settings, read_properties
@@ -17,7 +18,7 @@ def test_defaults_are_kafkas() -> None:
     assert Settings.load(environ={}).defaults == TopicConfig(
         cleanup_policy=("delete",), min_cleanable_dirty_ratio=0.5, min_compaction_lag_ms=0,
         max_compaction_lag_ms=LONG_MAX, delete_retention_ms=86_400_000, segment_bytes=1_073_741_824,
-        segment_ms=604_800_000, compaction_strategy="offset", compaction_strategy_header="",
+        segment_ms=604_800_000, compaction_strategy=Strategy.OFFSET, compaction_strategy_header="",
         retention_ms=604_800_000, retention_bytes=-1)
 
 

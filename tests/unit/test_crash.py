@@ -27,7 +27,8 @@ class CrashingStorage(Storage):
 
     def __init__(self, inner: Storage, at: int, after: bool) -> None:
         super().__init__(inner.fs, inner.root, inner.url, inner.storage_options)
-        self.at, self.after, self.calls, self.dead = at, after, [], False
+        self.at, self.after, self.dead = at, after, False
+        self.calls: list[str] = []
 
     def _call(self, op: str, rel: str, fn: Callable[[], Any]) -> Any:
         if self.dead:
@@ -57,7 +58,7 @@ def _content(store: Store) -> list[tuple[int, bytes]]:
 
 
 @pytest.mark.parametrize("operation", [_append, _clean], ids=["append", "clean"])
-def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: str,  # type: ignore[no-untyped-def]
+def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: str,
                                                        operation) -> None:
     reference = store_factory(backend)
     seed_three_versions(reference, TP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.gc import collect_garbage
@@ -61,7 +62,7 @@ def test_orphans_wait_for_the_grace_period_and_unknown_files_are_left_alone(loca
     orphan = local_store.write_segment(TP, keyed("b=1", start=1), 1, 2, created_ms=0)  # a crashed writer
     local_store.storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/notes.txt", b"mine")
     entries = local_store.storage.list_dir(f"{TP.prefix}/{SEGMENT_DIR}")
-    mtime = next(e.mtime_ms for e in entries if orphan.path.endswith(e.name))
+    mtime = cast(int, next(e.mtime_ms for e in entries if orphan.path.endswith(e.name)))
 
     result = collect_garbage(local_store, TP, wall_ms=mtime + HOUR - 1, grace_ms=HOUR)
     assert result.deleted_objects == [] and result.waiting_objects == 1

@@ -66,7 +66,7 @@ def test_skew_puts_a_share_of_records_in_partition_0_and_one_hot_key() -> None:
     assert max(keys.count(k) for k in set(keys)) >= 3000
 
 
-def test_kafka_format_with_transactions_writes_batches_kafka_python_reads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_kafka_format_with_transactions_writes_batches_kafka_python_reads(tmp_path) -> None:
     from kafka.record.memory_records import MemoryRecords
 
     store = Store.open(str(tmp_path / "store"))
@@ -93,7 +93,7 @@ def test_kafka_format_with_transactions_writes_batches_kafka_python_reads(tmp_pa
     assert batches > len(markers) and sequences
 
 
-def test_generate_command_writes_kafka_segments(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_generate_command_writes_kafka_segments(tmp_path, capsys) -> None:
     import json
 
     from compaction.cli import main

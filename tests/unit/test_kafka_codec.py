@@ -56,7 +56,7 @@ def sample_log(codec: str) -> tuple[pa.Table, pa.Table]:
     """Five batches: plain (null key, tombstone, headers), transactional with an offset gap, a commit marker,
     an empty batch, and one carrying a delete horizon."""
     producer = {"producer_id": 7, "producer_epoch": 2, "is_transactional": True}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"offset": 0, "timestamp": NOW, "key": b"k0", "value": compressible(0),
          "headers": [{"key": "h", "value": b"v"}, {"key": "null", "value": None}, {"key": "é", "value": b""}]},
         {"offset": 1, "timestamp": NOW - 5, "key": None, "value": compressible(1)},

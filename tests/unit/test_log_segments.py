@@ -129,7 +129,7 @@ def test_segment_format_is_a_topic_setting() -> None:
 # The cleaner over .log segments ------------------------------------------------------------------------------
 
 
-def _settings(**topic: str):  # type: ignore[no-untyped-def]
+def _settings(**topic: str):
 
     return settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                           "topics": {"t": topic} if topic else {}})
@@ -159,7 +159,7 @@ def test_the_read_api_streams_log_segments(memory_store: Store) -> None:
 
 
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS))
-def test_every_kind_of_bad_batch_makes_its_partition_uncleanable_alone(tmp_path, corruption: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_kind_of_bad_batch_makes_its_partition_uncleanable_alone(tmp_path, corruption: str) -> None:
     from compaction.clean.cleaner import Cleaner
     from tests.helpers.inline import InlineSession
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import re
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def test_every_payload_arrives_as_it_was_sent(memory_store: Store) -> None:
             assert (arrived.tp, arrived.segment_base, arrived.outcome, arrived.rows) == (TP, 0, payload.outcome, 3)
             assert arrived.dropped.tolist() == [0b1000_0000] and arrived.stamps.tolist() == []
         elif isinstance(payload, (CleanTask, ApplyJob)):
-            assert arrived.tp == TP and arrived.pass_id == payload.pass_id
+            assert cast(CleanTask, arrived).tp == TP and cast(CleanTask, arrived).pass_id == payload.pass_id
         else:
             assert arrived == payload
 

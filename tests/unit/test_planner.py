@@ -45,7 +45,7 @@ def filthy(n: int, checkpoint: int, log_start: int = 0, partition: int = 0, now:
     return log([*segments, seg(n, n + 1, first_ts=now, created=now)], checkpoint, log_start, partition=partition)
 
 
-def one(manifest: Manifest, config: TopicConfig = COMPACT, now: int = 0):  # type: ignore[no-untyped-def]
+def one(manifest: Manifest, config: TopicConfig = COMPACT, now: int = 0):
     return plan_partition(TopicPartition(manifest.topic, manifest.partition), manifest, config, now)
 
 
@@ -309,7 +309,7 @@ def partitions(draw: st.DrawFn) -> tuple[Manifest, TopicConfig, int]:
 
 @settings(max_examples=400, deadline=None)
 @given(partitions())
-def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_within_the_min_lag(case) -> None:  # type: ignore[no-untyped-def]
+def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_within_the_min_lag(case) -> None:
     manifest, config, now = case
     p = one(manifest, config, now)
     if p.decision is not Decision.CLEAN or p.cleanable_bytes == 0:

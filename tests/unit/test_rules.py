@@ -39,7 +39,7 @@ def test_timestamp_strategy_invalidates_missing_and_negative_timestamps() -> Non
 
 
 def test_header_strategy_reads_the_last_occurrence_as_a_big_endian_long() -> None:
-    rows = [
+    rows: list[tuple[int, int | None, Any]] = [
         (0, None, [("v", be(7))]),
         (1, None, [("v", be(7)), ("other", be(99)), ("v", be(-3))]),  # last occurrence wins, even if lower
         (2, None, [("v", b"\x01\x02")]),  # not 8 bytes: malformed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -81,7 +83,7 @@ def test_listing_topics_and_partitions(store: Store) -> None:
 
 
 def test_open_transactions_bound_the_last_stable_offset(store: Store) -> None:
-    txn = {"producer_id": 7, "is_transactional": True}
+    txn: dict[str, Any] = {"producer_id": 7, "is_transactional": True}
     manifest = store.append(TP, table(rec("a", **txn), rec("b"), rec("c", **txn)), now_ms=1)
     assert manifest.last_stable_offset == 0
     assert manifest.open_transactions == {7: 0}
@@ -91,7 +93,7 @@ def test_open_transactions_bound_the_last_stable_offset(store: Store) -> None:
     assert manifest.last_stable_offset == manifest.log_end_offset == 4
 
 
-def _replacement(store: Store, manifest, removed, added, first_dirty):  # type: ignore[no-untyped-def]
+def _replacement(store: Store, manifest, removed, added, first_dirty):
     return Replacement(removed=tuple(removed), added=tuple(added),
                        expected_first_dirty_offset=manifest.first_dirty_offset, first_dirty_offset=first_dirty,
                        expected_log_start_offset=manifest.log_start_offset,
@@ -129,7 +131,7 @@ def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) 
     assert store.versions(TP) == [1, 2]
 
 
-def _kept(latest):  # type: ignore[no-untyped-def]
+def _kept(latest):
     return latest.model_dump(include={"log_start_offset", "log_end_offset", "last_stable_offset",
                                       "first_dirty_offset", "open_transactions", "segments"})
 
@@ -138,7 +140,7 @@ def _kept(latest):  # type: ignore[no-untyped-def]
     ({"log_start_offset": 5}, "log_start_offset 5 is past the log end 2"),
     ({"log_end": 2}, "log_end: Extra inputs are not permitted"),
 ])
-def test_a_change_that_breaks_the_manifest_rules_is_a_bug_not_a_conflict(store: Store, bug, problem) -> None:  # type: ignore[no-untyped-def]
+def test_a_change_that_breaks_the_manifest_rules_is_a_bug_not_a_conflict(store: Store, bug, problem) -> None:
     store.append(TP, keyed("a=1 b=2"), now_ms=1)
     with pytest.raises(InvalidManifestError, match=f"orders/0 version 2 .*{problem}") as raised:
         store.commit(TP, lambda latest: {**_kept(latest), **bug}, writer=Writer(), operation="clean", now_ms=2)
@@ -149,7 +151,7 @@ def test_a_change_that_breaks_the_manifest_rules_is_a_bug_not_a_conflict(store: 
 def test_an_error_a_change_raises_passes_through_as_itself(store: Store) -> None:
     store.append(TP, keyed("a=1"), now_ms=1)
 
-    def broken(latest):  # type: ignore[no-untyped-def]
+    def broken(latest):
         return {**_kept(latest), "segments": latest.segments[1]}  # IndexError: a bug in the change
 
     with pytest.raises(IndexError):
@@ -176,7 +178,7 @@ class RecordingStorage:
         storage = store.storage
         original = storage._call
 
-        def record(op, rel, fn):  # type: ignore[no-untyped-def]
+        def record(op, rel, fn):
             self.calls.append((op, rel))
             return original(op, rel, fn)
 

@@ -47,7 +47,7 @@ def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_sto
     asked: list[list[str] | None] = []
     original = local_store.read_segment
 
-    def spy(tp, seg, columns=None, start=None):  # type: ignore[no-untyped-def]
+    def spy(tp, seg, columns=None, start=None):
         asked.append(None if columns is None else list(columns))
         return original(tp, seg, columns, start)
 
