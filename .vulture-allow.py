@@ -1,4 +1,4 @@
-"""Names vulture cannot see used: serialized fields, pydantic hooks, attributes set on library objects."""
+"""Names vulture cannot see used: serialized fields, pydantic hooks, attributes set on library objects, the public API."""
 # ruff: noqa
 __getattr__  # PEP 562: the lazy public API (compaction/__init__.py)
 __dir__  # PEP 562 (compaction/__init__.py)
@@ -21,6 +21,7 @@ model_config  # unused variable (compaction/config.py:81)
 _._gather_broker_names  # unused method (compaction/config.py:89)
 _._check_broker_keys  # unused method (compaction/config.py:99)
 _._check_topic_keys  # unused method (compaction/config.py:108)
+read_batches  # public API: compaction.read_batches (compaction/read/scan.py:168)
 model_config  # unused variable (compaction/store/manifest.py:54)
 _._check_path  # unused method (compaction/store/manifest.py:70)
 _._check  # unused method (compaction/store/manifest.py:123)

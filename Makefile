@@ -77,7 +77,7 @@ lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vul
 	$(BIN)/ruff check compaction tests bench jobs dags scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/vulture compaction compaction/__init__.pyi .vulture-allow.py --min-confidence 60
+	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
 
 clean: ## remove the demo store, reports, packages and caches (keeps the virtualenvs)
 	rm -rf $(STORE) out dist build compaction.egg-info .pytest_cache .mypy_cache .ruff_cache

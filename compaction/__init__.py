@@ -30,27 +30,68 @@ storage, formats, manifests and commits), :mod:`compaction.clean` (choosing and 
 :mod:`compaction.read` (reading the clean log at a version, for every tool downstream), and the application
 edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`, :mod:`compaction.report`).
 
-The public API is written once, as the imports of the stub beside this file (``__init__.pyi``): type checkers
-read them, and ``__all__`` and the names themselves come from them at run time, each loaded on first use, so
-that importing the package does not start the JVM libraries a store command never needs.
+The public API is written once, as the imports under ``TYPE_CHECKING`` below: type checkers read them, and at run
+time ``__all__`` and the names themselves come from the same lines (read from this file's source), each loaded on
+first use, so that importing the package does not start the JVM libraries a store command never needs.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
-import importlib.resources
-from typing import Any
+import inspect
+import sys
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # the public API: one name per import, from the module that defines it
+    from compaction.clean.cleaner import Cleaner, plan_store
+    from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
+    from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
+    from compaction.clean.rules import Plan, Strategy
+    from compaction.clean.settings import CleanerSettings, TopicConfig
+    from compaction.config import Settings
+    from compaction.errors import (
+        CommitConflictError,
+        CompactionError,
+        ConfigError,
+        CorruptManifestError,
+        CorruptSegmentError,
+        InvalidManifestError,
+        InvalidRecordsError,
+        MissingObjectError,
+        OffsetOverlapError,
+        SegmentSchemaError,
+        StoreError,
+        StoreNotFoundError,
+        VersionNotFoundError,
+    )
+    from compaction.read.export import SnapshotResult, snapshot
+    from compaction.read.files import LiveFile, PartitionFiles
+    from compaction.read.filters import RecordFilter
+    from compaction.read.history import VersionEntry, history
+    from compaction.read.scan import Scan, read_batches, read_table, scan
+    from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
+    from compaction.store.gc import collect_store
+    from compaction.store.segment import records
+    from compaction.store.verify import verify
+    from compaction.synthetic import GenerateSpec, generate
+
 
 def _public_api() -> dict[str, str]:
-    """Each public name and the module that defines it, from the imports of the stub (read as a package resource,
-    so that it is found in the zip a Spark Connect server's workers import this package from, too)."""
-    stub = importlib.resources.files(__name__).joinpath("__init__.pyi").read_text(encoding="utf-8")
-    return {alias.name: f"{__name__}.{node.module}" for node in ast.parse(stub).body
-            if isinstance(node, ast.ImportFrom) for alias in node.names}
+    """Each public name and its module: the imports under ``TYPE_CHECKING`` above, read from this file's source
+    through the module's loader (so that a zip on --py-files or a Spark Connect artifact serves it too)."""
+    try:
+        source = inspect.getsource(sys.modules[__name__])
+    except OSError as err:  # an installation of compiled files only
+        raise ImportError("compaction's public API is read from the source of compaction/__init__.py, which this "
+                          "installation does not hold: install the wheel of `make dist`") from err
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return {alias.name: str(imported.module) for imported in node.body if isinstance(imported, ast.ImportFrom)
+                    for alias in imported.names}
+    raise ImportError("compaction/__init__.py has no `if TYPE_CHECKING:` block of public names")
 
 
 _API = _public_api()

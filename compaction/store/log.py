@@ -38,7 +38,9 @@ from compaction.errors import (
     StoreNotFoundError,
 )
 from compaction.kafka.layout import CONTROL
-from compaction.store import commit as commits, deletes, inputs, pins as pinning
+from compaction.store import commit as commits
+from compaction.store import deletes, inputs
+from compaction.store import pins as pinning
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.deletes import members
 from compaction.store.formats import (

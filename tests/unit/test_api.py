@@ -16,7 +16,7 @@ def test_every_public_name_resolves_to_what_its_module_defines() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     try:
-        compaction.Nothing  # type: ignore[attr-defined]  # noqa: B018
+        compaction.Nothing  # noqa: B018
     except AttributeError as err:
         assert "Nothing" in str(err)
     else:
