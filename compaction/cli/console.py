@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from compaction import __version__, logs
 from compaction.clean.session import remote_url
 from compaction.cli import clean, common, kafka, read, store
 from compaction.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
+from compaction.cli.output import Output
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace,
                 secrets: Iterable[str] = ()) -> int:
     def error(text: str) -> None:
-        print(f"error: {logs.redact(text, secrets)}", file=sys.stderr)
+        Output().line(f"error: {logs.redact(text, secrets)}", aside=True)
 
     try:
         return func(args)

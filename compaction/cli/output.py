@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -31,8 +32,9 @@ class Output:
     def of(cls, args: argparse.Namespace) -> Output:
         return cls(bool(getattr(args, "json", False)))
 
-    def line(self, text: str = "") -> None:
-        print(text)
+    def line(self, text: str = "", *, aside: bool = False) -> None:
+        """A line for people; ``aside`` sends it to stderr, beside data written to stdout."""
+        print(text, file=sys.stderr if aside else sys.stdout)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print(format_table(headers, rows))

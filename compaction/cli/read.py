@@ -77,7 +77,7 @@ def cmd_read(args: argparse.Namespace) -> int:
                 else open(args.output, "wb")  # noqa: SIM115
             with stream:
                 count = write_output(fmt, batches, the_scan, stream)
-            print(f"wrote {count} record(s) to {args.output}", file=sys.stderr)
+            Output().line(f"wrote {count} record(s) to {args.output}", aside=True)
         else:
             write_output(fmt, batches, the_scan, sys.stdout if fmt == "jsonl" else sys.stdout.buffer)
             sys.stdout.flush()
