@@ -11,7 +11,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup dist run test cluster-test soak bench bench-quick bench-codec lint clean
+.PHONY: help setup airflow-setup dist run test test-unit cluster-test soak bench bench-quick bench-codec lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ run: setup ## generate a demo store under ./demo-store (once), compact it with l
 
 test: setup airflow-setup ## run every test: unit, Spark, S3 (moto), the Spark cluster and the Airflow DAG
 	$(BIN)/python -m pytest
+
+test-unit: setup ## the fast part, tests/unit: no Spark, no server (well under a minute)
+	$(BIN)/python -m pytest tests/unit
 
 cluster-test: setup ## only the standalone-cluster test (master + 2 workers and S3 on 127.0.0.1)
 	$(BIN)/python -m pytest -m cluster -s

@@ -378,7 +378,7 @@ def s3(work: Path, runs: int, records: int) -> dict[str, Any]:
 
 def s4(work: Path, records: int) -> dict[str, Any]:
     """50M records on a standalone cluster (driver 1 GB, executors 2 GB); the driver's RSS at three sizes."""
-    from tests.cluster import spark_cluster
+    from tests.helpers.cluster import spark_cluster
 
     result: dict[str, Any] = {}
     conf = work / "bench.toml"
@@ -410,7 +410,7 @@ def s4(work: Path, records: int) -> dict[str, Any]:
 def startup(work: Path, runs: int) -> dict[str, Any]:
     """A run of a small store as users start the job: from this checkout (``make setup`` made Spark's class-data
     archive) and from the wheel installed in a virtualenv of its own (``pip install``), taking turns."""
-    from tests.jobenv import build_wheel, job_environment
+    from tests.helpers.jobenv import build_wheel, job_environment
 
     small = generated(work, "startup", GenerateSpec(records=10_000, keys=2_000, partitions=1, segment_records=2_500,
                                                     end_time_ms=WRITTEN, seed=7))

@@ -28,126 +28,24 @@ No code below the command line reads the clock: ``now`` is always an argument.
 The package is laid out as its architecture (``docs/architecture.md``): :mod:`compaction.store` (the store:
 storage, formats, manifests and commits), :mod:`compaction.clean` (choosing and cleaning partitions),
 :mod:`compaction.read` (reading the clean log at a version, for every tool downstream), and the application
-edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`,
-:mod:`compaction.report`). The names below are the public API; they load on first use, so that importing
-the package does not start the JVM libraries a store command never needs.
+edge (:mod:`compaction.cli`, :mod:`compaction.job`, :mod:`compaction.config`, :mod:`compaction.report`).
+
+The public API is written once, as the imports under ``TYPE_CHECKING`` below: type checkers read them, and at run
+time ``__all__`` and the names themselves come from the same lines (read from this file's source), each loaded on
+first use, so that importing the package does not start the JVM libraries a store command never needs.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
+import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-#: Public name -> the module that defines it.
-_API = {
-    "CommitConflictError": "compaction.errors",
-    "CompactionError": "compaction.errors",
-    "ConfigError": "compaction.errors",
-    "CorruptManifestError": "compaction.errors",
-    "CorruptSegmentError": "compaction.errors",
-    "InvalidManifestError": "compaction.errors",
-    "InvalidRecordsError": "compaction.errors",
-    "MissingObjectError": "compaction.errors",
-    "OffsetOverlapError": "compaction.errors",
-    "PlanError": "compaction.errors",
-    "SegmentSchemaError": "compaction.errors",
-    "StoreError": "compaction.errors",
-    "StoreNotFoundError": "compaction.errors",
-    "VersionNotFoundError": "compaction.errors",
-    "DeletionVector": "compaction.store",
-    "Manifest": "compaction.store",
-    "SegmentMeta": "compaction.store",
-    "Store": "compaction.store",
-    "TopicPartition": "compaction.store",
-    "Writer": "compaction.store",
-    "verify": "compaction.store.verify",
-    "collect_store": "compaction.store.gc",
-    "records": "compaction.store.segment",
-    "Plan": "compaction.clean.rules",
-    "Strategy": "compaction.clean.rules",
-    "CleanerSettings": "compaction.clean.settings",
-    "TopicConfig": "compaction.clean.settings",
-    "CompactionPlan": "compaction.clean.planner",
-    "Decision": "compaction.clean.planner",
-    "PartitionPlan": "compaction.clean.planner",
-    "Cleaner": "compaction.clean.cleaner",
-    "plan_store": "compaction.clean.cleaner",
-    "CleanerStats": "compaction.clean.outcome",
-    "PartitionResult": "compaction.clean.outcome",
-    "RunReport": "compaction.clean.outcome",
-    "Status": "compaction.clean.outcome",
-    "Scan": "compaction.read.scan",
-    "scan": "compaction.read.scan",
-    "read_table": "compaction.read.scan",
-    "read_batches": "compaction.read.scan",
-    "RecordFilter": "compaction.read.filters",
-    "PartitionFiles": "compaction.read.files",
-    "LiveFile": "compaction.read.files",
-    "VersionEntry": "compaction.read.history",
-    "history": "compaction.read.history",
-    "SnapshotResult": "compaction.read.export",
-    "snapshot": "compaction.read.export",
-    "Settings": "compaction.config",
-    "GenerateSpec": "compaction.synthetic",
-    "generate": "compaction.synthetic",
-}
-
-__all__ = [
-    "Cleaner",
-    "CleanerSettings",
-    "CleanerStats",
-    "CommitConflictError",
-    "CompactionError",
-    "CompactionPlan",
-    "ConfigError",
-    "CorruptManifestError",
-    "CorruptSegmentError",
-    "Decision",
-    "DeletionVector",
-    "GenerateSpec",
-    "InvalidManifestError",
-    "InvalidRecordsError",
-    "LiveFile",
-    "Manifest",
-    "MissingObjectError",
-    "OffsetOverlapError",
-    "PartitionFiles",
-    "PartitionPlan",
-    "PartitionResult",
-    "Plan",
-    "PlanError",
-    "RecordFilter",
-    "RunReport",
-    "Scan",
-    "SegmentMeta",
-    "SegmentSchemaError",
-    "Settings",
-    "SnapshotResult",
-    "Status",
-    "Store",
-    "StoreError",
-    "StoreNotFoundError",
-    "Strategy",
-    "TopicConfig",
-    "TopicPartition",
-    "VersionEntry",
-    "VersionNotFoundError",
-    "Writer",
-    "collect_store",
-    "generate",
-    "history",
-    "plan_store",
-    "read_batches",
-    "read_table",
-    "records",
-    "scan",
-    "snapshot",
-    "verify",
-]
-
-if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
+if TYPE_CHECKING:  # the public API: one name per import, from the module that defines it
     from compaction.clean.cleaner import Cleaner, plan_store
     from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
     from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
@@ -164,7 +62,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         InvalidRecordsError,
         MissingObjectError,
         OffsetOverlapError,
-        PlanError,
         SegmentSchemaError,
         StoreError,
         StoreNotFoundError,
@@ -180,6 +77,25 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from compaction.store.segment import records
     from compaction.store.verify import verify
     from compaction.synthetic import GenerateSpec, generate
+
+
+def _public_api() -> dict[str, str]:
+    """Each public name and its module: the imports under ``TYPE_CHECKING`` above, read from this file's source
+    through the module's loader (so that a zip on --py-files or a Spark Connect artifact serves it too)."""
+    try:
+        source = inspect.getsource(sys.modules[__name__])
+    except OSError as err:  # an installation of compiled files only
+        raise ImportError("compaction's public API is read from the source of compaction/__init__.py, which this "
+                          "installation does not hold: install the wheel of `make dist`") from err
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return {alias.name: str(imported.module) for imported in node.body if isinstance(imported, ast.ImportFrom)
+                    for alias in imported.names}
+    raise ImportError("compaction/__init__.py has no `if TYPE_CHECKING:` block of public names")
+
+
+_API = _public_api()
+__all__ = sorted(_API)
 
 
 def __getattr__(name: str) -> Any:

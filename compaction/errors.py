@@ -81,10 +81,6 @@ class SparkStartError(CompactionError):
     message names the cause and what to do."""
 
 
-class PlanError(CompactionError):
-    """Raised when a partition cannot be planned (for example its manifest is unreadable)."""
-
-
 class PayloadVersionError(CompactionError):
     """Raised when a task or result shipped between the driver and executors was built by another version of
     this library (the driver and the executors run different builds)."""

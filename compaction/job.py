@@ -7,7 +7,7 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,8 @@ from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import GcOutcome, RunReport
 from compaction.clean.planner import CompactionPlan
 from compaction.clean.session import warm_workers
-from compaction.config import Settings
-from compaction.errors import CompactionError, ConfigError
+from compaction.config import Settings, did_you_mean
+from compaction.errors import CompactionError, ConfigError, InvalidArgumentError
 from compaction.read.files import Versions
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
@@ -34,9 +34,9 @@ EXIT_PARTIAL = 3  # some partitions failed on their data or the store (the other
 
 @dataclass(frozen=True)
 class JobOptions:
-    """A run's inputs besides the configuration; ``now_ms`` is explicit (backfills and retries repeat exactly)."""
+    """A run's inputs besides the store and the configuration; ``now_ms`` is explicit (backfills and retries
+    repeat exactly)."""
 
-    store: str
     now_ms: int
     wall_ms: int  # the wall clock at the start, read once: safety bounds (gc's grace, tombstones' minimum life)
     topics: str | Sequence[str] | None = None  # glob patterns
@@ -47,25 +47,23 @@ class JobOptions:
     run_id: str | None = None
 
 
-def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[], SparkSession],
-            storage_options: Mapping[str, Any] | None = None, out: Callable[[str], None] = print
-            ) -> tuple[int, RunReport | CompactionPlan]:
-    """Plan and (unless a dry run) clean; returns the exit code and the report (or the plan of a dry run).
+def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory: Callable[[], SparkSession],
+            out: Callable[[str], None] = print) -> tuple[int, RunReport | CompactionPlan]:
+    """Plan and (unless a dry run) clean ``store`` (opened by the caller, with the storage options it needs:
+    reports and metrics go beside it with the same options); returns the exit code and the report (or the plan
+    of a dry run).
 
     The store is planned before Spark starts, so a bad configuration or an unreachable store fails fast.
     """
-    options_ = settings.store.storage_options()
-    options_.update(storage_options or {})
-    secrets = logs.secrets_in(os.environ, options_)
+    storage_options = store.storage.storage_options
+    secrets = logs.secrets_in(os.environ, storage_options)
 
     def say(line: str) -> None:  # an error's text may carry what a library put in it: credentials are masked
         out(logs.redact(line, secrets))
 
     for output in (options.report_path, settings.cleaner.metrics_textfile):
         if output:
-            output_location(output, options.store, options_)  # a path that cannot be written fails before any work
-    store = Store.open(options.store, options_)
-    store.require_exists()  # an unreachable endpoint, missing credentials or a typo fail here, before Spark
+            output_location(output, store.url, storage_options)  # a path that cannot be written fails before any work
     if settings.publish.after_run and not options.dry_run:
         with redacted(settings):  # a bad catalog fails now, before any work
             publishing().open_catalog(settings.publish.catalog, settings.publish.properties)
@@ -97,13 +95,45 @@ def run_job(options: JobOptions, settings: Settings, spark_factory: Callable[[],
     if options.gc:  # before the report is written, so that it names the partitions gc skipped
         report.gc = collect(store, options, settings, say)
     if options.report_path:
-        write_report(report, options.report_path, options_)
+        write_report(report, options.report_path, storage_options)
         say(f"report written to {options.report_path}")
     write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway,
-                  finished_ms=options.wall_ms + report.elapsed_ms, storage_options=options_)
+                  finished_ms=options.wall_ms + report.elapsed_ms, storage_options=storage_options)
     if any(r.internal for r in report.failed):
         return EXIT_FAILED, report
     return (EXIT_OK if report.succeeded else EXIT_PARTIAL), report
+
+
+def check_selection(store: Store, settings: Settings, topics: Sequence[str] | None, *, strict: bool,
+                    configured: bool = True, asked: str | None = None) -> None:
+    """Name the likely mistakes that would make a run select nothing: ``topics`` (glob patterns; ``asked``, the
+    --topics text they came from) matching no topic, a ``[topics."x"]`` table naming no topic, no topic compacted
+    (without a configuration file, Kafka's default policy is delete: ``configured`` false says none was given).
+
+    Each is a warning; with ``strict`` (a run), one that leaves nothing of what was asked for is an error.
+    """
+    names = store.topics()
+    unmatched = [p for p in topics or [] if not any(fnmatch.fnmatchcase(t, p) for t in names)]
+    for pattern in unmatched:
+        log.warning("--topics %r matches no topic of %s%s", pattern, store.url, did_you_mean(pattern, names))
+    for pattern in settings.topics:
+        if not any(fnmatch.fnmatchcase(t, pattern) for t in names):
+            log.warning("configuration [topics.%r] names no topic of %s%s", pattern, store.url,
+                        did_you_mean(pattern, names))
+    chosen = [t for t in names if topics is None or any(fnmatch.fnmatchcase(t, p) for p in topics)]
+    if topics and not chosen:
+        problem = (f"--topics {asked or ','.join(topics)!r} matches no topic of {store.url}"
+                   f"{did_you_mean(unmatched[0], names) if len(unmatched) == 1 else ''}")
+        if strict:
+            raise InvalidArgumentError(problem)
+        return
+    if chosen and not any(settings.topic_config(t).compact for t in chosen):
+        problem = (f"none of the {len(chosen)} topic(s) selected has cleanup.policy=compact, so nothing can be "
+                   "cleaned" + ("" if configured else "; no --conf was given and Kafka's default policy is delete: "
+                                "pass --conf FILE (e.g. conf/production.toml) or --set log.cleanup.policy=compact"))
+        if strict:
+            raise InvalidArgumentError(problem)
+        log.warning(problem)
 
 
 def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> GcOutcome:

@@ -147,7 +147,7 @@ class Cleaner:
         return self.stages
 
     def run(self, now_ms: int, topics: str | None = None, compaction_plan: CompactionPlan | None = None,
-            before_commit: Callable[[], None] | None = None) -> RunReport:
+            before_commit: Callable[[], object] | None = None) -> RunReport:
         """Plan (unless given a plan), clean the selected partitions, commit them; never raises for one partition.
 
         ``before_commit`` runs between the Spark stages and the commits (tests use it to interleave writers).

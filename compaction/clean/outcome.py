@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.planner import CompactionPlan, Decision, LogToClean, PartitionPlan
+from compaction.display import human_bytes
 from compaction.store.manifest import Manifest, SegmentMeta
-from compaction.store.status import human_bytes
 
 if TYPE_CHECKING:
     from compaction.clean.payloads import ApplyJob

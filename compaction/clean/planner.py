@@ -18,6 +18,7 @@ from typing import Any
 from compaction.clean import rules
 from compaction.clean.layout import ApplyPolicy
 from compaction.clean.settings import CleanerSettings, TopicConfig
+from compaction.display import format_duration
 from compaction.store import TopicPartition
 from compaction.store.manifest import Manifest, SegmentMeta
 
@@ -393,17 +394,6 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
 
 def _deferred(p: PartitionPlan, budget: int) -> PartitionPlan:
     return replace(p, decision=Decision.SKIP, reason=f"deferred: per-run byte budget {budget} exhausted ({p.reason})")
-
-
-def format_duration(ms: int) -> str:
-    """``3h12m``, ``45s``, ``2d4h``: compact durations for plan reasons."""
-    seconds = ms // 1000
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
-    shown = [f"{value}{unit}" for value, unit in parts if value]
-    return "".join(shown[:2]) if shown else f"{ms}ms"
 
 
 #: A task reads a clean segment's decision columns only, about a quarter of the cost of a dirty segment read

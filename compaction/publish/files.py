@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.conversions import to_bytes
 from pyiceberg.io import FileIO
@@ -84,13 +83,9 @@ def deleted_positions(store: Store, tp: TopicPartition, live: LiveFile, log_star
     segment = live.segment
     if segment.deletes is None and segment.base_offset >= log_start_offset:
         return np.empty(0, dtype=np.int64)
-    # The segment's own offsets, in row order: the deletion vector and the log start are applied here, not by
-    # the store's reader.
-    offsets = store.read_segment(tp, segment.model_copy(update={"deletes": None}), ["offset"]).column("offset")
-    hidden = pc.less(offsets, log_start_offset)
-    if segment.deletes is not None:
-        hidden = pc.or_(hidden, pc.is_in(offsets, store.read_deletes(tp, segment.deletes)))
-    return np.flatnonzero(hidden.to_numpy(zero_copy_only=False)).astype(np.int64)
+    # Every record's offset, in row order (a position is a row of the file), and the store's rule of live rows.
+    offsets = pa.chunked_array([b.column("offset") for b in store.segment_rows(tp, segment, ["offset"])], pa.int64())
+    return np.flatnonzero(~store.live_rows(tp, segment, offsets, log_start_offset)).astype(np.int64)
 
 
 def position_delete_file(io: FileIO, folder: str, key: str, target: DataFile, positions: np.ndarray,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -59,7 +59,8 @@ class _Unit:
             yield item
 
 
-def in_order(units: Iterable[Callable[[], Iterator[pa.RecordBatch]]], depth: int = 2) -> Iterator[pa.RecordBatch]:
+def in_order(units: Iterable[Callable[[], Iterator[pa.RecordBatch]]], depth: int = 2
+             ) -> Generator[pa.RecordBatch, None, None]:
     """The batches of ``units`` (each a function starting its stream) in order, ``depth`` units at a time."""
     if depth <= 1:
         for start in units:

@@ -121,8 +121,8 @@ def version_gone(store: Store, tp: TopicPartition, version: int, err: MissingObj
 
 
 def live_file(store: Store, tp: TopicPartition, segment: SegmentMeta) -> LiveFile:
-    deletes = store.storage.describe(f"{tp.prefix}/{segment.deletes.path}") if segment.deletes else None
-    return LiveFile(segment, store.storage.describe(f"{tp.prefix}/{segment.path}"), deletes)
+    deletes = store.describe(tp, segment.deletes.path) if segment.deletes else None
+    return LiveFile(segment, store.describe(tp, segment.path), deletes)
 
 
 def partition_files(store: Store, manifest: Manifest) -> PartitionFiles:

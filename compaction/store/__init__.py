@@ -4,16 +4,17 @@ What lives here, bottom up:
 
 - :mod:`~compaction.store.storage`: the narrow I/O boundary (read, exclusive create, list, delete) with
   retries on a time budget; nothing else touches a filesystem.
-- :mod:`~compaction.store.segment`: the Parquet segment format (columns, schema check, statistics) and
-  :mod:`~compaction.store.jsonl`, the JSON Lines input format of ``append``.
+- :mod:`~compaction.store.segment`: the Parquet segment format (columns, schema check, statistics),
+  :mod:`~compaction.store.jsonl`, the JSON Lines form of records, and :mod:`~compaction.store.inputs`, the
+  record files ``append`` takes.
 - :mod:`~compaction.store.names`: topic and partition names (Kafka's rules) and :class:`TopicPartition`.
 - :mod:`~compaction.store.manifest`: one committed version of a partition's log, as a validated model.
 - :mod:`~compaction.store.deletes`: the deletion-vector object format (a segment's removed offsets).
 - :mod:`~compaction.store.pins`: manifest versions held by readers outside the store (Iceberg snapshots).
 - :mod:`~compaction.store.commit`: a partition's manifest versions and the commit protocol (exclusive
   create of the next version, reading back an unknown outcome, rebase over a concurrent writer).
-- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read segments and the live log,
-  append; the face the rest of the product uses.
+- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read segments (one reader of a
+  segment's rows, and of its live rows) and the live log, append; the face the rest of the product uses.
 - :mod:`~compaction.store.verify`, :mod:`~compaction.store.gc`, :mod:`~compaction.store.status`: the
   store's own maintenance and views.
 

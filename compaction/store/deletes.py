@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -53,3 +54,13 @@ def read_deletes(storage: Storage, tp: TopicPartition, vector: DeletionVector) -
     if table.schema != DELETES_SCHEMA:
         raise CorruptSegmentError(f"deletion vector {where} has columns {table.schema}, expected {DELETES_SCHEMA}")
     return table.column("offset").combine_chunks()
+
+
+def members(offsets: np.ndarray, listed: np.ndarray) -> np.ndarray:
+    """Which ``offsets`` occur in ``listed`` (ascending, as a deletion vector holds them): a binary search, with no
+    hash set built for every batch a reader checks."""
+    if not len(listed):
+        return np.zeros(len(offsets), dtype=bool)
+    at = np.searchsorted(listed, offsets)
+    at[at == len(listed)] = 0
+    return listed[at] == offsets

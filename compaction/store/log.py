@@ -18,8 +18,9 @@ from __future__ import annotations
 import fnmatch
 import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,10 @@ from compaction.errors import (
 )
 from compaction.kafka.layout import CONTROL
 from compaction.store import commit as commits
-from compaction.store import deletes
+from compaction.store import deletes, inputs
 from compaction.store import pins as pinning
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
+from compaction.store.deletes import members
 from compaction.store.formats import (
     EXTENSIONS,
     LogSegment,
@@ -56,16 +58,21 @@ from compaction.store.formats import (
 from compaction.store.manifest import DeletionVector, EmptyBatch, Manifest, ProducerState, SegmentMeta, segment_name
 from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
 from compaction.store.segment import (
+    BATCH_ROWS,
     LONG_MAX,
     SEGMENT_SCHEMA,
+    RowGroups,
     SegmentStats,
     check_committed,
     check_records,
+    check_size,
     checksum,
     conform,
     decode_parquet,
     encode_parquet,
     encode_parquet_pieces,
+    first_set,
+    parquet_batches,
     segment_stats,
 )
 from compaction.store.storage import Storage
@@ -236,58 +243,84 @@ class Store:
     def unpin(self, tp: TopicPartition, pin: pinning.Pin) -> None:
         pinning.delete_pin(self.storage, tp, pin)
 
-    def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
-                     start: int | None = None) -> pa.Table:
-        """A segment's live records (the asked columns): its deletion vector applied and, with ``start``
-        (the log start offset), the records below it left out.
+    # Reading segments: every read of a segment's records goes through segment_rows -------------------------
 
-        Reading every column reads the whole object and checks its size and checksum; reading some reads
-        only their pages, which check their own CRCs. Either way the schema is checked.
+    def segment_rows(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None, *,
+                     row_groups: RowGroups | None = None, batch_rows: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Every record of a segment's object, deleted or not, as batches of ``columns`` (default: all), held to
+        what its manifest recorded.
+
+        A read of every column in one piece reads the whole object and checks its size and checksum; a read of
+        some columns, or in ``batch_rows`` batches, checks the size and reads only their pages, which check their
+        own CRCs. A ``.log`` segment is read whole (a batch's CRC covers all its records). The schema is checked
+        either way. ``row_groups`` (given a Parquet footer) names the row groups worth reading (None: all).
         """
+        read = _asked(columns)
+        if segment.format == "kafka":
+            records = self.read_log_segment(tp, segment).records.select(read)
+            yield from records.to_batches(max_chunksize=batch_rows)
+            return
         rel = f"{tp.prefix}/{segment.path}"
         where = self.storage.describe(rel)
-        wanted = None if columns is None else list(dict.fromkeys(columns))
-        trim = start is not None and segment.base_offset < start
-        needs_offset = (segment.deletes is not None or trim) and wanted is not None and "offset" not in wanted
-        if segment.format == "kafka":  # batches are read whole: their CRC covers all their records
-            records = self.read_log_segment(tp, segment).records
-            table = records if wanted is None else records.select(["offset", *wanted] if needs_offset else wanted)
-        elif wanted is None or set(wanted) >= set(SEGMENT_SCHEMA.names):
+        if batch_rows is None and row_groups is None and set(read) >= set(SEGMENT_SCHEMA.names):
             data = self.storage.read_buffer(rel)
             check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
-            table = decode_parquet(data, where, None if wanted is None else wanted)
-        else:
-            source, size = self.storage.open_input(rel)
-            try:
-                if size != segment.size_bytes:
-                    raise CorruptSegmentError(f"segment {where} is {size} bytes, but the manifest records "
-                                              f"{segment.size_bytes}")
-                table = decode_parquet(source, where, ["offset", *wanted] if needs_offset else wanted)
-            finally:
-                source.close()
-        if segment.deletes is not None:
-            deleted = self.read_deletes(tp, segment.deletes)
-            table = table.filter(pc.invert(pc.is_in(table.column("offset"), deleted)))
-        if trim:
-            table = table.filter(pc.greater_equal(table.column("offset"), start))
-        return table.drop_columns(["offset"]) if needs_offset else table
+            yield from decode_parquet(data, where, None if columns is None else read).to_batches()
+            return
+        source, size = self.storage.open_input(rel)
+        try:
+            check_size("segment", where, size, segment.size_bytes)
+            if batch_rows is None and row_groups is None:
+                yield from decode_parquet(source, where, read).to_batches()
+            else:
+                yield from parquet_batches(source, where, read, row_groups, batch_rows or BATCH_ROWS)
+        finally:
+            source.close()
+
+    def live_batches(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None, *,
+                     start: int | None = None, row_groups: RowGroups | None = None,
+                     batch_rows: int | None = None) -> Iterator[pa.RecordBatch]:
+        """A segment's live rows, as a reader sees them: :meth:`segment_rows` without the records its deletion
+        vector lists and, with ``start`` (the log start offset), those below it."""
+        wanted = _asked(columns)
+        deleted = self.deleted_offsets(tp, segment)
+        below = start if start is not None and segment.base_offset < start else None
+        needs_offset = (deleted is not None or below is not None) and "offset" not in wanted
+        read = ["offset", *wanted] if needs_offset else wanted
+        for batch in self.segment_rows(tp, segment, None if columns is None else read, row_groups=row_groups,
+                                       batch_rows=batch_rows):
+            if deleted is not None or below is not None:
+                live = live_mask(batch.column("offset").to_numpy(), deleted, below)
+                if live is not None:
+                    batch = batch.filter(pa.array(live))
+            yield batch.select(wanted) if needs_offset else batch
+
+    def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
+                     start: int | None = None) -> pa.Table:
+        """A segment's live records (the asked columns) as one table: :meth:`live_batches` in one piece."""
+        wanted = _asked(columns)
+        schema = pa.schema([SEGMENT_SCHEMA.field(c) for c in wanted])
+        batches = [b.cast(schema) for b in self.live_batches(tp, segment, columns, start=start)]
+        return pa.Table.from_batches(batches, schema=schema)
+
+    def deleted_offsets(self, tp: TopicPartition, segment: SegmentMeta) -> np.ndarray | None:
+        """The offsets the segment's deletion vector lists, ascending (None: it has none)."""
+        if segment.deletes is None:
+            return None
+        return self.read_deletes(tp, segment.deletes).to_numpy(zero_copy_only=False)
 
     def live_rows(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray,
                   start: int | None = None) -> np.ndarray:
-        """Which of a segment's records (given by their offsets) a reader sees: those its deletion vector does
-        not remove, and with ``start`` (the log start offset) none below it."""
-        live = np.ones(len(offsets), dtype=bool)
-        if segment.deletes is not None:
-            deleted = pc.is_in(offsets, self.read_deletes(tp, segment.deletes))
-            live &= ~deleted.to_numpy(zero_copy_only=False)
-        if start is not None and segment.base_offset < start:
-            live &= pc.greater_equal(offsets, start).to_numpy(zero_copy_only=False)
-        return live
+        """Which of a segment's records (given by their offsets, as :meth:`segment_rows` or a ``.log`` segment's
+        records give them) a reader sees: the rule of :meth:`live_batches`, for callers that need every record."""
+        below = start if start is not None and segment.base_offset < start else None
+        live = live_mask(np.asarray(offsets), self.deleted_offsets(tp, segment), below)
+        return np.ones(len(offsets), dtype=bool) if live is None else live
 
     def read_log_segment(self, tp: TopicPartition, segment: SegmentMeta) -> LogSegment:
         """A ``.log`` segment whole: its bytes (checked against the commit), every record and every batch.
 
-        Deletion vectors and the log start are not applied: the caller has the records' offsets for that.
+        Deletion vectors and the log start are not applied: :meth:`live_rows` says which records are live.
         """
         if segment.format != "kafka":
             raise CorruptSegmentError(f"segment {segment.path} is {segment.format}, not Kafka record batches")
@@ -403,9 +436,8 @@ class Store:
         batches = segment.batches
         if batches.num_rows == 0:
             raise InvalidRecordsError(f"{where}: nothing to append (no record batch)")
-        horizons = batches.column("delete_horizon_ms")
-        if horizons.null_count != batches.num_rows:
-            row = pc.index(pc.is_valid(horizons), True).as_py()
+        row = first_set(batches.column("delete_horizon_ms"))
+        if row is not None:
             raise InvalidRecordsError(
                 f"{where}: the batch at offset {batches.column('base_offset')[row].as_py()} carries a delete horizon "
                 f"(attribute bit 6), which only the cleaner sets; appended batches must not")
@@ -436,6 +468,36 @@ class Store:
             return appended_state(latest, written, records, where)
 
         return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)
+
+    def append_file(self, tp: TopicPartition, path: str | Path, *, now_ms: int, writer: Writer | None = None,
+                    fill_timestamps: bool = True) -> Manifest:
+        """Append a file as one new segment: a Kafka ``.log`` file's batches as they are (:meth:`append_log`), or
+        the records of a Parquet or JSON Lines file (:meth:`append`; without a timestamp they get ``now_ms``
+        unless ``fill_timestamps`` is false)."""
+        path = Path(path)
+        if not path.exists():
+            raise InvalidRecordsError(f"input file {path} does not exist")
+        if path.suffix == ".log":  # Kafka record batches: kept byte for byte, offsets and all
+            return self.append_log(tp, path.read_bytes(), now_ms=now_ms, writer=writer, where=str(path))
+        table = inputs.read_records(path)
+        if fill_timestamps:
+            table = inputs.fill_timestamps(table, now_ms)
+        return self.append(tp, table, now_ms=now_ms, writer=writer, where=str(path))
+
+
+def _asked(columns: Sequence[str] | None) -> list[str]:
+    """The columns a read asks for, each once, in order (every column by default)."""
+    return list(SEGMENT_SCHEMA.names) if columns is None else list(dict.fromkeys(columns))
+
+
+def live_mask(offsets: np.ndarray, deleted: np.ndarray | None, start: int | None) -> np.ndarray | None:
+    """Which rows (by offset) a reader sees: none that the deletion vector (``deleted``, ascending) lists, and with
+    ``start`` (the log start offset) none below it. None when every row is live."""
+    live = None if start is None else offsets >= start
+    if deleted is not None and len(deleted):
+        kept = ~members(offsets, deleted)
+        live = kept if live is None else live & kept
+    return None if live is None or live.all() else live
 
 
 def appended_state(latest: Manifest | None, segments: Sequence[SegmentMeta], records: pa.Table,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -120,6 +120,11 @@ def _cast_values(table: pa.Table, column: pa.ChunkedArray, to: pa.DataType, name
     raise InvalidRecordsError(f"{record}: {name} {value!r} (type {column.type}) cannot be read as {to}")
 
 
+def first_set(column: pa.Array | pa.ChunkedArray) -> int | None:
+    """The row of the first non-null value of ``column`` (None: every value is null)."""
+    return None if column.null_count == len(column) else int(pc.index(pc.is_valid(column), True).as_py())
+
+
 def check_records(table: pa.Table, where: str) -> None:
     """Check records given to append against the format's per-row rules: offsets present, strictly increasing
     and inside Kafka's range, markers well formed, no field that only the cleaner sets."""
@@ -149,8 +154,8 @@ def check_records(table: pa.Table, where: str) -> None:
     # The cleaner stamps a delete horizon on the first pass that keeps a tombstone or marker; a preset one
     # would let an appended delete vanish at the first pass, before delete.retention.ms has run.
     horizons = table.column("delete_horizon_ms")
-    if horizons.null_count != table.num_rows:
-        row = pc.index(pc.is_valid(horizons), True).as_py()
+    row = first_set(horizons)
+    if row is not None:
         raise InvalidRecordsError(
             f"{where}: the record at offset {offsets[row].as_py()} carries delete_horizon_ms "
             f"{horizons[row].as_py()}, which only the cleaner sets; appended records must leave it null")
@@ -217,6 +222,41 @@ def decode_parquet(source: Any, where: str, columns: Sequence[str] | None = None
     return table
 
 
+#: Rows per batch of a streamed read: about 10 MB of 100-byte values, so a stream stays well under the cache sizes.
+BATCH_ROWS = 65_536
+#: Picks the row groups of a Parquet segment worth reading from its footer (None: all of them).
+RowGroups = Callable[[pq.FileMetaData], "list[int] | None"]
+
+
+def parquet_batches(source: Any, where: str, columns: Sequence[str], row_groups: RowGroups | None,
+                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Stream the asked columns of a Parquet segment (a file object) in batches of ``batch_rows``, checking its
+    schema and each page's CRC; a damaged object is a CorruptSegmentError naming ``where``."""
+    try:
+        file = pq.ParquetFile(source, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as err:
+        raise CorruptSegmentError(f"segment {where} is not a readable Parquet file: {err}") from err
+    check_schema(file.schema_arrow, where)
+    groups = row_groups(file.metadata) if row_groups is not None else None
+    if groups is not None and not groups:
+        return
+    # One thread: Arrow's pool threads can abort the interpreter at exit (apache/arrow#34314), and a Spark
+    # executor already runs a task per core.
+    batches = file.iter_batches(batch_size=batch_rows, row_groups=groups, columns=list(columns), use_threads=False)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except pa.ArrowException as err:
+            raise CorruptSegmentError(f"segment {where} cannot be read: {err}") from err
+        except OSError as err:
+            if type(err) is not OSError:
+                raise  # the storage client's own error (a timeout, a denial), not the object's bytes
+            raise CorruptSegmentError(f"segment {where} cannot be read: {err}") from err  # a page CRC
+        yield batch
+
+
 def checksum(data: Any) -> str:
     """The checksum recorded in manifests for an object's bytes (any buffer): CRC-32C, which hardware
     computes at memory speed, so every read of a whole object can afford to check it."""
@@ -231,11 +271,16 @@ def checksum_matches(data: Any, recorded: str) -> bool:
     return checksum(data) == recorded
 
 
+def check_size(kind: str, where: str, actual: int, recorded: int) -> None:
+    """Refuse an object whose size is not the one its manifest recorded (truncated, or rewritten since)."""
+    if actual != recorded:
+        raise CorruptSegmentError(f"{kind} {where} is {actual} bytes, but the manifest records {recorded}")
+
+
 def check_committed(data: Any, kind: str, where: str, size: int, recorded: str) -> None:
     """Refuse an object's bytes unless they have the size and checksum its manifest recorded: bytes that
     changed since the commit are never decoded, rewritten or given a fresh checksum."""
-    if len(data) != size:
-        raise CorruptSegmentError(f"{kind} {where} is {len(data)} bytes, but the manifest records {size}")
+    check_size(kind, where, len(data), size)
     if not checksum_matches(data, recorded):
         raise CorruptSegmentError(f"{kind} {where} does not match the checksum the manifest records "
                                   f"({recorded}): its bytes changed after it was committed")

@@ -50,24 +50,3 @@ def partition_status(manifest: Manifest) -> PartitionStatus:
         last_operation=manifest.writer.operation,
         last_commit_ms=manifest.writer.time_ms,
     )
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
-
-
-def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Plain aligned columns (numbers right-aligned) for terminal output."""
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    numeric = [all(isinstance(row[i], (int, float)) for row in rows) and bool(rows) for i in range(len(headers))]
-
-    def line(values: list[str]) -> str:
-        padded = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True))
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])

@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.errors import StoreError
-from compaction.store.formats import check_batch_offsets, decode_log
+from compaction.errors import CorruptSegmentError, StoreError
 from compaction.store.log import Store
 from compaction.store.manifest import (
     DELETES_NAME,
@@ -23,7 +23,7 @@ from compaction.store.manifest import (
 )
 from compaction.store.names import TopicPartition
 from compaction.store.pins import PIN_DIR, Pin, describe_pin, list_pins
-from compaction.store.segment import checksum, checksum_matches, decode_parquet, segment_stats, timestamp_stats
+from compaction.store.segment import SEGMENT_SCHEMA, segment_stats, timestamp_stats
 from compaction.store.storage import TEMP_PREFIX
 
 
@@ -153,23 +153,13 @@ def _check_offsets(manifest: Manifest, problem: Callable[[str, str], None]) -> N
 def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_start: int,
                    problem: Callable[[str, str], None]) -> int:
     name = store.describe(tp, segment.path)
-    try:
-        data = store.storage.read_buffer(f"{tp.prefix}/{segment.path}")
+    try:  # every record, deleted or not, read whole: its size, checksum and (a .log's) batches checked
+        table = pa.Table.from_batches(list(store.segment_rows(tp, segment)), schema=SEGMENT_SCHEMA)
+    except CorruptSegmentError as err:
+        problem(name, str(err))
+        return 0
     except StoreError as err:
         problem(name, f"cannot be read: {err}")
-        return 0
-    if not checksum_matches(data, segment.checksum):
-        problem(name, f"checksum {checksum(data)} differs from the manifest's {segment.checksum}")
-        return 0
-    try:
-        if segment.format == "kafka":  # every batch's framing, magic, codec and CRC-32C, and their offsets
-            decoded = decode_log(data, name)
-            check_batch_offsets(decoded, name, segment.base_offset, segment.next_offset)
-            table = decoded.records
-        else:
-            table = decode_parquet(data, name)
-    except StoreError as err:
-        problem(name, str(err))
         return 0
     offsets = table.column("offset")
     if table.num_rows:
@@ -197,8 +187,8 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
         if present != len(deleted):
             problem(store.describe(tp, segment.deletes.path),
                     f"deletes {len(deleted) - present} offset(s) the segment does not hold")
-        # The live figures describe what readers see: not deleted, and not below the log start.
-        shown = table.filter(pc.and_(pc.invert(pc.is_in(offsets, deleted)), pc.greater_equal(offsets, log_start)))
+        # The live figures describe what readers see: the store's rule of live rows.
+        shown = table.filter(pa.array(store.live_rows(tp, segment, offsets, log_start)))
         first, largest = timestamp_stats(shown.column("timestamp"))
         live_figures = {"live_min_delete_horizon_ms": pc.min(shown.column("delete_horizon_ms")).as_py(),
                         "live_first_timestamp": first, "live_max_timestamp": largest}

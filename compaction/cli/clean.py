@@ -1,0 +1,135 @@
+"""The cleaner's commands: ``plan`` (a dry run) and ``run`` (the job: plan, clean on Spark, commit, report)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from compaction.clean.cleaner import plan_store
+from compaction.clean.planner import CompactionPlan, Decision
+from compaction.clean.rules import Plan
+from compaction.clean.session import remote_url, spark_session
+from compaction.cli import common
+from compaction.cli.common import EXIT_OK, Command, Parser
+from compaction.cli.output import Output
+from compaction.cli.types import parse_spark_conf
+from compaction.config import Settings
+from compaction.display import format_duration, human_bytes
+from compaction.job import JobOptions, check_selection, run_job
+from compaction.store import Store
+
+
+def selected_store(args: argparse.Namespace, settings: Settings, *, strict: bool) -> Store:
+    """The store, opened once and checked, with the likely mistakes of the topic selection named (refused when
+    ``strict``: a run)."""
+    store = common.open_store(args, settings)
+    store.require_exists()
+    check_selection(store, settings, common.topic_patterns(args), strict=strict,
+                    configured=common.conf_file(args) is not None, asked=args.topics)
+    return store
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan a run without changing anything: for every partition, whether it would be cleaned and why (dirty ratio,
+    max.compaction.lag.ms, expired tombstones, retention), clean and cleanable bytes, the dirty ratio, the compaction
+    delay, the offset range to clean and the segments involved.
+    """
+    settings = common.load_settings(args)
+    now = common.command_now(args)
+    store = selected_store(args, settings, strict=False)
+    result = plan_store(store, settings, now, common.topic_patterns(args))
+    print_plan(result, Output.of(args))
+    return EXIT_OK
+
+
+def print_plan(result: CompactionPlan, out: Output) -> None:
+    rows = []
+    for p in result.partitions:
+        clean_range = f"[{p.log_start_offset}, {p.first_uncleanable_offset})" if p.decision is Decision.CLEAN else "-"
+        reason = p.reason + (f" ({p.checkpoint_reset}: reset)" if p.checkpoint_reset else "")
+        rows.append([str(p.partition), p.decision.value, human_bytes(p.clean_bytes), human_bytes(p.cleanable_bytes),
+                     f"{p.cleanable_ratio:.2f}", format_duration(p.compaction_delay_ms) if p.compaction_delay_ms
+                     else "-", clean_range, len(p.segments), reason])
+    skipped = len(result.partitions) - len(result.selected) - len(result.uncleanable)
+    out.result(result.to_dict(), ["partition", "decision", "clean", "cleanable", "ratio", "delay", "clean range",
+                                  "segments", "reason"], rows,
+               [f"\n{len(result.selected)} to clean, {len(result.uncleanable)} uncleanable, {skipped} skipped; "
+                f"max-dirty-percent {result.max_dirty_percent}, max-compaction-delay-secs "
+                f"{result.max_compaction_delay_ms // 1000}"])
+
+
+def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
+    conf = common.spark_properties(args)
+    remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
+    arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
+    return lambda: spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
+                                 ship=args.ship_package)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Plan, then clean every selected partition with Spark and commit each one's new manifest and checkpoint. Prints a
+    Kafka-style summary per partition; writes a JSON report (--report) and Prometheus metrics (configured in
+    [cleaner]). A partition that fails is reported uncleanable and the others still commit (exit code 3).
+    """
+    settings = common.load_settings(args)
+    clock = common.wall_clock_ms()
+    now = common.command_now(args, clock)
+    store = selected_store(args, settings, strict=True)
+    options = JobOptions(now_ms=now, wall_ms=clock, topics=common.topic_patterns(args), dry_run=args.dry_run,
+                         report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
+    code, outcome = run_job(store, options, settings, spark_factory(args, settings))
+    out = Output()
+    if isinstance(outcome, CompactionPlan):
+        print_plan(outcome, out)
+        return code
+    totals = outcome.totals
+    out.line(f"{totals['cleaned']} partition(s) cleaned, {totals['failed']} failed, {totals['skipped']} skipped in "
+             f"{outcome.elapsed_ms / 1000:.1f} s: {human_bytes(totals['size_before'])} -> "
+             f"{human_bytes(totals['size_after'])}, {totals['records_before']:,} -> {totals['records_after']:,} "
+             "records")
+    return code
+
+
+def add_run_options(parser: Parser) -> None:
+    """The flags of ``run`` beyond the common ones (``jobs/compact.py`` takes the same)."""
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing (no Spark)")
+    parser.add_argument("--report", metavar="PATH", help="write the JSON run report here")
+    parser.add_argument("--gc", action="store_true", help="run gc after the commits (grace and kept versions from "
+                                                          "[cleaner] gc.grace.ms / gc.keep.versions)")
+    parser.add_argument("--plan", choices=[plan.value for plan in Plan], default=None,
+                        help="how executors decide survivors: arrow (in each partition's task), window or aggregate "
+                             "(Spark SQL over a shuffle) (default: [cleaner] dedupe.plan, arrow)")
+    parser.add_argument("--master", default=None,
+                        help="classic Spark's master (default: local[*], or spark-submit's)")
+    parser.add_argument("--remote", metavar="URL", default=None,
+                        help="run on a Spark Connect server, sc://HOST:PORT (or local[N], one started in this "
+                             "process); default: Spark's SPARK_REMOTE when set. Not with --master")
+    parser.add_argument("--no-ship-package", dest="ship_package", action="store_false",
+                        help="with --remote: do not send this package to the server as an artifact (it is installed "
+                             "on the server's Python)")
+    parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", type=parse_spark_conf,
+                        help="extra Spark setting, repeatable (also accepted as --conf spark.KEY=VALUE)")
+    parser.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")
+
+
+def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    p = _selection(sub, cmd_plan, "dry run: per partition the decision, reason, bytes, ratio and range",
+                   "plan as of this time")
+    common.add_json(p)
+
+    p = _selection(sub, cmd_run, "clean the store: plan, deduplicate on Spark, commit each partition",
+                   "the run's time (pass the schedule's logical time so that retries and backfills decide exactly the "
+                   "same)")
+    add_run_options(p)
+
+
+def _selection(sub: argparse._SubParsersAction[Parser], command: Command, help: str, now: str) -> Parser:
+    """A command of the cleaner (plan, run): the store, --topics, the configuration and --now."""
+    parser = common.add_command(sub, command, help)
+    common.add_store(parser)
+    common.add_selection(parser)
+    common.add_config(parser)
+    common.add_now(parser, now)
+    return parser

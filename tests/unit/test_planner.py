@@ -1,0 +1,333 @@
+"""The planner re-creates Kafka's selection scenarios (reference §8.6, T42-T49, T57, T58) on manifests."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from compaction.clean.planner import Decision, plan, plan_partition, segment_runs
+from compaction.clean.settings import LONG_MAX, TopicConfig
+from compaction.errors import CorruptManifestError
+from compaction.store import TopicPartition
+from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta, WriterInfo
+from tests.helpers.settings import settings_with
+
+HOUR = 3_600_000
+BATCH = 70  # bytes of a one-record batch in Kafka's tests; only ratios matter here
+COMPACT = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.05)
+
+
+def seg(base: int, end: int, size: int | None = None, first_ts: int | None = None, max_ts: int | None = None,
+        horizon: int | None = None, created: int = 0) -> SegmentMeta:
+    return SegmentMeta(path=f"segments/{base:020d}-s.parquet", base_offset=base, next_offset=end,
+                       record_count=end - base, size_bytes=BATCH * (end - base) if size is None else size,
+                       checksum="sha256:0", created_ms=created, first_timestamp=first_ts,
+                       max_timestamp=max_ts if max_ts is not None else first_ts, min_delete_horizon_ms=horizon)
+
+
+def log(segments: list[SegmentMeta], checkpoint: int = 0, log_start: int | None = None, lso: int | None = None,
+        topic: str = "t", partition: int = 0) -> Manifest:
+    end = segments[-1].next_offset
+    return Manifest(topic=topic, partition=partition, version=1,
+                    log_start_offset=segments[0].base_offset if log_start is None else log_start,
+                    log_end_offset=end, last_stable_offset=end if lso is None else lso,
+                    first_dirty_offset=checkpoint, segments=tuple(segments),
+                    writer=WriterInfo(id="t", run_id="r", operation="append", time_ms=0, commit_id="c"))
+
+
+def filthy(n: int, checkpoint: int, log_start: int = 0, partition: int = 0, now: int = 0) -> Manifest:
+    """Kafka's setupIncreasinglyFilthyLogs: [0][1-5][6-10]... up to n, then the active segment at n."""
+    bounds = [0, 1, *range(6, n, 5), n]
+    segments = [seg(a, b, first_ts=now, created=now) for a, b in itertools.pairwise(bounds)]
+    return log([*segments, seg(n, n + 1, first_ts=now, created=now)], checkpoint, log_start, partition=partition)
+
+
+def one(manifest: Manifest, config: TopicConfig = COMPACT, now: int = 0):
+    return plan_partition(TopicPartition(manifest.topic, manifest.partition), manifest, config, now)
+
+
+def test_t42_dirtiest_log_is_selected_first_and_a_log_without_cleanable_bytes_is_not() -> None:
+    logs = {TopicPartition("t", i): filthy(n, 20, partition=i) for i, n in enumerate((20, 25, 30))}
+    result = plan(logs, lambda _: COMPACT, now_ms=0)
+    assert [str(p.partition) for p in result.selected] == ["t-2", "t-1"]
+    assert result.selected[0].cleanable_bytes == (5 + 5 + 4) * BATCH
+    assert next(p for p in result.partitions if str(p.partition) == "t-0").decision is Decision.SKIP
+
+
+def test_t42_an_uncleanable_partition_is_listed_and_the_next_dirtiest_is_selected() -> None:
+    logs: dict[TopicPartition, Manifest | Exception] = {
+        TopicPartition("t", i): filthy(n, 20, partition=i) for i, n in enumerate((20, 25))}
+    logs[TopicPartition("t", 2)] = CorruptManifestError("manifest t/2/_manifests/1.json is not valid JSON")
+    result = plan(logs, lambda _: COMPACT, now_ms=0)
+    assert [str(p.partition) for p in result.selected] == ["t-1"]
+    assert [(str(p.partition), p.reason) for p in result.uncleanable] == [
+        ("t-2", "manifest t/2/_manifests/1.json is not valid JSON")]
+
+
+def test_t43_invalid_checkpoint_is_reset_to_the_log_start() -> None:
+    past_end = one(filthy(20, checkpoint=200))
+    assert (past_end.decision, past_end.first_dirty_offset) == (Decision.CLEAN, 0)
+    assert past_end.checkpoint_reset == "checkpoint 200 is past the log end 21"
+    below_start = one(filthy(20, checkpoint=0, log_start=10))
+    assert (below_start.decision, below_start.first_dirty_offset) == (Decision.CLEAN, 10)
+
+
+def test_t44_reset_is_recorded_even_when_nothing_is_selected() -> None:
+    p = one(filthy(20, checkpoint=15, log_start=20))
+    assert (p.needs_dedupe, p.first_dirty_offset, p.checkpoint_reset) == (
+        False, 20, "checkpoint 15 is below the log start 20"), "nothing to clean"
+    # Kafka's deleteOldSegments then removes the segments wholly below the log start: here the same plan.
+    assert (p.decision, p.reason, len(p.expired_segments)) == (Decision.CLEAN, "5 segment(s) below the log start", 5)
+    logs = {TopicPartition("t", 0): filthy(20, 10, log_start=15), TopicPartition("t", 1): filthy(25, 5, partition=1)}
+    result = plan(logs, lambda _: COMPACT, now_ms=0)
+    assert str(result.selected[0].partition) == "t-1", "the filthiest log comes first"
+    tp0 = next(p for p in result.partitions if p.partition.partition == 0)
+    assert (tp0.first_dirty_offset, tp0.checkpoint_reset is not None) == (15, True)
+
+
+def test_t45_active_segment_is_never_cleaned() -> None:
+    assert one(log([seg(0, 9)], checkpoint=0, log_start=2)).decision is Decision.SKIP
+    only_active = one(log([seg(0, 6)], checkpoint=3))
+    assert (only_active.decision, only_active.reason, only_active.cleanable_bytes) == (
+        Decision.SKIP, "active segment only", 0)
+
+
+def test_t46_last_stable_offset_bounds_the_cleanable_range_before_segment_alignment() -> None:
+    segments = [seg(b, b + 14) for b in range(0, 98, 14)] + [seg(98, 100)]
+    p = one(log(segments, checkpoint=0, lso=50))
+    assert (p.first_dirty_offset, p.uncleanable_offset, p.first_uncleanable_offset) == (0, 50, 42)
+    p = one(log(segments, checkpoint=0))
+    assert (p.first_dirty_offset, p.uncleanable_offset, p.first_uncleanable_offset) == (0, 98, 98)
+
+
+def test_t47_min_compaction_lag_stops_at_the_first_segment_newer_than_the_lag() -> None:
+    config = dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR)
+    t0, t1 = 10 * HOUR, 11 * HOUR + 1
+    segments = [seg(0, 10, first_ts=t0), seg(10, 20, first_ts=t0), seg(20, 30, first_ts=t0),
+                seg(30, 40, first_ts=t0, max_ts=t1), seg(40, 50, first_ts=t1), seg(50, 60, first_ts=t1),
+                seg(60, 70, first_ts=t1), seg(70, 71, first_ts=t1)]
+    assert one(log(segments), config, now=t1).first_uncleanable_offset == 30
+    old = [s.model_copy(update={"first_timestamp": t0, "max_timestamp": t0}) for s in segments]
+    assert one(log(old), config, now=t0 + HOUR + 1).first_uncleanable_offset == 70
+
+
+def test_t48_undecided_transaction_is_not_cleanable_until_decided_and_past_the_lag() -> None:
+    config = dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR)
+    t0 = 5 * HOUR
+    open_txn = log([seg(0, 3, first_ts=t0), seg(3, 4, first_ts=t0)], lso=0)
+    assert one(open_txn, config, now=t0 + HOUR + 1).uncleanable_offset == 0
+    t1 = t0 + HOUR + 1
+    decided = log([seg(0, 3, first_ts=t0), seg(3, 4, first_ts=t1), seg(4, 5, first_ts=t1)])
+    p = one(decided, config, now=t1)
+    assert (p.first_dirty_offset, p.uncleanable_offset) == (0, 3)
+    p = one(decided, config, now=t1 + HOUR + 1)
+    assert (p.first_dirty_offset, p.uncleanable_offset) == (0, 4)
+
+
+def test_t49_checkpoint_reset_only_when_below_log_start_or_past_log_end() -> None:
+    assert one(filthy(20, checkpoint=15, log_start=10)).checkpoint_reset is None
+    assert one(filthy(20, checkpoint=15, log_start=20)).checkpoint_reset is not None
+    assert one(filthy(20, checkpoint=25)).checkpoint_reset is not None
+
+
+def _lag_log(b_first: int = 5000, b_max: int | None = None) -> Manifest:
+    return log([seg(0, 10, size=900, first_ts=1000), seg(10, 20, size=100, first_ts=b_first, max_ts=b_max),
+                seg(20, 30, size=100, first_ts=7000), seg(30, 31, size=10, first_ts=6400)], checkpoint=10)
+
+
+def test_t57_max_compaction_lag_arithmetic() -> None:
+    config = TopicConfig(cleanup_policy=("compact",), max_compaction_lag_ms=1000)
+    p = one(_lag_log(), config, now=6500)
+    assert (p.decision, p.compaction_delay_ms, round(p.cleanable_ratio, 3)) == (Decision.CLEAN, 500, 0.182)
+    assert p.reason == "max.compaction.lag.ms exceeded by 500ms"
+    assert one(_lag_log(), config, now=6000).decision is Decision.SKIP
+    blocked = one(_lag_log(b_max=6000), dataclasses.replace(config, min_compaction_lag_ms=1000), now=6500)
+    assert (blocked.decision, blocked.compaction_delay_ms, blocked.cleanable_bytes) == (Decision.SKIP, 500, 0)
+    assert one(_lag_log(b_first=0), config, now=6500).compaction_delay_ms == 0
+
+
+def test_t58_mid_segment_checkpoint_counts_its_segment_on_both_sides() -> None:
+    manifest = log([seg(0, 10, size=1000), seg(10, 20, size=1000), seg(20, 30, size=1000), seg(30, 31, size=5)],
+                   checkpoint=15)
+    p = one(manifest, TopicConfig(cleanup_policy=("compact",)))
+    assert (p.clean_bytes, p.cleanable_bytes, p.cleanable_ratio, p.decision) == (2000, 2000, 0.5, Decision.SKIP)
+
+
+def test_an_old_active_segment_counts_as_rolled() -> None:
+    config = TopicConfig(cleanup_policy=("compact",), segment_ms=HOUR)
+    manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=HOUR)], checkpoint=0)
+    fresh = one(manifest, config, now=HOUR + 10)
+    assert (fresh.active_rolled, fresh.first_uncleanable_offset) == (False, 10)
+    old = one(manifest, config, now=2 * HOUR + 1)
+    assert (old.active_rolled, old.first_uncleanable_offset, old.decision) == (True, 20, Decision.CLEAN)
+
+
+def test_a_partition_selected_only_by_max_lag_with_ratio_one() -> None:
+    config = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=1.0, max_compaction_lag_ms=6 * HOUR,
+                         min_compaction_lag_ms=HOUR)
+    manifest = log([seg(0, 100, first_ts=1), seg(100, 101, first_ts=6 * HOUR)], checkpoint=0)
+    assert one(manifest, config, now=3 * HOUR).decision is Decision.SKIP
+    p = one(manifest, config, now=6 * HOUR + 2)
+    assert (p.decision, p.cleanable_ratio, p.compaction_delay_ms) == (Decision.CLEAN, 1.0, 1)
+
+
+def test_a_tombstone_purge_only_partition_is_selected() -> None:
+    manifest = log([seg(0, 10, horizon=5000), seg(10, 11)], checkpoint=10)
+    config = TopicConfig(cleanup_policy=("compact",))
+    waiting = one(manifest, config, now=4999)
+    assert (waiting.decision, waiting.reason) == (Decision.SKIP, "active segment only")
+    due = one(manifest, config, now=5000)
+    assert (due.decision, due.tombstone_purge, due.cleanable_bytes) == (Decision.CLEAN, True, 0)
+    assert due.reason == "tombstones expired: delete horizon passed"
+    assert [s.base_offset for s in due.segments] == [0]
+
+
+def test_tombstone_purge_looks_only_at_records_a_deletion_vector_leaves_visible() -> None:
+    from compaction.store.manifest import DeletionVector
+
+    def vector(live_horizon: int | None) -> DeletionVector:
+        return DeletionVector(path="segments/00000000000000000000-v.deletes.parquet", count=1, size_bytes=1,
+                              checksum="sha256:0", created_ms=0, live_min_delete_horizon_ms=live_horizon)
+
+    config = TopicConfig(cleanup_policy=("compact",))
+    hidden = seg(0, 10, horizon=5000).model_copy(update={"deletes": vector(None)})  # its tombstone is deleted
+    assert one(log([hidden, seg(10, 11)], checkpoint=10), config, now=6000).decision is Decision.SKIP
+    shown = seg(0, 10, horizon=5000).model_copy(update={"deletes": vector(5500)})
+    assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5499).decision is Decision.SKIP
+    assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5500).tombstone_purge
+
+
+def test_retention_drops_whole_leading_segments_for_compact_delete() -> None:
+    config = TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR)
+    manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=HOUR), seg(20, 30, first_ts=3 * HOUR)],
+                   checkpoint=20)
+    p = one(manifest, config, now=2 * HOUR - 1)
+    assert [s.base_offset for s in p.expired_segments] == [0]
+    assert (p.log_start_offset, p.decision) == (10, Decision.CLEAN)
+    by_size = one(manifest, dataclasses.replace(config, retention_ms=-1, retention_bytes=BATCH * 15), now=0)
+    assert [s.base_offset for s in by_size.expired_segments] == [0]
+
+
+def test_delete_only_topics_are_skipped() -> None:
+    p = one(filthy(30, 0), TopicConfig())
+    assert (p.decision, p.reason) == (Decision.SKIP, "cleanup.policy=delete: not compacted")
+
+
+def test_byte_budget_keeps_the_dirtiest_and_defers_the_rest() -> None:
+    logs = {TopicPartition("t", i): filthy(n, c, partition=i) for i, (n, c) in enumerate(((30, 20), (40, 0)))}
+    result = plan(logs, lambda _: COMPACT, now_ms=0, byte_budget=100)
+    assert [str(p.partition) for p in result.selected] == ["t-1"]
+    deferred = next(p for p in result.partitions if p.partition.partition == 0)
+    assert deferred.reason.startswith("deferred: per-run byte budget 100 exhausted")
+
+
+def _with_vector(segment: SegmentMeta, created_ms: int) -> SegmentMeta:
+    vector = DeletionVector(path=f"segments/_{segment.base_offset:020d}-d.deletes.parquet", count=1, size_bytes=10,
+                            checksum="sha256:0", created_ms=created_ms)
+    return segment.model_copy(update={"deletes": vector})
+
+
+def test_partitions_past_a_bound_go_first_in_the_budget_most_overdue_first() -> None:
+    lagging = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.5, max_compaction_lag_ms=HOUR)
+    configs = {"hot": COMPACT, "lag": lagging, "dv": dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.5)}
+    logs = {
+        TopicPartition("hot", 0): filthy(30, 0),  # all dirty: ratio 1.0, within every bound
+        # clean [0, 10), a dirty segment whose first record is at 2h, past the max lag of 1h at 5h by 2h
+        TopicPartition("lag", 0): log([seg(0, 10, first_ts=0), seg(10, 11, first_ts=2 * HOUR),
+                                       seg(11, 12, first_ts=5 * HOUR)], checkpoint=10, topic="lag"),
+        # a deletion vector made at 0, past deletion.vector.max.age.ms (1h) at 5h by 4h; nothing dirty
+        TopicPartition("dv", 0): log([_with_vector(seg(0, 10, first_ts=0), 0), seg(10, 11, first_ts=5 * HOUR)],
+                                     checkpoint=10, topic="dv"),
+    }
+    dv_reason = ("deletion vectors at least deletion.vector.max.age.ms old (due for 4h): rewrite to remove records "
+                 "physically")
+    lag_reason = "max.compaction.lag.ms exceeded by 2h"
+
+    result = plan(logs, configs.__getitem__, now_ms=5 * HOUR, deletion_vector_max_age_ms=HOUR)
+    assert [(str(p.partition), p.overdue_ms, p.reason) for p in result.selected] == [
+        ("dv-0", 4 * HOUR, dv_reason), ("lag-0", 2 * HOUR, lag_reason), ("hot-0", None, "dirty ratio 1.00 > 0.05")]
+
+    budgeted = plan(logs, configs.__getitem__, now_ms=5 * HOUR, byte_budget=1, deletion_vector_max_age_ms=HOUR)
+    assert [(str(p.partition), p.decision, p.reason) for p in budgeted.partitions] == [
+        ("dv-0", Decision.CLEAN, f"{dv_reason}; overdue, so first in the per-run byte budget"),
+        ("lag-0", Decision.SKIP, f"deferred: per-run byte budget 1 exhausted ({lag_reason})"),
+        ("hot-0", Decision.SKIP, "deferred: per-run byte budget 1 exhausted (dirty ratio 1.00 > 0.05)")]
+    roomy = plan(logs, configs.__getitem__, now_ms=5 * HOUR, byte_budget=2 * BATCH * 11,
+                 deletion_vector_max_age_ms=HOUR)
+    assert [(str(p.partition), p.reason) for p in roomy.selected] == [
+        ("dv-0", f"{dv_reason}; overdue, so first in the per-run byte budget"),
+        ("lag-0", f"{lag_reason}; overdue, so first in the per-run byte budget")]
+
+
+def test_a_dirty_partition_with_an_aged_deletion_vector_says_both() -> None:
+    manifest = log([_with_vector(seg(0, 10, first_ts=0), 0), seg(10, 40), seg(40, 41)], checkpoint=10)
+    p = plan_partition(TopicPartition("t", 0), manifest, COMPACT, 3 * HOUR, deletion_vector_max_age_ms=HOUR)
+    assert p.overdue_ms == 2 * HOUR
+    # clean: 9 live records of 10 (630 bytes), cleanable 30 records (2100): 2100 / 2730 = 0.77
+    assert p.reason == ("dirty ratio 0.77 > 0.05; deletion vectors at least deletion.vector.max.age.ms old (due for "
+                        "2h): rewrite to remove records physically")
+
+
+def test_plan_metrics_use_kafka_gauges() -> None:
+    config = TopicConfig(cleanup_policy=("compact",), max_compaction_lag_ms=1000)
+    result = plan({TopicPartition("t", 0): _lag_log()}, lambda _: config, now_ms=6500)
+    assert (result.max_dirty_percent, result.max_compaction_delay_ms, result.delayed_partitions) == (18, 500, 1)
+
+
+def test_topic_configuration_comes_from_settings() -> None:
+    settings = settings_with({"log.cleanup.policy": "compact", "topics": {"t": {"segment.ms": HOUR}}})
+    manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=0)])
+    result = plan({TopicPartition("t", 0): manifest, TopicPartition("u", 0): log([seg(0, 10), seg(10, 20)], topic="u")},
+                  settings.topic_config, now_ms=HOUR + 1)
+    assert {str(p.partition): p.active_rolled for p in result.partitions} == {"t-0": True, "u-0": False}
+
+
+@st.composite
+def partitions(draw: st.DrawFn) -> tuple[Manifest, TopicConfig, int]:
+    count = draw(st.integers(1, 8))
+    lengths = draw(st.lists(st.integers(1, 50), min_size=count, max_size=count))
+    now = 100 * HOUR
+    segments, base = [], draw(st.integers(0, 1000))
+    for length in lengths:
+        first = draw(st.integers(now - 20 * HOUR, now))
+        last = draw(st.integers(first, now + HOUR))
+        segments.append(seg(base, base + length, size=draw(st.integers(0, 10_000)), first_ts=first, max_ts=last))
+        base += length
+    start, end = segments[0].base_offset, base
+    lso = draw(st.integers(start, end))
+    checkpoint = draw(st.integers(max(0, start - 10), end + 10))
+    min_lag = draw(st.sampled_from([0, HOUR, 5 * HOUR]))
+    config = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=draw(st.sampled_from([0.0, 0.5, 1.0])),
+                         min_compaction_lag_ms=min_lag,
+                         max_compaction_lag_ms=draw(st.sampled_from([LONG_MAX, 10 * HOUR, min_lag or 1])),
+                         segment_ms=draw(st.sampled_from([604_800_000, 2 * HOUR])))
+    return log(segments, checkpoint=checkpoint, lso=lso), config, now
+
+
+@settings(max_examples=400, deadline=None)
+@given(partitions())
+def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_within_the_min_lag(case) -> None:
+    manifest, config, now = case
+    p = one(manifest, config, now)
+    if p.decision is not Decision.CLEAN or p.cleanable_bytes == 0:
+        return
+    first_dirty, end = p.first_dirty_offset, p.first_uncleanable_offset
+    assert first_dirty is not None and end is not None
+    if end <= first_dirty:
+        return
+    assert end <= manifest.last_stable_offset
+    if not p.active_rolled:
+        assert end <= manifest.segments[-1].base_offset
+    for s in p.segments:
+        assert s.base_offset < end
+        if s.next_offset > first_dirty and config.min_compaction_lag_ms > 0:
+            assert s.max_timestamp is not None and s.max_timestamp <= now - config.min_compaction_lag_ms
+
+
+def test_segment_runs_hold_at_most_the_limit_and_a_larger_segment_alone() -> None:
+    segments = [seg(0, 3), seg(3, 6), seg(6, 16), seg(16, 17), seg(17, 19)]
+    assert [[s.base_offset for s in run] for run in segment_runs(segments, 6)] == [[0, 3], [6], [16, 17]]
+    assert segment_runs([], 6) == []

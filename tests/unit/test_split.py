@@ -1,0 +1,126 @@
+"""A split partition's stage 1 (the Arrow plan, over ``task.max.records``): without transactions each
+segment is read once and its rows shuffled to their key buckets; with them every bucket reads the range.
+Either way the log ends as the one-task plan leaves it. Runs in this process (tests/helpers/inline.py)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from compaction.clean.cleaner import Cleaner, plan_store
+from compaction.clean.payloads import dumps, loads
+from compaction.clean.planner import segment_runs
+from compaction.clean.tasks.decide import bucket_decision_rows
+from compaction.clean.tasks.facts import bucket_pieces
+from compaction.clean.tasks.isolation import group_rows, piece_rows
+from compaction.clean.tasks.key_ranges import sample_bounds
+from compaction.config import Settings
+from compaction.store import Store, TopicPartition
+from compaction.store.manifest import SegmentMeta
+from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.inline import InlineSession
+from tests.helpers.settings import settings_with
+
+NOW = 1_767_225_600_000
+DAY = 86_400_000
+TP = TopicPartition("orders", 0)
+SIZED = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.bytes": 131_072}
+
+
+def settings(task_max_records: int) -> Settings:
+    return settings_with({**SIZED, "cleaner": {"task.max.records": task_max_records}})
+
+
+def store_of(path: Path, **spec: Any) -> Store:
+    store = Store.open(str(path))
+    generate(store, GenerateSpec(**{"records": 12_000, "keys": 900, "partitions": 1, "segment_records": 1_500,
+                                    "tombstone_ratio": 0.05, "keyless_ratio": 0.01, "seed": 3,
+                                    "end_time_ms": NOW - DAY, **spec}), now_ms=NOW - DAY)
+    return store
+
+
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
+    """Count each segment's reads in this process: its key sample, its decision columns, or whole."""
+    seen: Counter[tuple[int, str]] = Counter()
+    original = Store.read_segment
+
+    def counted(self: Store, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
+        kind = ("whole" if columns is None else "sample" if list(columns) == ["key"]
+                else "decision" if "key" in columns else "other")
+        seen[segment.base_offset, kind] += 1
+        return original(self, tp, segment, columns, **kw)
+
+    monkeypatch.setattr(Store, "read_segment", counted)
+    return seen
+
+
+def cleaned(store: Store) -> list[dict[str, Any]]:
+    return store.read(TP, columns=["offset", "key", "value", "delete_horizon_ms"]).to_pylist()
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactions"])
+def test_a_split_partition_reads_each_segment_once_unless_it_holds_transactions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transactional: bool) -> None:
+    extra = {"transactional_ratio": 0.3, "abort_ratio": 0.3} if transactional else {}
+    whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
+    Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)
+    segments = split.manifest(TP).segments
+    cleaner = Cleaner(InlineSession(), split, settings(3_000))
+    plan = plan_store(split, cleaner.settings, NOW)
+    buckets = cleaner.task(plan.to_clean[0], NOW).buckets
+    assert buckets >= 4, "12,000 records and more in tasks of at most 3,000"
+    seen = reads(monkeypatch)
+    report = cleaner.run(NOW, compaction_plan=plan)
+    decision_reads = [seen[s.base_offset, "decision"] for s in segments]
+    samples = sum(seen[s.base_offset, "sample"] for s in segments)
+    assert not report.failed and report.partitions[0].stats.messages_written < 12_000
+    assert cleaned(split) == cleaned(whole)
+    assert decision_reads == ([buckets] * len(segments) if transactional else [1] * len(segments))
+    assert 0 < samples <= 8, "the bounds come from a sample"
+
+
+def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason(tmp_path: Path) -> None:
+    store = store_of(tmp_path / "s")
+    before = store.manifest(TP)
+    victim = before.segments[5]
+    (tmp_path / "s" / "orders" / "0" / victim.path).write_bytes(b"not parquet")
+    cleaner = Cleaner(InlineSession(), store, settings(3_000))
+    plan = plan_store(store, cleaner.settings, NOW)
+    assert cleaner.task(plan.to_clean[0], NOW).buckets == 4
+    report = cleaner.run(NOW, compaction_plan=plan)
+    (failed,) = report.failed
+    assert victim.path.split("/")[-1] in (failed.error or ""), failed.error
+    assert store.manifest(TP).version == before.version, "nothing committed"
+
+
+def test_every_key_range_reports_a_failed_read_and_the_pieces_of_a_range_must_cover_it(tmp_path: Path) -> None:
+    store = store_of(tmp_path / "s")
+    cleaner = Cleaner(InlineSession(), store, settings(3_000))
+    plan = plan_store(store, cleaner.settings, NOW)
+    task = cleaner.task(plan.to_clean[0], NOW)
+    ranges = [replace(task, bucket=b, bounds=sample_bounds(task)) for b in range(task.buckets)]
+    runs = segment_runs(task.segments, 3_000)
+    assert [len(run) for run in runs] == [2, 2, 2, 2]
+    pieces = [bucket_pieces(replace(ranges[0], segments=run)) for run in runs]
+    assert [len(found) for found in pieces] == [4, 4, 4, 4], "every run gives each of the 4 ranges a piece"
+    rows = bucket_decision_rows(ranges[2], [found[2] for found in pieces])
+    assert len(rows) == len(task.segments)
+    with pytest.raises(RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range "
+                                                     "of 8")):
+        bucket_decision_rows(ranges[2], [found[2] for found in pieces[1:]])  # one run's piece lost
+    broken = replace(ranges[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
+    payload = pa.table({"task": pa.array([0], pa.int32()), "payload": [dumps((broken, (10, 11, 12, 13)))]})
+    (sent,) = piece_rows(bucket_pieces, iter(payload.to_batches()))
+    assert sent.column("group").to_pylist() == [10, 11, 12, 13]
+    failed = [loads(p) for p in sent.column("piece").to_pylist()]
+    assert all(p.error and not p.internal for p in failed), "a missing object is the store's failure, not a bug"
+    group = pa.table({"group": pa.array([12] * 5, pa.int32()), "task": [dumps(ranges[2]), None, None, None, None],
+                      "piece": [None, dumps(failed[2]), *(dumps(found[2]) for found in pieces[1:])]})
+    (result,) = group_rows(bucket_decision_rows, group).to_pylist()
+    assert (result["task"], result["error"], result["payload"]) == (12, failed[2].error, None)

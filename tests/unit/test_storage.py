@@ -1,0 +1,84 @@
+"""Local stores flush before they publish: a new object and its folder before the manifest that names it,
+the manifest and its folder before the commit returns (a power cut cannot be simulated, the order can).
+A local create that fails wrote nothing, so its failure is final."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from compaction.errors import StoreError
+from compaction.store import Store, TopicPartition
+from tests.helpers.builders import keyed
+
+TP = TopicPartition("orders", 0)
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fsync'd descriptors via /proc")
+
+
+@pytest.fixture
+def disk_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """("fsync", path) and ("link", new name) in the order they happen; temporary names shown as .tmp-*."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", re.sub(r"\.tmp-\w+$", ".tmp-*", os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def link(src: str, dst: str) -> None:
+        real_link(src, dst)
+        events.append(("link", str(dst)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    return events
+
+
+def test_an_append_flushes_its_segment_before_the_manifest_and_the_manifest_before_returning(
+        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TP, keyed("a=1"), now_ms=1)
+    disk_events.clear()
+
+    manifest = store.append(TP, keyed("b=2"), now_ms=2)
+
+    partition = tmp_path / "store" / "orders" / "0"
+    assert disk_events == [
+        ("fsync", str(partition / manifest.segments[-1].path)),
+        ("fsync", str(partition / "segments")),
+        ("fsync", str(partition / "_manifests" / ".tmp-*")),
+        ("link", str(partition / "_manifests" / "00000000000000000002.json")),
+        ("fsync", str(partition / "_manifests")),
+    ]
+
+
+def test_folders_a_first_append_creates_are_flushed_into_their_parents_before_the_manifest(
+        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    root = tmp_path / "store"
+    Store.open(str(root)).append(TP, keyed("a=1"), now_ms=1)
+
+    published = disk_events.index(("link", str(root / "orders" / "0" / "_manifests" / "00000000000000000001.json")))
+    flushed = {path for kind, path in disk_events[:published] if kind == "fsync"}
+    assert {str(tmp_path), str(root), str(root / "orders"), str(root / "orders" / "0")} <= flushed
+    assert disk_events[-1] == ("fsync", str(root / "orders" / "0" / "_manifests"))
+
+
+def test_a_local_commit_that_fails_is_reported_at_once_since_it_wrote_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TP, keyed("a=1"), now_ms=1)
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied", dst)
+
+    monkeypatch.setattr(os, "link", refuse)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="was denied"):
+        store.append(TP, keyed("b=2"), now_ms=2)
+    assert time.monotonic() - started < 1, "no retrying within the retry budget: the outcome is certain"
+    assert store.versions(TP) == [1]

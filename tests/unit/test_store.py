@@ -1,0 +1,200 @@
+"""The store contract on every backend: append, read, commit, rebase, conflicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from compaction.errors import (
+    CommitConflictError,
+    InvalidManifestError,
+    InvalidRecordsError,
+    OffsetOverlapError,
+    StoreNotFoundError,
+)
+from compaction.store import Replacement, Store, TopicPartition, Writer
+from tests.helpers.builders import keyed, rec, table
+
+TP = TopicPartition("orders", 0)
+
+
+def offsets(t: pa.Table) -> list[int]:
+    return t.column("offset").to_pylist()
+
+
+def test_append_assigns_offsets_from_the_log_end(store: Store) -> None:
+    store.append(TP, keyed("a=1 b=2"), now_ms=10)
+    manifest = store.append(TP, keyed("a=3"), now_ms=20)
+    assert [(s.base_offset, s.next_offset) for s in manifest.segments] == [(0, 2), (2, 3)]
+    assert manifest.version == 2
+    assert (manifest.log_start_offset, manifest.log_end_offset, manifest.first_dirty_offset) == (0, 3, 0)
+    assert store.read(TP).select(["offset", "key", "value"]).to_pylist() == [
+        {"offset": 0, "key": b"a", "value": b"1"},
+        {"offset": 1, "key": b"b", "value": b"2"},
+        {"offset": 2, "key": b"a", "value": b"3"},
+    ]
+
+
+def test_append_keeps_explicit_offsets_and_gaps(store: Store) -> None:
+    store.append(TP, keyed("a=1 b=2", start=100), now_ms=1)
+    manifest = store.append(TP, table(rec("c", offset=110), rec("d", offset=115)), now_ms=2)
+    assert [(s.base_offset, s.next_offset) for s in manifest.segments] == [(100, 102), (102, 116)]
+    assert manifest.log_start_offset == 100
+    assert offsets(store.read(TP)) == [100, 101, 110, 115]
+
+
+def test_explicit_offsets_overlapping_the_log_are_rejected_and_nothing_changes(store: Store) -> None:
+    store.append(TP, keyed("a=1 b=2 c=3"), now_ms=1)
+    with pytest.raises(OffsetOverlapError, match=r"offsets start at 2.*up to 3"):
+        store.append(TP, table(rec("x", offset=2)), now_ms=2)
+    assert store.versions(TP) == [1]
+
+
+def test_append_rejects_unordered_offsets(store: Store) -> None:
+    with pytest.raises(InvalidRecordsError, match="strictly increasing"):
+        store.append(TP, table(rec("a", offset=5), rec("b", offset=5)), now_ms=1)
+    with pytest.raises(InvalidRecordsError, match="nothing to append"):
+        store.append(TP, keyed("a=1").slice(0, 0), now_ms=1)
+
+
+def test_read_returns_an_offset_range_from_the_overlapping_segments_only(store: Store) -> None:
+    for start in (0, 3, 6):
+        store.append(TP, keyed("a=1 b=2 c=3"), now_ms=start)
+    assert offsets(store.read(TP, start=4, end=7)) == [4, 5, 6]
+    assert store.read(TP, start=4, end=7, columns=["key"]).column_names == ["key"]
+    assert store.read(TP, start=9).num_rows == 0
+
+
+def test_missing_partition_is_a_typed_error(store: Store) -> None:
+    with pytest.raises(StoreNotFoundError, match="orders/0"):
+        store.manifest(TP)
+    assert store.latest(TP) is None
+
+
+def test_listing_topics_and_partitions(store: Store) -> None:
+    store.append(TopicPartition("b-topic", 1), keyed("a=1"), now_ms=1)
+    store.append(TopicPartition("a.topic", 0), keyed("a=1"), now_ms=1)
+    store.append(TopicPartition("a.topic", 2), keyed("a=1"), now_ms=1)
+    assert store.topics() == ["a.topic", "b-topic"]
+    assert store.partitions("a.topic") == [0, 2]
+    assert store.topic_partitions("a*") == [TopicPartition("a.topic", 0), TopicPartition("a.topic", 2)]
+
+
+def test_open_transactions_bound_the_last_stable_offset(store: Store) -> None:
+    txn: dict[str, Any] = {"producer_id": 7, "is_transactional": True}
+    manifest = store.append(TP, table(rec("a", **txn), rec("b"), rec("c", **txn)), now_ms=1)
+    assert manifest.last_stable_offset == 0
+    assert manifest.open_transactions == {7: 0}
+    marker = rec(None, None, producer_id=7, is_control=True, control_type="commit")
+    manifest = store.append(TP, table(marker), now_ms=2)
+    assert manifest.open_transactions == {}
+    assert manifest.last_stable_offset == manifest.log_end_offset == 4
+
+
+def _replacement(store: Store, manifest, removed, added, first_dirty):
+    return Replacement(removed=tuple(removed), added=tuple(added),
+                       expected_first_dirty_offset=manifest.first_dirty_offset, first_dirty_offset=first_dirty,
+                       expected_log_start_offset=manifest.log_start_offset,
+                       log_start_offset=manifest.log_start_offset)
+
+
+def test_replace_swaps_segments_and_moves_the_checkpoint(store: Store) -> None:
+    store.append(TP, keyed("a=1 b=2"), now_ms=1)
+    base = store.append(TP, keyed("a=3"), now_ms=2)
+    new = store.write_segment(TP, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=3)
+    manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 3), writer=Writer(), now_ms=3)
+    assert [s.path for s in manifest.segments] == [new.path]
+    assert manifest.first_dirty_offset == 3
+    assert manifest.writer.operation == "clean"
+    assert offsets(store.read(TP)) == [1, 2]
+
+
+def test_replace_rebases_over_a_concurrent_append(store: Store) -> None:
+    base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
+    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    store.append(TP, keyed("b=9"), now_ms=2)  # lands between the cleaner's read and its commit
+    manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=3)
+    assert manifest.version == 3
+    assert offsets(store.read(TP)) == [1, 2]
+    assert manifest.first_dirty_offset == 2
+
+
+def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) -> None:
+    base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
+    first = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    store.replace(TP, _replacement(store, base, base.segments, [first], 2), writer=Writer(), now_ms=2)
+    second = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=3)
+    with pytest.raises(CommitConflictError, match="no longer live and unchanged"):
+        store.replace(TP, _replacement(store, base, base.segments, [second], 2), writer=Writer(), now_ms=3)
+    assert store.versions(TP) == [1, 2]
+
+
+def _kept(latest):
+    return latest.model_dump(include={"log_start_offset", "log_end_offset", "last_stable_offset",
+                                      "first_dirty_offset", "open_transactions", "segments"})
+
+
+@pytest.mark.parametrize(("bug", "problem"), [
+    ({"log_start_offset": 5}, "log_start_offset 5 is past the log end 2"),
+    ({"log_end": 2}, "log_end: Extra inputs are not permitted"),
+])
+def test_a_change_that_breaks_the_manifest_rules_is_a_bug_not_a_conflict(store: Store, bug, problem) -> None:
+    store.append(TP, keyed("a=1 b=2"), now_ms=1)
+    with pytest.raises(InvalidManifestError, match=f"orders/0 version 2 .*{problem}") as raised:
+        store.commit(TP, lambda latest: {**_kept(latest), **bug}, writer=Writer(), operation="clean", now_ms=2)
+    assert not isinstance(raised.value, CommitConflictError)
+    assert store.versions(TP) == [1]
+
+
+def test_an_error_a_change_raises_passes_through_as_itself(store: Store) -> None:
+    store.append(TP, keyed("a=1"), now_ms=1)
+
+    def broken(latest):
+        return {**_kept(latest), "segments": latest.segments[1]}  # IndexError: a bug in the change
+
+    with pytest.raises(IndexError):
+        store.commit(TP, broken, writer=Writer(), operation="clean", now_ms=2)
+    assert store.versions(TP) == [1]
+
+
+def test_deletion_vector_hides_offsets_from_readers(store: Store) -> None:
+    manifest = store.append(TP, keyed("a=1 b=2 a=3"), now_ms=1)
+    segment = manifest.segments[0]
+    vector = store.write_deletes(TP, segment, pa.array([0]), created_ms=2, live_min_delete_horizon_ms=None)
+    updated = segment.model_copy(update={"deletes": vector})
+    result = store.replace(TP, _replacement(store, manifest, [segment], [updated], 0), writer=Writer(), now_ms=2)
+    assert result.segments[0].live_records == 2
+    assert offsets(store.read(TP)) == [1, 2]
+    assert store.read(TP, columns=["key"]).column("key").to_pylist() == [b"b", b"a"]
+
+
+class RecordingStorage:
+    """Wraps a store's storage and records every filesystem call as (operation, relative path)."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls: list[tuple[str, str]] = []
+        storage = store.storage
+        original = storage._call
+
+        def record(op, rel, fn):
+            self.calls.append((op, rel))
+            return original(op, rel, fn)
+
+        storage._call = record  # type: ignore[method-assign]
+
+
+def test_append_and_read_touch_only_the_partitions_manifests_and_asked_objects(store: Store) -> None:
+    for i in range(3):
+        store.append(TopicPartition("noise", i), keyed("z=1"), now_ms=1)
+    for _ in range(4):
+        store.append(TP, keyed("a=1 b=2"), now_ms=1)
+    recorder = RecordingStorage(store)
+    store.append(TP, keyed("c=3"), now_ms=2)
+    store.read(TP, start=2, end=4)
+    assert all(rel.startswith("orders/0/") for _, rel in recorder.calls), recorder.calls
+    assert {rel for op, rel in recorder.calls if op == "list"} == {"orders/0/_manifests"}
+    segments = store.manifest(TP).segments
+    opened = [rel for op, rel in recorder.calls if op in ("open", "read") and "/segments/" in rel]
+    assert opened == [f"orders/0/{segments[1].path}"], "a range read opens only the overlapping segment"

@@ -1,0 +1,29 @@
+"""How a failed task is told: the data's errors apart from bugs, and the reason in one line."""
+
+from __future__ import annotations
+
+from compaction.clean.cleaner import spark_failure
+from compaction.clean.tasks.isolation import Failure
+from compaction.errors import CorruptSegmentError
+
+
+def test_only_the_products_own_errors_and_io_errors_are_the_datas() -> None:
+    assert not Failure.of(CorruptSegmentError("segment x is not a readable Parquet file")).internal
+    assert not Failure.of(FileNotFoundError("t/0/segments/x.parquet")).internal
+    for bug in (TypeError("x"), KeyError("x"), AttributeError("x"), ValueError("x"), RuntimeError("x")):
+        failure = Failure.of(bug)
+        assert failure.internal and failure.trace is not None and failure.error.startswith(type(bug).__name__)
+
+
+def test_the_reason_is_the_last_failure_in_one_line() -> None:
+    aborted = ("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times, most recent failure: Lost task "
+               "1.3 in stage 3.0 (TID 17) (10.0.0.7 executor 2): ExecutorLostFailure (executor 2 exited caused by "
+               "one of the running tasks) Reason: Container killed on request. Exit code is 137\n\tat org.apache.x")
+    assert spark_failure(Exception(aborted)) == ("Spark task failed 4 times: ExecutorLostFailure (executor 2 exited "
+                                                 "caused by one of the running tasks) Reason: Container killed on "
+                                                 "request. Exit code is 137")
+    python = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n  File \"x.py\","
+              " line 1, in f\n    raise SystemExit(3)\nSystemExit: 3\n SQLSTATE: 38000)")
+    assert spark_failure(Exception(python)) == "Spark job failed: SystemExit: 3"
+    stopped = "org.apache.spark.SparkException: Job 7 cancelled because SparkContext was shut down\n\tat org.x"
+    assert spark_failure(Exception(stopped)) == "Spark job failed: Job 7 cancelled because SparkContext was shut down"

@@ -1,0 +1,66 @@
+"""Executor-side reading: key ranges of split partitions, and the facts a decision reads (never values)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from compaction.clean.tasks.facts import read_facts
+from compaction.clean.tasks.key_ranges import key_bucket, key_range_bounds
+from compaction.store import Store, TopicPartition
+from compaction.store.segment import records
+from tests.helpers.builders import clean_task
+
+TP = TopicPartition("t", 0)
+
+
+def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_bucket_0() -> None:
+    def key_ranges(keys: pa.Array, buckets: int) -> np.ndarray:
+        bounds = key_range_bounds(keys, buckets)
+        assert len(bounds) == (buckets - 1 if buckets > 1 and keys.null_count < len(keys) else 0)
+        found = key_bucket(keys, bounds)
+        assert ((found >= 0) & (found < buckets)).all()
+        return found
+
+    fixed = [f"key-{(i * 7919) % 4000:06d}".encode() for i in range(8000)]  # every key twice, shuffled
+    mixed = [b"x" * (i % 13) + str(i % 4000).encode() for i in range(8000)]
+    hot = [b"hot" if i % 3 == 0 else f"k{i}".encode() for i in range(8000)]
+    for keys in (fixed, mixed, hot):
+        array = pa.array([*keys, None], pa.binary())
+        buckets = key_ranges(array, 4)
+        assert buckets[-1] == 0
+        assert np.array_equal(buckets, key_ranges(pa.array([*keys, None], pa.binary()), 4)), "deterministic"
+        bucket_of: dict[bytes, int] = {}
+        for key, bucket in zip(keys, buckets[:-1], strict=True):
+            assert bucket_of.setdefault(key, int(bucket)) == bucket, f"{key!r} split across buckets"
+        counts = np.bincount(buckets[:-1], minlength=4)
+        largest_key = max(keys.count(k) for k in set(keys[:50]))
+        assert counts.max() <= 2000 + largest_key + 100, counts
+    assert not key_ranges(pa.array([None, None], pa.binary()), 4).any()
+    assert not key_ranges(pa.array([b"a", b"b"], pa.binary()), 1).any()
+
+
+def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_store: Store) -> None:
+    local_store.append(TP, records([{"key": "a", "value": "x" * 1000}, {"key": "b", "value": "y" * 1000},
+                                    {"key": "a", "value": None}]), now_ms=0)
+    segment = local_store.manifest(TP).segments[0]
+    asked: list[list[str] | None] = []
+    original = local_store.read_segment
+
+    def spy(tp, seg, columns=None, start=None):
+        asked.append(None if columns is None else list(columns))
+        return original(tp, seg, columns, start)
+
+    local_store.read_segment = spy  # type: ignore[method-assign]
+    facts = read_facts(clean_task(TP, local_store, (segment,)), 0)
+    assert facts.num_rows == 3
+    assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"
+    assert pa.types.is_binary(facts.schema.field("key").type)
+
+
+def test_records_below_the_log_start_are_not_read(local_store: Store) -> None:
+    local_store.append(TP, records([{"key": k} for k in "abcde"]), now_ms=0)
+    segment = local_store.manifest(TP).segments[0]
+    facts = read_facts(clean_task(TP, local_store, (segment,), log_start_offset=3), 0)
+    assert facts.column("offset").to_pylist() == [3, 4]
+    assert facts.column("position").to_pylist() == [0, 1], "positions count the live rows only"
