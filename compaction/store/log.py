@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -237,9 +237,10 @@ class Store:
         pinning.delete_pin(self.storage, tp, pin)
 
     def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
-                     start: int | None = None) -> pa.Table:
+                     start: int | None = None, *, hidden: bool = False) -> pa.Table:
         """A segment's live records (the asked columns): its deletion vector applied and, with ``start``
-        (the log start offset), the records below it left out.
+        (the log start offset), the records below it left out. With ``hidden``, the others instead: the records
+        the object still holds that no reader sees.
 
         Reading every column reads the whole object and checks its size and checksum; reading some reads
         only their pages, which check their own CRCs. Either way the schema is checked.
@@ -265,11 +266,11 @@ class Store:
                 table = decode_parquet(source, where, ["offset", *wanted] if needs_offset else wanted)
             finally:
                 source.close()
-        if segment.deletes is not None:
-            deleted = self.read_deletes(tp, segment.deletes)
-            table = table.filter(pc.invert(pc.is_in(table.column("offset"), deleted)))
-        if trim:
-            table = table.filter(pc.greater_equal(table.column("offset"), start))
+        if segment.deletes is not None or trim:
+            live = self.live_rows(tp, segment, table.column("offset"), start)
+            table = table.filter(pa.array(~live if hidden else live))
+        elif hidden:
+            table = table.slice(0, 0)
         return table.drop_columns(["offset"]) if needs_offset else table
 
     def live_rows(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray,
@@ -334,13 +335,16 @@ class Store:
                            operation=operation, now_ms=now_ms)
 
     def append(self, tp: TopicPartition, records: pa.Table, *, now_ms: int, writer: Writer | None = None,
-               where: str | None = None, operation: str = "append") -> Manifest:
-        """Append records as one new segment at the log end and commit it.
+               where: str | None = None, operation: str = "append", segment_format: str = "parquet",
+               annotate: Callable[[Manifest | None, pa.Table], Mapping[str, Any]] | None = None) -> Manifest:
+        """Append records as one new segment (of ``segment_format``) at the log end and commit it.
 
         Offsets are assigned from the log end when the ``offset`` column is absent or all null; explicit
         offsets must be strictly increasing and start at or after the log end. On a lost race the records
         are re-based: auto-assigned offsets move to the new log end (a new object is written), explicit
-        ones are kept if they still fit, else the append fails with CommitConflictError.
+        ones are kept if they still fit, else the append fails with CommitConflictError. ``annotate(latest,
+        placed)`` adds to the commit's log state what goes with the records as placed (erasure requests naming
+        their offsets), in the same commit.
         """
         where = where or f"records for {tp}"
         table = conform(records, where)
@@ -379,8 +383,10 @@ class Store:
                 base = log_end
             last = placed.column("offset")[placed.num_rows - 1].as_py()
             if base not in written:
-                written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms)
-            return appended_state(latest, [written[base]], placed, where)
+                written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms,
+                                                   segment_format=segment_format)
+            state = appended_state(latest, [written[base]], placed, where)
+            return {**state, **annotate(latest, placed)} if annotate is not None else state
 
         return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
 
