@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 from compaction.clean import arrow_dedupe
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
-from compaction.clean.planner import Decision, plan, plan_partition
+from compaction.clean.planner import Decision, apply_policy, plan, plan_partition
 from compaction.clean.rules import KEPT, Reason
-from compaction.clean.settings import TopicConfig
+from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.store import TopicPartition
 from compaction.store.manifest import DeletionVector, ErasureRequest, Manifest, SegmentMeta, WriterInfo
 from tests.builders import facts
@@ -144,3 +145,21 @@ def test_a_request_a_pass_carried_out_selects_nothing() -> None:
     log = manifest([seg(0, 100), seg(100, 102)], (done,), checkpoint=100)
     chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
     assert chosen.decision is Decision.SKIP and not chosen.active_rolled and chosen.erasures == ()
+
+
+def test_the_active_segment_an_erasure_rolled_is_rewritten_apart_so_that_it_stays_the_last() -> None:
+    log = manifest([seg(0, 100), seg(100, 102)], (request(101),))
+    chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
+    assert chosen.rolled_for_erasure
+    policy = apply_policy(chosen.to_clean(), HOUR, CleanerSettings(), buckets=1)
+    assert policy.apart == 100
+    lost = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
+    stamped = SegmentOutcome(records=2, kept=2, stamped=1, dropped={})  # its tombstone gets its horizon
+    outcomes = {0: lost, 100: stamped}
+    merged = plan_jobs(log.segments, outcomes, 0, replace(policy, apart=None))
+    assert [[s.base_offset for s in sources] for sources, _ in merged] == [[0, 100]]
+    apart = plan_jobs(log.segments, outcomes, 0, policy)
+    assert [[s.base_offset for s in sources] for sources, _ in apart] == [[0], [100]]
+    # Retention still waits for the active segment to age out: the roll is for cleaning only.
+    aged = plan_partition(TopicPartition("t", 0), log, replace(COMPACT, segment_ms=HOUR // 2), HOUR)
+    assert aged.active_rolled and not aged.rolled_for_erasure

@@ -90,6 +90,9 @@ class ApplyPolicy:
     deletion_vector_max_ratio: float = DEFAULT_DELETION_VECTOR_MAX_RATIO
     deletion_vector_max_age_ms: int = DEFAULT_DELETION_VECTOR_MAX_AGE_MS
     max_group_records: int | None = None  # a rewrite reads at most this many records (one task's share)
+    # A segment never merged with its neighbours: the active segment an erasure rolled, so that it stays the log's
+    # last segment (and what precedes it is not held in the active segment once the roll is over).
+    apart: int | None = None
 
 
 def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
@@ -103,7 +106,8 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
     segment that only loses records, and stays within ``deletion.vector.max.ratio`` deleted, gets a
     deletion vector; other changed segments are rewritten. Consecutive rewritten and small segments are
     merged into one while the estimated output stays within ``segment.bytes`` and the records read within
-    ``max_group_records``; a group of one segment that need not be rewritten is no rewrite. A rewrite that
+    ``max_group_records`` (the policy's ``apart`` segment never merges); a group of one segment that need not be
+    rewritten is no rewrite. A rewrite that
     keeps no record removes its segments (their range stays part of the log, without an object). Segments
     whose base offset is in ``reframe`` (``.log`` segments with empty batches to drop) are rewritten too.
     """
@@ -143,7 +147,7 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
             continue
         too_many = policy.max_group_records is not None and \
             records + segment.live_records > policy.max_group_records
-        if group and (size + estimate > policy.segment_bytes or too_many):
+        if group and (size + estimate > policy.segment_bytes or too_many or base == policy.apart):
             flush()
         group.append(segment)
         size += estimate

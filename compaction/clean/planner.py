@@ -52,6 +52,9 @@ class PartitionPlan:
     cleanable_ratio: float = 0.0
     compaction_delay_ms: int = 0
     active_rolled: bool = False
+    #: Rolled only because an erasure request's tombstone lies in the active segment: the pass rewrites that segment
+    #: apart from the others, so that it is the log's last segment again and the rest is not held in it.
+    rolled_for_erasure: bool = False
     tombstone_purge: bool = False
     #: How far past a bound on physical removal the partition is: its compaction delay past
     #: ``max.compaction.lag.ms`` or its oldest deletion vector's age past ``deletion.vector.max.age.ms``,
@@ -247,10 +250,12 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
             if pending else ""
         return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted"
                                                 f"{waiting}", manifest, config)
-    rolled = bool(manifest.segments) and (active_rolled(manifest.segments[-1], config, now_ms) or bool(pending))
+    aged_out = bool(manifest.segments) and active_rolled(manifest.segments[-1], config, now_ms)
+    # An erasure rolls the active segment for cleaning only: retention still waits for it to age out.
+    rolled = aged_out or (bool(manifest.segments) and bool(pending))
     # Segments wholly below the log start go, as Kafka deletes them for every compacted log.
     below = len(list(itertools.takewhile(lambda s: s.next_offset <= manifest.log_start_offset, manifest.segments)))
-    retained = expired_by_retention(manifest.segments[below:], config, now_ms, rolled)
+    retained = expired_by_retention(manifest.segments[below:], config, now_ms, aged_out)
     expired = (*manifest.segments[:below], *retained)
     segments = manifest.segments[len(expired):]
     log_end = manifest.log_end_offset
@@ -312,8 +317,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
                  for s in in_range)
     if manifest.last_clean_ms is None or cleanable_bytes > 0:
         purge = passed
-    else:
-        purge = manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
+    else:  # (the last pass's range may have held the active segment, rolled for an erasure: not this one's)
+        purge = bool(in_range) and manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
     # deletion.vector.max.age.ms: how long the oldest deletion vector in range has been due for its rewrite.
     vectors_overdue = max((now_ms - rules.saturating_add(s.deletes.created_ms, deletion_vector_max_age_ms)
                            for s in in_range if s.deletes is not None), default=-1) \
@@ -327,7 +332,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
                   first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
                   cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
-                  active_rolled=rolled, tombstone_purge=purge or aged, segments=in_range,
+                  active_rolled=rolled, rolled_for_erasure=rolled and not aged_out, tombstone_purge=purge or aged,
+                  segments=in_range,
                   overdue_ms=overdue if overdue >= 0 else None, erasures=erasures)
     left = len(pending) - len(erasures)
     bound = {"active segment": "the active segment", "min.compaction.lag.ms": "min.compaction.lag.ms",
@@ -469,5 +475,6 @@ def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, buckets: 
     """How a partition's decisions become objects; a split partition's rewrites each read no more records
     than one of its decision tasks."""
     share = math.ceil(p.records / buckets)
+    apart = p.segments[-1].base_offset if p.plan.rolled_for_erasure and p.segments else None
     return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)))
+                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)), apart)
