@@ -88,6 +88,9 @@ _API = {
     "VersionEntry": "compaction.read.history",
     "history": "compaction.read.history",
     "SnapshotResult": "compaction.read.export",
+    "forget": "compaction.erasure",
+    "attest": "compaction.erasure",
+    "erasure_status": "compaction.erasure",
     "snapshot": "compaction.read.export",
     "Settings": "compaction.config",
     "GenerateSpec": "compaction.synthetic",
@@ -135,7 +138,10 @@ __all__ = [
     "VersionEntry",
     "VersionNotFoundError",
     "Writer",
+    "attest",
     "collect_store",
+    "erasure_status",
+    "forget",
     "generate",
     "history",
     "plan_store",
@@ -154,6 +160,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from compaction.clean.rules import Plan, Strategy
     from compaction.clean.settings import CleanerSettings, TopicConfig
     from compaction.config import Settings
+    from compaction.erasure import attest, erasure_status, forget
     from compaction.errors import (
         CommitConflictError,
         CompactionError,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import errno
 import fnmatch
 import io
@@ -28,6 +30,7 @@ from compaction.clean.planner import CompactionPlan, Decision, format_duration
 from compaction.clean.rules import LONG_MAX, LONG_MIN, Plan
 from compaction.clean.session import remote_url, spark_session
 from compaction.config import Settings, did_you_mean
+from compaction.erasure import attest, erasure_status, forget
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -43,6 +46,7 @@ from compaction.job import JobOptions, run_job
 from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
 from compaction.read.history import history
 from compaction.read.scan import Scan, scan
+from compaction.report import output_location
 from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.store.jsonl import decode_utf8, parse_lines
@@ -613,17 +617,25 @@ def cmd_gc(args: argparse.Namespace) -> int:
     partitions, illegal = selected_partitions(store, args)
     grace = args.grace if args.grace is not None else settings.cleaner.gc_grace_ms
     keep = args.keep_versions if args.keep_versions is not None else settings.cleaner.gc_keep_versions
+    erasure_grace = args.erasure_grace if args.erasure_grace is not None else \
+        settings.cleaner.erasure_grace if args.grace is None else min(grace, settings.cleaner.erasure_grace)
     results, failures = collect_store(store, partitions, wall_ms=wall_clock_ms(), grace_ms=grace,
-                                      keep_versions=keep, dry_run=args.dry_run)
+                                      keep_versions=keep, dry_run=args.dry_run, erasure_grace_ms=erasure_grace)
     verb = "would delete" if args.dry_run else "deleted"
     for result in results:
         if result.deleted_objects or result.pruned_versions or result.unknown_objects or result.pinned_versions:
             pinned = f", kept pinned versions {result.pinned_versions}" if result.pinned_versions else ""
-            print(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s) "
+            erased = f", {len(result.erased_objects)} of them holding erased keys" if result.erased_objects else ""
+            print(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s){erased} "
                   f"({human_bytes(result.deleted_bytes)}), pruned manifest versions {result.pruned_versions or '-'}, "
                   f"{result.waiting_objects} within the grace period{pinned}")
         for unknown in result.unknown_objects:
             print(f"{result.partition}: left alone unknown object {unknown}")
+        for digest in result.erasures_completed:
+            print(f"{result.partition}: erasure of key sha256:{digest[:16]} {'would be' if args.dry_run else 'is'} "
+                  "complete: no object holds a record of it below its tombstone")
+        for wait in result.erasure_waits:
+            print(f"{result.partition}: erasure waits: {wait}")
     for name, err in failures.items():
         print(f"{name}: skipped, nothing deleted: {err}")
     for folder in illegal:
@@ -631,6 +643,123 @@ def cmd_gc(args: argparse.Namespace) -> int:
     print(f"{verb} {sum(len(r.deleted_objects) for r in results)} object(s), "
           f"{human_bytes(sum(r.deleted_bytes for r in results))}")
     return EXIT_FAILED if failures or illegal else EXIT_OK
+
+
+def given_keys(args: argparse.Namespace) -> list[bytes]:
+    """The keys of --key and --keys-file, as bytes (UTF-8 text, or base64 with --base64)."""
+    texts = [(f"--key #{i}", text) for i, text in enumerate(args.key, start=1)]
+    if getattr(args, "keys_file", None):
+        path = Path(args.keys_file)
+        if not path.is_file():
+            raise InvalidArgumentError(f"keys file {path} does not exist")
+        lines = decode_utf8(path.read_bytes(), str(path)).splitlines()
+        texts += [(f"{path} line {n}", line.rstrip("\r")) for n, line in enumerate(lines, start=1) if line.strip()]
+    if not texts:
+        raise InvalidArgumentError("no key given: use --key or --keys-file")
+    if not args.base64:
+        return [text.encode() for _, text in texts]
+    keys = []
+    for where, text in texts:
+        try:
+            keys.append(base64.b64decode(text.strip(), validate=True))
+        except binascii.Error as err:
+            raise InvalidArgumentError(f"{where} is not base64 ({err})") from err
+    return keys
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    settings = load_settings(args)
+    now = command_now(args, wall_clock_ms())
+    store = open_store(args, settings)
+    store.require_exists()
+    max_delay = args.max_delay if args.max_delay is not None else settings.cleaner.erasure_max_delay_ms
+    outcomes = forget(store, args.topic, given_keys(args), now_ms=now, max_delay_ms=max_delay,
+                      partitions=args.partitions)
+    if args.json:
+        print(json.dumps({"topic": args.topic, "requested_ms": now, "deadline_ms": now + max_delay,
+                          "keys": [o.to_dict() for o in outcomes]}, indent=1))
+    for outcome in outcomes:
+        name = f"key sha256:{outcome.key_sha256[:16]}"
+        for partition, error in sorted(outcome.errors.items()):
+            print(f"{name}: partition {args.topic}-{partition} could not be searched: {error}",
+                  file=sys.stderr if args.json else sys.stdout)
+        if args.json:
+            continue
+        if outcome.found:
+            where = ", ".join(f"{args.topic}-{p} at offset {o}" for p, o in sorted(outcome.tombstones.items()))
+            print(f"{name}: tombstone appended and erasure requested in {where}; due by {_iso(now + max_delay)}")
+        elif not outcome.errors:
+            absent = "; " + ", ".join(f"{args.topic}-{p}" for p in outcome.absent) + " has no log in the store" \
+                if outcome.absent else ""
+            print(f"{name}: found nowhere in {args.topic} ({len(outcome.searched)} partition(s) searched{absent}): "
+                  "nothing to erase, no tombstone appended")
+    return EXIT_FAILED if any(o.errors for o in outcomes) else EXIT_OK
+
+
+def cmd_erasure(args: argparse.Namespace) -> int:
+    settings = load_settings(args)
+    now = command_now(args, wall_clock_ms())
+    store = open_store(args, settings)
+    store.require_exists()
+    statuses, errors = erasure_status(store, [args.topic] if args.topic else None, now, settings.topic_config,
+                                      settings.cleaner.erasure_grace)
+    overdue = [s for s in statuses if s.overdue]
+    if args.json:
+        print(json.dumps({"now_ms": now, "requests": [s.to_dict() for s in statuses], "overdue": len(overdue),
+                          "errors": errors}, indent=1))
+    else:
+        rows = [[str(s.partition), s.request.key_sha256[:16], s.request.state + (" OVERDUE" if s.overdue else ""),
+                 s.request.tombstone_offset, _iso(s.request.requested_ms), _iso(s.request.deadline_ms),
+                 f"{_iso(s.request.rewritten_ms)} (v{s.request.rewritten_version})" if s.request.rewritten_ms
+                 is not None else "-", _iso(s.request.completed_ms) if s.request.completed_ms is not None else "-"]
+                for s in statuses]
+        print(format_table(["partition", "key sha256", "state", "tombstone", "requested", "deadline", "rewritten",
+                            "gone"], rows))
+        for s in statuses:
+            for held in s.request.held:
+                went = f"gone by {_iso(held.removed_ms)}" if held.removed_ms is not None else "still there"
+                print(f"{s.partition} {s.request.key_sha256[:16]}: {held.path} held it (found "
+                      f"{_iso(held.found_ms)}), {went}")
+            for wait in s.waits:
+                print(f"{s.partition} {s.request.key_sha256[:16]}: waits for {wait}")
+        print(f"\n{len(statuses)} request(s): " + ", ".join(
+            f"{sum(1 for s in statuses if s.request.state == state)} {state}" for state in ("pending", "rewritten",
+                                                                                               "gone"))
+            + f"; {len(overdue)} late")
+        for name, error in errors.items():
+            print(f"unreadable: {name}: {error}")
+    return EXIT_FAILED if overdue or errors else EXIT_OK
+
+
+def cmd_attest(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    store.require_exists()
+    (key,) = given_keys(args)[:1]
+    if len(args.key) > 1:
+        raise InvalidArgumentError("attest proves one key: give --key once")
+    if args.output:
+        output_location(args.output, store.url, storage_options(args))  # a path that cannot be written fails first
+    proof = attest(store, args.topic, key, wall_ms=wall_clock_ms(), program_version=__version__,
+                   partitions=args.partitions)
+    document = json.dumps(proof.to_dict(), indent=1)
+    objects = sum(len(p.objects) for p in proof.partitions)
+    summary = (f"key sha256:{proof.key_sha256[:16]} in {args.topic}: {objects} object(s) read in "
+               f"{len(proof.partitions)} partition(s): "
+               + ("no record of it is left that an erasure request erases, and no value without one"
+                  if proof.passed else f"{len(proof.problems)} object(s) still hold it"))
+    if args.output:
+        storage, name = output_location(args.output, store.url, storage_options(args))
+        storage.write_bytes(name, document.encode())
+        print(summary)
+        for problem in proof.problems:
+            print(f"PROBLEM {problem}")
+        print(f"proof written to {args.output}")
+    else:
+        print(document)
+        print(summary, file=sys.stderr)
+        for problem in proof.problems:
+            print(f"PROBLEM {problem}", file=sys.stderr)
+    return EXIT_OK if proof.passed else EXIT_FAILED
 
 
 # Parser --------------------------------------------------------------------------------------------------
@@ -677,6 +806,16 @@ def _scan_args(parser: argparse.ArgumentParser) -> None:
                         help="read manifest version V of every partition, or PARTITION=V (repeatable); default: "
                              "the newest. A version gc removed is refused, naming the oldest readable one")
     _config_args(parser)
+
+
+def _key_args(parser: argparse.ArgumentParser, many: bool) -> None:
+    parser.add_argument("--key", action="append", default=[], metavar="KEY", required=not many,
+                        help="the key as UTF-8 text (with --base64: base64 of its bytes)"
+                             + (", repeatable" if many else ""))
+    if many:
+        parser.add_argument("--keys-file", metavar="FILE", default=None,
+                            help="keys, one per line (UTF-8 text, or base64 with --base64); blank lines are skipped")
+    parser.add_argument("--base64", action="store_true", help="keys are given as base64 of their bytes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -891,7 +1030,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "files as they are, deletion vectors and records below the log start position "
                                    "delete files. The snapshot summary names each partition's manifest version "
                                    "(compaction.versions); publishing versions already published adds no snapshot. "
-                                   "Snapshots replaced more than [cleaner] gc.grace.ms ago are expired; gc keeps "
+                                   "Snapshots replaced more than [cleaner] gc.grace.ms ago are expired (those "
+                                   "reading a version from before an erasure, erasure.grace.ms ago); gc keeps "
                                    "every object a retained snapshot reads. The catalog is configured as pyiceberg "
                                    "configures catalogs (.pyiceberg.yaml, PYICEBERG_CATALOG__NAME__* variables) or "
                                    "in the configuration's [publish] table (type, uri, warehouse...). Kafka .log "
@@ -942,8 +1082,66 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-versions", type=positive_int, default=None,
                    help=f"manifest versions always kept, at least 1 (default: [cleaner] gc.keep.versions, "
                         f"{DEFAULT_KEEP_VERSIONS})")
+    p.add_argument("--erasure-grace", type=parse_duration, default=None,
+                   help="how long what holds a key an erasure request erases is kept for readers of older versions "
+                        "(default: [cleaner] erasure.grace.ms, else the grace period); the versions that reference "
+                        "it go then too, however many --keep-versions asks for")
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     p.set_defaults(func=cmd_gc)
+
+    p = sub.add_parser("forget", help="erasure request: tombstone a key wherever it is and have its values removed",
+                       description="Find the partitions of TOPIC whose log holds each key (every partition, or with "
+                                   "--partitions N only the one Kafka's default partitioner, murmur2, sends it to), "
+                                   "append a tombstone for it there (an ordinary delete for readers and consumers) and "
+                                   "record an erasure request in the partition's manifest: the key's SHA-256 digest, "
+                                   "never the key, when it was requested and its deadline. The next run rewrites "
+                                   "every segment holding an older record of the key; gc then removes what older "
+                                   "versions and orphans hold; 'compaction erasure' follows each request and "
+                                   "'compaction attest' proves it done. Only digests are printed.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    _key_args(p, many=True)
+    p.add_argument("--partitions", type=positive_int, default=None, metavar="N",
+                   help="the topic's partition count: search only the partition Kafka's default partitioner sends "
+                        "each key to (murmur2), instead of every partition")
+    p.add_argument("--max-delay", type=parse_duration, default=None,
+                   help="the deadline, from now (default: [cleaner] erasure.max.delay.ms, 1d)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    _config_args(p)
+    _now_args(p, "the request's time")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("erasure", help="list erasure requests: pending, rewritten or gone, and what each waits for",
+                       description="List every erasure request of the store (or TOPIC): pending (no run has "
+                                   "rewritten the segments holding the key yet), rewritten (the live log holds no "
+                                   "record of the key below its tombstone; older versions or orphans may) or gone "
+                                   "(no object under the partition's folders does), with the objects found holding "
+                                   "the key and when each went, and what a request still waits for. A request is "
+                                   "late (OVERDUE, exit 1) when still pending past its deadline, or not gone "
+                                   "[cleaner] erasure.grace.ms after it.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC", nargs="?", default=None, help="only this topic (default: every topic)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _config_args(p)
+    _now_args(p, "judge deadlines as of this time")
+    p.set_defaults(func=cmd_erasure)
+
+    p = sub.add_parser("attest", help="prove from every object that a key's erased records are gone",
+                       description="Read every object under the folders of each partition of TOPIC (segments, "
+                                   "deletion vectors, manifests, superseded and orphaned objects alike) and write a "
+                                   "proof: the manifest version, each object's name, size and SHA-256, the records "
+                                   "of the key found in each, the key's digest and this program's version. Exit 0 "
+                                   "when no record of the key is left below its erasure request's tombstone (without "
+                                   "a request: no value of the key at all), 1 otherwise, naming the objects.")
+    _store_args(p)
+    p.add_argument("topic", metavar="TOPIC")
+    _key_args(p, many=False)
+    p.add_argument("--partitions", type=positive_int, default=None, metavar="N",
+                   help="only the partition Kafka's default partitioner sends the key to among N (default: every "
+                        "partition)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="write the proof (JSON) here, a path or a store-like URL (default: stdout)")
+    p.set_defaults(func=cmd_attest)
     return parser
 
 

@@ -188,7 +188,7 @@ class Cleaner:
                            else PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
         report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                                 elapsed_ms=_elapsed_ms(started))
+                                 elapsed_ms=_elapsed_ms(started), erasure_grace_ms=self.settings.cleaner.erasure_grace)
         report.phases_ms.update(as_ms(phases))
         report.phases_ms.update(as_ms(self.task_seconds, prefix="task_"))
         return report

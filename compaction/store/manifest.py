@@ -209,7 +209,8 @@ class HeldObject(_Frozen):
 
 class ErasureRequest(_Frozen):
     """A request to forget a key (``compaction forget``): every record of the key below ``tombstone_offset``, the
-    tombstone appended for it, must be physically gone by ``deadline_ms``.
+    tombstone appended for it, must be gone from the live log by ``deadline_ms``, and from every object the erasure
+    grace period after it.
 
     It is *pending* until a pass commits a log whose live segments hold no such record (``rewritten_ms``, in
     version ``rewritten_version``), and *gone* once no object under the partition's folders holds one
@@ -250,9 +251,12 @@ class ErasureRequest(_Frozen):
         """What tells two requests apart: the key's digest and the tombstone's offset."""
         return self.key_sha256, self.tombstone_offset
 
-    def overdue(self, now_ms: int) -> bool:
-        """Not yet physically gone at ``now_ms``, and past its deadline."""
-        return self.completed_ms is None and now_ms > self.deadline_ms
+    def overdue(self, now_ms: int, grace_ms: int) -> bool:
+        """Late at ``now_ms``: still pending past its deadline (no pass carried it out in time), or not yet physically
+        gone ``grace_ms`` (the erasure grace period, which readers of older versions get) past it."""
+        if self.state == "pending":
+            return now_ms > self.deadline_ms
+        return self.state == "rewritten" and now_ms > min(LONG_MAX, self.deadline_ms + grace_ms)
 
 
 class WriterInfo(_Frozen):
