@@ -6,11 +6,14 @@ the job runs at a later ``now`` (sometimes past the tombstones' horizons). After
 partition's (offset, delete horizon) pairs and checkpoint must equal the model's.
 
 The Arrow plan (whole partitions, and split into key ranges with a tiny ``task.max.records``) runs in
-this process over hundreds of examples; every plan also runs on Spark over a smaller fixed set.
+this process over hundreds of examples; every plan also runs on Spark over a smaller fixed set. Histories with
+erasure requests (``forget``: a tombstone and a request) check that an erasure removes the key's older records and
+changes nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
+from compaction.erasure import request_erasure
 from compaction.kafka import batch_table, encode
 from compaction.store import Store, TopicPartition
 from compaction.store.formats import decode_log
@@ -73,6 +77,15 @@ class Model:
     checkpoint: int = 0
     last_clean: int | None = None
     open: dict[int, int] = field(default_factory=dict)  # producer -> first offset of its open transaction
+    erasures: list[tuple[str, int]] = field(default_factory=list)  # pending requests: key, tombstone offset
+    last_end: int = 0  # where the last pass's range ended (past the active segment when an erasure rolled it)
+
+    def forget(self, key: str, now: int) -> Rec:
+        """An erasure request: a tombstone for ``key``, appended as a segment of its own, and the request."""
+        tombstone = Rec(self.end, key, None, timestamp=now)
+        self.append([tombstone])
+        self.erasures.append((key, tombstone.offset))
+        return tombstone
 
     def append(self, recs: list[Rec]) -> None:
         self.bases.append(self.end)
@@ -95,16 +108,26 @@ class Model:
         return 1, r.offset
 
     def run(self, now: int) -> None:
-        # The cleaned range ends at the segment holding min(last stable offset, active segment's base).
+        # The cleaned range ends at the segment holding min(last stable offset, active segment's base); a pending
+        # erasure request rolls the active segment (its base is then the log end).
         stable = min(self.open.values(), default=self.end)
-        uncleanable = max(self.checkpoint, min(stable, self.bases[-1]))
-        end = max(b for b in self.bases if b <= uncleanable)
+        active = self.end if self.erasures else self.bases[-1]
+        uncleanable = max(self.checkpoint, min(stable, active))
+        end = max(b for b in [*self.bases, active] if b <= uncleanable)
         in_range = [r for r in self.log if r.offset < end]
-        # Selected when there is something new to clean, or a horizon passed since the last pass.
-        horizon_passed = any(r.horizon is not None and r.horizon <= now
-                             and (self.last_clean is None or r.horizon > self.last_clean) for r in in_range)
+        # Selected when there is something new to clean, or a horizon passed since the last pass (of a record in
+        # its range, which an erasure may have made larger than this one).
+        horizon_passed = any(r.horizon is not None and r.horizon <= now and r.offset < max(end, self.last_end)
+                             and (self.last_clean is None or r.horizon > self.last_clean) for r in self.log)
         if not in_range or not (self.checkpoint < end or horizon_passed):
             return
+        self.last_end = end
+        # The requests whose tombstones the range covers: their key's records below the tombstone go, and compete
+        # for nothing.
+        covered = [(key, offset) for key, offset in self.erasures if offset < end]
+        self.erasures = [request for request in self.erasures if request not in covered]
+        erased = {r.offset for r in self.log for key, offset in covered
+                  if r.key == key and r.offset < offset and r.control is None}
         # Transactions: a producer's records up to its next marker; an abort marker aborts them.
         aborted: set[int] = set()
         pending: set[int] = set()  # markers with records of their transaction still before them
@@ -118,7 +141,8 @@ class Model:
                     aborted |= {m.offset for m in txn}
             elif r.transactional:
                 members.setdefault(r.producer, []).append(r)
-        competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted]
+        competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted
+                     and r.offset not in erased]
         best = {}
         for r in competing:
             best[r.key] = max(best.get(r.key, (-1, -1, -1)), (*self.version(r), r.offset))
@@ -132,6 +156,8 @@ class Model:
             passed = r.horizon is not None and now >= r.horizon
             if r.offset >= end:
                 kept.append(r)
+            elif r.offset in erased:
+                continue
             elif r.control is not None:
                 if r.offset in pending or not passed:
                     r.horizon = r.horizon if r.horizon is not None or r.offset in pending else now + RETENTION
@@ -174,6 +200,11 @@ def batches(draw: st.DrawFn) -> dict[str, Any]:
 HISTORY = st.lists(st.tuples(st.sampled_from([1, 300, RETENTION + 1]),
                              st.lists(st.lists(batches(), max_size=3), min_size=6, max_size=6)),
                    min_size=2, max_size=5)
+#: The same, and per partition the key an erasure request forgets after the appends (mostly none).
+FORGETTING = st.lists(st.tuples(st.sampled_from([1, 300, RETENTION + 1]),
+                                st.lists(st.lists(batches(), max_size=3), min_size=6, max_size=6),
+                                st.lists(st.sampled_from([None, None, "a", "b"]), min_size=6, max_size=6)),
+                      min_size=2, max_size=5)
 
 
 def log_batches(recs: list[Rec]) -> bytes:
@@ -200,9 +231,10 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
     models = {tp: Model(TOPICS[tp.topic]) for tp in partitions}
     counter = 0
     now = T0
-    for step, (elapsed, appends) in enumerate(history):
+    for step, (elapsed, appends, *forgets) in enumerate(history):
         now += elapsed
-        for tp, batches_of_tp in zip(partitions, appends, strict=True):
+        for tp, batches_of_tp, forget in zip(partitions, appends, forgets[0] if forgets else [None] * len(appends),
+                                             strict=True):
             model = models[tp]
             for batch in batches_of_tp:
                 recs = []
@@ -226,6 +258,13 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
                                         log.batch_last_offsets.tolist(), strict=True))
                 else:
                     store.append(tp, records([r.row() for r in recs]), now_ms=now)
+            if forget is not None and model.bases:
+                tombstone = model.forget(forget, now)
+                (offset,) = request_erasure(store, tp, [forget.encode()], now_ms=now, deadline_ms=now + RETENTION,
+                                            segment_format="kafka" if kafka else "parquet")
+                assert offset == tombstone.offset
+                if kafka:
+                    appended.add((offset, offset))
         report = Cleaner(spark, store, cleaner_settings, dedupe_plan=plan).run(now)
         assert not report.failed, [r.error for r in report.failed]
         for tp in partitions:
@@ -238,6 +277,9 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
             expected = [(r.offset, r.horizon) for r in model.log]
             assert actual == expected, f"{tp} after run {step} at {now}"
             assert store.manifest(tp).first_dirty_offset == model.checkpoint, f"{tp} checkpoint after run {step}"
+            pending = [(r.key_sha256, r.tombstone_offset) for r in store.manifest(tp).erasures if r.state == "pending"]
+            assert pending == [(hashlib.sha256(k.encode()).hexdigest(), o) for k, o in model.erasures], \
+                f"{tp} erasure requests after run {step}"
             if kafka:  # every batch keeps the base and last offset it was appended with
                 for segment in store.manifest(tp).segments:
                     log = store.read_log_segment(tp, segment)
@@ -253,6 +295,19 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
 @given(history=HISTORY)
 def test_the_arrow_plan_keeps_exactly_what_the_reference_model_keeps(split: bool, history: list[Any]) -> None:
     check_history(InlineSession(), "arrow", SPLIT if split else WHOLE, history)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("split", "kafka"), [(False, False), (True, False), (True, True)],
+                         ids=["whole", "split", "log-split"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=FORGETTING)
+def test_erasure_requests_remove_the_keys_older_records_and_nothing_else(split: bool, kafka: bool,
+                                                                          history: list[Any]) -> None:
+    if kafka:
+        check_history(InlineSession(), "arrow", KAFKA_SPLIT, history, kafka=True)
+    else:
+        check_history(InlineSession(), "arrow", SPLIT if split else WHOLE, history)
 
 
 @pytest.mark.slow
