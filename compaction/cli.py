@@ -672,6 +672,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
     now = command_now(args, wall_clock_ms())
     store = open_store(args, settings)
     store.require_exists()
+    if conf_file(args) is not None or getattr(args, "set", None):
+        config = settings.topic_config(args.topic)
+        if not config.compact:  # nothing would carry the request out; without a configuration it is not known
+            raise InvalidArgumentError(
+                f"topic {args.topic} has cleanup.policy={','.join(config.cleanup_policy)} in this configuration: a "
+                "tombstone deletes nothing there, so no run would carry an erasure request out")
     max_delay = args.max_delay if args.max_delay is not None else settings.cleaner.erasure_max_delay_ms
     outcomes = forget(store, args.topic, given_keys(args), now_ms=now, max_delay_ms=max_delay,
                       partitions=args.partitions)
@@ -701,6 +707,8 @@ def cmd_erasure(args: argparse.Namespace) -> int:
     now = command_now(args, wall_clock_ms())
     store = open_store(args, settings)
     store.require_exists()
+    if args.topic is not None and not store.partitions(args.topic):
+        raise StoreNotFoundError(f"topic {args.topic!r} has no partition in {store.url}")
     statuses, errors = erasure_status(store, [args.topic] if args.topic else None, now, settings.topic_config,
                                       settings.cleaner.erasure_grace)
     overdue = [s for s in statuses if s.overdue]

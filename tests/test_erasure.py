@@ -423,3 +423,43 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
     assert [p.version for p in store.pins(P0)] == [second.versions[0]]  # only the second snapshot's pin is left
     done = collect_garbage(store, P0, wall_ms=int(time.time() * 1000) + HOUR, grace_ms=DAY, erasure_grace_ms=HOUR)
     assert done.erasures_completed == [ALICE]
+
+
+def test_forget_refuses_a_topic_its_configuration_does_not_compact_and_bad_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(P0, keyed("alice=1"), now_ms=T0)
+    conf = tmp_path / "delete.toml"
+    conf.write_text('"log.cleanup.policy" = "delete"\n')
+    code, out = cli(capsys, "forget", store.url, TOPIC, "--key", "alice", "--conf", str(conf))
+    assert code == 4 and "topic orders has cleanup.policy=delete in this configuration: a tombstone deletes " \
+                         "nothing there" in out
+    code, out = cli(capsys, "forget", store.url, TOPIC, "--key", "not base64!", "--base64")
+    assert code == 4 and "--key #1 is not base64" in out
+    keys = tmp_path / "keys.txt"
+    keys.write_bytes(b"alice\n\xff\n")
+    code, out = cli(capsys, "forget", store.url, TOPIC, "--keys-file", str(keys))
+    assert code == 4 and "keys.txt" in out
+    code, out = cli(capsys, "forget", store.url, "bad topic", "--key", "alice")
+    assert code == 4 and "topic name 'bad topic'" in out
+    code, out = cli(capsys, "forget", store.url, "payments", "--key", "alice")
+    assert code == EXIT_FAILED and "topic 'payments' has no partition" in out
+    code, out = cli(capsys, "erasure", store.url, "missing")
+    assert code == EXIT_FAILED and "topic 'missing' has no partition" in out
+    assert store.manifest(P0).version == 1  # nothing was appended
+
+
+def test_the_table_view_drops_a_pending_requests_key_at_once_whatever_its_version(tmp_path: Path) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    seq = [{"key": "seq", "value": (9).to_bytes(8, "big")}]
+    store.append(P0, records([{"key": "alice", "value": "old", "headers": seq, "timestamp": T0},
+                              {"key": "bob", "value": "b", "headers": seq, "timestamp": T0}]), now_ms=T0)
+
+    def latest() -> list[tuple[bytes, bytes | None]]:
+        table = scan(store, TOPIC, 0, latest=True, strategy="header", strategy_header="seq").to_arrow()
+        return [(r["key"], r["value"]) for r in table.select(["key", "value"]).to_pylist()]
+
+    assert latest() == [(b"alice", b"old"), (b"bob", b"b")]
+    forget(store, TOPIC, [b"alice"], now_ms=T0 + 1)
+    # The tombstone has no version header, so without the request alice's old value would still win.
+    assert latest() == [(b"bob", b"b")]

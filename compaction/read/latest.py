@@ -52,9 +52,10 @@ def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy 
         aborted = rules.transaction_facts(table).aborted
     else:
         control = aborted = np.zeros(n, dtype=bool)
-    # A key an erasure request names keeps its tombstone: its records below it compete no more (rules, rule 0).
+    # A key a pending erasure request names keeps its tombstone: its records below it compete no more (rules, rule
+    # 0). Once a pass has carried a request out, the live log holds none of them.
     erased = erased_rows(table.column("offset").to_numpy(), table.column("key"),
-                         tombstone_offsets(part.manifest.erasures))
+                         tombstone_offsets(r for r in part.manifest.erasures if r.state == "pending"))
     competing = rules.competes(keyed, control, aborted, erased)
     if transactions and not record_filter.empty:
         selected = record_filter.mask(table)
