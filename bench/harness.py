@@ -1,16 +1,23 @@
-"""The benchmark harness: the job against DuckDB, Polars and the pyarrow I/O floor, on the same files.
+"""The benchmark harness: the job against the fastest formulation of DuckDB and Polars, and the I/O floor.
 
-    python bench/harness.py [--quick] [--scenarios S1,S5,S2,S3,S4,K1,scaling,read] [--runs 3] [--work DIR] [--out DIR]
+    python bench/harness.py [--quick] [--scenarios startup,S1,S5,S2,S3,S4,K1,scaling,read] [--runs 5]
+                            [--work DIR] [--out DIR]
 
-Stores come from the project's generator. Every engine runs as its own process, one after the other, on
-the same segment files; each figure is the median of ``--runs`` runs (the job cleans a fresh copy each
-time). Wall time includes everything the process does; the job's total includes Spark start-up, which is
-also measured on its own. Peak RSS is the process tree's. Every job row also has where its time went
-(the run report's phases: start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write
-time summed over tasks). Results go to ``<out>/latest.json`` and a chart
-``<out>/latest.png``; the table is printed.
+Stores come from the project's generator. Every engine runs as its own process on the same segment files, and
+the engines take turns run by run (the job, then each peer's formulations, then the floor; again), so that a
+busy spell of the machine hits all alike; each figure is the median of ``--runs`` runs, with the spread
+((slowest - fastest) / median). The peers are DuckDB and Polars, each in several formulations
+(bench/engines.py); the fastest formulation of any peer in the run is the bar (``x fastest``). The floor reads
+every record and writes the survivors, which no engine can do with less. Every engine's output is checked
+against the job's (the same number of records and a digest of their sorted offsets, per partition); a mismatch
+fails the bench. Wall time includes everything the process does; the job's includes Spark start-up, which is
+also measured on its own, and as users start the job (``startup``: from this checkout and from the installed
+wheel). Peak RSS is the process tree's. Every job row also has where its time went (the run report's phases:
+start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write time summed over tasks). Results
+go to ``<out>/latest.json`` and a chart ``<out>/latest.png``; the table is printed.
 
 Scenarios:
+  startup  a run of a 10,000-record store from the dev checkout and from the wheel in a virtualenv of its own
   S1  full compaction: 20M records, 4M keys, 100-byte values, 4 partitions
   S5  one hot partition: S1's 20M records and 4M keys in a single partition
   S2  nightly incremental: a compacted store (20M records, unique keys) plus 2M new records updating
@@ -19,7 +26,7 @@ Scenarios:
   S4  memory: 50M records on a standalone cluster (driver 1 GB, executors 2 GB), with the driver's peak
       RSS at 12.5M, 25M and 50M records
   K1  Kafka's format: S1's records as .log segments of zstd record batches, cleaned at batch level, against
-      DuckDB on the Parquet copy of the same records (S1's store)
+      the peers on the Parquet copy of the same records (S1's store)
   scaling  S1's job at 5M, 10M, 20M and 50M records (time per record and peak RSS)
   read     a streaming read of S1's store through the read API (every column, as Arrow batches) against
            DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -45,15 +53,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compaction.clean.cleaner import Cleaner, plan_store  # noqa: E402
-from compaction.clean.layout import SegmentOutcome, plan_jobs  # noqa: E402
-from compaction.clean.tasks.decide import decide_facts  # noqa: E402
-from compaction.clean.tasks.key_ranges import sample_bounds  # noqa: E402
 from compaction.config import Settings  # noqa: E402
 from compaction.store import Store  # noqa: E402
 from compaction.synthetic import GenerateSpec, generate  # noqa: E402
@@ -67,6 +74,10 @@ CONFIG = """# The benchmark's configuration: compact everything; an hour-old las
 "log.cleaner.min.cleanable.ratio" = 0.05
 """
 PYTHON = sys.executable
+#: Each peer's formulations (bench/engines.py), the fastest of each engine first; the fastest in a run is the bar.
+PEERS = ("duckdb", "duckdb-qualify", "duckdb-argmax", "polars", "polars-unique", "polars-window")
+#: What this run measures besides the job (``--job-only``: nothing, for a before/after of the job alone).
+SELECTED: dict[str, tuple[str, ...]] = {"peers": PEERS}
 
 
 @dataclass
@@ -117,9 +128,9 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
     return Measure(seconds, peak, {"stdout": out})
 
 
-def env() -> dict[str, str]:
+def env(python: str = PYTHON) -> dict[str, str]:
     result = dict(os.environ)
-    result.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)
+    result.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
     return result
 
 
@@ -152,8 +163,10 @@ def copy_store(source: str, target: str) -> None:
     os.sync()
 
 
-def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = None) -> Measure:
-    """`compaction run` on (a copy of) the store; adds the report's figures."""
+def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = None,
+        command: list[str] | None = None, python: str = PYTHON) -> Measure:
+    """`compaction run` on (a copy of) the store; adds the report's figures and the survivors it left
+    (``extra["survivors"]``: per partition, the live log's offsets)."""
     target = source
     if copy:
         target = str(work / "run-copy")
@@ -162,27 +175,52 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     conf = work / "bench.toml"
     conf.write_text(CONFIG)
     report = work / "report.json"
-    measure = run_measured([PYTHON, "-m", "compaction.cli", "run", target, "--conf", str(conf), "--now", str(NOW),
-                            "--allow-future-now", "--report", str(report), "--spark-conf", "spark.ui.enabled=false",
-                            "--spark-conf", "spark.ui.showConsoleProgress=false", *(extra or [])], env=env())
+    measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", target, "--conf", str(conf),
+                            "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
+                            "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
+                            *(extra or [])], env=env(python))
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
                      "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],
                      "phases_ms": doc.get("phases_ms", {})}
     if doc["totals"]["failed"]:
         raise RuntimeError(f"the job failed partitions: {doc['failures']}")
+    store = Store.open(target)
+    measure.extra["survivors"] = {str(tp): store.read(tp, columns=["offset"]).column("offset").to_numpy()
+                                  for tp in store.topic_partitions()}
     if copy:
         shutil.rmtree(target)
     return measure
 
 
-def engine(work: Path, name: str, source: str) -> Measure:
+def engine(work: Path, name: str, source: str, survivors: Path | None = None) -> Measure:
+    """An engine's formulation on the store's segment files; ``extra["survivors"]`` is what it wrote."""
     output = work / f"out-{name}"
     shutil.rmtree(output, ignore_errors=True)
-    measure = run_measured([PYTHON, str(ROOT / "bench" / "engines.py"), name, source, str(output)])
+    measure = run_measured([PYTHON, str(ROOT / "bench" / "engines.py"), name, source, str(output),
+                            *([str(survivors)] if survivors else [])])
     measure.extra["bytes_written"] = sum(p.stat().st_size for p in output.glob("*.parquet"))
+    measure.extra["survivors"] = {p.stem: pq.read_table(p, columns=["offset"]).column("offset").to_numpy()
+                                  for p in output.glob("*.parquet")}
     shutil.rmtree(output)
     return measure
+
+
+def digest(survivors: dict[str, np.ndarray]) -> tuple[int, str]:
+    """How many records survived and a digest of their offsets, per partition, sorted."""
+    sha = hashlib.sha256()
+    for name in sorted(survivors):
+        sha.update(name.encode() + b"\0" + np.sort(survivors[name]).astype("<i8").tobytes())
+    return sum(len(o) for o in survivors.values()), sha.hexdigest()[:16]
+
+
+def check_output(name: str, measure: Measure, expected: tuple[int, str]) -> None:
+    """Every engine must leave exactly the job's survivors (the same count and offsets), or the bench fails."""
+    found = digest(measure.extra.pop("survivors"))
+    measure.extra["survivors_checked"] = found
+    if found != expected:
+        raise RuntimeError(f"{name} kept {found[0]:,} records (offsets digest {found[1]}); the job kept "
+                           f"{expected[0]:,} ({expected[1]}): their outputs differ")
 
 
 def spark_startup() -> Measure:
@@ -212,32 +250,58 @@ def median(measures: list[Measure]) -> dict[str, Any]:
     result = {"seconds": round(statistics.median(m.seconds for m in measures), 2),
               "peak_rss_mb": round(max(m.peak_rss for m in measures) / 2**20),
               "runs": [round(m.seconds, 2) for m in measures]}
-    result.update({k: v for k, v in pick.extra.items() if k != "stdout"})
+    result.update({k: v for k, v in pick.extra.items() if k not in ("stdout", "survivors")})
     return result
 
 
-def compare(work: Path, source: str, runs: int, engines: tuple[str, ...] = ("duckdb", "polars", "floor")
-            ) -> dict[str, Any]:
+def compare(work: Path, source: str, runs: int, job_source: str | None = None) -> dict[str, Any]:
+    """The job (on ``job_source``, else ``source``) against every peer's formulations and the floor (on
+    ``source``), taking turns run by run; every output checked against the job's. The fastest peer's median
+    is the bar (``x_fastest``)."""
     records, size = store_bytes(source)
     rows: dict[str, Any] = {"input_records": records, "input_bytes": size}
-    measured = {"job": [job(work, source) for _ in range(runs)]}
-    for name in engines:
-        measured[name] = [engine(work, name, source) for _ in range(runs)]
+    peers = SELECTED["peers"]
+    others = (*peers, "floor") if peers else ()
+    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *others)}
+    survivors = work / "survivors.parquet"
+    expected: tuple[int, str] | None = None
+    for _ in range(runs):  # the engines take turns, so a busy spell of the machine hits all alike
+        ran = job(work, job_source or source)
+        if expected is None:
+            expected = digest(ran.extra["survivors"])
+            pq.write_table(pa.table({
+                "partition": [name for name, offsets in ran.extra["survivors"].items() for _ in offsets],
+                "offset": np.concatenate(list(ran.extra["survivors"].values()))}), survivors)
+        check_output("the job", ran, expected)
+        measured["job"].append(ran)
+        for name in others:
+            measure = engine(work, name, source, survivors if name == "floor" else None)
+            check_output(name, measure, expected)
+            measured[name].append(measure)
     for name, measures in measured.items():
         row = median(measures)
         row["records_per_second"] = int(records / row["seconds"])
         row["mb_per_second"] = round(size / 2**20 / row["seconds"], 1)
+        row["spread"] = round(spread(row), 3)
         rows[name] = row
-    for name in ("job", *engines):
-        for base in ("duckdb", "floor"):
-            if base in rows and name != base:
-                rows[name][f"x_{base}"] = round(rows[name]["seconds"] / rows[base]["seconds"], 2)
+    if not peers:  # --job-only
+        return rows
+    fastest = min(peers, key=lambda name: rows[name]["seconds"])
+    rows["fastest_peer"] = fastest
+    for name in ("job", *peers, "floor"):
+        rows[name]["x_fastest"] = round(rows[name]["seconds"] / rows[fastest]["seconds"], 2)
+        rows[name]["x_floor"] = round(rows[name]["seconds"] / rows["floor"]["seconds"], 2)
     return rows
 
 
 def max_task_records(source: str) -> tuple[int, int]:
     """The most records one task of the skewed partition holds (counted by reading each decision task's
     key range, and each rewrite's sources), and that partition's cleaned records."""
+    from compaction.clean.cleaner import Cleaner, plan_store
+    from compaction.clean.layout import SegmentOutcome, plan_jobs
+    from compaction.clean.tasks.decide import decide_facts
+    from compaction.clean.tasks.key_ranges import sample_bounds
+
     store = Store.open(source)
     settings = Settings.load(overrides=tomllib.loads(CONFIG), environ={})
     cleaner = Cleaner(None, store, settings)
@@ -274,16 +338,11 @@ def s5(work: Path, runs: int, records: int) -> dict[str, Any]:
 
 
 def k1(work: Path, runs: int, records: int) -> dict[str, Any]:
-    """S1's records as zstd record batches: the job on the .log store, DuckDB on the Parquet copy."""
+    """S1's records as zstd record batches: the job on the .log store, the peers on the Parquet copy."""
     parquet = generated(work, f"s1-{records}", s1_spec(records))
     kafka = generated(work, f"k1-{records}", replace(s1_spec(records), segment_format="kafka", compression="zstd"))
-    count, size = store_bytes(kafka)
-    result: dict[str, Any] = {"input_records": count, "input_bytes": size, "parquet_bytes": store_bytes(parquet)[1]}
-    result["job"] = median([job(work, kafka) for _ in range(runs)])
-    result["duckdb"] = median([engine(work, "duckdb", parquet) for _ in range(runs)])
-    for row in (result["job"], result["duckdb"]):
-        row["records_per_second"] = int(count / row["seconds"])
-    result["job"]["x_duckdb"] = round(result["job"]["seconds"] / result["duckdb"]["seconds"], 2)
+    result = compare(work, parquet, runs, job_source=kafka)
+    result["log_bytes"] = store_bytes(kafka)[1]
     return result
 
 
@@ -308,6 +367,8 @@ def s3(work: Path, runs: int, records: int) -> dict[str, Any]:
                         partition0_share=0.8, hot_key_records=records // 20, end_time_ms=WRITTEN, seed=4)
     source = generated(work, f"s3-{records}", spec)
     result = compare(work, source, runs)
+    if not SELECTED["peers"]:
+        return result
     per_task, largest = max_task_records(source)
     result["max_records_per_task"] = per_task
     result["largest_partition_records"] = largest
@@ -344,6 +405,29 @@ def s4(work: Path, records: int) -> dict[str, Any]:
                                  "records_per_second": int(doc["totals"]["messages_read"] / measure.seconds)}
             shutil.rmtree(target)
     return result
+
+
+def startup(work: Path, runs: int) -> dict[str, Any]:
+    """A run of a small store as users start the job: from this checkout (``make setup`` made Spark's class-data
+    archive) and from the wheel installed in a virtualenv of its own (``pip install``), taking turns."""
+    from tests.jobenv import build_wheel, job_environment
+
+    small = generated(work, "startup", GenerateSpec(records=10_000, keys=2_000, partitions=1, segment_records=2_500,
+                                                    end_time_ms=WRITTEN, seed=7))
+    installed = work / "wheel-venv"
+    if not (installed / "bin" / "compaction").exists():
+        shutil.rmtree(installed, ignore_errors=True)
+        job_environment(installed, build_wheel(work / "dist"))
+    commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON),
+                "installed wheel": ([str(installed / "bin" / "compaction")], str(installed / "bin" / "python"))}
+    measured: dict[str, list[Measure]] = {where: [] for where in commands}
+    for _ in range(runs):
+        for where, (command, python) in commands.items():
+            measured[where].append(job(work, small, command=command, python=python))
+    rows = {where: median(measures) for where, measures in measured.items()}
+    for row in rows.values():
+        row["session_seconds"] = row["phases_ms"].get("startup", 0) / 1000
+    return rows
 
 
 def scaling(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
@@ -398,28 +482,31 @@ def machine() -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = [f"machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, "
-             f"{results['machine']['memory_gb']} GB; pyspark {results['machine']['pyspark']}, duckdb "
-             f"{results['machine']['duckdb']}, polars {results['machine']['polars']}, pyarrow "
-             f"{results['machine']['pyarrow']}",
+    machine_ = results["machine"]
+    lines = [f"machine: {machine_['cpu']}, {machine_['cores']} cores, {machine_['memory_gb']} GB; pyspark "
+             f"{machine_['pyspark']}, duckdb {machine_['duckdb']}, polars {machine_['polars']}, pyarrow "
+             f"{machine_['pyarrow']}; medians of {results['runs']} runs, the engines taking turns",
              f"Spark start-up (session only, median): {results['spark_startup_seconds']:.1f} s", ""]
-    header = f"{'scenario':<9} {'engine':<8} {'wall s':>7} {'records/s':>11} {'MB/s':>7} {'peak RSS MB':>11} " \
-             f"{'x DuckDB':>8} {'x floor':>8}"
-    if any(name in results["scenarios"] for name in ("S1", "S5", "S2", "S3")):
+    header = (f"{'scenario':<9} {'engine':<15} {'wall s':>7} {'spread':>7} {'records/s':>11} {'peak RSS MB':>11} "
+              f"{'x fastest':>9} {'x floor':>8}")
+    compared = [name for name in ("S1", "S5", "S3", "K1", "S2") if name in results["scenarios"]]
+    if compared:
         lines += [header, "-" * len(header)]
-    for name in ("S1", "S5", "S2", "S3"):
-        rows = results["scenarios"].get(name)
-        if not rows:
-            continue
-        for engine_name in ("job", "duckdb", "polars", "floor"):
+    for name in compared:
+        rows = results["scenarios"][name]
+        for engine_name in ("job", *PEERS, "floor"):
             row = rows.get(engine_name)
             if row:
-                lines.append(f"{name:<9} {engine_name:<8} {row['seconds']:>7.1f} {row['records_per_second']:>11,} "
-                             f"{row['mb_per_second']:>7.1f} {row['peak_rss_mb']:>11,} "
-                             f"{row.get('x_duckdb', 1.0):>8.2f} {row.get('x_floor', 1.0):>8.2f}")
-    for name in ("S1", "S5", "S2", "S3"):
-        rows = results["scenarios"].get(name)
-        if rows and rows["job"].get("phases_ms"):
+                label = engine_name + (" *" if engine_name == rows.get("fastest_peer") else "")
+                lines.append(f"{name:<9} {label:<15} {row['seconds']:>7.1f} {row['spread']:>7.0%} "
+                             f"{row['records_per_second']:>11,} {row['peak_rss_mb']:>11,} "
+                             f"{row.get('x_fastest', float('nan')):>9.2f} {row.get('x_floor', float('nan')):>8.2f}")
+    if compared:
+        lines.append("(* the fastest peer, the bar; every engine's output checked against the job's: the same "
+                     "records, the same offsets)")
+    for name in compared:
+        rows = results["scenarios"][name]
+        if rows["job"].get("phases_ms"):
             lines.append(f"{name} job phases (s): {phases(rows['job'])}")
     s2_rows = results["scenarios"].get("S2")
     if s2_rows:
@@ -431,24 +518,26 @@ def table(results: dict[str, Any]) -> str:
                      f"{s2_rows['x_bytes_written_vs_alone']}x; runs {s2_rows['job']['runs']} vs "
                      f"{s2_rows['dirty_alone']['runs']} (spread {spread(s2_rows['job']):.0%})")
     s3_rows = results["scenarios"].get("S3")
-    if s3_rows and "S1" in results["scenarios"]:
+    if s3_rows and "S1" in results["scenarios"] and "max_records_per_task" in s3_rows:
         per_record = (s3_rows["job"]["seconds"] / s3_rows["input_records"]) / (
             results["scenarios"]["S1"]["job"]["seconds"] / results["scenarios"]["S1"]["input_records"])
         lines.append(f"S3: largest task holds {s3_rows['max_records_per_task']:,} of the skewed partition's "
                      f"{s3_rows['largest_partition_records']:,} records ({s3_rows['task_share_of_largest']:.0%}); "
                      f"time per record {per_record:.2f}x S1's")
+    k1_rows = results["scenarios"].get("K1")
+    if k1_rows:
+        lines.append(f"K1: the job on .log segments ({k1_rows['log_bytes'] / 2**20:,.0f} MB of zstd record batches), "
+                     f"the peers on the Parquet copy ({k1_rows['input_bytes'] / 2**20:,.0f} MB)")
     s4_rows = results["scenarios"].get("S4")
     if s4_rows:
         lines.append("S4 (standalone cluster, driver 1 GB, executors 2 GB): " + "; ".join(
             f"{int(size):,} records {row['seconds']:.0f} s, driver peak RSS {row['driver_peak_rss_mb']:,} MB"
             for size, row in s4_rows.items()))
-    k1_rows = results["scenarios"].get("K1")
-    if k1_rows:
-        lines.append(f"K1 (S1's {k1_rows['input_records']:,} records as zstd record batches, "
-                     f"{k1_rows['input_bytes'] / 2**20:,.0f} MB; Parquet copy {k1_rows['parquet_bytes'] / 2**20:,.0f} "
-                     f"MB): job on .log {k1_rows['job']['seconds']:.1f} s (run {k1_rows['job']['run_seconds']:.1f} s, "
-                     f"peak RSS {k1_rows['job']['peak_rss_mb']:,} MB) vs DuckDB on Parquet "
-                     f"{k1_rows['duckdb']['seconds']:.1f} s = {k1_rows['job']['x_duckdb']}x")
+    startup = results["scenarios"].get("startup")
+    if startup:
+        lines.append("start-up (a run of a 10,000-record store; wall, and the Spark session's part): " + "; ".join(
+            f"{where} {row['seconds']:.1f} s (session {row['session_seconds']:.1f} s)"
+            for where, row in startup.items()))
     reads = results["scenarios"].get("read")
     if reads:
         lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(
@@ -459,10 +548,12 @@ def table(results: dict[str, Any]) -> str:
     scale = results["scenarios"].get("scaling")
     if scale:
         rates = [row["run_records_per_second"] for row in scale.values()]
+        memory = [row["peak_rss_mb"] for row in scale.values()]
         lines.append("scaling (job, run time without start-up): " + "; ".join(
             f"{int(size):,} records {row['run_seconds']:.1f} s ({row['run_records_per_second']:,} records/s, "
             f"peak RSS {row['peak_rss_mb']:,} MB)" for size, row in scale.items())
-            + f"; time per record varies {max(rates) / min(rates) - 1:.0%} across sizes")
+            + f"; time per record varies {max(rates) / min(rates) - 1:.0%} and peak RSS "
+              f"{max(memory) / min(memory) - 1:.0%} across sizes")
     return "\n".join(lines)
 
 
@@ -472,15 +563,16 @@ def chart(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = [s for s in ("S1", "S5", "S2", "S3") if s in results["scenarios"]]
+    scenarios = [s for s in ("S1", "S5", "S3", "K1", "S2") if s in results["scenarios"]
+                 and "fastest_peer" in results["scenarios"][s]]
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    engines = ("job", "duckdb", "polars", "floor")
-    width = 0.2
-    for i, name in enumerate(engines):
-        values = [results["scenarios"][s][name]["seconds"] for s in scenarios]
+    width = 0.25
+    for i, name in enumerate(("job", "fastest peer", "floor")):
+        values = [results["scenarios"][s][results["scenarios"][s]["fastest_peer"] if name == "fastest peer"
+                                          else name]["seconds"] for s in scenarios]
         axes[0].bar([x + i * width for x in range(len(scenarios))], values, width, label=name)
     axes[0].axhline(results["spark_startup_seconds"], color="grey", linestyle=":", label="Spark start-up")
-    axes[0].set_xticks([x + 1.5 * width for x in range(len(scenarios))], scenarios)
+    axes[0].set_xticks([x + width for x in range(len(scenarios))], scenarios)
     axes[0].set_ylabel("wall time (s), median")
     axes[0].set_title("compaction job vs single-node engines")
     axes[0].legend()
@@ -503,21 +595,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each (about a minute)")
     parser.add_argument("--scenarios", default=None, help="comma list (default: S1,S5,S2,S3,S4,K1,scaling,read; "
                                                           "with --quick S1,S5,S2,S3,K1,scaling,read)")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--job-only", action="store_true", help="time the job alone (no peers, no floor): a "
+                                                                  "before/after of a change")
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    if args.job_only:
+        SELECTED["peers"] = ()
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
-    default = "S1,S5,S2,S3,K1,scaling,read" if args.quick else "S1,S5,S2,S3,S4,K1,scaling,read"
+    default = ("startup,S1,S5,S2,S3,K1,scaling,read" if args.quick
+               else "startup,S1,S5,S2,S3,S4,K1,scaling,read")
     chosen = (args.scenarios or default).split(",")
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": runs, "scenarios": {}}
     startups = [spark_startup() for _ in range(runs)]
     results["spark_startup_seconds"] = round(statistics.median(m.extra["session_seconds"] for m in startups), 2)
     steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "startup": lambda: startup(work, runs),
         "S1": lambda: s1(work, runs, 20_000_000 // scale),
         "S5": lambda: s5(work, runs, 20_000_000 // scale),
         "S2": lambda: s2(work, runs, 2_000_000 // scale),

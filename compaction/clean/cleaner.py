@@ -166,13 +166,11 @@ class Cleaner:
         whole = [w for w in reading if self.dedupe_plan is rules.Plan.ARROW and w.task.buckets == 1]
         staged = [w for w in reading if w not in whole]
         cleaning = time.perf_counter()
-        for items, clean in ((whole, self._clean_whole), (staged, self._clean_staged)):
-            if not items:
-                continue
-            try:
-                clean(items)
-            except SPARK_JOB_FAILURES as err:
-                self._isolate(items, clean, err)
+        paths = [(items, clean) for items, clean in ((staged, self._clean_staged), (whole, self._clean_whole)) if items]
+        # The two ways run as Spark jobs at once, so that the cores one leaves idle (its last tasks) serve the
+        # other; the staged one first, as it has a second stage to come.
+        with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
+            list(pool.map(lambda path: self._clean_path(*path), paths))
         phases["clean"] = time.perf_counter() - cleaning
         if before_commit is not None:
             before_commit()
@@ -223,6 +221,12 @@ class Cleaner:
             for result in results:
                 add(self.task_seconds, result.phases)
         return results
+
+    def _clean_path(self, items: list[PartitionWork], clean: Callable[[list[PartitionWork]], None]) -> None:
+        try:
+            clean(items)
+        except SPARK_JOB_FAILURES as err:
+            self._isolate(items, clean, err)
 
     def _isolate(self, items: list[PartitionWork], clean: Callable[[list[PartitionWork]], None],
                  err: Exception) -> None:
@@ -341,17 +345,24 @@ class Cleaner:
                 continue
             ranges = [replace(item.task, bucket=b, bounds=bounds) for b in range(item.task.buckets)]
             (alone if has_transactions(item.task) else once).extend((item, task) for task in ranges)
-        results: list[TaskResult] = []
         stages = self.session_stages
-        if alone:
-            results += stages.map_tasks(decision_rows, [task for _, task in alone])
-        if once:
+
+        def read_whole_ranges() -> list[TaskResult]:
+            return stages.map_tasks(decision_rows, [task for _, task in alone]) if alone else []
+
+        def read_runs_once() -> list[TaskResult]:
+            if not once:
+                return []
             first = {(t.tp, t.bucket): index for index, (_, t) in enumerate(once)}
             runs = [(replace(task, segments=segments), tuple(first[task.tp, b] for b in range(task.buckets)))
                     for _, task in once if task.bucket == 0
                     for segments in segment_runs(task.segments, self.settings.cleaner.task_max_records)]
             found = stages.map_groups(bucket_pieces, runs, bucket_decision_rows, [task for _, task in once])
-            results += [replace(r, task=r.task + len(alone)) for r in found]
+            return [replace(r, task=r.task + len(alone)) for r in found]
+
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two Spark jobs at once, as in run
+            both = [pool.submit(read_whole_ranges), pool.submit(read_runs_once)]
+            results = [result for future in both for result in future.result()]
         return [item for item, _ in (*alone, *once)], results
 
     def _apply(self, items: list[PartitionWork]) -> None:

@@ -8,6 +8,7 @@ spark-submit's); a Spark Connect session talks to a server (``--remote sc://HOST
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import uuid
 import warnings
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -83,6 +86,37 @@ def class_archive() -> Path:
     java = os.path.realpath(shutil.which("java") or "java")
     tag = hashlib.sha256(f"{java}:{os.path.getmtime(java) if os.path.exists(java) else 0}".encode()).hexdigest()[:12]
     return Path(sys.prefix) / "share" / "compaction" / f"spark-{pyspark.__version__}-{tag}.jsa"
+
+
+#: A class archive a JVM dumped at its exit becomes the archive once unchanged this long (the dump, seconds, is done).
+ARCHIVE_SETTLE_S = 10
+
+
+def class_archive_option() -> str | None:
+    """The driver JVM's option for Spark's class-data-sharing archive: map it when there is one (classes mapped,
+    not loaded: about 2.5 s of start-up); else have this JVM dump the classes it loads at its exit, so that the
+    next run has one (``make setup`` makes it in a checkout; an installed wheel gets it from its first run).
+
+    A dump is written under a name of its own and becomes the archive in a later run once it has settled, so
+    that two first runs at once never write one file and no JVM maps a dump still being written (a JVM that
+    cannot map an archive loads its classes the usual way). Nothing is dumped where the folder is not writable.
+    """
+    archive = class_archive()
+    if not archive.exists():
+        dumps = sorted(archive.parent.glob(f"{archive.name}.*.dump")) if archive.parent.is_dir() else []
+        settled = [d for d in dumps if time.time() - d.stat().st_mtime > ARCHIVE_SETTLE_S]  # clock-ok: file age
+        if settled:
+            with contextlib.suppress(OSError):  # another run took it first
+                os.replace(settled[0], archive)
+    if archive.exists():
+        return f"-XX:SharedArchiveFile={archive}"
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(archive.parent, os.W_OK):
+        return None
+    return f"-XX:ArchiveClassesAtExit={archive}.{uuid.uuid4().hex}.dump"
 
 
 def make_class_archive() -> Path:
@@ -254,10 +288,10 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
         # The driver JVM only schedules tasks and collects metadata: the quick C1 compiler warms up in less
         # time than the full tiered one (about a second off a fresh session's start and first job).
         java_options.append("-XX:TieredStopAtLevel=1")
-    archive = class_archive()
-    if archive.exists() and (master is None or master.startswith("local")) \
-            and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        java_options.append(f"-XX:SharedArchiveFile={archive}")  # classes mapped, not loaded: ~2.5 s faster
+    if (master is None or master.startswith("local")) and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        archive_option = class_archive_option()
+        if archive_option is not None:
+            java_options.append(archive_option)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # this process starts the driver's JVM
         java_options.append(f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
     if java_options:
@@ -308,6 +342,8 @@ def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool
 
 
 def _import_task_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pandas  # noqa: F401  (pyarrow takes it for some conversions of the first task)
+
     import compaction.clean.tasks.apply  # noqa: F401  (with pyarrow, numpy, the payloads and the other stages)
 
     yield from ()
