@@ -90,13 +90,14 @@ def build(store: Store, config: Settings) -> dict[str, Any]:
                              + [{"key": "alice", "value": "v1", "timestamp": T0}]), now_ms=T0)
     store.append(P0, keyed("bob=1"), now_ms=T0)
     run_pass(store, config, T0 + 1)
-    # ... then alice=v2: the next pass hides alice=v1 under a deletion vector, and leaves alice=v2's first object in
-    # a superseded version (gc's grace is a day).
-    store.append(P0, keyed("alice=v2 carol=1"), now_ms=T0 + 2)
+    # ... then alice=v2 among ten others: the next pass hides alice=v1 under a deletion vector and leaves the
+    # replaced objects in a superseded version (gc's grace is a day); alice=v2's segment becomes clean too.
+    store.append(P0, keyed("alice=v2 " + " ".join(f"c{i}=1" for i in range(10))), now_ms=T0 + 2)
     store.append(P0, keyed("dave=1"), now_ms=T0 + 2)
     run_pass(store, config, T0 + 3)
-    clean = store.manifest(P0).segments[0]
+    clean, _, live = store.manifest(P0).segments[:3]
     assert clean.deletes is not None and store.read_deletes(P0, clean.deletes).to_pylist() == [40]
+    assert live.base_offset == 42 and live.next_offset == 53 and live.deletes is None
     # An orphan: the object of a writer that crashed before its commit.
     orphan = store.write_segment(P0, keyed("alice=crashed", start=5), 5, 6, created_ms=T0)
     # orders-1, Kafka's record batches.
@@ -105,7 +106,7 @@ def build(store: Store, config: Settings) -> dict[str, Any]:
     store.append_log(P1, log_batches([{"offset": 2, "key": "alice", "value": "log-2", "timestamp": T0}]), now_ms=T0)
     # orders-2 never saw alice.
     store.append(P2, keyed("frank=1"), now_ms=T0)
-    return {"clean": clean.path, "orphan": orphan.path}
+    return {"clean": clean.path, "live": live.path, "orphan": orphan.path}
 
 
 def independent_scan(store: Store) -> list[tuple[str, int, bytes | None]]:
@@ -146,10 +147,10 @@ def test_forget_run_and_gc_leave_no_value_of_the_key_anywhere(backend: str, stor
     code, out = cli(capsys, "forget", *store_args(store), TOPIC, "--key", "alice", "--conf", str(conf),
                     "--now", str(T0 + 10))
     assert code == EXIT_OK, out
-    assert f"key sha256:{ALICE[:16]}: tombstone appended and erasure requested in orders-0 at offset 45, " \
+    assert f"key sha256:{ALICE[:16]}: tombstone appended and erasure requested in orders-0 at offset 54, " \
            "orders-1 at offset 3" in out
     assert "alice" not in out  # only the digest is printed
-    assert [r.tombstone_offset for r in store.manifest(P0).erasures] == [45]
+    assert [r.tombstone_offset for r in store.manifest(P0).erasures] == [54]
     assert store.manifest(P1).segments[-1].format == "kafka"  # a .log partition stays one
     assert store.manifest(P2).erasures == ()
 
@@ -161,9 +162,13 @@ def test_forget_run_and_gc_leave_no_value_of_the_key_anywhere(backend: str, stor
     for tp in (P0, P1):
         (request,) = store.manifest(tp).erasures
         assert request.state == "rewritten" and request.held
-    assert placed["clean"] in {h.path for h in store.manifest(P0).erasures[0].held}  # rewritten, not a vector
+    # Both clean segments were rewritten: alice=v2's lost 1 record of 11, where a plain pass uses a deletion vector
+    # (test_a_plain_tombstone_leaves_the_value_under_a_deletion_vector), and alice=v1's vector only hid it.
+    held = {h.path for h in store.manifest(P0).erasures[0].held}
+    assert {placed["clean"], placed["live"]} <= held
+    assert not held & {s.path for s in store.manifest(P0).segments}
     live = store.read(P0, columns=["offset", "key", "value"]).to_pylist()
-    assert [r for r in live if r["key"] == b"alice"] == [{"offset": 45, "key": b"alice", "value": None}]
+    assert [r for r in live if r["key"] == b"alice"] == [{"offset": 54, "key": b"alice", "value": None}]
     code, out = cli(capsys, "attest", *store_args(store), TOPIC, "--key", "alice", "-o", str(tmp_path / "early.json"))
     assert code == EXIT_FAILED and "PROBLEM" in out  # superseded and orphaned objects still hold it
 
@@ -181,18 +186,33 @@ def test_forget_run_and_gc_leave_no_value_of_the_key_anywhere(backend: str, stor
     assert [p["manifest_version"] for p in proof["partitions"]] == [store.manifest(tp).version for tp in (P0, P1, P2)]
     records_found = [(p["partition"], r["offset"], r["tombstone"], r["where"]) for p in proof["partitions"]
                      for o in p["objects"] for r in o["records"]]
-    assert set(records_found) == {(0, 45, True, "the request's tombstone"), (1, 3, True, "the request's tombstone")}
+    assert set(records_found) == {(0, 54, True, "the request's tombstone"), (1, 3, True, "the request's tombstone")}
     assert all(o["sha256"] and o["size"] >= 0 for p in proof["partitions"] for o in p["objects"])
     assert "alice" not in (tmp_path / "proof.json").read_text()
 
     after = independent_scan(store)
-    assert {(offset, value) for _, offset, value in after} == {(45, None), (3, None)}
+    assert {(offset, value) for _, offset, value in after} == {(54, None), (3, None)}
     assert [name for name, _, value in after if value is not None] == []
     code, out = cli(capsys, "erasure", *store_args(store), "--conf", str(conf), "--json")
     doc = json.loads(out)
     assert code == EXIT_OK and [r["state"] for r in doc["requests"]] == ["gone", "gone"]
     code, out = cli(capsys, "verify", *store_args(store))
     assert code == EXIT_OK, out
+
+
+def test_a_plain_tombstone_leaves_the_value_under_a_deletion_vector(tmp_path: Path) -> None:
+    """What forget changes: with a tombstone alone, the pass gives alice=v2's clean segment a deletion vector, and
+    its object keeps the value."""
+    store = Store.open(str(tmp_path / "store"))
+    _, conf = settings(tmp_path)
+    config = Settings.load(str(conf), overrides={"log.cleaner.min.cleanable.ratio": 0.01}, environ={})
+    placed = build(store, config)
+    store.append(P0, records([{"key": "alice", "value": None, "timestamp": T0 + 10}]), now_ms=T0 + 10)
+    store.append(P0, keyed("zed=1"), now_ms=T0 + 10)  # the tombstone's segment is no longer the active one
+    run_pass(store, config, T0 + 20)
+    live = next(s for s in store.manifest(P0).segments if s.path == placed["live"])
+    assert live.deletes is not None and store.read_deletes(P0, live.deletes).to_pylist() == [42]
+    assert (42, b"v2") in {(offset, value) for _, offset, value in independent_scan(store)}
 
 
 def test_a_reader_pinned_to_an_old_version_within_the_grace_reads_it_to_the_end(tmp_path: Path) -> None:
@@ -291,8 +311,8 @@ def test_a_run_that_fails_midway_leaves_the_request_pending_never_complete(tmp_p
     assert code == EXIT_OK and "pending" in out and "gone" in out
     code, out = cli(capsys, "attest", store.url, TOPIC, "--key", "alice", "--partitions", "3")
     assert code == EXIT_FAILED
-    # The clean segment's hidden alice=v1 and the live alice=v2, both under the tombstone at 45.
-    assert "holds 1 record(s) of the key below its erasure request's tombstone at offset 45 (offsets 40)" in out
+    # The clean segment's hidden alice=v1 and the live alice=v2, both under the tombstone at 54.
+    assert "holds 1 record(s) of the key below its erasure request's tombstone at offset 54 (offsets 40)" in out
     assert "(offsets 42)" in out
 
     run_pass(store, config, T0 + 30)  # the next run carries it out
