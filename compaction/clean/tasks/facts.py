@@ -208,8 +208,10 @@ def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, ve
                    pending: np.ndarray) -> pa.Table:
     """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied and the
     rows the task's erasure requests erase marked."""
-    offsets = offset.to_numpy() if isinstance(offset, (pa.Array, pa.ChunkedArray)) else np.asarray(offset)
-    erased = erased_rows(offsets, key, dict(task.erasures)) & ~control
+    erased = np.zeros(len(keyed), dtype=bool)
+    if task.erasures:
+        offsets = offset.to_numpy() if isinstance(offset, (pa.Array, pa.ChunkedArray)) else np.asarray(offset)
+        erased = erased_rows(offsets, key, dict(task.erasures)) & ~control
     facts = pa.table({
         "offset": offset, "key": key, "version_valid": pa.array(valid, pa.int8()),
         "version": pa.array(version, pa.int64()),
