@@ -163,11 +163,11 @@ class BucketPiece(Payload):
     @classmethod
     def of(cls, tp: TopicPartition, first_segment: int, read_lengths: np.ndarray, lengths: np.ndarray,
            rows: pa.Table) -> BucketPiece:
-        """A piece holding ``rows`` as an Arrow IPC stream: its buffers as they are, cheaper to write and read than
-        a pickled table. Not compressed here: Spark's shuffle compresses the blocks it moves (lz4), at a fraction
-        of zstd's cost, which was a third of the pieces' time."""
+        """A piece holding ``rows`` as an lz4-compressed Arrow IPC stream: cheaper to write and read than a
+        pickled table, and half the bytes for the shuffle to hold (the JVM's memory) and move. lz4, not zstd:
+        a fifth of the time, which was a third of the pieces'."""
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rows.schema) as writer:
+        with pa.ipc.new_stream(sink, rows.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
             writer.write_table(rows)
         return cls(tp=tp, first_segment=first_segment, read_lengths=read_lengths, lengths=lengths,
                    data=sink.getvalue().to_pybytes())
