@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the public API: one name per import, from the module that d
     from compaction.clean.rules import Plan, Strategy
     from compaction.clean.settings import CleanerSettings, TopicConfig
     from compaction.config import Settings
+    from compaction.erasure import attest, erasure_status, forget
     from compaction.errors import (
         CommitConflictError,
         CompactionError,

@@ -19,7 +19,8 @@ from compaction.clean.outcome import GcOutcome, RunReport
 from compaction.clean.planner import CompactionPlan
 from compaction.clean.session import warm_workers
 from compaction.config import Settings, did_you_mean
-from compaction.errors import CompactionError, ConfigError, InvalidArgumentError
+from compaction.erasure import overdue_requests
+from compaction.errors import CompactionError, ConfigError, InvalidArgumentError, StoreError
 from compaction.read.files import Versions
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
@@ -94,6 +95,14 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
         report.published = publish_topics(store, options.topics, settings, options.wall_ms + report.elapsed_ms, say)
     if options.gc:  # before the report is written, so that it names the partitions gc skipped
         report.gc = collect(store, options, settings, say)
+    # After gc, which completes requests: the gauge counts what is still overdue as the run ends.
+    try:
+        report.erasure_overdue_requests = overdue_requests(store, options.topics, options.now_ms,
+                                                           settings.cleaner.erasure_grace)
+    except StoreError as err:  # the commits are done: the gauge keeps the planned count, the run does not fail
+        say(f"could not count the overdue erasure requests after the run: {err}")
+    if report.erasure_overdue_requests:
+        say(f"{report.erasure_overdue_requests} erasure request(s) late: 'compaction erasure' says what each waits for")
     if options.report_path:
         write_report(report, options.report_path, storage_options)
         say(f"report written to {options.report_path}")
@@ -140,7 +149,8 @@ def collect(store: Store, options: JobOptions, settings: Settings, out: Callable
     """gc after the commits; a partition it skips is named with the reason (and fails the run, exit code 3)."""
     results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
                                       grace_ms=settings.cleaner.gc_grace_ms,
-                                      keep_versions=settings.cleaner.gc_keep_versions)
+                                      keep_versions=settings.cleaner.gc_keep_versions,
+                                      erasure_grace_ms=settings.cleaner.erasure_grace)
     outcome = GcOutcome(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
                         {name: str(err) for name, err in failures.items()})
     for name, reason in outcome.skipped.items():
@@ -161,11 +171,13 @@ def publishing() -> Any:
 def publish_topic(store: Store, topic: str, settings: Settings, *, wall_ms: int, catalog: str | None = None,
                   table: str | None = None, version: Versions = None) -> Any:
     """Publish ``topic`` as configured in ``[publish]`` (the catalog and table may be given instead); snapshots
-    replaced more than gc's grace period ago are expired. Returns the :class:`compaction.publish.PublishResult`."""
+    replaced more than gc's grace period ago are expired (those holding an erased key, more than the erasure grace
+    period ago). Returns the :class:`compaction.publish.PublishResult`."""
     with redacted(settings):
         return publishing().publish(store, topic, catalog or settings.publish.catalog, settings.publish.properties,
                                     table=table, namespace=settings.publish.namespace, version=version,
-                                    wall_ms=wall_ms, grace_ms=settings.cleaner.gc_grace_ms)
+                                    wall_ms=wall_ms, grace_ms=settings.cleaner.gc_grace_ms,
+                                    erasure_grace_ms=settings.cleaner.erasure_grace)
 
 
 @contextlib.contextmanager

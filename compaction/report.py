@@ -25,6 +25,8 @@ GAUGES = {
     "cleaner-recopy-percent": "Bytes written as a percentage of bytes recopied (LogCleaner)",
 }
 LAST_SUCCESS = "kafka_log_cleaner_last_success_time_seconds"
+#: Erasure requests past their deadline and not yet physically done, as the run ends (the store's, by label).
+ERASURE_OVERDUE = "compaction_erasure_overdue_requests"
 #: The label and Pushgateway grouping key that keep two stores' gauges apart.
 STORE_LABEL = "store"
 PUSHGATEWAY_JOB = "compaction"
@@ -34,7 +36,7 @@ def metric_name(gauge: str) -> str:
     return "kafka_log_cleaner_" + gauge.replace("-", "_")
 
 
-EXPORTED_METRICS = frozenset([metric_name(g) for g in GAUGES] + [LAST_SUCCESS])
+EXPORTED_METRICS = frozenset([metric_name(g) for g in GAUGES] + [LAST_SUCCESS, ERASURE_OVERDUE])
 
 
 def _protocol(url: str) -> str:
@@ -95,6 +97,7 @@ def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: s
 
     store = report.store
     values: dict[str, float] = {metric_name(gauge): value for gauge, value in report.metrics.items()}
+    values[ERASURE_OVERDUE] = report.erasure_overdue_requests
     if report.succeeded:
         if finished_ms is None:
             raise ValueError("a successful run's metrics need the wall-clock time it finished")
@@ -102,6 +105,8 @@ def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: s
     help_texts = {metric_name(g): text for g, text in GAUGES.items()}
     help_texts[LAST_SUCCESS] = ("Wall-clock time at which a run last cleaned every partition it selected (not the "
                                 "run's --now)")
+    help_texts[ERASURE_OVERDUE] = ("Erasure requests (compaction forget) past their deadline whose key is not yet "
+                                   "physically gone from every object, at the run's end")
 
     def gauges(samples: Mapping[str, Mapping[str, float]]) -> CollectorRegistry:
         target = CollectorRegistry()

@@ -58,11 +58,12 @@ from compaction.clean.settings import CleanerConfig
 from compaction.clean.stages import SparkStages, Stages, TaskResult
 from compaction.clean.tasks.apply import apply_decided, clean_in_task
 from compaction.clean.tasks.decide import bucket_decision_rows, decision_rows
-from compaction.clean.tasks.facts import bucket_pieces, has_transactions
+from compaction.clean.tasks.facts import bucket_pieces, has_transactions, hidden_erased
 from compaction.clean.tasks.isolation import Failure, run
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.errors import CompactionError
 from compaction.store import Store, Writer, read_manifests
+from compaction.store.erasure import tombstone_offsets
 
 log = logging.getLogger("compaction.clean.cleaner")
 
@@ -185,7 +186,7 @@ class Cleaner:
                            else PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
         report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                                 elapsed_ms=_elapsed_ms(started))
+                                 elapsed_ms=_elapsed_ms(started), erasure_grace_ms=self.settings.cleaner.erasure_grace)
         report.phases_ms.update(as_ms(phases))
         report.phases_ms.update(as_ms(self.task_seconds, prefix="task_"))
         return report
@@ -209,7 +210,8 @@ class Cleaner:
             keyless_drop=cleaner.keyless_records == "drop", now_ms=now_ms, log_start_offset=p.log_start_offset,
             first_dirty_offset=p.first_dirty_offset, clean_keys_unique=p.manifest.clean_keys_unique,
             policy=apply_policy(p, now_ms, cleaner, buckets), horizon_ms=horizon, segment_format=p.segment_format,
-            batch_policy=batches, pass_id=self.pass_id, buckets=buckets)
+            batch_policy=batches, pass_id=self.pass_id, erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
+            buckets=buckets)
 
     # Spark jobs and their failures -----------------------------------------------------------------------
 
@@ -274,6 +276,7 @@ class Cleaner:
     def _clean_staged(self, items: list[PartitionWork]) -> None:
         """Stage 1 for the items' key ranges (or the Spark SQL plans), then stage 2's apply jobs."""
         self._decide(items)
+        self._hidden_erased([w for w in items if w.failure is None and w.task.erasures])
         for item in items:
             if item.failure is not None:
                 continue
@@ -284,6 +287,22 @@ class Cleaner:
                              stale_empty_batches(task.segments, task.batch_policy))
             item.jobs = [task.job(job_id, sources, deletes_only) for job_id, (sources, deletes_only) in enumerate(jobs)]
         self._apply([w for w in items if w.failure is None and w.jobs])
+
+    def _hidden_erased(self, items: list[PartitionWork]) -> None:
+        """For partitions with erasure requests: the records their deletion vectors hide (or that lie below the log
+        start) that a request erases, counted into their segments' outcomes (such a segment must be rewritten).
+        One task per partition that hides rows at all; the others need no stage."""
+        items = [w for w in items if any(s.deletes is not None or s.base_offset < w.task.log_start_offset
+                                         for s in w.task.segments)]
+        if not items:
+            return
+        for result in self._results(self.session_stages.map_tasks(hidden_erased, [w.task for w in items])):
+            item = items[result.task]
+            if result.failure is not None:
+                item.fail(result.failure)
+                continue
+            for base, keys in result.value.items():
+                item.outcomes[base] = item.outcomes.get(base, SegmentOutcome.empty()).with_hidden_erased(keys)
 
     def _decide(self, items: list[PartitionWork]) -> None:
         """Stage 1: each item's decision rows, and the outcomes they add up to."""

@@ -18,6 +18,7 @@ from compaction.clean.planner import LogToClean, PartitionPlan
 from compaction.clean.tasks.isolation import Failure
 from compaction.errors import StoreError
 from compaction.store import Replacement, Store, Writer
+from compaction.store.commit import Erased
 from compaction.store.manifest import SegmentMeta
 
 log = logging.getLogger("compaction.clean.commit")
@@ -74,13 +75,22 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
         return PartitionResult.failed(p.plan, f"apply job(s) {missing} produced no output", internal=True)
     removed = [s for j in work.jobs for s in j.sources]
     added = [segment for j in work.jobs if (segment := work.results[j.job_id]) is not None]
+    empty = SegmentOutcome.empty()
+    holding = {s.path: work.outcomes.get(s.base_offset, empty).erased_keys for s in p.segments}
+    unrewritten = [path for path, keys in holding.items() if keys and path not in {s.path for s in removed}]
+    if unrewritten:  # plan_jobs rewrites every such segment: this is a bug, never committed as done
+        return PartitionResult.failed(p.plan, f"segment(s) {unrewritten} hold records of erased keys but were not "
+                                              "rewritten", internal=True)
     change = Replacement(
         removed=(*p.expired_segments, *removed), added=tuple(added),
         expected_first_dirty_offset=p.manifest.first_dirty_offset, first_dirty_offset=p.checkpoint_after,
         expected_log_start_offset=p.manifest.log_start_offset, log_start_offset=p.log_start_offset,
         # A pass leaves one competing record per key in the range it decided, whatever the strategy.
         clean_keys_unique=True if p.needs_dedupe else None, last_clean_ms=now_ms if p.needs_dedupe else None,
-        next_horizon_ms=work.next_horizon_ms())
+        next_horizon_ms=work.next_horizon_ms(),
+        erased=tuple(Erased(r.key_sha256, r.tombstone_offset,
+                            tuple(path for path, keys in holding.items() if r.key_sha256 in keys))
+                     for r in p.erasures), time_ms=now_ms)
     try:
         committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms)
     except StoreError as err:

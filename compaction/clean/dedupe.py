@@ -26,6 +26,7 @@ from compaction.clean.layout import SegmentOutcome
 from compaction.clean.payloads import RESULT_SCHEMA, DecisionRow
 from compaction.clean.tasks.isolation import Failure, result_table
 from compaction.store import TopicPartition
+from compaction.store.erasure import key_digest
 
 KEY = ("topic", "partition", "key")
 
@@ -33,7 +34,8 @@ FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
 #: The facts :func:`classify` passes through to :func:`per_segment`, before the decision's own columns.
 PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", "error", "internal", "trace")
 DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
-                            ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64())])
+                            ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64()),
+                            ("erased_key", pa.string())])
 DECIDED_TYPE: StructType = from_arrow_schema(DECIDED_SCHEMA)
 RESULT_TYPE: StructType = from_arrow_schema(RESULT_SCHEMA)
 
@@ -77,8 +79,14 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
             decided = rules.classify(table, winner, now_ms=now_ms, keyless_drop=keyless_drop)
             upcoming = rules.upcoming_horizons(table, decided.code, now_ms)
             columns = [table.column(name) for name in PASSED_ON]
+            # The digest of an erased record's key (which request erased it), for the request's record: the rows
+            # are few, and the keys themselves need not travel on.
+            erased = decided.code == rules.Reason.ERASED.code
+            digests: list[str | None] = [None] * table.num_rows
+            for row in np.flatnonzero(erased).tolist():
+                digests[row] = key_digest(table.column("key")[row].as_py())
             yield from pa.table([*columns, pa.array(decided.code), pa.array(decided.stamp),
-                                 pa.array(upcoming, mask=upcoming == rules.LONG_MAX)],
+                                 pa.array(upcoming, mask=upcoming == rules.LONG_MAX), pa.array(digests, pa.string())],
                                 schema=DECIDED_SCHEMA).to_batches()
 
     return df.mapInArrow(body, DECIDED_TYPE)
@@ -93,6 +101,7 @@ def per_segment(decided: DataFrame) -> DataFrame:
         f"SELECT {group}, count(1) AS records, CAST(sum(CAST(code = {rules.KEPT} AS INT)) AS BIGINT) AS kept, "
         f"{counts}, collect_list(CASE WHEN code != {rules.KEPT} THEN position END) AS dropped, "
         "collect_list(CASE WHEN stamp THEN `offset` END) AS stamps, min(upcoming_horizon_ms) AS next_horizon_ms, "
+        "collect_set(erased_key) AS erased_keys, "
         "max(error) AS error, max(internal) AS internal, max(trace) AS trace "
         f"FROM {{decided}} GROUP BY {group}", decided=decided)
 
@@ -105,7 +114,7 @@ def decision_row(row: dict[str, Any]) -> DecisionRow:
     stamps = np.array(row["stamps"] or [], dtype=np.int64)
     outcome = SegmentOutcome(records=row["records"], kept=row["kept"], stamped=len(stamps),
                              dropped={reason.value: row[reason.value] for reason in rules.Reason if row[reason.value]},
-                             next_horizon_ms=row["next_horizon_ms"])
+                             next_horizon_ms=row["next_horizon_ms"], erased_keys=frozenset(row["erased_keys"] or ()))
     return DecisionRow(tp=TopicPartition(row["topic"], row["partition"]), segment_base=row["segment_base"],
                        outcome=outcome, rows=len(bits), dropped=np.packbits(bits), stamps=stamps)
 

@@ -7,7 +7,7 @@ partition decided and applied within one task, by the executor.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,13 +18,16 @@ from compaction.store.manifest import SegmentMeta
 @dataclass(frozen=True, kw_only=True)
 class SegmentOutcome:
     """The decision's counts for one segment of a cleaned range: live records read, kept, markers to stamp,
-    records dropped by reason, and the earliest delete horizon still to come among the kept records."""
+    records dropped by reason, the earliest delete horizon still to come among the kept records, and the keys
+    (digests) of the records of its object an erasure request erases: live ones, and those no reader sees but the
+    object's bytes still hold."""
 
     records: int
     kept: int
     stamped: int
     dropped: dict[str, int]
     next_horizon_ms: int | None = None
+    erased_keys: frozenset[str] = frozenset()
 
     @classmethod
     def empty(cls) -> SegmentOutcome:
@@ -32,11 +35,13 @@ class SegmentOutcome:
         return cls(records=0, kept=0, stamped=0, dropped={})
 
     @classmethod
-    def from_decision(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray) -> SegmentOutcome:
+    def from_decision(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray,
+                      erased_keys: frozenset[str] = frozenset()) -> SegmentOutcome:
         """The counts of one segment's decided rows: their codes (``KEPT`` or a reason's), which markers to
-        stamp, and their upcoming delete horizons (``LONG_MAX`` where none)."""
+        stamp, their upcoming delete horizons (``LONG_MAX`` where none), and the digests of the keys of those
+        it erases."""
         return cls(records=len(code), kept=int(np.count_nonzero(code == KEPT)), stamped=int(stamp.sum()),
-                   dropped=reason_counts(code),
+                   dropped=reason_counts(code), erased_keys=erased_keys,
                    next_horizon_ms=int(upcoming.min()) if len(upcoming) and upcoming.min() < LONG_MAX else None)
 
     @property
@@ -51,7 +56,12 @@ class SegmentOutcome:
         horizons = [h for h in (self.next_horizon_ms, other.next_horizon_ms) if h is not None]
         return SegmentOutcome(records=self.records + other.records, kept=self.kept + other.kept,
                               stamped=self.stamped + other.stamped, dropped=dropped,
-                              next_horizon_ms=min(horizons, default=None))
+                              next_horizon_ms=min(horizons, default=None),
+                              erased_keys=self.erased_keys | other.erased_keys)
+
+    def with_hidden_erased(self, keys: frozenset[str]) -> SegmentOutcome:
+        """This outcome, with the keys of erased records found among those no reader sees."""
+        return replace(self, erased_keys=self.erased_keys | keys) if keys else self
 
     def estimated_bytes(self, segment: SegmentMeta) -> int:
         """The size of the records it keeps, pro rata of the live records read."""
@@ -80,18 +90,24 @@ class ApplyPolicy:
     deletion_vector_max_ratio: float = DEFAULT_DELETION_VECTOR_MAX_RATIO
     deletion_vector_max_age_ms: int = DEFAULT_DELETION_VECTOR_MAX_AGE_MS
     max_group_records: int | None = None  # a rewrite reads at most this many records (one task's share)
+    # A segment never merged with its neighbours: the active segment an erasure rolled, so that it stays the log's
+    # last segment (and what precedes it is not held in the active segment once the roll is over).
+    apart: int | None = None
 
 
 def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
               policy: ApplyPolicy, reframe: frozenset[int] = frozenset()) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
 
-    A segment *changes* when it loses records, has markers to stamp, is dirty and holds tombstones (their
-    first horizon is stamped when rewritten), or carries a deletion vector past its maximum age. A clean
+    A segment that holds a record an erasure request erases (seen or hidden) is rewritten: a deletion vector
+    would only hide it. Otherwise a segment *changes* when it loses records, has markers to stamp, is dirty and
+    holds tombstones (their first horizon is stamped when rewritten), or carries a deletion vector past its
+    maximum age. A clean
     segment that only loses records, and stays within ``deletion.vector.max.ratio`` deleted, gets a
     deletion vector; other changed segments are rewritten. Consecutive rewritten and small segments are
     merged into one while the estimated output stays within ``segment.bytes`` and the records read within
-    ``max_group_records``; a group of one segment that need not be rewritten is no rewrite. A rewrite that
+    ``max_group_records`` (the policy's ``apart`` segment never merges); a group of one segment that need not be
+    rewritten is no rewrite. A rewrite that
     keeps no record removes its segments (their range stays part of the log, without an object). Segments
     whose base offset is in ``reframe`` (``.log`` segments with empty batches to drop) are rewritten too.
     """
@@ -117,10 +133,11 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
         old = segment.deletes
         aged = old is not None and saturating_add(old.created_ms, policy.deletion_vector_max_age_ms) <= policy.now_ms
         deleted = (old.count if old else 0) + outcome.lost
-        if outcome.lost and not (dirty or needs_stamp or aged) and policy.deletion_vector_max_ratio > 0 \
+        if outcome.lost and not (dirty or needs_stamp or aged or outcome.erased_keys) \
+                and policy.deletion_vector_max_ratio > 0 \
                 and deleted <= policy.deletion_vector_max_ratio * segment.record_count:
             vector.add(base)
-        elif outcome.lost or needs_stamp or aged or base in reframe:
+        elif outcome.lost or outcome.erased_keys or needs_stamp or aged or base in reframe:
             rewrite.add(base)
         estimate = outcome.estimated_bytes(segment)
         if base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR:
@@ -130,7 +147,7 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
             continue
         too_many = policy.max_group_records is not None and \
             records + segment.live_records > policy.max_group_records
-        if group and (size + estimate > policy.segment_bytes or too_many):
+        if group and (size + estimate > policy.segment_bytes or too_many or base == policy.apart):
             flush()
         group.append(segment)
         size += estimate

@@ -37,7 +37,7 @@ from compaction.errors import PayloadVersionError
 from compaction.store import SegmentMeta, Store, TopicPartition
 
 #: The version of the payloads in this module. Bump it whenever one of them changes a field or its meaning.
-PAYLOAD_VERSION = 4
+PAYLOAD_VERSION = 5
 
 #: The phases of a task's time (:mod:`compaction.clean.phases`), each a column of :data:`RESULT_SCHEMA`.
 PHASES = ("read", "decide", "write")
@@ -103,6 +103,8 @@ class CleanTask(Payload):
     segment_format: str  # what its rewrites write
     batch_policy: BatchPolicy | None  # which batches its .log rewrites keep when they lose every record (.log only)
     pass_id: str  # names its objects (tasks.apply.object_id)
+    # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
+    erasures: tuple[tuple[str, int], ...]
     buckets: int = 1
     bucket: int = 0
     bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``buckets - 1``; the same in all its tasks)

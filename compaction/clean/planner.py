@@ -20,7 +20,7 @@ from compaction.clean.layout import ApplyPolicy
 from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.display import format_duration
 from compaction.store import TopicPartition
-from compaction.store.manifest import Manifest, SegmentMeta
+from compaction.store.manifest import ErasureRequest, Manifest, SegmentMeta
 
 
 class Decision(StrEnum):
@@ -53,6 +53,9 @@ class PartitionPlan:
     cleanable_ratio: float = 0.0
     compaction_delay_ms: int = 0
     active_rolled: bool = False
+    #: Rolled only because an erasure request's tombstone lies in the active segment: the pass rewrites that segment
+    #: apart from the others, so that it is the log's last segment again and the rest is not held in it.
+    rolled_for_erasure: bool = False
     tombstone_purge: bool = False
     #: How far past a bound on physical removal the partition is: its compaction delay past
     #: ``max.compaction.lag.ms`` or its oldest deletion vector's age past ``deletion.vector.max.age.ms``,
@@ -61,6 +64,8 @@ class PartitionPlan:
     dedupe: bool = False
     expired_segments: tuple[SegmentMeta, ...] = ()
     segments: tuple[SegmentMeta, ...] = ()
+    #: The pending erasure requests whose tombstones lie in the cleaned range: the pass carries them out.
+    erasures: tuple[ErasureRequest, ...] = ()
 
     @property
     def needs_dedupe(self) -> bool:
@@ -80,7 +85,7 @@ class PartitionPlan:
                              f"({self.decision}: {self.reason})")
         return LogToClean(self, self.partition, self.manifest, self.config, self.log_start_offset,
                           self.first_dirty_offset, self.first_uncleanable_offset, self.segments,
-                          self.expired_segments, self.needs_dedupe)
+                          self.expired_segments, self.needs_dedupe, self.erasures)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +106,7 @@ class PartitionPlan:
             "tombstone_purge": self.tombstone_purge,
             "overdue_ms": self.overdue_ms,
             "expired_segments": [s.path for s in self.expired_segments],
+            "erasures": [r.key_sha256 for r in self.erasures],
             "clean_range": [self.log_start_offset, self.first_uncleanable_offset]
             if self.decision is Decision.CLEAN else None,
             "segments": [s.path for s in self.segments],
@@ -113,7 +119,7 @@ class LogToClean:
 
     The pass cleans ``segments``, the range ``[log_start_offset, first_uncleanable_offset)`` (the dirty part
     from ``first_dirty_offset``), after retention has dropped ``expired_segments``; without ``needs_dedupe``
-    (retention alone) it reads no record.
+    (retention alone) it reads no record. It carries out ``erasures``, whose tombstones lie in the range.
     """
 
     plan: PartitionPlan = field(repr=False)  # the planner's verdict: its reason and figures, for the report
@@ -126,6 +132,7 @@ class LogToClean:
     segments: tuple[SegmentMeta, ...]
     expired_segments: tuple[SegmentMeta, ...]
     needs_dedupe: bool
+    erasures: tuple[ErasureRequest, ...]
 
     @property
     def tail(self) -> tuple[SegmentMeta, ...]:
@@ -232,14 +239,24 @@ def expired_by_retention(segments: Sequence[SegmentMeta], config: TopicConfig, n
 
 def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int,
                    deletion_vector_max_age_ms: int | None = None) -> PartitionPlan:
-    """Kafka's selection arithmetic for one partition (no budget, no ordering)."""
+    """Kafka's selection arithmetic for one partition (no budget, no ordering), and its erasure requests'.
+
+    A pending erasure request selects the partition at once, whatever its dirty ratio, and rolls the active
+    segment as KIP-354's max lag does, so that the pass covers its tombstone; min.compaction.lag.ms and open
+    transactions still bound the range, and the request waits for them (the plan's reason says so).
+    """
+    pending = tuple(r for r in manifest.erasures if r.state == "pending")
     if not config.compact:
-        return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted",
-                             manifest, config)
-    rolled = bool(manifest.segments) and active_rolled(manifest.segments[-1], config, now_ms)
+        waiting = f"; {len(pending)} erasure request(s) cannot be carried out (a tombstone deletes nothing there)" \
+            if pending else ""
+        return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted"
+                                                f"{waiting}", manifest, config)
+    aged_out = bool(manifest.segments) and active_rolled(manifest.segments[-1], config, now_ms)
+    # An erasure rolls the active segment for cleaning only: retention still waits for it to age out.
+    rolled = aged_out or (bool(manifest.segments) and bool(pending))
     # Segments wholly below the log start go, as Kafka deletes them for every compacted log.
     below = len(list(itertools.takewhile(lambda s: s.next_offset <= manifest.log_start_offset, manifest.segments)))
-    retained = expired_by_retention(manifest.segments[below:], config, now_ms, rolled)
+    retained = expired_by_retention(manifest.segments[below:], config, now_ms, aged_out)
     expired = (*manifest.segments[:below], *retained)
     segments = manifest.segments[len(expired):]
     log_end = manifest.log_end_offset
@@ -249,9 +266,10 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     base = dict(manifest=manifest, config=config, checkpoint=manifest.first_dirty_offset, log_start_offset=log_start,
                 expired_segments=expired)
     if not segments:
-        if expired:
-            return PartitionPlan(tp, Decision.CLEAN, dropped, first_dirty_offset=log_end,
-                                 first_uncleanable_offset=log_end, **base)  # type: ignore[arg-type]
+        if expired or pending:  # every record below the requests' tombstones goes with its segment
+            return PartitionPlan(tp, Decision.CLEAN, dropped or "erasure requested: no segment is left to rewrite",
+                                 first_dirty_offset=log_end, first_uncleanable_offset=log_end, erasures=pending,
+                                 **base)  # type: ignore[arg-type]
         return PartitionPlan(tp, Decision.SKIP, "empty log", **base)  # type: ignore[arg-type]
 
     # Checkpoint validation (LogCleanerManager.cleanableOffsets).
@@ -300,26 +318,38 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
                  for s in in_range)
     if manifest.last_clean_ms is None or cleanable_bytes > 0:
         purge = passed
-    else:
-        purge = manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
+    else:  # (the last pass's range may have held the active segment, rolled for an erasure: not this one's)
+        purge = bool(in_range) and manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
     # deletion.vector.max.age.ms: how long the oldest deletion vector in range has been due for its rewrite.
     vectors_overdue = max((now_ms - rules.saturating_add(s.deletes.created_ms, deletion_vector_max_age_ms)
                            for s in in_range if s.deletes is not None), default=-1) \
         if deletion_vector_max_age_ms is not None else -1
     aged = vectors_overdue >= 0
     lagging = delay > 0 and cleanable_bytes > 0
-    overdue = max(delay if lagging else -1, vectors_overdue)
+    # Erasure requests whose tombstones the range covers are carried out now: due at once, overdue past deadline.
+    erasures = tuple(r for r in pending if r.tombstone_offset < first_uncleanable)
+    erasing = max((max(now_ms - r.deadline_ms, 0) for r in erasures), default=-1)
+    overdue = max(delay if lagging else -1, vectors_overdue, erasing)
     fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
                   first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
                   cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
-                  active_rolled=rolled, tombstone_purge=purge or aged, segments=in_range,
-                  overdue_ms=overdue if overdue >= 0 else None)
+                  active_rolled=rolled, rolled_for_erasure=rolled and not aged_out, tombstone_purge=purge or aged,
+                  segments=in_range,
+                  overdue_ms=overdue if overdue >= 0 else None, erasures=erasures)
+    left = len(pending) - len(erasures)
+    bound = {"active segment": "the active segment", "min.compaction.lag.ms": "min.compaction.lag.ms",
+             "last stable offset": f"an open transaction (the last stable offset {manifest.last_stable_offset})"}
+    wait_note = f"{left} erasure request(s) wait for {bound[bound_name]}" if left else ""
 
     fields["dedupe"] = True
     due = f"due for {format_duration(vectors_overdue)}" if vectors_overdue > 0 else "due now"
     aged_reason = (f"deletion vectors at least deletion.vector.max.age.ms old ({due}): rewrite to remove records "
                    "physically")
-    if lagging:
+    if erasures:
+        reason = f"erasure requested for {len(erasures)} key(s)"
+        if erasing > 0:
+            reason += f", past the deadline by {format_duration(erasing)}"
+    elif lagging:
         reason = f"max.compaction.lag.ms exceeded by {format_duration(delay)}"
     elif ratio > config.min_cleanable_dirty_ratio:
         reason = f"dirty ratio {ratio:.2f} > {config.min_cleanable_dirty_ratio:.2f}"
@@ -341,7 +371,10 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
         else:
             reason = f"dirty ratio {ratio:.2f} <= {config.min_cleanable_dirty_ratio:.2f}"
         fields["dedupe"] = False
-        return PartitionPlan(tp, Decision.SKIP, reason, **fields)  # type: ignore[arg-type]
+        return PartitionPlan(tp, Decision.SKIP, f"{reason}; {wait_note}" if wait_note else reason,
+                             **fields)  # type: ignore[arg-type]
+    if wait_note:
+        reason += f"; {wait_note}"
     if aged and reason != aged_reason:
         reason += f"; {aged_reason}"
     if expired and reason != dropped:
@@ -432,5 +465,6 @@ def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, buckets: 
     """How a partition's decisions become objects; a split partition's rewrites each read no more records
     than one of its decision tasks."""
     share = math.ceil(p.records / buckets)
+    apart = p.segments[-1].base_offset if p.plan.rolled_for_erasure and p.segments else None
     return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)))
+                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)), apart)

@@ -3,6 +3,9 @@
 What a pass decides for each record of a partition's cleaned range ``[log_start_offset,
 first_uncleanable_offset)``, in this order (the first rule that matches decides):
 
+0. **Erased**: a data record of a key an erasure request names, below the offset of the tombstone appended for
+   the request (``erased``), goes, whatever its version: it does not compete either, so the request's tombstone
+   is what its key keeps (unless a later record of the key beats it).
 1. **Markers** (commit/abort control records) stay while any record of their transaction remains before
    them (``marker_pending``); after that the first pass that keeps one stamps its delete horizon, and a
    pass with ``now >= horizon`` removes it.
@@ -64,6 +67,7 @@ class Reason(StrEnum):
     MARKER_EXPIRED = "marker_expired"
     ABORTED = "aborted"
     KEYLESS = "keyless"
+    ERASED = "erased"  # an erasure request's key, below its tombstone
 
     @property
     def code(self) -> int:
@@ -93,6 +97,7 @@ FACTS_SCHEMA = pa.schema([
     ("aborted", pa.bool_()),
     ("marker_pending", pa.bool_()),
     ("guarded", pa.bool_()),
+    ("erased", pa.bool_()),  # a record an erasure request erases (rule 0)
     ("error", pa.string()),  # set in the one row of a task that failed, with the two below
     ("internal", pa.bool_()),
     ("trace", pa.string()),
@@ -217,9 +222,9 @@ def transaction_facts(records: pa.Table) -> TransactionFacts:
 # Facts ------------------------------------------------------------------------------------------------------
 
 
-def competes(keyed: np.ndarray, is_control: np.ndarray, aborted: np.ndarray) -> np.ndarray:
-    """Records that compete for their key: keyed data records that are not aborted."""
-    return keyed & ~is_control & ~aborted
+def competes(keyed: np.ndarray, is_control: np.ndarray, aborted: np.ndarray, erased: np.ndarray) -> np.ndarray:
+    """Records that compete for their key: keyed data records that are neither aborted nor erased."""
+    return keyed & ~is_control & ~aborted & ~erased
 
 
 def expiring(facts: pa.Table, now_ms: int) -> np.ndarray:
@@ -267,7 +272,7 @@ class Decisions:
 
 
 def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: bool) -> Decisions:
-    """Rules 1-6 of this module for rows of :data:`FACTS_SCHEMA` (any subset of rows, any order), given
+    """Rules 0-6 of this module for rows of :data:`FACTS_SCHEMA` (any subset of rows, any order), given
     which rows are the greatest competing record of their key (``winner``, from the plan)."""
     n = facts.num_rows
     keyed = _bools(pc.is_valid(facts.column("key")))
@@ -275,6 +280,7 @@ def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: 
     aborted = _bools(facts.column("aborted"))
     pending = _bools(facts.column("marker_pending"))
     guarded = _bools(facts.column("guarded"))
+    erased = _bools(facts.column("erased"))
     has_horizon = _bools(pc.is_valid(facts.column("delete_horizon_ms")))
     passed = expiring(facts, now_ms)
 
@@ -288,6 +294,7 @@ def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: 
     if keyless_drop:
         code[live & ~keyed] = Reason.KEYLESS.code
     code[data & aborted] = Reason.ABORTED.code
+    code[data & erased] = Reason.ERASED.code
     code[control & ~pending & passed] = Reason.MARKER_EXPIRED.code
     return Decisions(code, control & ~pending & ~has_horizon)
 

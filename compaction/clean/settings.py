@@ -149,8 +149,19 @@ class CleanerSettings(BaseModel):
     max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)
     gc_grace_ms: int = Field(DEFAULT_GRACE_MS, alias="gc.grace.ms", ge=0)
     gc_keep_versions: int = Field(DEFAULT_KEEP_VERSIONS, alias="gc.keep.versions", ge=1)
+    # An erasure request (compaction forget) is due this long after it is recorded (one day).
+    erasure_max_delay_ms: int = Field(86_400_000, alias="erasure.max.delay.ms", ge=0, le=LONG_MAX)
+    # What still holds an erased key goes after this, not gc.grace.ms (None: gc.grace.ms); readers of versions from
+    # before an erasure must finish within it.
+    erasure_grace_ms: int | None = Field(None, alias="erasure.grace.ms", ge=0, le=LONG_MAX)
     metrics_textfile: str | None = Field(None, alias="metrics.textfile")
     metrics_pushgateway: str | None = Field(None, alias="metrics.pushgateway")
+
+
+    @property
+    def erasure_grace(self) -> int:
+        """``erasure.grace.ms``, or gc's grace when it is not set."""
+        return self.gc_grace_ms if self.erasure_grace_ms is None else self.erasure_grace_ms
 
 
 class CleanerConfig(Protocol):

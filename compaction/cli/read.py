@@ -8,7 +8,6 @@ import errno
 import os
 import sys
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -18,7 +17,7 @@ from compaction import job
 from compaction.cli import common
 from compaction.cli.common import EXIT_OK, Parser
 from compaction.cli.output import Output
-from compaction.cli.types import parse_time
+from compaction.cli.types import iso_time, parse_time
 from compaction.display import human_bytes
 from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
 from compaction.read.history import history
@@ -131,20 +130,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     def maybe(value: int | None, show: Callable[[int], str] = str) -> str:
         return "-" if value is None else show(value)
 
-    rows = [[e.partition, e.version, _iso(e.time_ms), e.operation, maybe(e.records_in), maybe(e.records_out),
+    rows = [[e.partition, e.version, iso_time(e.time_ms), e.operation, maybe(e.records_in), maybe(e.records_out),
              maybe(e.bytes_in, human_bytes), maybe(e.bytes_out, human_bytes), e.live_records,
              f"{e.writer} {e.run_id[:12]}"] for e in entries]
     Output.of(args).result([e.to_dict() for e in entries],
                            ["partition", "version", "time", "operation", "records in", "records out", "bytes in",
                             "bytes out", "live records", "writer (run)"], rows)
     return EXIT_OK
-
-
-def _iso(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    except (OverflowError, ValueError, OSError):
-        return str(ms)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -113,25 +113,34 @@ def cmd_gc(args: argparse.Namespace) -> int:
     """Delete objects in each partition's own folders that no retained manifest references, once older than --grace;
     prune manifest versions beyond --keep-versions that were superseded more than --grace ago. The grace period is
     measured on the wall clock (objects' modification times), never on a run's --now. A version an Iceberg snapshot
-    holds (pinned by publish) is always kept.
+    holds (pinned by publish) is always kept. What holds a key an erasure request erases goes once
+    --erasure-grace has passed, with the versions that reference it.
     """
     settings = common.load_settings(args)
     store = common.open_store(args, settings)
     partitions, illegal = selected_partitions(store, args)
     grace = args.grace if args.grace is not None else settings.cleaner.gc_grace_ms
     keep = args.keep_versions if args.keep_versions is not None else settings.cleaner.gc_keep_versions
+    erasure_grace = args.erasure_grace if args.erasure_grace is not None else \
+        settings.cleaner.erasure_grace if args.grace is None else min(grace, settings.cleaner.erasure_grace)
     results, failures = collect_store(store, partitions, wall_ms=common.wall_clock_ms(), grace_ms=grace,
-                                      keep_versions=keep, dry_run=args.dry_run)
+                                      keep_versions=keep, dry_run=args.dry_run, erasure_grace_ms=erasure_grace)
     verb = "would delete" if args.dry_run else "deleted"
     out = Output()
     for result in results:
         if result.deleted_objects or result.pruned_versions or result.unknown_objects or result.pinned_versions:
             pinned = f", kept pinned versions {result.pinned_versions}" if result.pinned_versions else ""
-            out.line(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s) "
+            erased = f", {len(result.erased_objects)} of them holding erased keys" if result.erased_objects else ""
+            out.line(f"{result.partition}: {verb} {len(result.deleted_objects)} object(s){erased} "
                      f"({human_bytes(result.deleted_bytes)}), pruned manifest versions "
                      f"{result.pruned_versions or '-'}, {result.waiting_objects} within the grace period{pinned}")
         for unknown in result.unknown_objects:
             out.line(f"{result.partition}: left alone unknown object {unknown}")
+        for digest in result.erasures_completed:
+            out.line(f"{result.partition}: erasure of key sha256:{digest[:16]} {'would be' if args.dry_run else 'is'} "
+                     "complete: no object holds a record of it below its tombstone")
+        for wait in result.erasure_waits:
+            out.line(f"{result.partition}: erasure waits: {wait}")
     for name, err in failures.items():
         out.line(f"{name}: skipped, nothing deleted: {err}")
     for folder in illegal:
@@ -205,6 +214,10 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--keep-versions", type=positive_int, default=None,
                    help=f"manifest versions always kept, at least 1 (default: [cleaner] gc.keep.versions, "
                         f"{DEFAULT_KEEP_VERSIONS})")
+    p.add_argument("--erasure-grace", type=parse_duration, default=None,
+                   help="how long what holds a key an erasure request erases is kept for readers of older versions "
+                        "(default: [cleaner] erasure.grace.ms, else the grace period); the versions that reference "
+                        "it go then too, however many --keep-versions asks for")
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
 
 

@@ -30,6 +30,14 @@ def show_ms(ms: int) -> str:
         return str(ms)
 
 
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as an ISO-8601 instant to the second (``2026-01-01T00:00:00Z``), for tables."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return str(ms)
+
+
 def parse_time(text: str) -> int:
     """Epoch milliseconds (held to a plausible range), or an ISO-8601 instant (UTC when it has no offset)."""
     if re.fullmatch(r"-?[0-9]+", text, re.ASCII):  # not str.isdigit(), which takes "³" and other scripts' digits

@@ -18,6 +18,9 @@ Vocabulary (Kafka's ``DefaultRecordBatch``):
   (``DefaultRecordBatch.writeEmptyHeader``).
 - **control batch**: one control record, a transaction marker whose key says commit or abort.
 
+:mod:`~compaction.kafka.partitioner` is Kafka's default partitioner for keyed records (murmur2), which says
+where a producer sent a key.
+
 This package is a leaf: it imports only the standard library, numpy, pyarrow, the CRC and codec libraries
 and ``compaction.errors``. Read failures raise ``CorruptBatchError`` (naming the object and the batch's base
 offset); bad input to ``encode`` raises ``InvalidRecordsError``.

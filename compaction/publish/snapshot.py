@@ -11,7 +11,9 @@ loses that race builds again from the new state, bounded by :data:`MAX_ATTEMPTS`
 The store's gc must not collect what a retained snapshot reads: before the commit, each partition's version is
 pinned for the new snapshot (:mod:`compaction.store.pins`); after it, the pins of the snapshots expired go. A
 snapshot is expired once the one that replaced it has been current longer than gc's grace period, so a reader
-that started on it has had that long to finish, as gc gives a superseded manifest version.
+that started on it has had that long to finish, as gc gives a superseded manifest version; one that reads a
+version from before an erasure (which its pin would keep from gc) once it has been current longer than the
+erasure grace period.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -88,14 +90,17 @@ def snapshot_versions(snapshot: Snapshot | None) -> dict[int, int] | None:
 
 
 def commit_snapshot(store: Store, table_loader: Any, parts: Sequence[PartitionFiles], *, wall_ms: int, grace_ms: int,
-                    max_attempts: int = MAX_ATTEMPTS) -> PublishResult:
+                    max_attempts: int = MAX_ATTEMPTS, erased: Mapping[int, int] | None = None,
+                    erasure_grace_ms: int | None = None) -> PublishResult:
     """Publish ``parts`` (the topic at pinned versions) as the next snapshot of the table ``table_loader()`` loads
-    afresh, expiring snapshots past the grace period; retries a lost race from the new state."""
+    afresh, expiring snapshots past the grace period (see :func:`expirable` for ``erased``); retries a lost race
+    from the new state."""
     versions = {part.tp.partition: part.version for part in parts}
+    grace = Grace(grace_ms, grace_ms if erasure_grace_ms is None else erasure_grace_ms, dict(erased or {}))
     for attempt in range(1, max_attempts + 1):
         table: Table = table_loader()
         try:
-            result = _publish_once(store, table, parts, versions, wall_ms, grace_ms)
+            result = _publish_once(store, table, parts, versions, wall_ms, grace)
         except CommitFailedException as err:
             if attempt == max_attempts:
                 raise PublishConflictError(f"Iceberg table {'.'.join(table.name())}: another writer committed before "
@@ -106,11 +111,26 @@ def commit_snapshot(store: Store, table_loader: Any, parts: Sequence[PartitionFi
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+@dataclass(frozen=True)
+class Grace:
+    """How long a replaced snapshot is kept for its readers: ``grace_ms``, or ``erasure_ms`` for one that reads a
+    partition at a version older than ``erased[partition]`` (the version its log is clean of an erased key from)."""
+
+    grace_ms: int
+    erasure_ms: int
+    erased: dict[int, int]
+
+    def of(self, snapshot: Snapshot) -> int:
+        versions = snapshot_versions(snapshot) or {}
+        holds = any(versions.get(p, since) < since for p, since in self.erased.items())
+        return min(self.grace_ms, self.erasure_ms) if holds else self.grace_ms
+
+
 def _publish_once(store: Store, table: Table, parts: Sequence[PartitionFiles], versions: dict[int, int],
-                  wall_ms: int, grace_ms: int) -> PublishResult:
+                  wall_ms: int, grace: Grace) -> PublishResult:
     name = ".".join(table.name())
     current = table.current_snapshot()
-    expired = expirable(table, wall_ms, grace_ms)
+    expired = expirable(table, wall_ms, grace)
     requirements: list[TableRequirement] = [
         AssertTableUUID(uuid=table.metadata.table_uuid),
         AssertRefSnapshotId.model_validate({"ref": MAIN_BRANCH,
@@ -132,7 +152,7 @@ def _publish_once(store: Store, table: Table, parts: Sequence[PartitionFiles], v
         if built is not None:  # certainly not committed: nothing reads what this attempt wrote
             built.discard(store, table.io)
         raise
-    _unpin_released(store, table, committed, parts, wall_ms, grace_ms)
+    _unpin_released(store, table, committed, parts, wall_ms, grace.grace_ms)
     _remove_expired_files(table, committed, expired)
     snapshot_id = built.snapshot.snapshot_id if built else current.snapshot_id if current else None
     return PublishResult(name, snapshot_id, versions, committed=built is not None,
@@ -140,13 +160,16 @@ def _publish_once(store: Store, table: Table, parts: Sequence[PartitionFiles], v
                          data_files=built.data_files if built else 0, delete_files=built.delete_files if built else 0)
 
 
-def expirable(table: Table, wall_ms: int, grace_ms: int) -> list[Snapshot]:
-    """The snapshots replaced as current more than ``grace_ms`` ago (measured on the wall clock): their readers
-    have had gc's grace period to finish. The current snapshot is never among them."""
+def expirable(table: Table, wall_ms: int, grace: Grace | int) -> list[Snapshot]:
+    """The snapshots replaced as current more than the grace period ago (measured on the wall clock): their readers
+    have had gc's grace period to finish. One that reads versions from before an erasure goes after the erasure
+    grace period instead: its pin would otherwise keep gc from removing the erased records for as long as it is
+    retained. The current snapshot is never among them."""
+    grace = grace if isinstance(grace, Grace) else Grace(grace, grace, {})
     current = table.metadata.current_snapshot_id
     ordered = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)  # the order of commits
     return [s for s, successor in itertools.pairwise(ordered)
-            if s.snapshot_id != current and successor.timestamp_ms + grace_ms <= wall_ms]
+            if s.snapshot_id != current and successor.timestamp_ms + grace.of(s) <= wall_ms]
 
 
 def holder(table: Table, snapshot_id: int) -> str:

@@ -22,6 +22,7 @@ from compaction.read.files import PartitionFiles
 from compaction.read.filters import RecordFilter
 from compaction.read.stream import output_schema, partition_batches
 from compaction.store import Store
+from compaction.store.erasure import erased_rows, tombstone_offsets
 
 
 def _has_transactions(part: PartitionFiles) -> bool:
@@ -51,7 +52,11 @@ def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy 
         aborted = rules.transaction_facts(table).aborted
     else:
         control = aborted = np.zeros(n, dtype=bool)
-    competing = rules.competes(keyed, control, aborted)
+    # A key a pending erasure request names keeps its tombstone: its records below it compete no more (rules, rule
+    # 0). Once a pass has carried a request out, the live log holds none of them.
+    erased = erased_rows(table.column("offset").to_numpy(), table.column("key"),
+                         tombstone_offsets(r for r in part.manifest.erasures if r.state == "pending"))
+    competing = rules.competes(keyed, control, aborted, erased)
     if transactions and not record_filter.empty:
         selected = record_filter.mask(table)
         if selected is not None:

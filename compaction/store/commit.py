@@ -26,6 +26,8 @@ from compaction.store.manifest import (
     MANIFEST_DIR,
     MANIFEST_NAME,
     MAX_VERSION,
+    ErasureRequest,
+    HeldObject,
     Manifest,
     SegmentMeta,
     manifest_name,
@@ -50,6 +52,16 @@ class Writer:
 
 
 @dataclass(frozen=True)
+class Erased:
+    """A pass's report on one erasure request it carried out: no live segment holds a record of the key below
+    the tombstone any more; ``held`` names the objects it replaced because they did."""
+
+    key_sha256: str
+    tombstone_offset: int
+    held: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Replacement:
     """A cleaner's change to one partition: replace live segments by new ones, move checkpoint and log start.
 
@@ -66,6 +78,8 @@ class Replacement:
     clean_keys_unique: bool | None = None  # None: as in the version it applies to
     last_clean_ms: int | None = None  # with next_horizon_ms; None: as in the version it applies to
     next_horizon_ms: int | None = None
+    erased: tuple[Erased, ...] = ()  # erasure requests this change carries out (their tombstones were in its range)
+    time_ms: int | None = None  # when (the pass's now), for the requests it carries out
 
     def apply(self, latest: Manifest | None, name: str) -> dict[str, Any]:
         if latest is None:
@@ -102,7 +116,31 @@ class Replacement:
                {"last_clean_ms": self.last_clean_ms, "next_horizon_ms": self.next_horizon_ms}),
             "open_transactions": latest.open_transactions,
             "segments": tuple(segments),
+            "erasures": self._erasures(latest),
         }
+
+    def _erasures(self, latest: Manifest) -> tuple[ErasureRequest, ...]:
+        """``latest``'s erasure requests, those this change carries out marked rewritten in the version it builds
+        (a request recorded after the pass planned is not among them, and stays pending)."""
+        done = {(e.key_sha256, e.tombstone_offset): e for e in self.erased}
+        if not done:
+            return latest.erasures
+        if self.time_ms is None:
+            raise ValueError("a replacement that carries out erasure requests needs their time")
+        requests = []
+        for request in latest.erasures:
+            erased = done.get(request.ident)
+            if erased is not None and request.rewritten_ms is None:
+                held = tuple(HeldObject(path=path, found_ms=self.time_ms) for path in erased.held)
+                request = request.model_copy(update={"rewritten_ms": self.time_ms, "rewritten_version":
+                                                     latest.version + 1, "held": (*request.held, *held)})
+            requests.append(request)
+        return tuple(requests)
+
+
+def unchanged(latest: Manifest) -> dict[str, Any]:
+    """``latest``'s log state as it is, for a commit that changes something else (an erasure request's progress)."""
+    return latest.model_dump(exclude={"format_version", "topic", "partition", "version", "writer"})
 
 
 # Reading versions -------------------------------------------------------------------------------------
@@ -173,7 +211,8 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
         # The cleaner's partition-level state carries over unless the change sets it.
         state = {"clean_keys_unique": latest.clean_keys_unique if latest else False,
                  "last_clean_ms": latest.last_clean_ms if latest else None,
-                 "next_horizon_ms": latest.next_horizon_ms if latest else None, **build(latest)}
+                 "next_horizon_ms": latest.next_horizon_ms if latest else None,
+                 "erasures": latest.erasures if latest else (), **build(latest)}
         version = latest.version + 1 if latest else 1
         commit_id = uuid.uuid4().hex
         manifest = new_manifest(

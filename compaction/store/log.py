@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import random
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -279,9 +279,10 @@ class Store:
 
     def live_batches(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None, *,
                      start: int | None = None, row_groups: RowGroups | None = None,
-                     batch_rows: int | None = None) -> Iterator[pa.RecordBatch]:
+                     batch_rows: int | None = None, hidden: bool = False) -> Iterator[pa.RecordBatch]:
         """A segment's live rows, as a reader sees them: :meth:`segment_rows` without the records its deletion
-        vector lists and, with ``start`` (the log start offset), those below it."""
+        vector lists and, with ``start`` (the log start offset), those below it. With ``hidden``, the others
+        instead: the records the object still holds that no reader sees."""
         wanted = _asked(columns)
         deleted = self.deleted_offsets(tp, segment)
         below = start if start is not None and segment.base_offset < start else None
@@ -289,18 +290,22 @@ class Store:
         read = ["offset", *wanted] if needs_offset else wanted
         for batch in self.segment_rows(tp, segment, None if columns is None else read, row_groups=row_groups,
                                        batch_rows=batch_rows):
+            live = None
             if deleted is not None or below is not None:
                 live = live_mask(batch.column("offset").to_numpy(), deleted, below)
-                if live is not None:
-                    batch = batch.filter(pa.array(live))
+            if hidden:
+                batch = batch.slice(0, 0) if live is None else batch.filter(pa.array(~live))
+            elif live is not None:
+                batch = batch.filter(pa.array(live))
             yield batch.select(wanted) if needs_offset else batch
 
     def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
-                     start: int | None = None) -> pa.Table:
-        """A segment's live records (the asked columns) as one table: :meth:`live_batches` in one piece."""
+                     start: int | None = None, *, hidden: bool = False) -> pa.Table:
+        """A segment's live records (the asked columns) as one table: :meth:`live_batches` in one piece (with
+        ``hidden``, the records it holds that no reader sees)."""
         wanted = _asked(columns)
         schema = pa.schema([SEGMENT_SCHEMA.field(c) for c in wanted])
-        batches = [b.cast(schema) for b in self.live_batches(tp, segment, columns, start=start)]
+        batches = [b.cast(schema) for b in self.live_batches(tp, segment, columns, start=start, hidden=hidden)]
         return pa.Table.from_batches(batches, schema=schema)
 
     def deleted_offsets(self, tp: TopicPartition, segment: SegmentMeta) -> np.ndarray | None:
@@ -367,13 +372,16 @@ class Store:
                            operation=operation, now_ms=now_ms)
 
     def append(self, tp: TopicPartition, records: pa.Table, *, now_ms: int, writer: Writer | None = None,
-               where: str | None = None, operation: str = "append") -> Manifest:
-        """Append records as one new segment at the log end and commit it.
+               where: str | None = None, operation: str = "append", segment_format: str = "parquet",
+               annotate: Callable[[Manifest | None, pa.Table], Mapping[str, Any]] | None = None) -> Manifest:
+        """Append records as one new segment (of ``segment_format``) at the log end and commit it.
 
         Offsets are assigned from the log end when the ``offset`` column is absent or all null; explicit
         offsets must be strictly increasing and start at or after the log end. On a lost race the records
         are re-based: auto-assigned offsets move to the new log end (a new object is written), explicit
-        ones are kept if they still fit, else the append fails with CommitConflictError.
+        ones are kept if they still fit, else the append fails with CommitConflictError. ``annotate(latest,
+        placed)`` adds to the commit's log state what goes with the records as placed (erasure requests naming
+        their offsets), in the same commit.
         """
         where = where or f"records for {tp}"
         table = conform(records, where)
@@ -412,8 +420,10 @@ class Store:
                 base = log_end
             last = placed.column("offset")[placed.num_rows - 1].as_py()
             if base not in written:
-                written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms)
-            return appended_state(latest, [written[base]], placed, where)
+                written[base] = self.write_segment(tp, placed, base, last + 1, created_ms=now_ms,
+                                                   segment_format=segment_format)
+            state = appended_state(latest, [written[base]], placed, where)
+            return {**state, **annotate(latest, placed)} if annotate is not None else state
 
         return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
 

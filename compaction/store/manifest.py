@@ -187,6 +187,78 @@ def producer_state(segments: tuple[SegmentMeta, ...] | list[SegmentMeta]) -> dic
     return state
 
 
+#: A key as an erasure request records it: its SHA-256 digest, 64 lowercase hex digits (never the key itself).
+KEY_DIGEST = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+class HeldObject(_Frozen):
+    """An object found holding a record of an erased key below the request's tombstone: where (relative to the
+    partition's folder), when it was found, and when it was seen gone (None while it is there)."""
+
+    path: str
+    found_ms: Long
+    removed_ms: Long | None = None
+
+    @model_validator(mode="after")
+    def _check_path(self) -> HeldObject:
+        parts = self.path.split("/")
+        if not self.path or self.path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"held object path {self.path!r} is not a path inside the partition's folder")
+        return self
+
+
+class ErasureRequest(_Frozen):
+    """A request to forget a key (``compaction forget``): every record of the key below ``tombstone_offset``, the
+    tombstone appended for it, must be gone from the live log by ``deadline_ms``, and from every object the erasure
+    grace period after it.
+
+    It is *pending* until a pass commits a log whose live segments hold no such record (``rewritten_ms``, in
+    version ``rewritten_version``), and *gone* once no object under the partition's folders holds one
+    (``completed_ms``, set by gc). ``held`` lists the objects found holding one and when each went.
+    """
+
+    key_sha256: str
+    tombstone_offset: NonNegativeLong
+    requested_ms: Long
+    deadline_ms: Long
+    rewritten_ms: Long | None = None
+    rewritten_version: PositiveLong | None = None
+    completed_ms: Long | None = None
+    held: tuple[HeldObject, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> ErasureRequest:
+        if not KEY_DIGEST.match(self.key_sha256):
+            raise ValueError(f"erasure request key_sha256 {self.key_sha256!r} is not 64 lowercase hex digits")
+        if self.deadline_ms < self.requested_ms:
+            raise ValueError(f"erasure request {self.key_sha256[:12]}: deadline_ms {self.deadline_ms} is before "
+                             f"requested_ms {self.requested_ms}")
+        if (self.rewritten_ms is None) != (self.rewritten_version is None):
+            raise ValueError(f"erasure request {self.key_sha256[:12]}: rewritten_ms and rewritten_version go "
+                             "together")
+        if self.completed_ms is not None and self.rewritten_ms is None:
+            raise ValueError(f"erasure request {self.key_sha256[:12]} is completed but was never rewritten")
+        return self
+
+    @property
+    def state(self) -> Literal["pending", "rewritten", "gone"]:
+        if self.completed_ms is not None:
+            return "gone"
+        return "pending" if self.rewritten_ms is None else "rewritten"
+
+    @property
+    def ident(self) -> tuple[str, int]:
+        """What tells two requests apart: the key's digest and the tombstone's offset."""
+        return self.key_sha256, self.tombstone_offset
+
+    def overdue(self, now_ms: int, grace_ms: int) -> bool:
+        """Late at ``now_ms``: still pending past its deadline (no pass carried it out in time), or not yet physically
+        gone ``grace_ms`` (the erasure grace period, which readers of older versions get) past it."""
+        if self.state == "pending":
+            return now_ms > self.deadline_ms
+        return self.state == "rewritten" and now_ms > min(LONG_MAX, self.deadline_ms + grace_ms)
+
+
 class WriterInfo(_Frozen):
     """Who published a version: the tool, the run (one id per command or job run), what it did and when.
 
@@ -196,7 +268,7 @@ class WriterInfo(_Frozen):
 
     id: str
     run_id: str
-    operation: Literal["append", "clean", "generate"]
+    operation: Literal["append", "clean", "generate", "forget", "erasure"]
     time_ms: Long
     commit_id: str
 
@@ -222,6 +294,8 @@ class Manifest(_Frozen):
     next_horizon_ms: Long | None = None
     open_transactions: dict[NonNegativeLong, NonNegativeLong] = Field(default_factory=dict)  # producer id: 1st offset
     segments: tuple[SegmentMeta, ...] = ()
+    # Requests to forget a key (compaction forget), pending until physically done (and kept a while after).
+    erasures: tuple[ErasureRequest, ...] = ()
     writer: WriterInfo
 
     @model_validator(mode="after")
@@ -251,6 +325,16 @@ class Manifest(_Frozen):
         paths = [s.path for s in self.segments]
         if len(set(paths)) != len(paths):
             raise ValueError("a segment path is listed twice")
+        requests = [r.ident for r in self.erasures]
+        if len(set(requests)) != len(requests):
+            raise ValueError("an erasure request (key digest and tombstone offset) is listed twice")
+        for request in self.erasures:
+            if request.tombstone_offset >= self.log_end_offset:
+                raise ValueError(f"erasure request {request.key_sha256[:12]} names its tombstone at offset "
+                                 f"{request.tombstone_offset}, at or past the log end {self.log_end_offset}")
+            if request.rewritten_version is not None and request.rewritten_version > self.version:
+                raise ValueError(f"erasure request {request.key_sha256[:12]} was rewritten in version "
+                                 f"{request.rewritten_version}, after this version {self.version}")
         return self
 
     @property

@@ -40,6 +40,15 @@ class Model:
     checkpoint: int = 0
     last_clean: int | None = None
     open: dict[int, int] = field(default_factory=dict)  # producer -> first offset of its open transaction
+    erasures: list[tuple[str, int]] = field(default_factory=list)  # pending requests: key, tombstone offset
+    last_end: int = 0  # where the last pass's range ended (past the active segment when an erasure rolled it)
+
+    def forget(self, key: str, now: int) -> Rec:
+        """An erasure request: a tombstone for ``key``, appended as a segment of its own, and the request."""
+        tombstone = Rec(self.end, key, None, timestamp=now)
+        self.append([tombstone])
+        self.erasures.append((key, tombstone.offset))
+        return tombstone
 
     def append(self, recs: list[Rec]) -> None:
         self.bases.append(self.end)
@@ -62,16 +71,26 @@ class Model:
         return 1, r.offset
 
     def run(self, now: int) -> None:
-        # The cleaned range ends at the segment holding min(last stable offset, active segment's base).
+        # The cleaned range ends at the segment holding min(last stable offset, active segment's base); a pending
+        # erasure request rolls the active segment (its base is then the log end).
         stable = min(self.open.values(), default=self.end)
-        uncleanable = max(self.checkpoint, min(stable, self.bases[-1]))
-        end = max(b for b in self.bases if b <= uncleanable)
+        active = self.end if self.erasures else self.bases[-1]
+        uncleanable = max(self.checkpoint, min(stable, active))
+        end = max(b for b in [*self.bases, active] if b <= uncleanable)
         in_range = [r for r in self.log if r.offset < end]
-        # Selected when there is something new to clean, or a horizon passed since the last pass.
-        horizon_passed = any(r.horizon is not None and r.horizon <= now
-                             and (self.last_clean is None or r.horizon > self.last_clean) for r in in_range)
+        # Selected when there is something new to clean, or a horizon passed since the last pass (of a record in
+        # its range, which an erasure may have made larger than this one).
+        horizon_passed = any(r.horizon is not None and r.horizon <= now and r.offset < max(end, self.last_end)
+                             and (self.last_clean is None or r.horizon > self.last_clean) for r in self.log)
         if not in_range or not (self.checkpoint < end or horizon_passed):
             return
+        self.last_end = end
+        # The requests whose tombstones the range covers: their key's records below the tombstone go, and compete
+        # for nothing.
+        covered = [(key, offset) for key, offset in self.erasures if offset < end]
+        self.erasures = [request for request in self.erasures if request not in covered]
+        erased = {r.offset for r in self.log for key, offset in covered
+                  if r.key == key and r.offset < offset and r.control is None}
         # Transactions: a producer's records up to its next marker; an abort marker aborts them.
         aborted: set[int] = set()
         pending: set[int] = set()  # markers with records of their transaction still before them
@@ -85,7 +104,8 @@ class Model:
                     aborted |= {m.offset for m in txn}
             elif r.transactional:
                 members.setdefault(r.producer, []).append(r)
-        competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted]
+        competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted
+                     and r.offset not in erased]
         best: dict[str | None, tuple[int, int, int]] = {}
         for r in competing:
             best[r.key] = max(best.get(r.key, (-1, -1, -1)), (*self.version(r), r.offset))
@@ -99,6 +119,8 @@ class Model:
             passed = r.horizon is not None and now >= r.horizon
             if r.offset >= end:
                 kept.append(r)
+            elif r.offset in erased:
+                continue
             elif r.control is not None:
                 if r.offset in pending or not passed:
                     r.horizon = r.horizon if r.horizon is not None or r.offset in pending else now + RETENTION

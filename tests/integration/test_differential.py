@@ -6,11 +6,14 @@ the job runs at a later ``now`` (sometimes past the tombstones' horizons). After
 partition's (offset, delete horizon) pairs and checkpoint must equal the model's.
 
 The Arrow plan (whole partitions, and split into key ranges with a tiny ``task.max.records``) runs in
-this process over hundreds of examples; every plan also runs on Spark over a smaller fixed set.
+this process over hundreds of examples; every plan also runs on Spark over a smaller fixed set. Histories with
+erasure requests (``forget``: a tombstone and a request) check that an erasure removes the key's older records and
+changes nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from typing import Any
 
@@ -20,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
+from compaction.erasure import request_erasure
 from compaction.kafka import batch_table, encode
 from compaction.store import Store, TopicPartition
 from compaction.store.formats import decode_log
@@ -66,6 +70,13 @@ HISTORY = st.lists(st.tuples(st.sampled_from([1, 300, RETENTION + 1]),
                    min_size=2, max_size=5)
 
 
+#: The same, and per partition the key an erasure request forgets after the appends (mostly none).
+FORGETTING = st.lists(st.tuples(st.sampled_from([1, 300, RETENTION + 1]),
+                                st.lists(st.lists(batches(), max_size=3), min_size=6, max_size=6),
+                                st.lists(st.sampled_from([None, None, "a", "b"]), min_size=6, max_size=6)),
+                      min_size=2, max_size=5)
+
+
 def log_batches(recs: list[Rec]) -> bytes:
     """An append as Kafka record batches: the data records in one batch, a marker in its own."""
     data = [r for r in recs if r.control is None]
@@ -90,9 +101,10 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
     models = {tp: Model(TOPICS[tp.topic]) for tp in partitions}
     counter = 0
     now = T0
-    for step, (elapsed, appends) in enumerate(history):
+    for step, (elapsed, appends, *forgets) in enumerate(history):
         now += elapsed
-        for tp, batches_of_tp in zip(partitions, appends, strict=True):
+        for tp, batches_of_tp, forget in zip(partitions, appends, forgets[0] if forgets else [None] * len(appends),
+                                             strict=True):
             model = models[tp]
             for batch in batches_of_tp:
                 recs: list[Rec] = []
@@ -116,6 +128,13 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
                                         log.batch_last_offsets.tolist(), strict=True))
                 else:
                     store.append(tp, records([r.row() for r in recs]), now_ms=now)
+            if forget is not None and model.bases:
+                tombstone = model.forget(forget, now)
+                (offset,) = request_erasure(store, tp, [forget.encode()], now_ms=now, deadline_ms=now + RETENTION,
+                                            segment_format="kafka" if kafka else "parquet")
+                assert offset == tombstone.offset
+                if kafka:
+                    appended.add((offset, offset))
         report = Cleaner(spark, store, cleaner_settings, dedupe_plan=plan).run(now)
         assert not report.failed, [r.error for r in report.failed]
         for tp in partitions:
@@ -128,6 +147,9 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
             expected = [(r.offset, r.horizon) for r in model.log]
             assert actual == expected, f"{tp} after run {step} at {now}"
             assert store.manifest(tp).first_dirty_offset == model.checkpoint, f"{tp} checkpoint after run {step}"
+            pending = [(r.key_sha256, r.tombstone_offset) for r in store.manifest(tp).erasures if r.state == "pending"]
+            assert pending == [(hashlib.sha256(k.encode()).hexdigest(), o) for k, o in model.erasures], \
+                f"{tp} erasure requests after run {step}"
             if kafka:  # every batch keeps the base and last offset it was appended with
                 for segment in store.manifest(tp).segments:
                     log = store.read_log_segment(tp, segment)
@@ -143,6 +165,19 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
 @given(history=HISTORY)
 def test_the_arrow_plan_keeps_exactly_what_the_reference_model_keeps(split: bool, history: list[Any]) -> None:
     check_history(InlineSession(), "arrow", SPLIT if split else WHOLE, history)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("split", "kafka"), [(False, False), (True, False), (True, True)],
+                         ids=["whole", "split", "log-split"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=FORGETTING)
+def test_erasure_requests_remove_the_keys_older_records_and_nothing_else(split: bool, kafka: bool,
+                                                                          history: list[Any]) -> None:
+    if kafka:
+        check_history(InlineSession(), "arrow", KAFKA_SPLIT, history, kafka=True)
+    else:
+        check_history(InlineSession(), "arrow", SPLIT if split else WHOLE, history)
 
 
 @pytest.mark.slow

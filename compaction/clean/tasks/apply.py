@@ -16,6 +16,7 @@ from compaction.clean.layout import plan_jobs
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanTask, DecisionRow
 from compaction.clean.phases import phase
 from compaction.clean.tasks.decide import Decided, decide_facts
+from compaction.clean.tasks.facts import hidden_erased
 from compaction.errors import SegmentChangedError
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
@@ -221,7 +222,9 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     # (a batch's CRC covers all its records): its dirty ones are kept from the decision for the rewrite.
     decided = decide_facts(task, frozenset(s.base_offset for s in task.segments
                                            if s.next_offset > task.first_dirty_offset and s.format == "kafka"))
-    outcomes = {segment.base_offset: outcome for segment, _, outcome in decided.outcomes(task.segments)}
+    hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
+    outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
+                for segment, _, outcome in decided.outcomes(task.segments)}
     verdicts = DecidedRows(decided, task.segments)
     del decided  # the facts' keys and versions: the rewrites need the verdicts only
     jobs = [apply_job(task.job(job_id, sources, deletes_only), verdicts)

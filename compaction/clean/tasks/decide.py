@@ -13,7 +13,7 @@ from compaction.clean import arrow_dedupe, rules
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.payloads import BucketPiece, CleanTask, DecisionRow
 from compaction.clean.phases import phase
-from compaction.clean.tasks.facts import Facts, decision_table, read_decision_facts
+from compaction.clean.tasks.facts import Facts, decision_table, erased_keys, read_decision_facts
 from compaction.store.manifest import SegmentMeta
 
 
@@ -31,9 +31,12 @@ class Decided:
         """Per segment, its rows in ``code``/``stamp`` and the decision's counts for them."""
         result = []
         upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
+        keys = self.facts.table.column("key")
         for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
-            result.append((segment, part, SegmentOutcome.from_decision(self.code[part], self.stamp[part],
-                                                                       upcoming[part])))
+            code = self.code[part]
+            erased = erased_keys(keys[part], code == rules.Reason.ERASED.code)
+            result.append((segment, part, SegmentOutcome.from_decision(code, self.stamp[part], upcoming[part],
+                                                                       erased)))
         return result
 
 

@@ -19,13 +19,14 @@ from compaction.clean.payloads import BucketPiece, CleanTask
 from compaction.clean.phases import phase
 from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
+from compaction.store.erasure import erased_rows, key_digest
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
 
 #: The decision columns of the facts (what :func:`compaction.clean.rules.classify` and the plans read).
 DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
-                    "aborted", "marker_pending", "guarded")
+                    "aborted", "marker_pending", "guarded", "erased")
 
 
 def _column(table: pa.Table, name: str, default: Any = None) -> pa.Array:
@@ -205,12 +206,19 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
 def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
                    delete_horizon_ms: Any, keyed: np.ndarray, control: np.ndarray, aborted: np.ndarray,
                    pending: np.ndarray) -> pa.Table:
-    """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied."""
+    """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied and the
+    rows the task's erasure requests erase marked."""
+    erased = np.zeros(len(keyed), dtype=bool)
+    if task.erasures:
+        offsets = offset.to_numpy() if isinstance(offset, (pa.Array, pa.ChunkedArray)) else np.asarray(offset)
+        erased = erased_rows(offsets, key, dict(task.erasures)) & ~control
     facts = pa.table({
         "offset": offset, "key": key, "version_valid": pa.array(valid, pa.int8()),
-        "version": pa.array(version, pa.int64()), "competes": pa.array(rules.competes(keyed, control, aborted)),
+        "version": pa.array(version, pa.int64()),
+        "competes": pa.array(rules.competes(keyed, control, aborted, erased)),
         "delete_horizon_ms": delete_horizon_ms, "is_control": pa.array(control), "aborted": pa.array(aborted),
         "marker_pending": pa.array(pending), "guarded": pa.array(np.zeros(len(keyed), dtype=bool)),
+        "erased": pa.array(erased),
     })
     # A tombstone whose horizon passed may be guarded by a stale record of its key beyond the range; under
     # the offset strategy every record beyond has a higher version, so none is.
@@ -268,3 +276,33 @@ def bucket_pieces(task: CleanTask) -> list[BucketPiece]:
         first = task.segments[0].base_offset
         return [BucketPiece.of(task.tp, first, read_lengths, counts[:, b], rows.filter(pa.array(bucket == b)))
                 for b in range(task.buckets)]
+
+
+# Erasure: the records an erasure request erases that no reader sees, but the objects still hold --------------
+
+
+def hidden_erased(task: CleanTask) -> dict[int, frozenset[str]]:
+    """Per segment of the task's range (by base offset), the keys (digests) of the records its deletion vector
+    hides, or that lie below the log start, which an erasure request of the task erases. The object's bytes still
+    hold them, so the segment must be rewritten. Only keys and offsets are read, of segments that hide rows."""
+    if not task.erasures:
+        return {}
+    tombstones = dict(task.erasures)
+    found = {}
+    for segment in task.segments:
+        if segment.deletes is None and segment.base_offset >= task.log_start_offset:
+            continue
+        hidden = task.store.read_segment(task.tp, segment, ["offset", "key"], start=task.log_start_offset,
+                                         hidden=True)
+        keys = erased_keys(hidden.column("key"),
+                           erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones))
+        if keys:
+            found[segment.base_offset] = keys
+    return found
+
+
+def erased_keys(keys: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> frozenset[str]:
+    """The digests of the keys of ``rows`` (a bool per row)."""
+    if not rows.any():
+        return frozenset()
+    return frozenset(key_digest(k) for k in pc.unique(keys.filter(pa.array(rows))).to_pylist())
