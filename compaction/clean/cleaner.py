@@ -142,7 +142,7 @@ class Cleaner:
         self._lock = threading.Lock()  # the task seconds of jobs run from several threads
 
     @property
-    def session_stages(self) -> Stages:
+    def required_stages(self) -> Stages:
         if self.stages is None:
             raise CompactionError("this plan needs records read, which needs a SparkSession")
         return self.stages
@@ -260,7 +260,7 @@ class Cleaner:
         """The Arrow plan for partitions that fit one task: decide and apply there, return metadata only."""
         items = sorted(items, key=lambda w: -w.log.records)  # the largest first, as cores free up
         self.progress(f"cleaning {len(items)} partition(s) in {len(items)} task(s), {_extent(items)} (plan: arrow)")
-        for result in self._results(self.session_stages.map_tasks(clean_in_task, [w.task for w in items])):
+        for result in self._results(self.required_stages.map_tasks(clean_in_task, [w.task for w in items])):
             item = items[result.task]
             if result.failure is not None:
                 item.fail(result.failure)
@@ -296,7 +296,7 @@ class Cleaner:
                                          for s in w.task.segments)]
         if not items:
             return
-        for result in self._results(self.session_stages.map_tasks(hidden_erased, [w.task for w in items])):
+        for result in self._results(self.required_stages.map_tasks(hidden_erased, [w.task for w in items])):
             item = items[result.task]
             if result.failure is not None:
                 item.fail(result.failure)
@@ -306,7 +306,7 @@ class Cleaner:
 
     def _decide(self, items: list[PartitionWork]) -> None:
         """Stage 1: each item's decision rows, and the outcomes they add up to."""
-        stages = self.session_stages
+        stages = self.required_stages
         ranges = sum(w.task.buckets for w in items)
         self.progress(f"deciding survivors in {len(items)} partition(s) with {ranges} task(s), "
                       f"{_extent(items)} (plan: {self.dedupe_plan})")
@@ -345,7 +345,7 @@ class Cleaner:
                 continue
             ranges = [replace(item.task, bucket=b, bounds=bounds) for b in range(item.task.buckets)]
             (alone if has_transactions(item.task) else once).extend((item, task) for task in ranges)
-        stages = self.session_stages
+        stages = self.required_stages
 
         def read_whole_ranges() -> list[TaskResult]:
             return stages.map_tasks(decision_rows, [task for _, task in alone]) if alone else []
@@ -378,7 +378,7 @@ class Cleaner:
         rewrites = [job for _, (job, _) in jobs if not job.deletes_only]
         self.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
                       f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
-        for result in self._results(self.session_stages.map_tasks(apply_decided, [job for _, job in jobs])):
+        for result in self._results(self.required_stages.map_tasks(apply_decided, [job for _, job in jobs])):
             item = jobs[result.task][0]
             if result.failure is not None:
                 item.fail(result.failure)

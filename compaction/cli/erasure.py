@@ -157,7 +157,10 @@ def cmd_attest(args: argparse.Namespace) -> int:
     return EXIT_OK if proof.passed else EXIT_FAILED
 
 
-def add_keys(parser: Parser, many: bool) -> None:
+def add_keys(parser: Parser, many: bool, partitions: str) -> None:
+    """TOPIC, its keys (--key, and with ``many`` --keys-file), --base64 and --partitions (``partitions``: its help)."""
+    common.add_topic(parser)
+    parser.add_argument("--partitions", type=positive_int, default=None, metavar="N", help=partitions)
     parser.add_argument("--key", action="append", default=[], metavar="KEY", required=not many,
                         help="the key as UTF-8 text (with --base64: base64 of its bytes)"
                              + (", repeatable" if many else ""))
@@ -171,11 +174,8 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     p = common.add_command(sub, cmd_forget, "erasure request: tombstone a key wherever it is and have its values "
                                             "removed")
     common.add_store(p)
-    common.add_topic(p)
-    add_keys(p, many=True)
-    p.add_argument("--partitions", type=positive_int, default=None, metavar="N",
-                   help="the topic's partition count: search only the partition Kafka's default partitioner sends "
-                        "each key to (murmur2), instead of every partition")
+    add_keys(p, many=True, partitions="the topic's partition count: search only the partition Kafka's default "
+                                      "partitioner sends each key to (murmur2), instead of every partition")
     p.add_argument("--max-delay", type=parse_duration, default=None,
                    help="the deadline, from now (default: [cleaner] erasure.max.delay.ms, 1d)")
     common.add_json(p, "print JSON instead of lines")
@@ -192,10 +192,7 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
 
     p = common.add_command(sub, cmd_attest, "prove from every object that a key's erased records are gone")
     common.add_store(p)
-    common.add_topic(p)
-    add_keys(p, many=False)
-    p.add_argument("--partitions", type=positive_int, default=None, metavar="N",
-                   help="only the partition Kafka's default partitioner sends the key to among N (default: every "
-                        "partition)")
+    add_keys(p, many=False, partitions="only the partition Kafka's default partitioner sends the key to among N "
+                                       "(default: every partition)")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write the proof (JSON) here, a path or a store-like URL (default: stdout)")
