@@ -346,6 +346,8 @@ def _import_task_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 
     import compaction.clean.tasks.apply  # noqa: F401  (with pyarrow, numpy, the payloads and the other stages)
 
+    for _ in batches:  # read to the end: a worker that leaves input unread is not reused for the next task
+        pass
     yield from ()
 
 
