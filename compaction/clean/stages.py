@@ -41,6 +41,7 @@ from compaction.clean.tasks.isolation import Failure, facts_rows, group_rows, pi
 from compaction.errors import CompactionError
 
 RESULT_TYPE = from_arrow_schema(RESULT_SCHEMA)
+TASK_TYPE = from_arrow_schema(TASK_SCHEMA)
 PIECE_TYPE = from_arrow_schema(PIECE_SCHEMA)
 FACTS_TYPE = from_arrow_schema(rules.FACTS_SCHEMA)
 
@@ -125,9 +126,11 @@ def task_frame(spark: SparkSession, payloads: Sequence[Any]) -> DataFrame:
     free up, first row first."""
     table = pa.table({"task": pa.array(range(len(payloads)), pa.int32()),
                       "payload": pa.array([dumps(p) for p in payloads], pa.binary())}, schema=TASK_SCHEMA)
-    # Range partitioning of distinct task numbers into as many partitions puts one in each; a shuffle of a
-    # few rows, where a hash partitioning would leave some partitions with two tasks and some with none.
-    return spark.createDataFrame(table).repartitionByRange(max(1, len(payloads)), "task")
+    # A range of task numbers in as many partitions has one in each, in order; the payloads join it by
+    # broadcast, which keeps that partitioning: no shuffle, and no sampling job (as a repartition by range
+    # of the payloads would need before every stage).
+    slots = spark.range(0, len(payloads), 1, max(1, len(payloads))).selectExpr("CAST(id AS INT) AS task")
+    return slots.join(spark.createDataFrame(table, TASK_TYPE).hint("broadcast"), "task")
 
 
 def collect(results: DataFrame) -> list[TaskResult]:

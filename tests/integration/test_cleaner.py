@@ -643,3 +643,14 @@ def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vec
     assert local_store.read(dv).column("key").to_pylist().count(b"d0") == 1, "the updated key's old value is gone"
     for tp in hot:  # the hot partitions still get the other nights
         assert local_store.manifest(tp).first_dirty_offset > 5, str(tp)
+
+
+def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: Any) -> None:
+    """One row in each partition, task i in partition i: each task is retried and isolated alone, and the
+    first planned (the largest) is scheduled first; with no sampling job or shuffle before the stage."""
+    from compaction.clean.stages import task_frame
+
+    frame = task_frame(any_spark, [f"payload {i}" for i in range(7)])
+    rows = frame.selectExpr("spark_partition_id() AS slot", "task").toArrow().to_pylist()
+    assert sorted((row["slot"], row["task"]) for row in rows) == [(i, i) for i in range(7)]
+    assert task_frame(any_spark, []).count() == 0
