@@ -95,9 +95,11 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
         report.published = publish_topics(store, options.topics, settings, options.wall_ms + report.elapsed_ms, say)
     if options.gc:  # before the report is written, so that it names the partitions gc skipped
         report.gc = collect(store, options, settings, say)
-    # After gc, which completes requests: the gauge counts what is still overdue as the run ends.
+    # After gc, which completes requests: the gauge counts what is still overdue as the run ends, in the partitions
+    # the plan found requests in (the plan read every manifest; a request made during the run counts next run).
+    requested = [p.partition for p in the_plan.partitions if p.manifest is not None and p.manifest.erasures]
     try:
-        report.erasure_overdue_requests = overdue_requests(store, options.topics, options.now_ms,
+        report.erasure_overdue_requests = overdue_requests(store, requested, options.now_ms,
                                                            settings.cleaner.erasure_grace)
     except StoreError as err:  # the commits are done: the gauge keeps the planned count, the run does not fail
         say(f"could not count the overdue erasure requests after the run: {err}")

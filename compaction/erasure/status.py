@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +82,9 @@ def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicCo
     return waits
 
 
-def overdue_requests(store: Store, topics: str | Sequence[str] | None, now_ms: int, grace_ms: int) -> int:
-    """How many requests of the partitions of ``topics`` are late (see ``ErasureRequest.overdue``; the gauge
-    ``compaction_erasure_overdue_requests``)."""
-    manifests = read_manifests(store, store.topic_partitions(topics))
+def overdue_requests(store: Store, partitions: Iterable[TopicPartition], now_ms: int, grace_ms: int) -> int:
+    """How many requests of ``partitions`` are late, read from their newest manifests (see
+    ``ErasureRequest.overdue``; the gauge ``compaction_erasure_overdue_requests``)."""
+    manifests = read_manifests(store, partitions)
     return sum(1 for m in manifests.values() if not isinstance(m, StoreError)
                for r in m.erasures if r.overdue(now_ms, grace_ms))
