@@ -78,6 +78,20 @@ SPARK_JOB_FAILURES = (Py4JError, PySparkException)
 ISOLATION_JOBS = 4
 
 
+#: A split partition of fewer key ranges than this reads its whole range in each range's task (keeping that
+#: range's rows of each segment as it goes): reading the decision columns a few times over costs less than
+#: shuffling them once through Spark, whose rows copy and sort them. With more ranges the reads would grow as
+#: the square of the partition, so each run of segments is read once and its rows shuffled.
+SHUFFLE_FROM_RANGES = 5
+
+
+def reads_whole_ranges(task: CleanTask) -> bool:
+    """Whether each of a split partition's key ranges reads the whole range (rather than its rows shuffled to it
+    from one read of each run): with transactions always, since whether a record is aborted depends on every
+    row before it; otherwise while the ranges are few (:data:`SHUFFLE_FROM_RANGES`)."""
+    return has_transactions(task) or task.buckets < SHUFFLE_FROM_RANGES
+
+
 def spark_failure(err: Exception) -> str:
     """One line saying why a Spark job failed: its last task failure's cause, with no stack trace.
 
@@ -344,7 +358,7 @@ class Cleaner:
                 item.fail(failure)
                 continue
             ranges = [replace(item.task, bucket=b, bounds=bounds) for b in range(item.task.buckets)]
-            (alone if has_transactions(item.task) else once).extend((item, task) for task in ranges)
+            (alone if reads_whole_ranges(item.task) else once).extend((item, task) for task in ranges)
         stages = self.required_stages
 
         def read_whole_ranges() -> list[TaskResult]:

@@ -1,5 +1,6 @@
-"""A split partition's stage 1 (the Arrow plan, over ``task.max.records``): without transactions each
-segment is read once and its rows shuffled to their key buckets; with them every bucket reads the range.
+"""A split partition's stage 1 (the Arrow plan, over ``task.max.records``): with many key ranges and no
+transactions each segment is read once and its rows shuffled to their key ranges; otherwise every range's
+task reads the range, keeping its own rows.
 Either way the log ends as the one-task plan leaves it. Runs in this process (tests/helpers/inline.py)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from compaction.clean.cleaner import Cleaner, plan_store
+from compaction.clean.cleaner import SHUFFLE_FROM_RANGES, Cleaner, plan_store
 from compaction.clean.payloads import dumps, loads
 from compaction.clean.planner import segment_runs
 from compaction.clean.tasks.decide import bucket_decision_rows
@@ -64,24 +65,26 @@ def cleaned(store: Store) -> list[dict[str, Any]]:
     return store.read(TP, columns=["offset", "key", "value", "delete_horizon_ms"]).to_pylist()
 
 
-@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactions"])
-def test_a_split_partition_reads_each_segment_once_unless_it_holds_transactions(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transactional: bool) -> None:
+@pytest.mark.parametrize(("task_max_records", "transactional"), [(2_000, False), (3_000, False), (2_000, True)],
+                         ids=["many-ranges", "few-ranges", "transactions"])
+def test_a_split_partition_reads_each_segment_once_if_its_ranges_are_many_and_hold_no_transactions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_max_records: int, transactional: bool) -> None:
     extra = {"transactional_ratio": 0.3, "abort_ratio": 0.3} if transactional else {}
     whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
     Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)
     segments = split.manifest(TP).segments
-    cleaner = Cleaner(InlineSession(), split, settings(3_000))
+    cleaner = Cleaner(InlineSession(), split, settings(task_max_records))
     plan = plan_store(split, cleaner.settings, NOW)
     buckets = cleaner.task(plan.to_clean[0], NOW).buckets
-    assert buckets >= 4, "12,000 records and more in tasks of at most 3,000"
+    assert (buckets >= SHUFFLE_FROM_RANGES) == (task_max_records == 2_000), f"{buckets} key ranges"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
     decision_reads = [seen[s.base_offset, "decision"] for s in segments]
     samples = sum(seen[s.base_offset, "sample"] for s in segments)
     assert not report.failed and report.partitions[0].stats.messages_written < 12_000
     assert cleaned(split) == cleaned(whole)
-    assert decision_reads == ([buckets] * len(segments) if transactional else [1] * len(segments))
+    once = not transactional and buckets >= SHUFFLE_FROM_RANGES
+    assert decision_reads == ([1] * len(segments) if once else [buckets] * len(segments))
     assert 0 < samples <= 8, "the bounds come from a sample"
 
 

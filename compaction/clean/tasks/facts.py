@@ -131,17 +131,23 @@ def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) ->
     transactional = has_transactions(task)
     plain = _columns_for(task)
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
+    # A key range of a partition without transactions keeps only its rows of each segment as it reads: the task
+    # holds its range's facts and one segment, not the whole range's keys.
+    narrow = task.buckets > 1 and not transactional
     with phase("read"):
-        parts, lengths, records, logs, empty = _read_range(task, whole, columns, plain)
+        parts, lengths, records, logs, empty, selected = _read_range(task, whole, columns, plain, narrow)
     with phase("decide"):
-        return _facts(task, parts, lengths, columns, transactional, empty, records, logs)
+        return _facts(task, parts, lengths, columns, transactional, empty, records, logs, selected)
 
 
-def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str]
-                ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table]]:
-    """The decision columns of the task's segments (and the whole records of those in ``whole``)."""
+def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False
+                ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table],
+                           list[np.ndarray]]:
+    """The decision columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
+    only the rows of the task's key bucket, with each segment's mask of them over its rows read."""
     parts: list[pa.Table] = []
     lengths: list[int] = []
+    selected: list[np.ndarray] = []
     records: dict[int, pa.Table] = {}
     logs: dict[int, LogSegment] = {}
     empty: list[pa.Table] = []
@@ -159,14 +165,22 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
         else:
             table = task.store.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
                                             start=task.log_start_offset)
-        parts.append(pa.table({name: _column(table, name) for name in columns}))
+        part = pa.table({name: _column(table, name) for name in columns})
         lengths.append(table.num_rows)
-    return parts, lengths, records, logs, empty
+        del table
+        if narrow:
+            mine = key_bucket(part.column("key"), task.bounds) == task.bucket
+            part = part.filter(pa.array(mine))
+            selected.append(mine)
+        parts.append(part)
+    return parts, lengths, records, logs, empty, selected
 
 
 def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: list[str], transactional: bool,
-           empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment]) -> Facts:
-    """The decision facts of the rows read (see :func:`read_decision_facts`)."""
+           empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment],
+           selected: list[np.ndarray]) -> Facts:
+    """The decision facts of the rows read (see :func:`read_decision_facts`); ``selected``: per segment, which
+    of its rows read ``parts`` holds (its key bucket's), if the read kept only those."""
     raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
     n = raw.num_rows
     keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
@@ -191,7 +205,10 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
         aborted, pending = found.aborted[rank], found.marker_pending[rank]
     read_lengths = counts = np.array(lengths, dtype=np.int64)
     mine = None
-    if task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
+    if selected:  # narrowed as read
+        mine = np.concatenate(selected)
+        counts = np.array([part.num_rows for part in parts], dtype=np.int64)
+    elif task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
         buckets = key_bucket(raw.column("key"), task.bounds)
         mine = buckets == task.bucket
         counts = bucket_counts(buckets, read_lengths, task.buckets)[:, task.bucket]
