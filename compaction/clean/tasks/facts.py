@@ -155,7 +155,7 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
         if segment.format == "kafka":  # read whole in any case: a batch's CRC covers all its records
             log = task.store.read_log_segment(task.tp, segment)
             live = task.store.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
-            table = log.records.filter(pa.array(live))
+            table = log.records if live.all() else log.records.filter(pa.array(live))  # not a copy of every record
             empty.append(empty_transactional_batches(log, task.log_start_offset))
             if segment.base_offset in whole:
                 logs[segment.base_offset], records[segment.base_offset] = log, table
