@@ -73,6 +73,11 @@ class SegmentOutcome:
 #: nightly pass does not recopy the clean section, and a small one is recopied only until it is not.
 SMALL_SEGMENT_DIVISOR = 8
 
+#: What writing a kept record costs, in reads of one (encoding and compressing against decoding): a rewrite's
+#: work is the records it reads plus this many times those it keeps, and the rewrites of a split partition (one
+#: task each) share the work evenly, not the records read (the last segments of a log keep the most records).
+WRITE_COST = 2
+
 #: ``deletion.vector.max.ratio``'s default: a clean segment takes a deletion vector while at most this share
 #: of its records is deleted; beyond it, readers skip too much of what they read and a rewrite pays off.
 DEFAULT_DELETION_VECTOR_MAX_RATIO = 0.2
@@ -89,7 +94,8 @@ class ApplyPolicy:
     now_ms: int
     deletion_vector_max_ratio: float = DEFAULT_DELETION_VECTOR_MAX_RATIO
     deletion_vector_max_age_ms: int = DEFAULT_DELETION_VECTOR_MAX_AGE_MS
-    max_group_records: int | None = None  # a rewrite reads at most this many records (one task's share)
+    # A rewrite does at most this share of the work (one task's share, in records read; see WRITE_COST).
+    max_group_records: int | None = None
     # A segment never merged with its neighbours: the active segment an erasure rolled, so that it stays the log's
     # last segment (and what precedes it is not held in the active segment once the roll is over).
     apart: int | None = None
@@ -105,8 +111,9 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
     maximum age. A clean
     segment that only loses records, and stays within ``deletion.vector.max.ratio`` deleted, gets a
     deletion vector; other changed segments are rewritten. Consecutive rewritten and small segments are
-    merged into one while the estimated output stays within ``segment.bytes`` and the records read within
-    ``max_group_records`` (the policy's ``apart`` segment never merges); a group of one segment that need not be
+    merged into one while the estimated output stays within ``segment.bytes`` and the work (records read, and
+    :data:`WRITE_COST` times those kept) within ``max_group_records`` records' share of the range's work (the
+    policy's ``apart`` segment never merges); a group of one segment that need not be
     rewritten is no rewrite. A rewrite that
     keeps no record removes its segments (their range stays part of the log, without an object). Segments
     whose base offset is in ``reframe`` (``.log`` segments with empty batches to drop) are rewritten too.
@@ -115,15 +122,19 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
     group: list[SegmentMeta] = []
     rewrite: set[int] = set()  # base offsets of segments that must be rewritten on their own account
     vector: set[int] = set()  # ... that would rather take a deletion vector
-    size = records = 0
+    size = work = 0
+    read = sum(s.live_records for s in segments)
+    kept = sum(outcomes[s.base_offset].kept for s in segments)
+    max_work = None if policy.max_group_records is None else \
+        policy.max_group_records * (1 + WRITE_COST * kept / read) if read else policy.max_group_records
 
     def flush() -> None:
-        nonlocal group, size, records
+        nonlocal group, size, work
         if len(group) > 1 or (group and group[0].base_offset in rewrite):
             jobs.append((tuple(group), False))
         elif group and group[0].base_offset in vector:
             jobs.append((tuple(group), True))
-        group, size, records = [], 0, 0
+        group, size, work = [], 0, 0
 
     for segment in segments:
         base = segment.base_offset
@@ -145,12 +156,12 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
             if base in vector:
                 jobs.append(((segment,), True))
             continue
-        too_many = policy.max_group_records is not None and \
-            records + segment.live_records > policy.max_group_records
-        if group and (size + estimate > policy.segment_bytes or too_many or base == policy.apart):
+        segment_work = segment.live_records + WRITE_COST * outcome.kept
+        too_much = max_work is not None and work + segment_work > max_work
+        if group and (size + estimate > policy.segment_bytes or too_much or base == policy.apart):
             flush()
         group.append(segment)
         size += estimate
-        records += segment.live_records
+        work += segment_work
     flush()
     return jobs

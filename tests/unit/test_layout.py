@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
+from dataclasses import replace
+
+from compaction.clean.layout import WRITE_COST, ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.store.manifest import DeletionVector, SegmentMeta
 
 
@@ -56,10 +58,15 @@ def test_a_small_segment_alone_that_need_not_change_is_left_as_it_is() -> None:
                 policy=ApplyPolicy(segment_bytes=8000, now_ms=0)) == []
 
 
-def test_a_deletion_vector_past_its_age_is_folded_in_and_merges_stop_at_the_task_share() -> None:
+def test_a_deletion_vector_past_its_age_is_folded_in_and_merges_stop_at_the_task_share_of_the_work() -> None:
     old = DeletionVector(path="segments/00000000000000000000-d.deletes.parquet", count=1, size_bytes=10,
                          checksum="sha256:0", created_ms=0)
     segments = [meta(0, 10, 1000, deletes=old), meta(10, 20, 1000), meta(20, 30, 1000)]
     outcomes = [kept(9), kept(10, lost=9), kept(10, lost=9)]
     policy = ApplyPolicy(segment_bytes=10_000, now_ms=100, deletion_vector_max_age_ms=100, max_group_records=20)
-    assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0, 10], False), ([20], False)]
+    # Work: records read plus WRITE_COST (2) per record kept: 9 + 18, 10 + 2, 10 + 2 of 51 in all; a share of 20 of
+    # the 29 records read is 20 * 51 / 29 = 35.2: the first segment (it keeps all it reads) takes a rewrite alone.
+    assert WRITE_COST == 2
+    assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0], False), ([10, 20], False)]
+    policy = replace(policy, max_group_records=30)  # 30 * 51 / 29 = 52.8: all three fit
+    assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0, 10, 20], False)]
