@@ -123,10 +123,11 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
     rewrite: set[int] = set()  # base offsets of segments that must be rewritten on their own account
     vector: set[int] = set()  # ... that would rather take a deletion vector
     size = work = 0
-    read = sum(s.live_records for s in segments)
-    kept = sum(outcomes[s.base_offset].kept for s in segments)
-    max_work = None if policy.max_group_records is None else \
-        policy.max_group_records * (1 + WRITE_COST * kept / read) if read else policy.max_group_records
+    # The share of the work: max_group_records of the records read, with their part of the writes. Compared in
+    # integers (work * read against the share's numerator), so that a share of every record fits them all.
+    read = max(1, sum(s.live_records for s in segments))
+    share_of_work = None if policy.max_group_records is None else \
+        policy.max_group_records * (read + WRITE_COST * sum(outcomes[s.base_offset].kept for s in segments))
 
     def flush() -> None:
         nonlocal group, size, work
@@ -157,7 +158,7 @@ def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcom
                 jobs.append(((segment,), True))
             continue
         segment_work = segment.live_records + WRITE_COST * outcome.kept
-        too_much = max_work is not None and work + segment_work > max_work
+        too_much = share_of_work is not None and (work + segment_work) * read > share_of_work
         if group and (size + estimate > policy.segment_bytes or too_much or base == policy.apart):
             flush()
         group.append(segment)

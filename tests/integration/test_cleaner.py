@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.clean.cleaner import Cleaner, plan_store
+from compaction.clean.cleaner import SHUFFLE_FROM_RANGES, Cleaner, plan_store, reads_whole_ranges
 from compaction.clean.outcome import RunReport, Status
 from compaction.clean.rules import Plan
 from compaction.config import Settings
@@ -340,7 +340,8 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
                         keyless_ratio=0.01, seed=3, end_time_ms=NOW - DAY)
     tp = TopicPartition("orders", 0)
     sized = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.bytes": 131_072}
-    for limit in (1_000_000, 3_000):
+    # One task; 4 key ranges, each reading the whole range; 6, reading each run once and shuffling its rows.
+    for limit, ranges in ((1_000_000, 1), (3_000, 4), (2_000, 6)):
         store = Store.open(str(tmp_path / f"s{limit}"))
         generate(store, spec, now_ms=NOW - DAY)
         written = store.read(tp, columns=["offset", "key", "value"]).to_pylist()
@@ -348,7 +349,8 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
         buckets = cleaner.task(the_plan.to_clean[0], NOW).buckets
-        assert buckets == (4 if limit == 3_000 else 1), "12,000 records in tasks of at most 3,000"
+        assert buckets == ranges, "12,000 records in tasks of at most the limit"
+        assert reads_whole_ranges(cleaner.task(the_plan.to_clean[0], NOW)) == (ranges < SHUFFLE_FROM_RANGES)
         cleaner.run(NOW, compaction_plan=the_plan)
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
             {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(written, NOW + DAY)]
@@ -357,11 +359,11 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         append(store, *updates, tp=tp)
         append(store, rec("active", offset=20_012), tp=tp)
         small = settings_with({**sized, "log.cleaner.min.cleanable.ratio": 0.0,
-                               "cleaner": {"task.max.records": 200 if limit == 3_000 else limit}})
+                               "cleaner": {"task.max.records": 200 if ranges > 1 else limit}})
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
         split = second.task(second_plan.to_clean[0], NOW + 1).buckets > 1
-        assert split == (limit == 3_000)
+        assert split == (ranges > 1)
         report = second.run(NOW + 1, compaction_plan=second_plan)
         assert report.partitions[0].stats.deletion_vectors_written > 0
         assert [p for r in verify(store) for p in r.problems] == []

@@ -198,7 +198,8 @@ def test_log_segments_keep_exactly_what_the_reference_model_keeps(split: bool, h
 def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_spark, plan: str,
                                                                           history: list[Any]) -> None:
     """On a classic session and on Spark Connect; the histories hold transactions in some partitions and not in
-    others, so a split partition takes both of its ways."""
+    others, and few records or many, so a split partition takes each of its ways (its ranges reading the whole
+    range, or its runs read once and shuffled)."""
     split = plan == "arrow-split"
     check_history(any_spark, "arrow" if split else plan, SPLIT if split else WHOLE, history)
 

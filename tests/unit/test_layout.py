@@ -68,5 +68,6 @@ def test_a_deletion_vector_past_its_age_is_folded_in_and_merges_stop_at_the_task
     # the 29 records read is 20 * 51 / 29 = 35.2: the first segment (it keeps all it reads) takes a rewrite alone.
     assert WRITE_COST == 2
     assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0], False), ([10, 20], False)]
-    policy = replace(policy, max_group_records=30)  # 30 * 51 / 29 = 52.8: all three fit
-    assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0, 10, 20], False)]
+    for share in (29, 30):  # every record read: its share of the work is all of it, exactly (no rounding)
+        policy = replace(policy, max_group_records=share)
+        assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0, 10, 20], False)]
