@@ -164,9 +164,9 @@ def copy_store(source: str, target: str) -> None:
 
 
 def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = None,
-        command: list[str] | None = None, python: str = PYTHON) -> Measure:
-    """`compaction run` on (a copy of) the store; adds the report's figures and the survivors it left
-    (``extra["survivors"]``: per partition, the live log's offsets)."""
+        command: list[str] | None = None, python: str = PYTHON, environ: dict[str, str] | None = None) -> Measure:
+    """`compaction run` on (a copy of) the store (``environ``: its environment, else :func:`env`'s); adds the
+    report's figures and the survivors it left (``extra["survivors"]``: per partition, the live log's offsets)."""
     target = source
     if copy:
         target = str(work / "run-copy")
@@ -178,7 +178,7 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", target, "--conf", str(conf),
                             "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
                             "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
-                            *(extra or [])], env=env(python))
+                            *(extra or [])], env=environ or env(python))
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
                      "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],

@@ -188,7 +188,8 @@ def test_speculative_attempts_never_publish_twice(tmp_path: Path, monkeypatch: p
                 break
     assert {path.split("/")[1] for path in orphans} & {"0", "2"}, (
         f"no speculative copy of the paused tasks won in {SPECULATION_PASSES} passes")
-    assert {path.split("/")[1] for path in orphans} <= {"0", "2"}, "only the paused tasks had losing attempts"
+    # Other tasks may have losing copies too: on a loaded machine Spark speculates any task that runs long. What
+    # matters is checked above for every pass: no manifest names two objects for a segment, or a loser's object.
 
     # They are garbage: gc removes exactly them, and the log reads the same.
     deleted = {f"{tp.prefix}/{path}" for tp in partitions for path in
