@@ -14,41 +14,27 @@ two left different survivors (a digest of each partition's offsets).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness import PYTHON, copy_store, env, job
+from harness import PYTHON, digest, env, job
 
 from compaction.store import Store
 
 
-def survivors_digest(survivors: dict[str, Any]) -> str:
-    digest = hashlib.sha256()
-    for tp in sorted(survivors):
-        digest.update(tp.encode())
-        digest.update(survivors[tp].tobytes())
-    return digest.hexdigest()[:16]
-
-
 def turn(work: Path, checkout: Path, store: str) -> dict[str, Any]:
     """One run of ``checkout``'s job on a copy of ``store``: the harness's job run, with the checkout's code."""
-    target = work / "turn-copy"
-    shutil.rmtree(target, ignore_errors=True)
-    copy_store(store, str(target))
     command = [PYTHON, "-P", "-m", "compaction.cli"]  # -P: the code on PYTHONPATH, not the working directory's
     variables = env()
     variables["PYTHONPATH"] = str(checkout)
-    measure = job(work, str(target), copy=False, command=command, environ=variables)
-    shutil.rmtree(target)
+    measure = job(work, store, command=command, environ=variables)
     phases = measure.extra["phases_ms"]
     return {"seconds": measure.seconds, "rss_mb": measure.peak_rss // 2**20,
             "tasks": [phases.get(f"task_{name}", 0) / 1000 for name in ("read", "decide", "write")],
-            "survivors": survivors_digest(measure.extra["survivors"])}
+            "survivors": digest(measure.extra["survivors"])}
 
 
 def main() -> int:
