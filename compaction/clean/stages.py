@@ -1,7 +1,7 @@
 """The Spark stages of a clean pass, on the DataFrame API: one code path for classic sessions and Spark Connect.
 
 A stage's tasks are rows of a small DataFrame (:data:`~compaction.clean.payloads.TASK_SCHEMA`), one Spark task
-per row; their work runs inside ``mapInArrow`` (or ``groupBy(...).applyInArrow``) through
+per row (:func:`task_frame`); their work runs inside ``mapInArrow`` (or ``groupBy(...).applyInArrow``) through
 :mod:`compaction.clean.tasks.isolation`; their results come back as typed rows the driver collects
 (:data:`~compaction.clean.payloads.RESULT_SCHEMA`), with each task's time by phase. Nothing here needs a
 SparkContext, RDDs, broadcasts or accumulators, which Spark Connect sessions (``--remote``, Databricks
@@ -14,7 +14,7 @@ tests run the same task bodies in their own process through another implementati
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,7 +37,7 @@ from compaction.clean.payloads import (
     loads,
 )
 from compaction.clean.tasks.facts import read_facts
-from compaction.clean.tasks.isolation import Failure, facts_rows, group_rows, piece_rows, task_rows
+from compaction.clean.tasks.isolation import Failure, facts_rows, group_rows, piece_rows, task_rows, with_payloads
 from compaction.errors import CompactionError
 
 RESULT_TYPE = from_arrow_schema(RESULT_SCHEMA)
@@ -87,19 +87,19 @@ class SparkStages(Stages):
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def _frame(self, payloads: Sequence[Any]) -> DataFrame:
+    def _frame(self, payloads: Sequence[Any]) -> TaskFrame:
         return task_frame(self.spark, payloads)
 
     def map_tasks(self, body: Callable[[Any], Any], tasks: Sequence[Any]) -> list[TaskResult]:
         if not tasks:
             return []
-        return collect(self._frame(tasks).mapInArrow(partial(task_rows, body), RESULT_TYPE))
+        return collect(self._frame(tasks).map(partial(task_rows, body), RESULT_TYPE))
 
     def map_groups(self, read: ReadRun, runs: Sequence[Run], decide: DecideRange,
                    groups: Sequence[CleanTask]) -> list[TaskResult]:
         if not groups:
             return []
-        pieces = self._frame(runs).mapInArrow(partial(piece_rows, read), PIECE_TYPE)
+        pieces = self._frame(runs).map(partial(piece_rows, read), PIECE_TYPE)
         heads = self.spark.createDataFrame(pa.table({
             "group": pa.array(range(len(groups)), pa.int32()), "task": [dumps(t) for t in groups],
             "piece": pa.nulls(len(groups), pa.binary())}, schema=PIECE_SCHEMA))
@@ -115,22 +115,43 @@ class SparkStages(Stages):
                       keyless_drop: bool) -> list[TaskResult]:
         if not tasks:
             return []
-        facts = self._frame(tasks).mapInArrow(partial(facts_rows, read_facts), FACTS_TYPE)
+        facts = self._frame(tasks).map(partial(facts_rows, read_facts), FACTS_TYPE)
         decided = classify(facts.transform(WINNER_PLANS[plan]), now_ms=now_ms, keyless_drop=keyless_drop)
         return collect(decision_results(per_segment(decided)))
 
 
-def task_frame(spark: SparkSession, payloads: Sequence[Any]) -> DataFrame:
-    """Tasks as a DataFrame (:data:`~compaction.clean.payloads.TASK_SCHEMA`) with one row in each of its
-    partitions, so that each is a Spark task of its own: retried and isolated alone, and scheduled as cores
-    free up, first row first."""
-    table = pa.table({"task": pa.array(range(len(payloads)), pa.int32()),
-                      "payload": pa.array([dumps(p) for p in payloads], pa.binary())}, schema=TASK_SCHEMA)
-    # A range of task numbers in as many partitions has one in each, in order; the payloads join it by
-    # broadcast, which keeps that partitioning: no shuffle, and no sampling job (as a repartition by range
-    # of the payloads would need before every stage).
-    slots = spark.range(0, len(payloads), 1, max(1, len(payloads))).selectExpr("CAST(id AS INT) AS task")
-    return slots.join(spark.createDataFrame(table, TASK_TYPE).hint("broadcast"), "task")
+#: Payloads of up to this many bytes in all travel with a stage's function (in every task's command) rather than
+#: in its rows: rows joined to the task numbers need a broadcast, a Spark job of its own before the stage (a few
+#: tenths of a second, more in a fresh JVM); past this size, sending every payload to every task costs more.
+CARRIED_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TaskFrame:
+    """A stage's tasks: ``rows`` has one row in each of its partitions (``task``, and ``payload`` unless the
+    payloads are ``carried`` with the stage's function instead)."""
+
+    rows: DataFrame
+    carried: tuple[bytes, ...] = ()
+
+    def map(self, body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: Any) -> DataFrame:
+        """``mapInArrow(body, schema)``, where ``body`` sees rows of :data:`TASK_SCHEMA` either way."""
+        return self.rows.mapInArrow(partial(with_payloads, self.carried, body) if self.carried else body, schema)
+
+
+def task_frame(spark: SparkSession, payloads: Sequence[Any]) -> TaskFrame:
+    """Tasks with one row in each partition of a DataFrame, so that each is a Spark task of its own: retried and
+    isolated alone, and scheduled as cores free up, first row first."""
+    blobs = [dumps(p) for p in payloads]
+    # A range of task numbers in as many partitions has one in each, in order: no shuffle, and no sampling job
+    # (as a repartition by range of the payloads would need before every stage).
+    slots = spark.range(0, len(blobs), 1, max(1, len(blobs))).selectExpr("CAST(id AS INT) AS task")
+    if sum(map(len, blobs)) <= CARRIED_BYTES:
+        return TaskFrame(slots, tuple(blobs))
+    # Many or large payloads join the task numbers by broadcast, which keeps that partitioning.
+    table = pa.table({"task": pa.array(range(len(blobs)), pa.int32()), "payload": pa.array(blobs, pa.binary())},
+                     schema=TASK_SCHEMA)
+    return TaskFrame(slots.join(spark.createDataFrame(table, TASK_TYPE).hint("broadcast"), "task"))
 
 
 def collect(results: DataFrame) -> list[TaskResult]:

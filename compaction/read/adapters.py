@@ -80,4 +80,4 @@ def to_spark(scan: Scan, spark: SparkSession) -> DataFrame:
 
     from compaction.clean.stages import task_frame
 
-    return task_frame(spark, scan.tasks(split=True)).mapInArrow(_task_batches, from_arrow_schema(scan.schema))
+    return task_frame(spark, scan.tasks(split=True)).map(_task_batches, from_arrow_schema(scan.schema))

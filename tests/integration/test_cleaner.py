@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -647,12 +648,31 @@ def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vec
         assert local_store.manifest(tp).first_dirty_offset > 5, str(tp)
 
 
-def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: Any) -> None:
+@pytest.mark.parametrize("carried_bytes", [1 << 20, 0], ids=["carried", "joined"])
+def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: Any, carried_bytes: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One row in each partition, task i in partition i: each task is retried and isolated alone, and the
-    first planned (the largest) is scheduled first; with no sampling job or shuffle before the stage."""
-    from compaction.clean.stages import task_frame
+    first planned (the largest) is scheduled first; with no sampling job or shuffle before the stage. Its body
+    sees each task's payload, whether the payloads travel with the function (small) or in the rows (large)."""
+    from compaction.clean import stages
 
-    frame = task_frame(any_spark, [f"payload {i}" for i in range(7)])
-    rows = frame.selectExpr("spark_partition_id() AS slot", "task").toArrow().to_pylist()
+    monkeypatch.setattr(stages, "CARRIED_BYTES", carried_bytes)
+    frame = stages.task_frame(any_spark, [f"payload {i}" for i in range(7)])
+    assert bool(frame.carried) is (carried_bytes > 0)
+    rows = frame.rows.selectExpr("spark_partition_id() AS slot", "task").toArrow().to_pylist()
     assert sorted((row["slot"], row["task"]) for row in rows) == [(i, i) for i in range(7)]
-    assert task_frame(any_spark, []).count() == 0
+    seen = frame.map(_slot_and_payload, "slot int, task int, payload string").toArrow().to_pylist()
+    assert sorted(seen, key=lambda row: row["task"]) == [
+        {"slot": i, "task": i, "payload": f"payload {i}"} for i in range(7)]
+    assert stages.task_frame(any_spark, []).rows.count() == 0
+
+
+def _slot_and_payload(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext
+
+    from compaction.clean.payloads import loads
+
+    for batch in batches:
+        yield pa.record_batch({"slot": pa.array([TaskContext.get().partitionId()] * batch.num_rows, pa.int32()),
+                               "task": batch.column("task"),
+                               "payload": [loads(p) for p in batch.column("payload").to_pylist()]})

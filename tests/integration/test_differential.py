@@ -21,6 +21,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from compaction.clean import stages
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
 from compaction.erasure import request_erasure
@@ -195,12 +196,15 @@ def test_log_segments_keep_exactly_what_the_reference_model_keeps(split: bool, h
 @settings(max_examples=4, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=HISTORY)
-def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_spark, plan: str,
-                                                                          history: list[Any]) -> None:
+def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_spark, plan: str, history: list[Any],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """On a classic session and on Spark Connect; the histories hold transactions in some partitions and not in
     others, and few records or many, so a split partition takes each of its ways (its ranges reading the whole
-    range, or its runs read once and shuffled)."""
+    range, or its runs read once and shuffled). The split and aggregate plans' stages take their payloads in
+    their rows, the others with their functions (:data:`compaction.clean.stages.CARRIED_BYTES`)."""
     split = plan == "arrow-split"
+    if plan in ("arrow-split", "aggregate"):
+        monkeypatch.setattr(stages, "CARRIED_BYTES", 0)
     check_history(any_spark, "arrow" if split else plan, SPLIT if split else WHOLE, history)
 
 
@@ -210,6 +214,9 @@ def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_sp
 @settings(max_examples=2, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=HISTORY)
-def test_log_segments_on_spark_keep_exactly_what_the_reference_model_keeps(any_spark, split: bool,
-                                                                           history: list[Any]) -> None:
+def test_log_segments_on_spark_keep_exactly_what_the_reference_model_keeps(any_spark, split: bool, history: list[Any],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split partitions' stages take their payloads in their rows (``stages.CARRIED_BYTES``)."""
+    if split:
+        monkeypatch.setattr(stages, "CARRIED_BYTES", 0)
     check_history(any_spark, "arrow", KAFKA_SPLIT if split else KAFKA_WHOLE, history, kafka=True)

@@ -81,6 +81,16 @@ def _payloads(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Any]]:
         yield from zip(batch.column("task").to_pylist(), batch.column("payload").to_pylist(), strict=True)
 
 
+def with_payloads(carried: Sequence[bytes], body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``body`` on a stage's rows of task numbers, each given its payload from ``carried`` (the payloads that
+    travel with the stage's function rather than in its rows)."""
+    rows = (pa.record_batch({"task": batch.column("task"),
+                             "payload": pa.array([carried[t] for t in batch.column("task").to_pylist()], pa.binary())})
+            for batch in batches)
+    return body(rows)
+
+
 def task_rows(body: Callable[[Any], Any], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body of a stage: each input row is a task; yields its result row.
 
