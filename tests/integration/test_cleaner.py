@@ -672,7 +672,9 @@ def _slot_and_payload(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
 
     from compaction.clean.payloads import loads
 
+    context = TaskContext.get()
+    assert context is not None, "runs in a Spark task"
     for batch in batches:
-        yield pa.record_batch({"slot": pa.array([TaskContext.get().partitionId()] * batch.num_rows, pa.int32()),
+        yield pa.record_batch({"slot": pa.array([context.partitionId()] * batch.num_rows, pa.int32()),
                                "task": batch.column("task"),
                                "payload": [loads(p) for p in batch.column("payload").to_pylist()]})
