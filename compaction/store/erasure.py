@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from compaction.errors import CommitConflictError, StoreError
 from compaction.store.commit import Writer, unchanged
@@ -42,7 +41,7 @@ from compaction.store.manifest import (
 )
 from compaction.store.names import TopicPartition
 from compaction.store.pins import PIN_DIR, PIN_NAME
-from compaction.store.segment import check_schema
+from compaction.store.segment import check_schema, parquet_file
 from compaction.store.storage import TEMP_PREFIX, ObjectInfo, Storage
 
 #: A request that is physically done stays in the manifest this long (30 days), as the record of what was done
@@ -200,7 +199,7 @@ def _records(table: pa.Table, match: KeyMatch, values: pa.ChunkedArray | None) -
 
 def _parquet(source: Any, where: str, match: KeyMatch, with_values: bool) -> tuple[Found, ...]:
     """A Parquet object's records of the keys: a segment's, or none for a deletion vector (offsets only)."""
-    file = pq.ParquetFile(source)
+    file = parquet_file(source, checked=False)
     if file.schema_arrow.equals(DELETES_SCHEMA):
         return ()
     check_schema(file.schema_arrow, where)  # a Parquet file that is neither: a SegmentSchemaError

@@ -203,12 +203,22 @@ def summary_columns(table: pa.Table) -> pa.Table:
                      for name, column in zip(table.column_names, table.columns, strict=True)})
 
 
+def parquet_file(source: Any, checked: bool = True) -> pq.ParquetFile:
+    """A Parquet object opened for reading, each page's CRC checked (unless not ``checked``).
+
+    A Python file object (an object store's, through fsspec) is read on the calling thread only: Arrow's
+    pre-buffering reads it from Arrow's IO threads, which then call into Python, and such a call still under
+    way as the interpreter exits aborts it ("terminate called without an active exception", exit code -6).
+    Arrow's own files (memory maps, buffers) keep it."""
+    return pq.ParquetFile(source, page_checksum_verification=checked, pre_buffer=isinstance(source, pa.NativeFile))
+
+
 def decode_parquet(source: Any, where: str, columns: Sequence[str] | None = None) -> pa.Table:
     """Read a Parquet segment (bytes or a file object), check its schema, and return the asked columns."""
     if isinstance(source, (bytes, bytearray, memoryview, pa.Buffer)):
         source = pa.BufferReader(source)
     try:
-        file = pq.ParquetFile(source, page_checksum_verification=True)
+        file = parquet_file(source)
         check_schema(file.schema_arrow, where)
         # One thread: Spark runs a task per core, and Arrow's pool threads can abort the interpreter at
         # exit (apache/arrow#34314), turning a finished command into exit code -6.
@@ -233,7 +243,7 @@ def parquet_batches(source: Any, where: str, columns: Sequence[str], row_groups:
     """Stream the asked columns of a Parquet segment (a file object) in batches of ``batch_rows``, checking its
     schema and each page's CRC; a damaged object is a CorruptSegmentError naming ``where``."""
     try:
-        file = pq.ParquetFile(source, page_checksum_verification=True)
+        file = parquet_file(source)
     except (pa.ArrowException, OSError) as err:
         raise CorruptSegmentError(f"segment {where} is not a readable Parquet file: {err}") from err
     check_schema(file.schema_arrow, where)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -198,3 +199,26 @@ def test_append_and_read_touch_only_the_partitions_manifests_and_asked_objects(s
     segments = store.manifest(TP).segments
     opened = [rel for op, rel in recorder.calls if op in ("open", "read") and "/segments/" in rel]
     assert opened == [f"orders/0/{segments[1].path}"], "a range read opens only the overlapping segment"
+
+
+def test_an_objects_bytes_are_read_by_python_threads_only(memory_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrow's own threads never call into Python to read an object store's file: such a call still under way
+    as the interpreter exits aborts it ("terminate called without an active exception", exit code -6)."""
+    from fsspec.implementations.memory import MemoryFile
+
+    from compaction.read.scan import read_batches, read_table
+
+    readers: list[threading.Thread] = []
+    read = MemoryFile.read
+
+    def recording(self: MemoryFile, *args: Any) -> bytes:
+        readers.append(threading.current_thread())  # a thread Python did not start is a _DummyThread
+        return read(self, *args)
+
+    monkeypatch.setattr(MemoryFile, "read", recording)
+    memory_store.append(TP, keyed("a=1 b=2 a=3"), now_ms=10)
+    memory_store.append(TP, keyed("c=4"), now_ms=20)
+    assert offsets(read_table(memory_store, "orders", columns=["offset", "key"])) == [0, 1, 2, 3]
+    assert sum(b.num_rows for b in read_batches(memory_store, "orders", columns=["offset", "key"])) == 4
+    assert readers, "the reads went through the object store's file objects"
+    assert not [t for t in readers if isinstance(t, threading._DummyThread)]
