@@ -88,11 +88,11 @@ class Measure:
 
 
 def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: Callable[[psutil.Process],
-                 list[psutil.Process]] | None = None) -> Measure:
-    """Run a command; wall time and the peak RSS of its process tree (sampled every 50 ms)."""
+                 list[psutil.Process]] | None = None, cwd: Path = ROOT) -> Measure:
+    """Run a command in ``cwd``; wall time and the peak RSS of its process tree (sampled every 50 ms)."""
     peak = 0
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
                                text=True)
     done = threading.Event()
 
@@ -164,9 +164,11 @@ def copy_store(source: str, target: str) -> None:
 
 
 def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = None,
-        command: list[str] | None = None, python: str = PYTHON, environ: dict[str, str] | None = None) -> Measure:
-    """`compaction run` on (a copy of) the store (``environ``: its environment, else :func:`env`'s); adds the
-    report's figures and the survivors it left (``extra["survivors"]``: per partition, the live log's offsets)."""
+        command: list[str] | None = None, python: str = PYTHON, environ: dict[str, str] | None = None,
+        cwd: Path = ROOT) -> Measure:
+    """`compaction run` on (a copy of) the store (``environ``: its environment, else :func:`env`'s), run in
+    ``cwd`` (where Spark's Python workers start, with that folder first on their path); adds the report's
+    figures and the survivors it left (``extra["survivors"]``: per partition, the live log's offsets)."""
     target = source
     if copy:
         target = str(work / "run-copy")
@@ -178,7 +180,7 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", target, "--conf", str(conf),
                             "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
                             "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
-                            *(extra or [])], env=environ or env(python))
+                            *(extra or [])], env=environ or env(python), cwd=cwd)
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
                      "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],

@@ -30,7 +30,9 @@ def turn(work: Path, checkout: Path, store: str) -> dict[str, Any]:
     command = [PYTHON, "-P", "-m", "compaction.cli"]  # -P: the code on PYTHONPATH, not the working directory's
     variables = env()
     variables["PYTHONPATH"] = str(checkout)
-    measure = job(work, store, command=command, environ=variables)
+    # In the checkout: Spark's Python workers put their working folder first on their path, so that from
+    # anywhere else they would import that folder's package, not the checkout's.
+    measure = job(work, store, command=command, environ=variables, cwd=checkout)
     phases = measure.extra["phases_ms"]
     return {"seconds": measure.seconds, "rss_mb": measure.peak_rss // 2**20,
             "tasks": [phases.get(f"task_{name}", 0) / 1000 for name in ("read", "decide", "write")],
