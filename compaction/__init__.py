@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # the public API: one name per import, from the module that d
     from compaction.clean.cleaner import Cleaner, plan_store
     from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
     from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
-    from compaction.clean.rules import Plan, Strategy
     from compaction.clean.settings import CleanerSettings, TopicConfig
     from compaction.config import Settings
     from compaction.erasure import attest, erasure_status, forget
@@ -73,6 +72,7 @@ if TYPE_CHECKING:  # the public API: one name per import, from the module that d
     from compaction.read.filters import RecordFilter
     from compaction.read.history import VersionEntry, history
     from compaction.read.scan import Scan, read_batches, read_table, scan
+    from compaction.rules import Plan, Strategy
     from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
     from compaction.store.segment import records

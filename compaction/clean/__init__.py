@@ -1,11 +1,11 @@
 """Cleaning: choose the partitions worth cleaning, decide which records survive, and commit the result.
 
-- :mod:`~compaction.clean.rules`: the cleaning rules, stated once (which record wins per key under each
+- :mod:`~compaction.rules`: the cleaning rules, stated once (which record wins per key under each
   strategy, the tombstone and marker lifecycle, the uncleanable boundary); every plan derives from it.
 - :mod:`~compaction.clean.settings`: a topic's settings (Kafka's names, defaults, validators) and the job's own.
 - :mod:`~compaction.clean.planner`: pure decisions from manifests and ``now``: which partitions, which offset
   range, how many key buckets; :mod:`~compaction.clean.layout`: which objects a pass writes.
-- :mod:`~compaction.clean.arrow_dedupe` and :mod:`~compaction.clean.dedupe`: the Arrow plan and the Spark
+- :mod:`~compaction.winners` and :mod:`~compaction.clean.dedupe`: the Arrow plan and the Spark
   SQL plans that find each key's winner; :mod:`~compaction.clean.tasks`: what executors do.
 - :mod:`~compaction.clean.session` builds the SparkSession; :mod:`~compaction.clean.cleaner` runs a pass and
   commits each partition through the store; :mod:`~compaction.clean.outcome` is what it reports.

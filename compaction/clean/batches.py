@@ -1,6 +1,6 @@
 """The batch layer: how a pass's surviving records are framed in Kafka record batches (reference §3.7, §3.10-§3.12).
 
-Which records survive is :mod:`compaction.clean.rules`' decision alone, record by record. This module only
+Which records survive is :mod:`compaction.rules`' decision alone, record by record. This module only
 decides, for a ``.log`` segment a pass rewrites, what becomes of each batch, as Kafka's ``MemoryRecords.filterTo``
 does:
 
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.kafka import BATCH_SCHEMA, encode
 from compaction.kafka.layout import CONTROL, LOG_OVERHEAD
 from compaction.store.formats import LogSegment, frame_batches

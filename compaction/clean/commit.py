@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.outcome import PartitionResult
-from compaction.clean.payloads import AppliedJob, ApplyJob, CleanTask, DecisionRow
+from compaction.clean.payloads import AppliedJob, ApplyJob, CleanTask, SourceVerdicts, Verdicts, lists_kept
 from compaction.clean.planner import LogToClean, PartitionPlan
-from compaction.clean.tasks.isolation import Failure
-from compaction.errors import StoreError
+from compaction.engine.isolation import Failure
+from compaction.errors import SegmentChangedError, StoreError
 from compaction.store import Replacement, Store, Writer
 from compaction.store.commit import Erased
 from compaction.store.manifest import SegmentMeta
@@ -31,7 +31,7 @@ class PartitionWork:
     log: LogToClean
     task: CleanTask
     outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)  # by segment base offset
-    decisions: list[DecisionRow] = field(default_factory=list)  # stage 1's rows, of a partition decided in stages
+    verdicts: list[Verdicts] = field(default_factory=list)  # what its deciding stage listed (decided in stages)
     jobs: list[ApplyJob] = field(default_factory=list)
     results: dict[int, SegmentMeta | None] = field(default_factory=dict)  # by job id; None: nothing kept
     bytes_written: int = 0
@@ -39,15 +39,31 @@ class PartitionWork:
     stamped: int = 0  # records the rewrites gave their first delete horizon
     failure: Failure | None = None
 
-    def reset(self) -> None:
-        """Forget what a failed Spark job produced (none of it was committed)."""
-        self.outcomes, self.decisions, self.jobs, self.results = {}, [], [], {}
-        self.bytes_written = self.records_written = self.stamped = 0
-        self.failure = None
-
     def fail(self, failure: Failure) -> None:
         """Record the first failure of the partition (its task's, or a later stage's)."""
         self.failure = self.failure or failure
+
+    def decided(self, verdicts: Verdicts) -> None:
+        """Record what a key range (or a Spark SQL plan) decided of some of the partition's segments."""
+        self.verdicts.append(verdicts)
+        for found in verdicts.segments:
+            before = self.outcomes.get(found.segment_base)
+            self.outcomes[found.segment_base] = before.merge(found.outcome) if before else found.outcome
+
+    def source_verdicts(self, segment: SegmentMeta) -> SourceVerdicts:
+        """Where the decision on one of its segments is listed, every key range's part of it."""
+        found = [(v.path, s) for v in self.verdicts for s in v.segments if s.segment_base == segment.base_offset]
+        rows = {s.rows for _, s in found}
+        if len(rows) > 1:
+            raise SegmentChangedError(f"the key ranges of {self.task.tp} read {sorted(rows)} live rows of segment "
+                                      f"{segment.path}: it changed while they read it")
+        return SourceVerdicts(rows=rows.pop() if rows else 0, kept=lists_kept(segment, self.task.first_dirty_offset),
+                              listed=tuple((path, s.row_group) for path, s in found
+                                           if path is not None and s.row_group is not None))
+
+    def verdict_paths(self) -> list[str]:
+        """The verdicts objects the pass wrote for it."""
+        return sorted({v.path for v in self.verdicts if v.path is not None})
 
     def add(self, result: AppliedJob) -> None:
         """Record an apply job's result."""
@@ -92,7 +108,7 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
                             tuple(path for path, keys in holding.items() if r.key_sha256 in keys))
                      for r in p.erasures), time_ms=now_ms)
     try:
-        committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms)
+        committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=p.manifest)
     except StoreError as err:
         return PartitionResult.failed(p.plan, f"{type(err).__name__}: {err}")
     return PartitionResult.cleaned(p, committed, work.outcomes, work.jobs, added, work.records_written,
@@ -107,7 +123,7 @@ def reset_checkpoint(store: Store, p: PartitionPlan, writer: Writer, now_ms: int
     change = Replacement((), (), manifest.first_dirty_offset, p.first_dirty_offset, manifest.log_start_offset,
                          manifest.log_start_offset)
     try:
-        store.replace(p.partition, change, writer=writer, now_ms=now_ms)
+        store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=manifest)
     except StoreError as err:
         return PartitionResult.failed(p, f"could not reset the checkpoint ({p.checkpoint_reset}): "
                                          f"{type(err).__name__}: {err}")

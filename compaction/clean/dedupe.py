@@ -3,32 +3,40 @@
 The plans are SQL run by the DataFrame's own session (``spark.sql(..., facts=df)``), which reads the same on a
 classic session and on Spark Connect, whichever kind of session a process has made first.
 
-Input: the facts of cleaned ranges (:data:`compaction.clean.rules.FACTS_SCHEMA`, read by executors). A plan
-adds ``is_winner``, stating :data:`compaction.clean.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
-whose survivor is unspecified); :func:`classify` then applies :func:`compaction.clean.rules.classify` to each
-Arrow batch, :func:`per_segment` sums the decision up per segment, and :func:`decision_results` turns those
-sums into the stage's result rows (:data:`compaction.clean.payloads.RESULT_SCHEMA`).
+Input: the facts of cleaned ranges (:data:`compaction.rules.FACTS_SCHEMA`, read by executors, :func:`facts_rows`).
+A plan adds ``is_winner``, stating :data:`compaction.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
+whose survivor is unspecified); :func:`classify` then applies :func:`compaction.rules.classify` to each Arrow batch,
+and :func:`decided_verdicts` turns each segment's decided rows into its verdicts, listed in the store for the apply
+stage, with the counts as the stage's result rows (:data:`compaction.engine.codec.RESULT_SCHEMA`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.payloads import RESULT_SCHEMA, DecisionRow
-from compaction.clean.tasks.isolation import Failure, result_table
-from compaction.store import TopicPartition
+from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
+from compaction.clean.tasks.facts import read_facts
+from compaction.clean.tasks.objects import object_id
+from compaction.engine.codec import RESULT_SCHEMA, loads
+from compaction.engine.isolation import Failed, Failure, Outcome, release_memory, result_table, run
+from compaction.engine.stages import SparkStages
 from compaction.store.erasure import key_digest
 
 KEY = ("topic", "partition", "key")
+#: Rows per Arrow batch a facts task hands to Spark SQL: large batches keep the per-batch overhead small, and at a
+#: few dozen bytes a row (plus the key) one batch stays a few MB on its way into the JVM.
+BATCH_ROWS = 131_072
 
 FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
 #: The facts :func:`classify` passes through to :func:`per_segment`, before the decision's own columns.
@@ -92,44 +100,77 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
     return df.mapInArrow(body, DECIDED_TYPE)
 
 
-def per_segment(decided: DataFrame) -> DataFrame:
-    """One decision row per segment: its counts, the positions of the rows it loses, the markers to stamp."""
-    counts = ", ".join(f"CAST(sum(CASE WHEN code = {reason.code} THEN 1 ELSE 0 END) AS BIGINT) AS {reason.value}"
-                       for reason in rules.Reason)
-    group = _names("task", "topic", "partition", "segment_base")
-    return decided.sparkSession.sql(
-        f"SELECT {group}, count(1) AS records, CAST(sum(CAST(code = {rules.KEPT} AS INT)) AS BIGINT) AS kept, "
-        f"{counts}, collect_list(CASE WHEN code != {rules.KEPT} THEN position END) AS dropped, "
-        "collect_list(CASE WHEN stamp THEN `offset` END) AS stamps, min(upcoming_horizon_ms) AS next_horizon_ms, "
-        "collect_set(erased_key) AS erased_keys, "
-        "max(error) AS error, max(internal) AS internal, max(trace) AS trace "
-        f"FROM {{decided}} GROUP BY {group}", decided=decided)
+def segment_verdicts(tasks: Sequence[CleanTask], table: pa.Table) -> pa.Table:
+    """``groupBy("task", "segment_base").applyInArrow`` body: one segment's decided rows (or the one row of a task
+    whose facts failed) become its :class:`~compaction.clean.payloads.Verdicts`, listed in the store for the apply
+    stage; only the counts and where they are listed reach the driver."""
+    task = tasks[table.column("task")[0].as_py()]
+    errors = pc.drop_null(table.column("error"))
+    if len(errors):
+        row = table.filter(pc.is_valid(table.column("error"))).slice(0, 1).to_pylist()[0]
+        return result_table([Failed(task.ident, Failure(row["error"], bool(row["internal"]), row["trace"]))])
+    return result_table([run(partial(_segment_verdicts, table), task)])
 
 
-def decision_row(row: dict[str, Any]) -> DecisionRow:
-    """A :func:`per_segment` row as stage 2 takes it (the Arrow plan's decision row): the dropped rows'
-    positions become a bitmap over the segment's rows (here all read, with no key ranges)."""
-    bits = np.zeros(row["records"] or 0, dtype=bool)
-    bits[np.array(row["dropped"] or [], dtype=np.int64)] = True
-    stamps = np.array(row["stamps"] or [], dtype=np.int64)
-    outcome = SegmentOutcome(records=row["records"], kept=row["kept"], stamped=len(stamps),
-                             dropped={reason.value: row[reason.value] for reason in rules.Reason if row[reason.value]},
-                             next_horizon_ms=row["next_horizon_ms"], erased_keys=frozenset(row["erased_keys"] or ()))
-    return DecisionRow(tp=TopicPartition(row["topic"], row["partition"]), segment_base=row["segment_base"],
-                       outcome=outcome, rows=len(bits), dropped=np.packbits(bits), stamps=stamps)
+def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
+    base = table.column("segment_base")[0].as_py()
+    segment = next(s for s in task.segments if s.base_offset == base)
+    table = table.sort_by("position")
+    code = table.column("code").to_numpy()
+    stamp = table.column("stamp").to_numpy(zero_copy_only=False).astype(bool)
+    upcoming = pc.fill_null(table.column("upcoming_horizon_ms"), rules.LONG_MAX).to_numpy()
+    erased = frozenset(pc.drop_null(table.column("erased_key")).to_pylist())
+    outcome = SegmentOutcome.from_decision(code, stamp, upcoming, erased)
+    kept = code == rules.KEPT
+    listed = kept if lists_kept(segment, task.first_dirty_offset) else ~kept
+    chosen = listed | stamp
+    path, group = None, None
+    if chosen.any():
+        part = pa.table({"position": table.column("position").filter(pa.array(chosen)).cast(pa.int32()),
+                         "listed": listed[chosen], "stamp": stamp[chosen]})
+        path, (group,) = task.store.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
+    return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, outcome, table.num_rows, group),))
 
 
-def _results(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def decided_verdicts(decided: DataFrame, tasks: Sequence[CleanTask]) -> DataFrame:
+    """The stage's result rows: per segment its verdicts (:func:`segment_verdicts`), or the failure that stopped its
+    partition."""
+
+    def body(table: pa.Table) -> pa.Table:  # typed: PySpark infers the kind of Arrow UDF from the hints
+        return segment_verdicts(tasks, table)
+
+    return decided.groupBy("task", "segment_base").applyInArrow(body, RESULT_TYPE)
+
+
+def facts_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body of the Spark SQL plans' facts: each input row is a bin of one task (a partition); yields
+    its facts, or one row with the failure that stopped it (:data:`~compaction.rules.FACTS_SCHEMA`), which the plans
+    carry to the partition's result."""
     for batch in batches:
-        for row in batch.to_pylist():
-            if row["error"] is not None:
-                failure = Failure(row["error"], bool(row["internal"]), row["trace"])
-                yield from result_table(row["task"], None, failure, {}).to_batches()
+        for index, payload in zip(batch.column("task").to_pylist(), batch.column("payload").to_pylist(), strict=True):
+            found = run(partial(_read_facts, index), payload, ident=str(index))
+            if isinstance(found, Failed):
+                row: dict[str, list[Any]] = {name: [None] for name in rules.FACTS_SCHEMA.names}
+                row.update(task=[index], segment_base=[-1], offset=[-1], error=[found.failure.error],
+                           internal=[found.failure.internal], trace=[found.failure.trace])
+                facts = pa.table(row, schema=rules.FACTS_SCHEMA)
             else:
-                yield from result_table(row["task"], [decision_row(row)], None, {}).to_batches()
+                facts = found.value
+            release_memory()
+            yield from facts.to_batches(max_chunksize=BATCH_ROWS)
 
 
-def decision_results(per_segment_rows: DataFrame) -> DataFrame:
-    """:func:`per_segment`'s rows as the stage's result rows: a decision row per segment, or the failure that
-    stopped the task's partition."""
-    return per_segment_rows.mapInArrow(_results, RESULT_TYPE)
+def _read_facts(index: int, payload: bytes) -> pa.Table:
+    (task,) = loads(payload)
+    return read_facts(task, index)
+
+
+def decide_with_sql(stages: SparkStages, tasks: Sequence[CleanTask], plan: rules.Plan, now_ms: int,
+                    keyless_drop: bool) -> list[Outcome]:
+    """The verdicts of whole partitions by one of the Spark SQL plans: one outcome per segment (of the partitions
+    whose facts were read), or a partition's failure."""
+    if not tasks:
+        return []
+    facts = stages.frame([[task] for task in tasks]).map(facts_rows, FACTS_TYPE)
+    decided = classify(facts.transform(WINNER_PLANS[plan]), now_ms=now_ms, keyless_drop=keyless_drop)
+    return stages.collect(decided_verdicts(decided, tasks))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from compaction.clean.rules import KEPT, LONG_MAX, reason_counts, saturating_add
+from compaction.rules import KEPT, LONG_MAX, reason_counts, saturating_add
 from compaction.store.manifest import SegmentMeta
 
 

@@ -186,6 +186,9 @@ class RunReport:
     #: Erasure requests of the run's partitions that are late at ``now_ms`` (still pending past their deadline, or not
     #: yet physically gone the erasure grace period after it): as planned, and (the job) again once gc has run.
     erasure_overdue_requests: int = 0
+    #: What the pass's Spark stages sent to executors and collected from them, in bytes: it grows with partitions,
+    #: segments and key ranges, never with records (SPEC §5).
+    driver_bytes: int = 0
 
     @classmethod
     def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,

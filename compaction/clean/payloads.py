@@ -1,85 +1,40 @@
-"""What crosses between the driver and the executors: one frozen, versioned type per task and per result,
-and the Arrow schemas of the rows that carry them.
-
-A stage's tasks travel as rows of a small DataFrame (:data:`TASK_SCHEMA`: the task's index and its pickled
-payload) and its results come back as rows the driver collects (:data:`RESULT_SCHEMA`: the pickled result,
-the error that stopped the task, and the task's time by phase). Each payload carries the
-:data:`PAYLOAD_VERSION` of the library that built it, and unpickling it (on the receiving side) refuses another
-version with :class:`~compaction.errors.PayloadVersionError`, so a driver and executors that run different
-builds of this library fail with both versions named, not with a missing field deep inside a task or a wrong
-answer.
+"""What crosses between the driver and the executors in a clean pass: one frozen, versioned type per unit of work
+and per result (the row codec and the version check are :mod:`compaction.engine.codec`'s).
 
 - :class:`CleanTask` is one partition's pass, every field set: the cleaned range, the rules' parameters and how
-  decisions become objects. Its ``bucket`` names one key range of a split partition (stage 1), and a run of
-  its segments (``segments`` narrowed) is what a split partition reads once for every key range.
-- :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector (stage 2).
+  decisions become objects. Its ``bucket`` names one key range of a split partition, and a run of its segments
+  (``segments`` narrowed) is what a split partition reads once for every key range.
 - :class:`BucketPiece` is one key range's rows of a run of segments, on their way to the range's task.
-- :class:`DecisionRow` is stage 1's result for one segment and key range.
+- :class:`Verdicts` is what a key range (or a Spark SQL plan) decided of a partition's segments: the counts per
+  segment, and where in the store the rows it keeps or drops are listed (:mod:`compaction.store.verdicts`).
+- :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector, with the verdicts on
+  each source (:class:`SourceVerdicts`).
 - :class:`AppliedJob` is an apply job's result: the object it wrote and its figures.
 - :class:`CleanedPartition` is a partition decided and applied in one task.
 
-Rows that stay inside Spark SQL are typed by Arrow schemas instead (:data:`compaction.clean.rules.FACTS_SCHEMA`).
+Each result is metadata: counts, object names, offsets of segments; never one entry per record (SPEC §5).
 """
 
 from __future__ import annotations
 
-import pickle
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.clean.batches import BatchPolicy
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome
-from compaction.errors import PayloadVersionError
+from compaction.engine.codec import Payload
 from compaction.store import SegmentMeta, Store, TopicPartition
 
-#: The version of the payloads in this module. Bump it whenever one of them changes a field or its meaning.
-PAYLOAD_VERSION = 5
 
-#: The phases of a task's time (:mod:`compaction.clean.phases`), each a column of :data:`RESULT_SCHEMA`.
-PHASES = ("read", "decide", "write")
-
-#: A stage's input: one row per task.
-TASK_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary())])
-#: A stage's output: per task (or per result of a task), its pickled result, or what stopped it: ``error`` is
-#: ``Type: message``; ``internal`` marks an error that is not the data's or the store's (a bug), whose
-#: executor traceback is in ``trace``. Then the seconds the task spent in each phase.
-RESULT_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary()), ("error", pa.string()),
-                           ("internal", pa.bool_()), ("trace", pa.string()),
-                           *((f"{name}_s", pa.float64()) for name in PHASES)])
-#: The rows between the two halves of a split partition's stage 1: per key range (``group``), its task once
-#: (``task`` set) and its pieces from every run of segments (``piece`` set).
-PIECE_SCHEMA = pa.schema([("group", pa.int32()), ("task", pa.binary()), ("piece", pa.binary())])
-
-
-def dumps(value: Any) -> bytes:
-    """A payload (or a list or tuple of them) as the bytes a row carries."""
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def loads(data: bytes) -> Any:
-    """The payload a row carries (a payload of another version is refused as it unpickles)."""
-    return pickle.loads(data)
-
-
-@dataclass(frozen=True)
-class Payload:
-    """A value shipped between the driver and executors, stamped with the payload version that built it."""
-
-    payload_version: int = field(default=PAYLOAD_VERSION, kw_only=True)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle, refusing a payload of another version before anything reads its fields."""
-        found = state.get("payload_version")
-        if found != PAYLOAD_VERSION:
-            raise PayloadVersionError(
-                f"{type(self).__name__} payload of version {found if found is not None else 'none'} cannot be read "
-                f"by this library, which reads payload version {PAYLOAD_VERSION}: the driver and the executors run "
-                "different versions of compaction")
-        self.__dict__.update(state)
+def lists_kept(segment: SegmentMeta, first_dirty_offset: int) -> bool:
+    """Whether a pass's verdicts on a segment list the rows it keeps (a dirty segment, which loses most of its
+    rows to newer versions) rather than those it drops (a clean one, which keeps most): the shorter list, by a rule
+    every stage of the pass applies alike."""
+    return segment.next_offset > first_dirty_offset
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,15 +60,40 @@ class CleanTask(Payload):
     pass_id: str  # names its objects (tasks.apply.object_id)
     # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
     erasures: tuple[tuple[str, int], ...]
+    plan: rules.Plan = rules.Plan.ARROW  # how each key's winner is found
     buckets: int = 1
     bucket: int = 0
     bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``buckets - 1``; the same in all its tasks)
 
-    def job(self, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool) -> ApplyJob:
-        """Apply job ``job_id`` of this pass: rewrite ``sources`` into one segment, or extend a deletion vector."""
+    @property
+    def ident(self) -> str:
+        """The partition, or its key range: what its outcome is matched to."""
+        return str(self.tp) if self.buckets == 1 else f"{self.tp} key range {self.bucket}"
+
+    @property
+    def records(self) -> int:
+        """Live records of the segments it covers."""
+        return sum(s.live_records for s in self.segments)
+
+    def job(self, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
+            verdicts: tuple[SourceVerdicts, ...] = ()) -> ApplyJob:
+        """Apply job ``job_id`` of this pass: rewrite ``sources`` into one segment, or extend a deletion vector
+        (``verdicts``: where the decision on each source is listed, unless the job runs in the deciding task)."""
         return ApplyJob(tp=self.tp, store=self.store, job_id=job_id, sources=sources, horizon_ms=self.horizon_ms,
                         now_ms=self.now_ms, log_start_offset=self.log_start_offset, deletes_only=deletes_only,
-                        pass_id=self.pass_id, segment_format=self.segment_format, batch_policy=self.batch_policy)
+                        pass_id=self.pass_id, segment_format=self.segment_format, batch_policy=self.batch_policy,
+                        verdicts=verdicts)
+
+
+@dataclass(frozen=True)
+class SourceVerdicts:
+    """Where the decision on one source segment of an apply job is listed: ``rows`` live rows were decided (by
+    every key range alike), and each ``(path, row group)`` of ``listed`` lists some of them, the kept ones when
+    ``kept`` (else the dropped ones)."""
+
+    rows: int
+    kept: bool
+    listed: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +111,11 @@ class ApplyJob(Payload):
     pass_id: str  # names its object (tasks.apply.object_id)
     segment_format: str  # what a rewrite writes
     batch_policy: BatchPolicy | None  # which batches a .log rewrite keeps when they lose every record
+    verdicts: tuple[SourceVerdicts, ...] = ()  # per source, where its decision is listed (none: decided in the task)
+
+    @property
+    def ident(self) -> str:
+        return f"{self.tp} job {self.job_id}"
 
     @property
     def base_offset(self) -> int:
@@ -143,10 +128,8 @@ class ApplyJob(Payload):
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class BucketPiece(Payload):
-    """A key range's rows of a run of consecutive segments (read once for every range): the columns a
-    decision needs that no other range's rows affect, with each row's position among its segment's live
-    rows; or (``error`` set) what stopped the read. ``phases`` is the read's time, carried by one piece of
-    each run."""
+    """A key range's rows of a run of consecutive segments (read once for every range): the columns a decision needs
+    that no other range's rows affect, with each row's position among its segment's live rows."""
 
     tp: TopicPartition
     first_segment: int  # the base offset of the run's first segment
@@ -155,10 +138,6 @@ class BucketPiece(Payload):
     # The rows (offset, key, delete_horizon_ms, position; version_valid and version unless the strategy is
     # offset, whose version is the offset) as an Arrow IPC stream.
     data: bytes = b""
-    error: str | None = None
-    internal: bool = False
-    trace: str | None = None
-    phases: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, tp: TopicPartition, first_segment: int, read_lengths: np.ndarray, lengths: np.ndarray,
@@ -176,29 +155,26 @@ class BucketPiece(Payload):
         return pa.ipc.open_stream(self.data).read_all()
 
 
-def _no_bits() -> np.ndarray:
-    return np.zeros(0, dtype=np.uint8)
+@dataclass(frozen=True)
+class SegmentVerdicts:
+    """What one key range (or a Spark SQL plan) decided of one segment: the counts, the live rows it read (all of
+    the segment's, its own and other ranges'), and the row group of ``Verdicts.path`` listing its part (None: its
+    part lists no row)."""
+
+    segment_base: int
+    outcome: SegmentOutcome
+    rows: int
+    row_group: int | None
 
 
-def _no_offsets() -> np.ndarray:
-    return np.zeros(0, dtype=np.int64)
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class DecisionRow(Payload):
-    """Stage 1's result for one segment and key range: the decision's counts, a packed bitmap over the
-    segment's live rows as read with the bits of the rows it drops, and the offsets of the markers to stamp."""
+@dataclass(frozen=True, kw_only=True)
+class Verdicts(Payload):
+    """A decision over some of a partition's segments, its rows listed in the verdicts object at ``path`` (None:
+    nothing written, no segment lists a row)."""
 
     tp: TopicPartition
-    segment_base: int
-    outcome: SegmentOutcome = field(default_factory=SegmentOutcome.empty)
-    rows: int = 0  # the segment's live rows as read: the bitmap's length
-    dropped: np.ndarray = field(default_factory=_no_bits)
-    stamps: np.ndarray = field(default_factory=_no_offsets)
-
-    def counts(self) -> DecisionRow:
-        """The row without its bitmap and stamps: what the driver needs to lay out the apply jobs."""
-        return replace(self, dropped=_no_bits(), stamps=_no_offsets())
+    path: str | None
+    segments: tuple[SegmentVerdicts, ...]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.clean.layout import ApplyPolicy
 from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.display import format_duration

@@ -3,7 +3,7 @@
 A classic session runs on a master (``--master``: local mode, a standalone cluster, YARN, Kubernetes; or
 spark-submit's); a Spark Connect session talks to a server (``--remote sc://HOST:PORT`` or Spark's own
 ``SPARK_REMOTE``; ``local[N]`` starts one in this process). The cleaner runs the same stages on both
-(:mod:`compaction.clean.stages`).
+(:mod:`compaction.engine.stages`).
 """
 
 from __future__ import annotations

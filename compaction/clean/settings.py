@@ -11,8 +11,8 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from compaction.clean.layout import DEFAULT_DELETION_VECTOR_MAX_AGE_MS, DEFAULT_DELETION_VECTOR_MAX_RATIO
-from compaction.clean.rules import Plan, Strategy
 from compaction.errors import ConfigError
+from compaction.rules import Plan, Strategy
 from compaction.schema import LONG_MAX
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
 

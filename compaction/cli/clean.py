@@ -9,7 +9,6 @@ from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision
-from compaction.clean.rules import Plan
 from compaction.clean.session import remote_url, spark_session
 from compaction.cli import common
 from compaction.cli.common import EXIT_OK, Command, Parser
@@ -18,6 +17,7 @@ from compaction.cli.types import parse_spark_conf
 from compaction.config import Settings
 from compaction.display import format_duration, human_bytes
 from compaction.job import JobOptions, check_selection, run_job
+from compaction.rules import Plan
 from compaction.store import Store
 
 

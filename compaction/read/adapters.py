@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from compaction.clean.payloads import loads
+from compaction.engine.codec import loads
 from compaction.read.task import ReadTask
 
 if TYPE_CHECKING:
@@ -78,6 +78,6 @@ def to_spark(scan: Scan, spark: SparkSession) -> DataFrame:
     session: each read task is a row, read on an executor."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from compaction.clean.stages import task_frame
+    from compaction.engine.stages import task_frame
 
     return task_frame(spark, scan.tasks(split=True)).map(_task_batches, from_arrow_schema(scan.schema))

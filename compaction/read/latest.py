@@ -1,7 +1,7 @@
 """The table view of a partition: each key's winning record under the topic's strategy.
 
 What a Kafka consumer that builds a table from the topic ends up holding: per key, the record that wins
-under :mod:`compaction.clean.rules` (the strategy's version, ties to the higher offset, tombstones competing
+under :mod:`compaction.rules` (the strategy's version, ties to the higher offset, tombstones competing
 like any record), with keys whose winner is a tombstone absent; keyless records, transaction markers and
 records of aborted transactions never compete. The same rules decide what a clean pass keeps, so the view
 of a partition is the same before and after a pass.
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.clean import arrow_dedupe, rules
+from compaction import rules, winners
 from compaction.read.files import PartitionFiles
 from compaction.read.filters import RecordFilter
 from compaction.read.stream import output_schema, partition_batches
@@ -64,5 +64,5 @@ def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy 
     valid, version = rules.versions(table, strategy, header)
     facts = pa.table({"offset": table.column("offset"), "key": table.column("key"), "competes": competing,
                       "version_valid": valid, "version": version})
-    won = arrow_dedupe.winners(facts)
+    won = winners.winners(facts)
     return table.column("offset").to_numpy()[won]

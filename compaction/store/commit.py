@@ -191,8 +191,13 @@ def _newest_from(storage: Storage, tp: TopicPartition, newest: Manifest) -> Mani
 
 
 def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer, operation: str, now_ms: int,
-           max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None) -> Manifest:
+           max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None,
+           expected: Manifest | None = None) -> Manifest:
     """Publish the next manifest version, rebuilding the change on the newest version until it wins.
+
+    ``expected`` is the version the writer read last (a pass's plan read every partition's): the first attempt
+    builds on it without listing and reading the versions again, so that a commit costs one request when nobody
+    wrote in between; a version written since makes the create fail, and the rebase reads what is there.
 
     ``build(latest)`` returns the new log state, or raises CommitConflictError where it finds that its
     change no longer applies to ``latest``: that is the only conflict. A state that breaks the manifest's
@@ -203,7 +208,10 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
     rng = rng or random.Random()
     lost: Manifest | None = None  # the version that another writer won, as read back
     for attempt in range(max_attempts):
-        latest = newest_manifest(storage, tp) if lost is None else _newest_from(storage, tp, lost)
+        if attempt == 0 and expected is not None:
+            latest: Manifest | None = expected
+        else:
+            latest = newest_manifest(storage, tp) if lost is None else _newest_from(storage, tp, lost)
         if latest is not None and latest.version >= MAX_VERSION:
             # Checked before build, which may write objects: a version past it could never be listed.
             raise StoreError(f"partition {storage.describe(tp.prefix)} is at manifest version {latest.version}, "

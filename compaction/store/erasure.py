@@ -43,6 +43,7 @@ from compaction.store.names import TopicPartition
 from compaction.store.pins import PIN_DIR, PIN_NAME
 from compaction.store.segment import check_schema, parquet_file
 from compaction.store.storage import TEMP_PREFIX, ObjectInfo, Storage
+from compaction.store.verdicts import VERDICTS_NAME, VERDICTS_SCHEMA
 
 #: A request that is physically done stays in the manifest this long (30 days), as the record of what was done
 #: and when; then gc drops it. ``compaction attest``'s proof is the lasting record.
@@ -160,6 +161,8 @@ def kind_of(path: str) -> str:
         return "segment"
     if folder == SEGMENT_DIR and DELETES_NAME.match(path):
         return "deletion-vector"
+    if folder == SEGMENT_DIR and VERDICTS_NAME.match(path):
+        return "verdicts"
     if folder == MANIFEST_DIR and MANIFEST_NAME.match(name):
         return "manifest"
     if folder == PIN_DIR and PIN_NAME.match(name):
@@ -198,9 +201,10 @@ def _records(table: pa.Table, match: KeyMatch, values: pa.ChunkedArray | None) -
 
 
 def _parquet(source: Any, where: str, match: KeyMatch, with_values: bool) -> tuple[Found, ...]:
-    """A Parquet object's records of the keys: a segment's, or none for a deletion vector (offsets only)."""
+    """A Parquet object's records of the keys: a segment's, or none for a deletion vector (offsets only) or a pass's
+    verdicts (row positions only)."""
     file = parquet_file(source, checked=False)
-    if file.schema_arrow.equals(DELETES_SCHEMA):
+    if file.schema_arrow.equals(DELETES_SCHEMA) or file.schema_arrow.equals(VERDICTS_SCHEMA):
         return ()
     check_schema(file.schema_arrow, where)  # a Parquet file that is neither: a SegmentSchemaError
     found = _records(file.read(columns=["offset", "key"], use_threads=False), match, None)
@@ -228,7 +232,7 @@ def inspect(storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, 
             else:
                 parse_manifest(data, where)  # key digests at most, never a key
             return _finding(path, kind, entry, (), data if whole else None)
-        if not whole and kind in ("segment", "deletion-vector") and not path.endswith(".log"):
+        if not whole and kind in ("segment", "deletion-vector", "verdicts") and not path.endswith(".log"):
             source, _ = storage.open_input(rel)
             try:
                 return _finding(path, kind, entry, _parquet(source, where, match, False), None)

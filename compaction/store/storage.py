@@ -25,6 +25,9 @@ TEMP_PREFIX = ".tmp-"
 RETRY_BUDGET_OPTION = "retry_budget_ms"
 DEFAULT_RETRY_BUDGET_MS = 60_000
 _S3_PROTOCOLS = ("s3", "s3a")
+#: Connections one S3 client keeps open: the driver reads manifests and commits partitions many at once, and a
+#: task reads and writes several partitions' objects at once (botocore's default, 10, would queue them).
+MAX_POOL_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,8 @@ def s3_client_config(budget_ms: int) -> dict[str, Any]:
             break
     connect_s = min(5.0, attempt_s / 3)
     return {"connect_timeout": connect_s, "read_timeout": attempt_s - connect_s,
-            "retries": {"mode": "standard", "total_max_attempts": attempts}}
+            "retries": {"mode": "standard", "total_max_attempts": attempts},
+            "max_pool_connections": MAX_POOL_CONNECTIONS}
 
 
 def _endpoint(err: Exception) -> str:

@@ -25,6 +25,7 @@ from compaction.store.names import TopicPartition
 from compaction.store.pins import PIN_DIR, Pin, describe_pin, list_pins
 from compaction.store.segment import SEGMENT_SCHEMA, segment_stats, timestamp_stats
 from compaction.store.storage import TEMP_PREFIX
+from compaction.store.verdicts import VERDICTS_NAME
 
 
 @dataclass(frozen=True)
@@ -211,4 +212,4 @@ def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, che
 
 def is_store_object(name: str) -> bool:
     rel = f"{SEGMENT_DIR}/{name}"
-    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel))
+    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel) or VERDICTS_NAME.match(rel))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.clean.layout import ApplyPolicy
 from compaction.clean.payloads import CleanTask
 from compaction.store import SegmentMeta, Store, TopicPartition
@@ -36,7 +36,7 @@ def keyed(pairs: str, start: int | None = None) -> pa.Table:
 
 
 def facts(*rows: dict[str, Any]) -> pa.Table:
-    """Decision facts (:data:`compaction.clean.rules.FACTS_SCHEMA`) from dicts with an ``offset`` and whatever else
+    """Decision facts (:data:`compaction.rules.FACTS_SCHEMA`) from dicts with an ``offset`` and whatever else
     differs from a plain keyed record of the offset strategy (version = offset); ``competes`` is derived."""
     columns: dict[str, list[Any]] = {name: [] for name in rules.FACTS_SCHEMA.names}
     for row in rows:

@@ -11,12 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.clean.cleaner import SHUFFLE_FROM_RANGES, Cleaner, plan_store, reads_whole_ranges
+from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.outcome import RunReport, Status
-from compaction.clean.rules import Plan
+from compaction.clean.paths import SHUFFLE_FROM_RANGES, reads_whole_ranges
 from compaction.config import Settings
 from compaction.errors import StoreError
 from compaction.job import EXIT_PARTIAL, JobOptions, run_job
+from compaction.rules import Plan
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.manifest import Manifest, SegmentMeta
 from compaction.store.segment import records
@@ -654,7 +655,7 @@ def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: A
     """One row in each partition, task i in partition i: each task is retried and isolated alone, and the
     first planned (the largest) is scheduled first; with no sampling job or shuffle before the stage. Its body
     sees each task's payload, whether the payloads travel with the function (small) or in the rows (large)."""
-    from compaction.clean import stages
+    from compaction.engine import stages
 
     monkeypatch.setattr(stages, "CARRIED_BYTES", carried_bytes)
     frame = stages.task_frame(any_spark, [f"payload {i}" for i in range(7)])
@@ -670,7 +671,7 @@ def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: A
 def _slot_and_payload(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    from compaction.clean.payloads import loads
+    from compaction.engine.codec import loads
 
     context = TaskContext.get()
     assert context is not None, "runs in a Spark task"

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from compaction.clean import arrow_dedupe, rules
+from compaction import rules, winners
 from compaction.clean.dedupe import WINNER_PLANS, classify
-from compaction.clean.rules import Plan, Reason
+from compaction.rules import Plan, Reason
 from tests.helpers.builders import facts
 
 NOW = 1_000_000
@@ -29,7 +29,7 @@ def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],
         result: list[tuple[int, int]] = []
         for partition in sorted(set(table.column("partition").to_pylist())):
             part = table.filter(pa.compute.equal(table.column("partition"), partition)).sort_by("offset")
-            decided = arrow_dedupe.decide(part, now_ms=NOW, keyless_drop=keyless_drop)
+            decided = winners.decide(part, now_ms=NOW, keyless_drop=keyless_drop)
             result += zip(part.column("offset").to_pylist(), decided.code.tolist(), strict=True)
         assert sorted((o, None if c == rules.KEPT else list(Reason)[c - 1].value) for o, c in result) == expected
         return

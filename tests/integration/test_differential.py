@@ -21,9 +21,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from compaction.clean import stages
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
+from compaction.engine import stages
 from compaction.erasure import request_erasure
 from compaction.kafka import batch_table, encode
 from compaction.store import Store, TopicPartition
@@ -201,7 +201,7 @@ def test_every_plan_on_spark_keeps_exactly_what_the_reference_model_keeps(any_sp
     """On a classic session and on Spark Connect; the histories hold transactions in some partitions and not in
     others, and few records or many, so a split partition takes each of its ways (its ranges reading the whole
     range, or its runs read once and shuffled). The split and aggregate plans' stages take their payloads in
-    their rows, the others with their functions (:data:`compaction.clean.stages.CARRIED_BYTES`)."""
+    their rows, the others with their functions (:data:`compaction.engine.stages.CARRIED_BYTES`)."""
     split = plan == "arrow-split"
     if plan in ("arrow-split", "aggregate"):
         monkeypatch.setattr(stages, "CARRIED_BYTES", 0)

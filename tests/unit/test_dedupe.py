@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from compaction.clean import arrow_dedupe
+from compaction import winners
 from tests.helpers.builders import facts
 
 
@@ -26,10 +26,10 @@ def test_a_clean_section_with_unique_keys_is_decided_from_the_dirty_keys_alone()
                     row.update(version_valid=int(rng.random() < 0.9), version=int(rng.integers(0, 50)))
                 rows.append(row)
             table = facts(*rows)
-            full = arrow_dedupe.decide(table, now_ms=0, keyless_drop=False)
-            trusted = arrow_dedupe.decide(table, now_ms=0, keyless_drop=False, unique_before=len(clean))
+            full = winners.decide(table, now_ms=0, keyless_drop=False)
+            trusted = winners.decide(table, now_ms=0, keyless_drop=False, unique_before=len(clean))
             assert np.array_equal(full.code, trusted.code)
     # What it trusts: two clean records of one key that no dirty record names both stay.
     table = facts({"offset": 0, "key": "a"}, {"offset": 1, "key": "a"}, {"offset": 2, "key": "b"})
-    assert arrow_dedupe.decide(table, now_ms=0, keyless_drop=False, unique_before=2).code.tolist() == [0, 0, 0]
-    assert arrow_dedupe.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [1, 0, 0]
+    assert winners.decide(table, now_ms=0, keyless_drop=False, unique_before=2).code.tolist() == [0, 0, 0]
+    assert winners.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [1, 0, 0]

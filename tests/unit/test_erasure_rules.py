@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from compaction.clean import arrow_dedupe
+from compaction import winners
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
 from compaction.clean.planner import Decision, apply_policy, plan, plan_partition
-from compaction.clean.rules import KEPT, Reason
 from compaction.clean.settings import CleanerSettings, TopicConfig
+from compaction.rules import KEPT, Reason
 from compaction.store import TopicPartition
 from compaction.store.manifest import DeletionVector, ErasureRequest, Manifest, SegmentMeta, WriterInfo
 from tests.helpers.builders import facts
@@ -29,14 +29,14 @@ def test_an_erased_record_goes_whatever_its_version_and_the_tombstone_is_what_it
                   {"offset": 1, "key": "bob", "version": 1},
                   {"offset": 2, "key": "alice", "version_valid": 0, "version": -1},  # the tombstone
                   {"offset": 3, "key": None, "is_control": True, "marker_pending": True})
-    decided = arrow_dedupe.decide(table, now_ms=0, keyless_drop=False)
+    decided = winners.decide(table, now_ms=0, keyless_drop=False)
     assert decided.code.tolist() == [Reason.ERASED.code, KEPT, KEPT, KEPT]
 
 
 def test_an_erased_record_that_was_aborted_is_counted_as_erased() -> None:
     table = facts({"offset": 0, "key": "alice", "aborted": True, "erased": True},
                   {"offset": 1, "key": "alice"})
-    assert arrow_dedupe.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [Reason.ERASED.code, KEPT]
+    assert winners.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [Reason.ERASED.code, KEPT]
 
 
 # Which segments a pass rewrites ---------------------------------------------------------------------------

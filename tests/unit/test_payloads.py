@@ -7,19 +7,19 @@ import re
 from dataclasses import replace
 from typing import cast
 
-import numpy as np
 import pytest
 
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.payloads import (
-    PAYLOAD_VERSION,
     AppliedJob,
     ApplyJob,
     CleanedPartition,
     CleanTask,
-    DecisionRow,
-    Payload,
+    SegmentVerdicts,
+    SourceVerdicts,
+    Verdicts,
 )
+from compaction.engine.codec import PAYLOAD_VERSION, Payload
 from compaction.errors import PayloadVersionError
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
@@ -42,9 +42,9 @@ def one_of_each(store: Store) -> list[Payload]:
     return [
         clean_task(TP, store, (segment,)),
         ApplyJob(tp=TP, store=store, job_id=0, sources=(segment,), horizon_ms=5, now_ms=0, log_start_offset=0,
-                 deletes_only=False, pass_id="pass", segment_format="parquet", batch_policy=None),
-        DecisionRow(tp=TP, segment_base=0, outcome=outcome, rows=3, dropped=np.packbits([True, False, False]),
-                    stamps=np.array([], dtype=np.int64)),
+                 deletes_only=False, pass_id="pass", segment_format="parquet", batch_policy=None,
+                 verdicts=(SourceVerdicts(rows=3, kept=True, listed=(("segments/_x.verdicts.parquet", 0),)),)),
+        Verdicts(tp=TP, path="segments/_x.verdicts.parquet", segments=(SegmentVerdicts(0, outcome, 3, 0),)),
         applied,
         CleanedPartition(tp=TP, outcomes={0: outcome}, jobs=(applied,)),
     ]
@@ -54,17 +54,15 @@ def test_every_payload_arrives_as_it_was_sent(memory_store: Store) -> None:
     for payload in one_of_each(memory_store):
         arrived = shipped(payload)
         assert type(arrived) is type(payload) and arrived.payload_version == PAYLOAD_VERSION
-        if isinstance(payload, DecisionRow):
-            assert isinstance(arrived, DecisionRow)
-            assert (arrived.tp, arrived.segment_base, arrived.outcome, arrived.rows) == (TP, 0, payload.outcome, 3)
-            assert arrived.dropped.tolist() == [0b1000_0000] and arrived.stamps.tolist() == []
-        elif isinstance(payload, (CleanTask, ApplyJob)):
+        if isinstance(payload, (CleanTask, ApplyJob)):
             assert cast(CleanTask, arrived).tp == TP and cast(CleanTask, arrived).pass_id == payload.pass_id
+            if isinstance(payload, ApplyJob):
+                assert cast(ApplyJob, arrived).verdicts == payload.verdicts
         else:
             assert arrived == payload
 
 
-@pytest.mark.parametrize("kind", ["CleanTask", "ApplyJob", "DecisionRow", "AppliedJob", "CleanedPartition"])
+@pytest.mark.parametrize("kind", ["CleanTask", "ApplyJob", "Verdicts", "AppliedJob", "CleanedPartition"])
 def test_a_payload_of_another_version_is_refused_naming_both_versions(memory_store: Store, kind: str) -> None:
     (payload,) = [p for p in one_of_each(memory_store) if type(p).__name__ == kind]
     from_other_build = replace(payload, payload_version=PAYLOAD_VERSION + 1)
@@ -75,16 +73,6 @@ def test_a_payload_of_another_version_is_refused_naming_both_versions(memory_sto
 
 
 def test_a_payload_from_a_build_before_versions_is_refused() -> None:
-    received = DecisionRow.__new__(DecisionRow)
-    with pytest.raises(PayloadVersionError, match=r"^DecisionRow payload of version none cannot be read"):
-        received.__setstate__({"tp": TP, "segment_base": 0})
-
-
-def test_a_decision_row_sent_for_its_counts_leaves_its_bitmap_and_stamps_behind() -> None:
-    outcome = SegmentOutcome(records=9, kept=1, stamped=1, dropped={"superseded": 8})
-    row = DecisionRow(tp=TP, segment_base=10, outcome=outcome, rows=9, dropped=np.packbits([True] * 8 + [False]),
-                      stamps=np.array([18], dtype=np.int64))
-    counts = row.counts()
-    assert (counts.tp, counts.segment_base, counts.outcome, counts.rows) == (TP, 10, outcome, 9)
-    assert counts.dropped.tolist() == [] and counts.stamps.tolist() == []
-
+    received = Verdicts.__new__(Verdicts)
+    with pytest.raises(PayloadVersionError, match=r"^Verdicts payload of version none cannot be read"):
+        received.__setstate__({"tp": TP, "path": None})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from compaction.clean import phases
+from compaction.engine import phases
 
 
 def test_a_phase_inside_another_counts_its_own_time_only() -> None:

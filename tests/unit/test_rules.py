@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compaction.clean import rules
-from compaction.clean.rules import LONG_MAX, Reason, Strategy
+from compaction import rules
+from compaction.rules import LONG_MAX, Reason, Strategy
 from compaction.schema import HEADER_TYPE
 from compaction.store.segment import records
 from tests.helpers.builders import facts

@@ -14,14 +14,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from compaction.clean.cleaner import SHUFFLE_FROM_RANGES, Cleaner, plan_store
-from compaction.clean.payloads import dumps, loads
+from compaction.clean.cleaner import Cleaner, plan_store
+from compaction.clean.paths import SHUFFLE_FROM_RANGES
 from compaction.clean.planner import segment_runs
-from compaction.clean.tasks.decide import bucket_decision_rows
+from compaction.clean.tasks.decide import decide_pieces
 from compaction.clean.tasks.facts import bucket_pieces
-from compaction.clean.tasks.isolation import group_rows, piece_rows
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.config import Settings
+from compaction.engine.codec import dumps, loads
+from compaction.engine.isolation import Failed, Ok, group_rows, piece_rows
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.synthetic import GenerateSpec, generate
@@ -112,18 +113,19 @@ def test_every_key_range_reports_a_failed_read_and_the_pieces_of_a_range_must_co
     assert [len(run) for run in runs] == [2, 2, 2, 2]
     pieces = [bucket_pieces(replace(ranges[0], segments=run)) for run in runs]
     assert [len(found) for found in pieces] == [4, 4, 4, 4], "every run gives each of the 4 ranges a piece"
-    rows = bucket_decision_rows(ranges[2], [found[2] for found in pieces])
-    assert len(rows) == len(task.segments)
+    verdicts = decide_pieces(ranges[2], [found[2] for found in pieces])
+    assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.segments]
     with pytest.raises(RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range "
                                                      "of 8")):
-        bucket_decision_rows(ranges[2], [found[2] for found in pieces[1:]])  # one run's piece lost
+        decide_pieces(ranges[2], [found[2] for found in pieces[1:]])  # one run's piece lost
     broken = replace(ranges[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
     payload = pa.table({"task": pa.array([0], pa.int32()), "payload": [dumps((broken, (10, 11, 12, 13)))]})
     (sent,) = piece_rows(bucket_pieces, iter(payload.to_batches()))
     assert sent.column("group").to_pylist() == [10, 11, 12, 13]
     failed = [loads(p) for p in sent.column("piece").to_pylist()]
-    assert all(p.error and not p.internal for p in failed), "a missing object is the store's failure, not a bug"
-    group = pa.table({"group": pa.array([12] * 5, pa.int32()), "task": [dumps(ranges[2]), None, None, None, None],
-                      "piece": [None, dumps(failed[2]), *(dumps(found[2]) for found in pieces[1:])]})
-    (result,) = group_rows(bucket_decision_rows, group).to_pylist()
-    assert (result["task"], result["error"], result["payload"]) == (12, failed[2].error, None)
+    assert all(isinstance(p, Failed) and not p.failure.internal for p in failed), \
+        "a missing object is the store's failure, not a bug"
+    group = pa.table({"group": pa.array([12] * 5, pa.int32()), "unit": [dumps(ranges[2]), None, None, None, None],
+                      "piece": [None, dumps(failed[2]), *(dumps(Ok("run", found[2])) for found in pieces[1:])]})
+    (result,) = group_rows(decide_pieces, group).to_pylist()
+    assert (result["ident"], result["error"], result["payload"]) == (ranges[2].ident, failed[2].failure.error, None)

@@ -122,6 +122,29 @@ def test_replace_rebases_over_a_concurrent_append(store: Store) -> None:
     assert manifest.first_dirty_offset == 2
 
 
+def test_a_replace_planned_on_the_newest_version_commits_in_one_call(store: Store) -> None:
+    """A pass's plan read every partition's newest manifest: its commit builds on that version without listing and
+    reading the versions again, so on an object store it costs one request."""
+    base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
+    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    recorder = RecordingStorage(store)
+    manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=2,
+                             expected=base)
+    assert manifest.version == 2
+    assert [op for op, _ in recorder.calls if op in ("list", "read", "open")] == [], "nothing listed or read back"
+
+
+def test_a_replace_planned_on_an_older_version_rebases_on_the_newest(store: Store) -> None:
+    base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
+    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    store.append(TP, keyed("b=9"), now_ms=2)  # lands between the plan and the commit
+    store.append(TP, keyed("c=9"), now_ms=2)
+    manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=3,
+                             expected=base)
+    assert manifest.version == 4 and offsets(store.read(TP)) == [1, 2, 3]
+    assert store.manifest(TP, 2).writer.operation == "append", "the version the plan expected was not overwritten"
+
+
 def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) -> None:
     base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
     first = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)

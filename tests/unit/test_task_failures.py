@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from compaction.clean.cleaner import spark_failure
-from compaction.clean.tasks.isolation import Failure
+from compaction.engine.isolation import Failure
+from compaction.engine.stages import spark_failure
 from compaction.errors import CorruptSegmentError
 
 
@@ -27,3 +27,18 @@ def test_the_reason_is_the_last_failure_in_one_line() -> None:
     assert spark_failure(Exception(python)) == "Spark job failed: SystemExit: 3"
     stopped = "org.apache.spark.SparkException: Job 7 cancelled because SparkContext was shut down\n\tat org.x"
     assert spark_failure(Exception(stopped)) == "Spark job failed: Job 7 cancelled because SparkContext was shut down"
+
+
+def test_running_out_of_memory_is_one_line_naming_the_setting_that_governs_it() -> None:
+    task = Failure.of(MemoryError())
+    assert not task.internal and task.trace is None
+    assert task.error.startswith("MemoryError: a task ran out of memory: lower task.max.records")
+    driver = ("An error occurred while calling o161.getResult.\n: java.lang.OutOfMemoryError: Java heap space\n"
+              "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)")
+    assert spark_failure(Exception(driver)) == ("the Spark driver ran out of memory (java.lang.OutOfMemoryError: Java "
+                                                "heap space): raise spark.driver.memory")
+    executor = ("Job aborted due to stage failure: Task 3 in stage 4.0 failed 4 times, most recent failure: Lost task "
+                "3.3 in stage 4.0 (TID 40) (10.0.0.7 executor 1): java.lang.OutOfMemoryError: Java heap space\n\tat x")
+    assert spark_failure(Exception(executor)).startswith(
+        "a Spark task ran out of memory (java.lang.OutOfMemoryError: Java heap space): give executors more memory "
+        "(spark.executor.memory; in local mode spark.driver.memory) or lower task.max.records")

@@ -8,40 +8,31 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import TaskContext
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
 from compaction.clean.layout import plan_jobs
-from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanTask, DecisionRow
-from compaction.clean.phases import phase
+from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanTask
 from compaction.clean.tasks.decide import Decided, decide_facts
 from compaction.clean.tasks.facts import hidden_erased
+from compaction.clean.tasks.objects import object_id
+from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
 
-def object_id(pass_id: str) -> str:
-    """The id in the names of the objects this task attempt writes: ``<pass id>-<task attempt id>``.
-
-    The pass id is the driver's, new for every pass; the task attempt id is Spark's, unique in the
-    application. So an attempt's names are its own: a retried or speculative attempt never writes over an
-    object another attempt wrote, which the driver may already have committed, nor over one a committed
-    manifest of an earlier pass names. The driver commits only the attempt whose result it collected; the
-    objects of the others are garbage that gc removes after its grace period.
-    """
-    task = TaskContext.get()
-    return f"{pass_id}-{task.taskAttemptId() if task is not None else 0}"
-
-
-class Verdicts:
-    """The decision as stage 2 needs it: per source segment, which live rows stay; the markers to stamp."""
-
-    stamps: np.ndarray  # sorted offsets of kept markers to stamp
+class Survivors:
+    """The decision as the apply stage needs it: per source segment, which of its live rows stay, and the offsets of
+    the kept markers to stamp."""
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        """The offsets of the source's kept markers that get their first delete horizon (its live rows' offsets
+        given)."""
         raise NotImplementedError
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
@@ -55,44 +46,73 @@ class Verdicts:
             return job.store.read_log_segment(job.tp, segment)
 
 
-class DroppedRows(Verdicts):
-    """Verdicts from decision rows: per segment, the union of its key buckets' bitmaps of dropped rows."""
+class ListedRows(Survivors):
+    """The survivors as the deciding stage listed them in the store (every key range's part of each source)."""
 
-    def __init__(self, rows: list[DecisionRow]) -> None:
-        self.bits: dict[int, np.ndarray] = {}
-        for row in rows:
-            bits = np.unpackbits(row.dropped, count=row.rows).view(bool)
-            before = self.bits.get(row.segment_base)
-            if before is not None and len(before) != len(bits):
-                raise SegmentChangedError(f"the key ranges' decisions disagree on the rows of segment "
-                                          f"{row.segment_base} of {row.tp}")
-            self.bits[row.segment_base] = bits if before is None else before | bits
-        self.stamps = np.sort(np.concatenate([np.zeros(0, dtype=np.int64),
-                                              *(np.asarray(r.stamps, dtype=np.int64) for r in rows)]))
+    def __init__(self, job: ApplyJob) -> None:
+        if len(job.verdicts) != len(job.sources):
+            raise RuntimeError(f"{job.ident} has verdicts on {len(job.verdicts)} of its {len(job.sources)} sources")
+        wanted: dict[str, list[tuple[int, int]]] = {}  # verdicts object -> (source, row group) to read of it
+        for source, verdicts in enumerate(job.verdicts):
+            for path, group in verdicts.listed:
+                wanted.setdefault(path, []).append((source, group))
+        parts: list[list[pa.Table]] = [[] for _ in job.sources]
+        with phase("read"):
+            for path, groups in wanted.items():
+                for (source, _), table in zip(groups, job.store.read_verdicts(job.tp, path, [g for _, g in groups]),
+                                              strict=True):
+                    parts[source].append(table)
+        self.keep: dict[int, np.ndarray] = {}
+        self.stamped: dict[int, np.ndarray] = {}
+        for segment, verdicts, tables in zip(job.sources, job.verdicts, parts, strict=True):
+            listed = np.zeros(verdicts.rows, dtype=bool)
+            stamped = np.zeros(verdicts.rows, dtype=bool)
+            for table in tables:
+                positions = table.column("position").to_numpy()
+                if len(positions) and (positions.min() < 0 or positions.max() >= verdicts.rows):
+                    raise SegmentChangedError(f"the verdicts on segment {segment.path} of {job.tp} name rows past "
+                                              f"its {verdicts.rows} live rows")
+                listed[positions[table.column("listed").to_numpy(zero_copy_only=False)]] = True
+                stamped[positions[table.column("stamp").to_numpy(zero_copy_only=False)]] = True
+            self.keep[segment.base_offset] = listed if verdicts.kept else ~listed
+            self.stamped[segment.base_offset] = stamped
+
+    def _rows(self, segment: SegmentMeta, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keep, stamped = self.keep[segment.base_offset], self.stamped[segment.base_offset]
+        if len(keep) != len(offsets):
+            raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
+        return keep, stamped
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
-        bits = self.bits.get(segment.base_offset, np.zeros(len(offsets), dtype=bool))  # no rows: nothing read
-        if len(bits) != len(offsets):
-            raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
-        return ~bits
+        return self._rows(segment, offsets)[0]
+
+    def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        return offsets[self._rows(segment, offsets)[1]]
 
 
-class DecidedRows(Verdicts):
-    """Verdicts straight from a whole partition's decision in this task (rows align with each segment's read)."""
+class DecidedRows(Survivors):
+    """The survivors straight from a whole partition's decision in this task (rows align with each segment's
+    read)."""
 
     def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
         # Only what the rewrites need: not the facts' keys, which the task may free once it has these.
         self.code = decided.code
+        self.stamp = decided.stamp
         self.records_cache, self.logs = decided.facts.records, decided.facts.logs
         self.slices = {s.base_offset: part for s, part in zip(segments, decided.facts.segment_slices(), strict=True)}
         self.offsets = decided.facts.table.column("offset").to_numpy()
-        self.stamps = self.offsets[decided.stamp]
 
-    def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+    def _part(self, segment: SegmentMeta, offsets: np.ndarray) -> slice:
         part = self.slices[segment.base_offset]
         if part.stop - part.start != len(offsets) or not np.array_equal(self.offsets[part], offsets):
             raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
-        return self.code[part] == rules.KEPT
+        return part
+
+    def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        return self.code[self._part(segment, offsets)] == rules.KEPT
+
+    def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
+        return offsets[self.stamp[self._part(segment, offsets)]]
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         cached = self.records_cache.pop(segment.base_offset, None)  # used once: free it after
@@ -104,14 +124,14 @@ class DecidedRows(Verdicts):
         return cached if cached is not None else super().log_segment(job, segment)
 
 
-def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
+def _extend_deletes(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
     with phase("read"):
         table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
                                        start=job.log_start_offset)
     offsets = table.column("offset").to_numpy()
-    keep = verdicts.keep_mask(segment, offsets)
+    keep = survivors.keep_mask(segment, offsets)
     deleted = pa.array(offsets[~keep], pa.int64())
     created = job.now_ms
     if segment.deletes is not None:
@@ -128,7 +148,7 @@ def _extend_deletes(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     return AppliedJob.of(job, segment=updated, bytes_written=vector.size_bytes)
 
 
-def apply_job(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
+def apply_job(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """Write the job's new object: a segment of the sources' surviving records, or a deletion vector.
 
     A rewrite that keeps no record writes nothing (``segment`` None): its range stays in the manifest as
@@ -136,23 +156,25 @@ def apply_job(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
     """
     with phase("write"):
         if job.deletes_only:
-            return _extend_deletes(job, verdicts)
+            return _extend_deletes(job, survivors)
         if job.segment_format == "kafka":
-            return _rewrite_batches(job, verdicts)
-        return _rewrite(job, verdicts)
+            return _rewrite_batches(job, survivors)
+        return _rewrite(job, survivors)
 
 
-def _rewrite(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
+def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """A rewrite into a Parquet segment of the sources' surviving records, read and encoded one source at a
     time: the task holds one source's records and the new object's bytes, never all the records."""
     figures = {"records_read": 0, "records_written": 0, "stamped": 0}
 
     def kept() -> Iterator[pa.Table]:
         for source in job.sources:
-            table = verdicts.records(job, source)
+            table = survivors.records(job, source)
             figures["records_read"] += table.num_rows
-            keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
-            piece, stamped = _stamp(table if keep.all() else table.filter(pa.array(keep)), verdicts, job.horizon_ms)
+            offsets = table.column("offset").to_numpy()
+            keep = survivors.keep_mask(source, offsets)
+            piece, stamped = _stamp(table if keep.all() else table.filter(pa.array(keep)),
+                                    survivors.stamps(source, offsets), job.horizon_ms)
             del table
             figures["records_written"] += piece.num_rows
             figures["stamped"] += stamped
@@ -165,9 +187,10 @@ def _rewrite(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
                          bytes_written=segment.size_bytes if segment is not None else 0, **figures)
 
 
-def _stamp(records: pa.Table, verdicts: Verdicts, horizon_ms: int) -> tuple[pa.Table, int]:
-    """Kept records with the first delete horizon stamped where :func:`rules.needs_horizon` says; and how many."""
-    stamp = rules.needs_horizon(records, verdicts.stamps)
+def _stamp(records: pa.Table, stamps: np.ndarray, horizon_ms: int) -> tuple[pa.Table, int]:
+    """Kept records with the first delete horizon stamped where :func:`rules.needs_horizon` says (``stamps``: the
+    offsets of the markers the decision named); and how many."""
+    stamp = rules.needs_horizon(records, stamps)
     if not pc.any(stamp).as_py():
         return records, 0
     horizons = pc.if_else(stamp, pa.scalar(horizon_ms, pa.int64()), records.column("delete_horizon_ms"))
@@ -175,25 +198,27 @@ def _stamp(records: pa.Table, verdicts: Verdicts, horizon_ms: int) -> tuple[pa.T
             pc.sum(stamp).as_py() or 0)
 
 
-def _rewrite_batches(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
+def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """A rewrite into a ``.log`` segment: each ``.log`` source's batches copied, rebuilt, kept empty or dropped
     (:mod:`compaction.clean.batches`), Parquet sources' records framed anew."""
     policy = job.batch_policy or BatchPolicy(first_uncleanable_offset=-1)
     parts, records_read = [], 0
     for source in job.sources:
         if source.format == "kafka":
-            log = verdicts.log_segment(job, source)
+            log = survivors.log_segment(job, source)
             offsets = log.records.column("offset")
             live = job.store.live_rows(job.tp, source, offsets, job.log_start_offset)
             keep = np.zeros(len(live), dtype=bool)
-            keep[live] = verdicts.keep_mask(source, offsets.to_numpy()[live])
+            live_offsets = offsets.to_numpy()[live]
+            keep[live] = survivors.keep_mask(source, live_offsets)
             records_read += int(live.sum())
-            parts.append(reframe(log, keep, verdicts.stamps, job.horizon_ms, policy))
+            parts.append(reframe(log, keep, survivors.stamps(source, live_offsets), job.horizon_ms, policy))
         else:
-            table = verdicts.records(job, source)
+            table = survivors.records(job, source)
             records_read += table.num_rows
-            keep = verdicts.keep_mask(source, table.column("offset").to_numpy())
-            kept, stamped = _stamp(table.filter(pa.array(keep)), verdicts, job.horizon_ms)
+            offsets = table.column("offset").to_numpy()
+            keep = survivors.keep_mask(source, offsets)
+            kept, stamped = _stamp(table.filter(pa.array(keep)), survivors.stamps(source, offsets), job.horizon_ms)
             parts.append(frame_records(kept, stamped))
     framed = Framed.join(parts, SEGMENT_SCHEMA)
     segment = None
@@ -206,10 +231,10 @@ def _rewrite_batches(job: ApplyJob, verdicts: Verdicts) -> AppliedJob:
                          stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)
 
 
-def apply_decided(job: tuple[ApplyJob, list[DecisionRow]]) -> AppliedJob:
-    """Stage 2 of a split partition: apply one job with the decision rows of its segments (every key range)."""
-    apply, rows = job
-    return apply_job(apply, DroppedRows(rows))
+def apply_listed(job: ApplyJob) -> AppliedJob:
+    """The apply stage of a partition decided in another stage: one job, with the verdicts on its sources (every
+    key range's) read from the store."""
+    return apply_job(job, ListedRows(job))
 
 
 # One task: decide and apply a whole partition ------------------------------------------------------------
@@ -225,9 +250,9 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
                 for segment, _, outcome in decided.outcomes(task.segments)}
-    verdicts = DecidedRows(decided, task.segments)
-    del decided  # the facts' keys and versions: the rewrites need the verdicts only
-    jobs = [apply_job(task.job(job_id, sources, deletes_only), verdicts)
+    survivors = DecidedRows(decided, task.segments)
+    del decided  # the facts' keys and versions: the rewrites need the survivors only
+    jobs = [apply_job(task.job(job_id, sources, deletes_only), survivors)
             for job_id, (sources, deletes_only) in enumerate(plan_jobs(
                 task.segments, outcomes, task.first_dirty_offset, task.policy,
                 stale_empty_batches(task.segments, task.batch_policy)))]

@@ -1,5 +1,5 @@
-"""Stage 1's decision with Arrow in a task: a partition's (or a key range's) facts, each key's winner, and the
-decision rows the apply jobs take."""
+"""The decision with Arrow in a task: a partition's (or a key range's) facts, each key's winner; and, for a partition
+whose new objects are written by another stage, the verdicts handed over to it through the store."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.clean import arrow_dedupe, rules
+from compaction import rules, winners
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.payloads import BucketPiece, CleanTask, DecisionRow
-from compaction.clean.phases import phase
+from compaction.clean.payloads import BucketPiece, CleanTask, SegmentVerdicts, Verdicts, lists_kept
 from compaction.clean.tasks.facts import Facts, decision_table, erased_keys, read_decision_facts
+from compaction.clean.tasks.objects import object_id
+from compaction.engine.phases import phase
 from compaction.store.manifest import SegmentMeta
 
 
@@ -48,29 +49,47 @@ def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Decide
 def _decide(task: CleanTask, facts: Facts) -> Decided:
     """The Arrow plan's decision over a task's facts."""
     with phase("decide"):
-        decided = arrow_dedupe.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                      unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
+        decided = winners.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
+                                 unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
     return Decided(facts, decided.code, decided.stamp, task.now_ms)
 
 
-def decision_rows(task: CleanTask) -> list[DecisionRow]:
-    """Stage 1 of a split partition with transactions (one key range, reading the whole range): per segment,
-    this range's counts, a bitmap of the rows it drops and the markers to stamp."""
-    return _decision_rows(task, decide_facts(task))
+def decide_range(task: CleanTask) -> Verdicts:
+    """A key range of a split partition that reads the whole range (with transactions, or few ranges): decided, and
+    its verdicts handed over to the apply stage."""
+    return hand_over(task, decide_facts(task))
 
 
-def _decision_rows(task: CleanTask, decided: Decided) -> list[DecisionRow]:
-    offsets = decided.facts.table.column("offset").to_numpy()
-    bitmaps = decided.facts.row_bitmaps(decided.code != rules.KEPT)
-    return [DecisionRow(tp=task.tp, segment_base=segment.base_offset, outcome=outcome, rows=int(rows), dropped=bitmap,
-                        stamps=offsets[part][decided.stamp[part]])
-            for (segment, part, outcome), rows, bitmap in zip(decided.outcomes(task.segments),
-                                                              decided.facts.read_lengths, bitmaps, strict=True)]
+def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
+    """Write a decision's verdicts for the stage that applies it: per segment, the positions of the rows it keeps
+    (of a dirty segment) or drops (of a clean one), and of the kept markers to stamp; returns their counts and where
+    they are listed. Only metadata goes back to the driver."""
+    with phase("write"):
+        positions = decided.facts.positions()
+        kept = decided.code == rules.KEPT
+        parts: list[pa.Table | None] = []
+        found = []
+        for (segment, part, outcome), rows in zip(decided.outcomes(task.segments), decided.facts.read_lengths,
+                                                  strict=True):
+            listed = kept[part] if lists_kept(segment, task.first_dirty_offset) else ~kept[part]
+            stamp = decided.stamp[part]
+            chosen = listed | stamp
+            parts.append(pa.table({"position": pa.array(positions[part][chosen], pa.int32()),
+                                   "listed": listed[chosen], "stamp": stamp[chosen]}) if chosen.any() else None)
+            found.append((segment.base_offset, outcome, int(rows)))
+        path: str | None = None
+        groups: tuple[int | None, ...] = (None,) * len(parts)
+        if any(part is not None for part in parts):
+            path, groups = task.store.write_verdicts(task.tp, task.segments[0].base_offset, parts,
+                                                     f"{object_id(task.pass_id)}-{task.bucket}")
+    return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, outcome, rows, group)
+                                                          for (base, outcome, rows), group in zip(found, groups,
+                                                                                                 strict=True)))
 
 
-def bucket_decision_rows(task: CleanTask, pieces: list[BucketPiece]) -> list[DecisionRow]:
-    """Stage 1 of a split partition without transactions: decide one key range from its pieces of every run of
-    the range (see :func:`~compaction.clean.tasks.facts.bucket_pieces`)."""
+def decide_pieces(task: CleanTask, pieces: list[BucketPiece]) -> Verdicts:
+    """A key range of a split partition without transactions, from its pieces of every run of the range (see
+    :func:`~compaction.clean.tasks.facts.bucket_pieces`): decided, and its verdicts handed over."""
     with phase("decide"):
         pieces = sorted(pieces, key=lambda p: p.first_segment)
         read_lengths = np.concatenate([np.zeros(0, np.int64), *(p.read_lengths for p in pieces)])
@@ -90,6 +109,4 @@ def bucket_decision_rows(task: CleanTask, pieces: list[BucketPiece]) -> list[Dec
         table = decision_table(task, rows.column("offset"), rows.column("key"), valid, version,
                                rows.column("delete_horizon_ms"), keyed, none, none, none)
         del rows
-    return _decision_rows(task, _decide(task, Facts(table, lengths, read_lengths, selected)))
-
-
+    return hand_over(task, _decide(task, Facts(table, lengths, read_lengths, selected)))

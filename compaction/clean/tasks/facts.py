@@ -14,17 +14,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.clean import rules
+from compaction import rules
 from compaction.clean.payloads import BucketPiece, CleanTask
-from compaction.clean.phases import phase
 from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
+from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.erasure import erased_rows, key_digest
 from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
 
-#: The decision columns of the facts (what :func:`compaction.clean.rules.classify` and the plans read).
+#: The decision columns of the facts (what :func:`compaction.rules.classify` and the plans read).
 DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
                     "aborted", "marker_pending", "guarded", "erased")
 
@@ -79,13 +79,6 @@ class Facts:
         read = row_positions(self.read_lengths)
         return read if self.selected is None else read[self.selected]
 
-    def row_bitmaps(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Per segment, a packed bitmap over its live rows with the bits of ``rows`` (rows of ``table``)."""
-        bits = np.zeros(int(self.read_lengths.sum()), dtype=bool)
-        bits[np.flatnonzero(rows) if self.selected is None else np.flatnonzero(self.selected)[rows]] = True
-        ends = np.cumsum(self.read_lengths)
-        return [np.packbits(bits[end - length:end]) for end, length in zip(ends, self.read_lengths, strict=True)]
-
 
 def _tail_versions(task: CleanTask) -> pa.Table:
     """``key``, ``version_valid``, ``version`` of the keyed data records beyond the cleaned range."""
@@ -123,7 +116,7 @@ def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
 
 def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
     """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
-    compute their facts with :mod:`compaction.clean.rules`, and keep the rows of the task's key bucket.
+    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key bucket.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).

@@ -1,8 +1,9 @@
-"""The Arrow plan: each key's greatest competing record found with Arrow group-bys inside one task.
+"""The winner search: each key's greatest competing record, found with Arrow group-bys in one process.
 
-Keys never cross a topic partition, so a partition's records need not be shuffled. Everything but the
-search for each key's greatest record in :data:`compaction.clean.rules.SURVIVAL_ORDER` is
-:func:`compaction.clean.rules.classify`'s.
+The cleaner's Arrow plan runs it inside one task per partition (or key range: keys never cross a topic partition,
+so a partition's records need not be shuffled), and the read path's table view runs it over a partition's live log.
+Everything but the search for each key's greatest record in :data:`compaction.rules.SURVIVAL_ORDER` is
+:func:`compaction.rules.classify`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction.clean import rules
+from compaction import rules
 
 
 def _greatest(keys: pa.ChunkedArray, rows: np.ndarray, fields: list[np.ndarray]) -> np.ndarray:

@@ -1,0 +1,312 @@
+"""The ways a selected partition is cleaned, and the one place that chooses a partition's way (:func:`path_of`).
+
+Every path decides which records survive, then applies the decision (new segments, deletion vectors), by the same
+rules (:mod:`compaction.rules`); they differ in where the work runs:
+
+- :data:`WHOLE`: a partition that fits one task, decided and applied in that task (the Arrow plan). Small
+  partitions share a task: a Spark task costs tens of milliseconds to schedule, and a nightly increment leaves most
+  partitions little to do.
+- :data:`RANGES_READ`: a larger partition split into key ranges, each range's task reading the whole range and
+  keeping its rows (with transactions, whose facts need every row before a record; or with few ranges, whose
+  repeated reads cost less than a shuffle).
+- :data:`RANGES_SHUFFLED`: key ranges fed by one read of each run of segments, its rows shuffled to the ranges.
+- :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL plans, which shuffle the facts by key.
+
+A path that decides in one stage and applies in another hands its verdicts over through the store
+(:mod:`compaction.store.verdicts`), never through the driver: what reaches the driver is counts and object names.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from compaction import rules
+from compaction.clean.batches import stale_empty_batches
+from compaction.clean.commit import PartitionWork
+from compaction.clean.dedupe import decide_with_sql
+from compaction.clean.layout import SegmentOutcome, plan_jobs
+from compaction.clean.payloads import ApplyJob, CleanedPartition, CleanTask
+from compaction.clean.planner import segment_runs
+from compaction.clean.tasks.apply import apply_listed, clean_in_task
+from compaction.clean.tasks.decide import decide_pieces, decide_range
+from compaction.clean.tasks.facts import bucket_pieces, has_transactions, hidden_erased
+from compaction.clean.tasks.key_ranges import sample_bounds
+from compaction.engine.isolation import Failed, Failure, Outcome
+from compaction.engine.phases import add
+from compaction.engine.stages import SparkStages, Stages, isolated
+from compaction.errors import CompactionError
+
+#: A split partition of fewer key ranges than this reads its whole range in each range's task (keeping that
+#: range's rows of each segment as it goes): reading the decision columns a few times over costs less than
+#: shuffling them once through Spark, whose rows copy and sort them. With more ranges the reads would grow as
+#: the square of the partition, so each run of segments is read once and its rows shuffled.
+SHUFFLE_FROM_RANGES = 5
+#: A task takes small units of work (partitions, apply jobs) until they hold this share of ``task.max.records``.
+PACK_DIVISOR = 20
+#: Units of one task at once on an object store, so that their requests overlap (local disk: one at a time).
+REMOTE_UNIT_THREADS = 8
+
+Take = Callable[[PartitionWork, Any], None]
+
+
+@dataclass
+class Runner:
+    """Runs a path's stages: units packed into Spark tasks, a failed Spark job narrowed down to the partition that
+    keeps failing, outcomes matched to their partitions by identity, each task's seconds by phase added up."""
+
+    stages: Stages
+    task_max_records: int
+    threads: int = 1
+    progress: Callable[[str], None] = print
+    seconds: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def packed(self, units: Sequence[Any], weight: Callable[[Any], int]) -> list[list[Any]]:
+        """Units in bins of up to ``task.max.records / PACK_DIVISOR`` records, the largest first (a larger unit
+        alone): one Spark task per bin."""
+        limit = max(1, self.task_max_records // PACK_DIVISOR)
+        bins: list[list[Any]] = []
+        sizes: list[int] = []
+        for unit in sorted(units, key=lambda u: -weight(u)):
+            size = weight(unit)
+            if bins and sizes[-1] + size <= limit:
+                bins[-1].append(unit)
+                sizes[-1] += size
+            else:
+                bins.append([unit])
+                sizes.append(size)
+        return bins
+
+    def tasks(self, body: Callable[[Any], Any], units: Sequence[Any], owners: dict[str, PartitionWork], take: Take,
+              weight: Callable[[Any], int] = lambda unit: 0) -> None:
+        """``body`` on each unit (packed by ``weight``), each outcome taken by the partition that owns its unit."""
+        def call(chosen: list[Any]) -> list[Outcome]:
+            return self.stages.map_tasks(body, self.packed(chosen, weight), self.threads)
+
+        self.gather(isolated(call, _by_partition(units, owners), self.progress), owners, take)
+
+    def groups(self, read: Callable[[Any], Any], reads_of: Callable[[list[Any]], list[Any]],
+               decide: Callable[[Any, list[Any]], Any], groups: Sequence[Any], owners: dict[str, PartitionWork],
+               take: Take) -> None:
+        """A grouped stage over ``groups`` (their reads given by ``reads_of``), outcomes taken as in :meth:`tasks`."""
+        def call(chosen: list[Any]) -> list[Outcome]:
+            return self.stages.map_groups(read, reads_of(chosen), decide, chosen)
+
+        self.gather(isolated(call, _by_partition(groups, owners), self.progress), owners, take)
+
+    def gather(self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take) -> None:
+        """The one place outcomes meet their partitions: a failure is the partition's, a value is taken by it; a
+        unit that returned nothing fails its partition as a bug."""
+        seen = set()
+        for outcome in outcomes:
+            with self._lock:
+                add(self.seconds, outcome.phases)
+            item = owners[outcome.ident]
+            seen.add(outcome.ident)
+            if isinstance(outcome, Failed):
+                item.fail(outcome.failure)
+            elif item.failure is None:
+                take(item, outcome.value)
+        for ident in owners.keys() - seen:
+            owners[ident].fail(Failure(f"{ident} produced no result", internal=True))
+
+
+def _by_partition(units: Sequence[Any], owners: dict[str, PartitionWork]) -> list[list[Any]]:
+    """Units grouped by the partition that owns them: what a failed job is narrowed down to."""
+    found: dict[int, list[Any]] = {}
+    for unit in units:
+        found.setdefault(id(owners[unit.ident]), []).append(unit)
+    return list(found.values())
+
+
+class Path(ABC):
+    """A way to clean partitions: decide which records survive, then apply the decision."""
+
+    name: str
+
+    @abstractmethod
+    def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
+        """Decide the items (recording outcomes, or failures)."""
+
+    @abstractmethod
+    def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
+        """Write the new objects of the items still standing."""
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Whole(Path):
+    """Decided and applied in one task per partition, small partitions packed several to a task."""
+
+    name = "whole"
+
+    def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
+        """Nothing yet: each partition is decided in the task that applies it (the decision never leaves it)."""
+
+    def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
+        tasks = [w.task for w in items]
+        runner.progress(f"cleaning {len(items)} partition(s) in {len(runner.packed(tasks, _records))} task(s), "
+                        f"{extent(items)} (plan: arrow)")
+        runner.tasks(clean_in_task, tasks, {w.task.ident: w for w in items}, _take_cleaned, _records)
+
+
+def _records(task: CleanTask) -> int:
+    return task.records
+
+
+def _take_cleaned(item: PartitionWork, cleaned: CleanedPartition) -> None:
+    item.outcomes = dict(cleaned.outcomes)
+    segments = {s.base_offset: s for s in item.log.segments}
+    for job in cleaned.jobs:
+        item.jobs.append(item.task.job(job.job_id, tuple(segments[b] for b in job.sources), job.deletes_only))
+        item.add(job)
+
+
+class Staged(Path):
+    """A path that decides in one stage and applies in another, the verdicts handed over through the store."""
+
+    def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
+        """Erased records that only the objects hold, then the layout of each partition's new objects (on the
+        driver, from the counts), then one task per apply job (small ones packed)."""
+        erasing = [w for w in items if w.task.erasures and any(
+            s.deletes is not None or s.base_offset < w.task.log_start_offset for s in w.task.segments)]
+        if erasing:
+            runner.tasks(hidden_erased, [w.task for w in erasing], {w.task.ident: w for w in erasing}, _take_hidden)
+        jobs: list[tuple[ApplyJob, PartitionWork]] = []
+        for item in (w for w in items if w.failure is None):
+            task = item.task
+            for segment in task.segments:
+                item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
+            laid_out = plan_jobs(task.segments, item.outcomes, task.first_dirty_offset, task.policy,
+                                 stale_empty_batches(task.segments, task.batch_policy))
+            try:
+                item.jobs = [task.job(job_id, sources, deletes_only, tuple(item.source_verdicts(s) for s in sources))
+                             for job_id, (sources, deletes_only) in enumerate(laid_out)]
+            except CompactionError as err:
+                item.fail(Failure.of(err))
+                continue
+            jobs.extend((job, item) for job in item.jobs)
+        rewrites = [job for job, _ in jobs if not job.deletes_only]
+        runner.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
+                        f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
+        runner.tasks(apply_listed, [job for job, _ in jobs], {job.ident: item for job, item in jobs},
+                     lambda item, result: item.add(result),
+                     lambda job: sum(s.live_records for s in job.sources))
+
+
+def _take_hidden(item: PartitionWork, found: dict[int, frozenset[str]]) -> None:
+    for base, keys in found.items():
+        item.outcomes[base] = item.outcomes.get(base, SegmentOutcome.empty()).with_hidden_erased(keys)
+
+
+def _take_verdicts(item: PartitionWork, verdicts: Any) -> None:
+    item.decided(verdicts)
+
+
+class Ranges(Staged):
+    """A partition split into key ranges: the range bounds sampled by a task of their own, then a task per range."""
+
+    def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
+        runner.tasks(sample_bounds, [w.task for w in items], {w.task.ident: w for w in items}, _take_bounds)
+        standing = [w for w in items if w.failure is None]
+        runner.progress(f"deciding survivors in {len(standing)} partition(s) with "
+                        f"{sum(w.task.buckets for w in standing)} key range(s), {extent(standing)} ({self.name})")
+        owners = {}
+        for item in standing:
+            owners.update({replace(item.task, bucket=b).ident: item for b in range(item.task.buckets)})
+        ranges = [replace(w.task, bucket=b) for w in standing for b in range(w.task.buckets)]
+        self.decide_ranges(runner, ranges, owners)
+
+    @abstractmethod
+    def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
+        """A task per key range, its verdicts taken by its partition."""
+
+
+def _take_bounds(item: PartitionWork, bounds: tuple[bytes, ...]) -> None:
+    item.task = replace(item.task, bounds=bounds)
+
+
+class RangesRead(Ranges):
+    name = "key ranges"
+
+    def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
+        runner.tasks(decide_range, ranges, owners, _take_verdicts, lambda task: runner.task_max_records)
+
+
+class RangesShuffled(Ranges):
+    name = "key ranges, shuffled"
+
+    def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
+        def reads_of(chosen: list[CleanTask]) -> list[tuple[CleanTask, tuple[int, ...]]]:
+            group = {task.ident: index for index, task in enumerate(chosen)}
+            return [(replace(task, segments=segments),
+                     tuple(group[replace(task, bucket=b).ident] for b in range(task.buckets)))
+                    for task in chosen if task.bucket == 0
+                    for segments in segment_runs(task.segments, runner.task_max_records)]
+
+        runner.groups(bucket_pieces, reads_of, decide_pieces, ranges, owners, _take_verdicts)
+
+
+@dataclass(frozen=True, eq=False)
+class SqlPlan(Staged):
+    """The Spark SQL plans: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
+
+    plan: rules.Plan
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.plan.value
+
+    def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
+        stages = runner.stages
+        if not isinstance(stages, SparkStages):
+            raise CompactionError(f"the {self.plan} plan runs on Spark SQL, which needs a SparkSession")
+        runner.progress(f"deciding survivors in {len(items)} partition(s), {extent(items)} (plan: {self.plan})")
+        now_ms = items[0].task.now_ms
+        keyless_drop = items[0].task.keyless_drop
+
+        def call(chosen: list[CleanTask]) -> list[Outcome]:
+            return decide_with_sql(stages, chosen, self.plan, now_ms, keyless_drop)
+
+        owners = {w.task.ident: w for w in items}
+        runner.gather(isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts)
+
+
+WHOLE = Whole()
+RANGES_READ = RangesRead()
+RANGES_SHUFFLED = RangesShuffled()
+WINDOW = SqlPlan(rules.Plan.WINDOW)
+AGGREGATE = SqlPlan(rules.Plan.AGGREGATE)
+
+
+def reads_whole_ranges(task: CleanTask) -> bool:
+    """Whether each of a split partition's key ranges reads the whole range (rather than its rows shuffled to it
+    from one read of each run): with transactions always, since whether a record is aborted depends on every
+    row before it; otherwise while the ranges are few (:data:`SHUFFLE_FROM_RANGES`)."""
+    return has_transactions(task) or task.buckets < SHUFFLE_FROM_RANGES
+
+
+def path_of(task: CleanTask) -> Path:
+    """The way a partition's task is cleaned: the one place that chooses."""
+    if task.plan is rules.Plan.WINDOW:
+        return WINDOW
+    if task.plan is rules.Plan.AGGREGATE:
+        return AGGREGATE
+    if task.buckets == 1:
+        return WHOLE
+    return RANGES_READ if reads_whole_ranges(task) else RANGES_SHUFFLED
+
+
+#: Progress lines give sizes in MB of 2**20 bytes, as Kafka's cleaner log does.
+BYTES_PER_MB = 2**20
+
+
+def extent(items: Sequence[PartitionWork]) -> str:
+    """How much the items' cleaned ranges hold, for progress lines."""
+    size = sum(w.log.work_bytes for w in items) / BYTES_PER_MB
+    return f"{sum(len(w.log.segments) for w in items)} segment(s), {size:,.1f} MB"

@@ -1,0 +1,64 @@
+"""The one row codec between the driver and the executors: versioned payloads, and the Arrow rows that carry them.
+
+A stage's tasks travel as rows of a small DataFrame (:data:`TASK_SCHEMA`: the task's number and its pickled payload,
+a bin of units of work) and its results come back as rows the driver collects (:data:`RESULT_SCHEMA`: per unit, its
+identity, its pickled value or what stopped it, and its time by phase). Each payload carries the
+:data:`PAYLOAD_VERSION` of the library that built it, and unpickling it (on the receiving side) refuses another
+version with :class:`~compaction.errors.PayloadVersionError`, so a driver and executors that run different builds of
+this library fail with both versions named, not with a missing field deep inside a task or a wrong answer.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from compaction.errors import PayloadVersionError
+
+#: The version of the payloads this library ships. Bump it whenever one of them changes a field or its meaning.
+PAYLOAD_VERSION = 6
+
+#: The phases of a unit's time (:mod:`compaction.engine.phases`), each a column of :data:`RESULT_SCHEMA`.
+PHASES = ("read", "decide", "write")
+
+#: A stage's input: one row per Spark task; its payload is a bin of units.
+TASK_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary())])
+#: A stage's output: per unit of work (``ident``), its pickled value, or what stopped it: ``error`` is ``Type:
+#: message``; ``internal`` marks an error that is not the data's or the store's (a bug), whose executor traceback is
+#: in ``trace``. Then the seconds the unit spent in each phase.
+RESULT_SCHEMA = pa.schema([("ident", pa.string()), ("payload", pa.binary()), ("error", pa.string()),
+                           ("internal", pa.bool_()), ("trace", pa.string()),
+                           *((f"{name}_s", pa.float64()) for name in PHASES)])
+#: The rows between the two halves of a grouped stage (:meth:`compaction.engine.stages.Stages.map_groups`): per
+#: group, its unit once (``unit`` set) and what each read gave it (``piece`` set: a pickled outcome of the read).
+PIECE_SCHEMA = pa.schema([("group", pa.int32()), ("unit", pa.binary()), ("piece", pa.binary())])
+
+
+def dumps(value: Any) -> bytes:
+    """A payload (or a list or tuple of them) as the bytes a row carries."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    """The payload a row carries (a payload of another version is refused as it unpickles)."""
+    return pickle.loads(data)
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A value shipped between the driver and executors, stamped with the payload version that built it."""
+
+    payload_version: int = field(default=PAYLOAD_VERSION, kw_only=True)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, refusing a payload of another version before anything reads its fields."""
+        found = state.get("payload_version")
+        if found != PAYLOAD_VERSION:
+            raise PayloadVersionError(
+                f"{type(self).__name__} payload of version {found if found is not None else 'none'} cannot be read "
+                f"by this library, which reads payload version {PAYLOAD_VERSION}: the driver and the executors run "
+                "different versions of compaction")
+        self.__dict__.update(state)
