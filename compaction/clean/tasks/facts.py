@@ -75,9 +75,12 @@ class Facts:
         return [slice(int(end - length), int(end)) for end, length in zip(ends, self.lengths, strict=True)]
 
     def positions(self) -> np.ndarray:
-        """Each row's index among its segment's live rows."""
-        read = row_positions(self.read_lengths)
-        return read if self.selected is None else read[self.selected]
+        """Each row's index among its segment's live rows: of the rows read, less where its segment starts; worked
+        out for the bucket's rows only (a range keeps a few of the rows it read)."""
+        if self.selected is None:
+            return row_positions(self.read_lengths)
+        starts = np.cumsum(self.read_lengths) - self.read_lengths
+        return np.flatnonzero(self.selected) - np.repeat(starts, self.lengths)
 
 
 def _tail_versions(task: CleanTask) -> pa.Table:
