@@ -47,8 +47,10 @@ from compaction.errors import CompactionError
 SHUFFLE_FROM_RANGES = 5
 #: A task takes small units of work (partitions, apply jobs) until they hold this share of ``task.max.records``.
 PACK_DIVISOR = 20
-#: Units of one task at once on an object store, so that their requests overlap (local disk: one at a time).
+#: Units of one task at once, so that their requests overlap: many on an object store, whose requests wait on the
+#: network; a few on local disk, where each object written waits for the device (fsync).
 REMOTE_UNIT_THREADS = 8
+LOCAL_UNIT_THREADS = 4
 
 Take = Callable[[PartitionWork, Any], None]
 
