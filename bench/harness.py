@@ -252,10 +252,15 @@ def run_job(work: Path, url: str, extra: list[str] | None = None, command: list[
     conf.write_text(CONFIG)
     report = work / "report.json"
     report.unlink(missing_ok=True)
-    measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", url, "--conf", str(conf),
-                            "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
-                            "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
-                            *(extra or [])], env=environ or env(python), cwd=cwd)
+    try:
+        measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", url, "--conf", str(conf),
+                                "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
+                                "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
+                                *(extra or [])], env=environ or env(python), cwd=cwd)
+    except RuntimeError as err:  # the report, when the run wrote one, says first what failed
+        if report.exists():
+            raise RuntimeError(f"the job failed partitions: {json.loads(report.read_text())['failures']}") from err
+        raise
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
                      "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],
@@ -632,14 +637,16 @@ def s7(work: Path, runs: int, partitions: int) -> dict[str, Any]:
     contenders: dict[str, tuple[str, Callable[[], Measure]]] = {}
     for which, source in stores.items():
         contenders[f"job {which}"] = (which, lambda source=source: job(work, source))
-        contenders[f"duckdb {which}"] = (which, lambda source=source: engine(work, "duckdb", source))
+        if SELECTED["peers"]:  # --job-only: the job's runs are checked against each other only
+            contenders[f"duckdb {which}"] = (which, lambda source=source: engine(work, "duckdb", source))
     measured = take_turns(runs, contenders)
     result: dict[str, Any] = {}
     for which, source in stores.items():
         records, size = store_bytes(source)
         result[which] = {"partitions": len(Store.open(source).topic_partitions()), "input_records": records,
-                         "input_bytes": size, "job": job_row(measured[f"job {which}"]),
-                         "duckdb": job_row(measured[f"duckdb {which}"])}
+                         "input_bytes": size}
+        result[which].update({name: job_row(measured[f"{name} {which}"]) for name in ("job", "duckdb")
+                              if f"{name} {which}" in measured})
     result["x_many_vs_few"] = round(result["many"]["job"]["seconds"] / result["few"]["job"]["seconds"], 2)
     result["goal"] = MANY_GOAL
     return result
@@ -715,11 +722,14 @@ def s8(work: Path, runs: int, partitions: int) -> dict[str, Any]:
     source = generated(work, f"s8-{partitions}x1000", many_spec(partitions, 1_000, seed=8))
     records, size = store_bytes(source)
     with s3_with_latency() as (endpoint, proxy, fs):
-        measured = take_turns(runs, {
+        contenders: dict[str, tuple[str, Callable[[], Measure]]] = {
             "job": ("s8", lambda: s3_job(work, source, endpoint, fs)),
             "job, 50 ms a request": ("s8", lambda: s3_job(work, source, endpoint, fs, proxy)),
             "duckdb": ("s8", lambda: engine(work, "duckdb", source)),
-        })
+        }
+        if not SELECTED["peers"]:  # --job-only
+            del contenders["duckdb"]
+        measured = take_turns(runs, contenders)
     result = {"partitions": partitions, "input_records": records, "input_bytes": size,
               "latency_ms": round(LATENCY_S * 1000), **{name: job_row(found) for name, found in measured.items()}}
     result["x_latency"] = round(result["job, 50 ms a request"]["seconds"] / result["job"]["seconds"], 2)
@@ -733,8 +743,13 @@ def plan_commit(work: Path, partitions: int) -> dict[str, Any]:
     each), DuckDB on the local copy checking its output."""
     source = generated(work, f"tiny-{partitions}", many_spec(partitions, 10, segments=1, seed=10))
     with s3_with_latency() as (endpoint, proxy, fs):
-        measured = take_turns(1, {"job, 50 ms a request": ("tiny", lambda: s3_job(work, source, endpoint, fs, proxy)),
-                                  "duckdb": ("tiny", lambda: engine(work, "duckdb", source))})
+        contenders: dict[str, tuple[str, Callable[[], Measure]]] = {
+            "job, 50 ms a request": ("tiny", lambda: s3_job(work, source, endpoint, fs, proxy)),
+            "duckdb": ("tiny", lambda: engine(work, "duckdb", source)),
+        }
+        if not SELECTED["peers"]:  # --job-only: nothing to check the one run against
+            del contenders["duckdb"]
+        measured = take_turns(1, contenders)
     row = job_row(measured["job, 50 ms a request"])
     return {"partitions": partitions, "latency_ms": round(LATENCY_S * 1000), "job": row,
             "plan_seconds": row["phases_ms"].get("plan", 0) / 1000,
@@ -880,8 +895,9 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"\nS7: {many['partitions']:,} partitions x {many['input_records'] // many['partitions']:,} "
                      f"records: job {many['job']['seconds']:.1f} s against the same {few['input_records']:,} records "
                      f"in {few['partitions']} partitions {few['job']['seconds']:.1f} s = {s7_rows['x_many_vs_few']}x "
-                     f"(goal <= {s7_rows['goal']}x); runs {many['job']['runs']} vs {few['job']['runs']}; DuckDB "
-                     f"{many['duckdb']['seconds']:.1f} s vs {few['duckdb']['seconds']:.1f} s")
+                     f"(goal <= {s7_rows['goal']}x); runs {many['job']['runs']} vs {few['job']['runs']}"
+                     + (f"; DuckDB {many['duckdb']['seconds']:.1f} s vs {few['duckdb']['seconds']:.1f} s"
+                        if "duckdb" in many else ""))
         for row in (many, few):
             lines.append(f"S7 job phases, {row['partitions']:,} partitions (s): {phases(row['job'])}; driver "
                          f"{driver_mb(row['job'])} MB")
