@@ -2,7 +2,7 @@
 of each of its phases, on one machine, on thousands of partitions and behind an object store's latency.
 
     python bench/harness.py [--quick] [--scenarios startup,S1,S5,S6,...] [--runs 5] [--peers duckdb,polars,...]
-                            [--job-only] [--work DIR] [--out DIR]
+                            [--job-only] [--memory-cap-gb 18] [--work DIR] [--out DIR]
 
 Stores come from the project's generator and are kept under ``<work>/stores``. Every engine runs as its own
 process on the same segment files, and the engines take turns run by run (the job, then each peer's formulations,
@@ -18,7 +18,10 @@ phases: start-up, plan, the Spark jobs, commit, and the tasks' read, decide and 
 what its pass's Spark stages sent to executors and collected from them (``driver MB``, the report's
 ``driver_bytes``). Results go to ``<out>/latest.json`` (written after each scenario) and a chart
 ``<out>/latest.png``; the table is printed. A scenario that fails (or that this machine cannot hold, which it
-says in one line) is recorded with its error, the others still run, and the bench exits 1.
+says in one line) is recorded with its error, the others still run, and the bench exits 1. A process tree that
+grows past the memory cap (``--memory-cap-gb``, three quarters of the machine's memory) is stopped, since the
+machine has other work and no swap: a peer or floor stopped so is left out of the bar and its row says why (at
+S6's size some peers' formulations may be); the job stopped so fails its scenario.
 
 The floors of the job's phases (S5, S6) run in the same turns, each in one thread against the tasks' seconds of
 its phase: read, pyarrow reading every segment's decision columns (offset, key, delete_horizon_ms) once; decide,
@@ -133,10 +136,21 @@ class Measure:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class OverMemoryCap(RuntimeError):
+    """Raised when a measured process tree grew past the memory cap and was stopped."""
+
+
+#: The most memory a measured process tree may hold (``--memory-cap-gb``; default three quarters of the
+#: machine's): past it, the tree is stopped and its row says so, rather than the machine running out (no swap).
+MEMORY_CAP = {"bytes": int(psutil.virtual_memory().total * 0.75)}
+
+
 def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: Callable[[psutil.Process],
                  list[psutil.Process]] | None = None, cwd: Path = ROOT) -> Measure:
-    """Run a command in ``cwd``; wall time and the peak RSS of its process tree (sampled every 50 ms)."""
+    """Run a command in ``cwd``; wall time and the peak RSS of its process tree (sampled every 50 ms). A tree
+    that grows past :data:`MEMORY_CAP` is killed, process by process, and :class:`OverMemoryCap` raised."""
     peak = 0
+    capped = threading.Event()
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
                                text=True)
@@ -159,6 +173,11 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
                     with contextlib.suppress(psutil.Error):  # a process that has just ended
                         total += p.memory_info().rss
                 peak = max(peak, total)
+                if total > MEMORY_CAP["bytes"] and not capped.is_set():
+                    capped.set()
+                    for p in [parent, *parent.children(recursive=True)][::-1]:  # children first
+                        with contextlib.suppress(psutil.Error):
+                            p.kill()
             except psutil.Error:
                 pass
             done.wait(0.05)
@@ -169,6 +188,9 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
     seconds = time.perf_counter() - started
     done.set()
     sampler.join()
+    if capped.is_set():
+        raise OverMemoryCap(f"stopped after {seconds:.0f} s holding {peak / 2**30:.1f} GB, past the memory cap of "
+                            f"{MEMORY_CAP['bytes'] / 2**30:.1f} GB (--memory-cap-gb)")
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
     return Measure(seconds, peak, {"stdout": out})
@@ -391,6 +413,7 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
     measured: dict[str, list[Measure]] = {name: [] for name in ("job", *others)}
     survivors = work / "survivors.parquet"
     expected: tuple[int, str] | None = None
+    stopped: dict[str, str] = {}  # the engines stopped at the memory cap (not run again)
     for _ in range(runs):  # the engines take turns, so a busy spell of the machine hits all alike
         ran = job(work, job_source or source, link=link)
         if expected is None:
@@ -403,7 +426,14 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
         check_output("the job", ran, expected)
         measured["job"].append(ran)
         for name in others:
-            measure = engine(work, name, source, survivors if name in ("floor", "floor-write") else None)
+            if name in stopped:
+                continue
+            try:
+                measure = engine(work, name, source, survivors if name in ("floor", "floor-write") else None)
+            except OverMemoryCap as err:  # its row says so; the others go on
+                stopped[name] = f"{name} {err}"
+                print(f"   {stopped[name]}", flush=True)
+                continue
             if name == "floor-read":
                 if measure.extra["records"] != records:
                     raise RuntimeError(f"floor-read read {measure.extra['records']:,} records; the store holds "
@@ -412,6 +442,9 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
                 check_output(name, measure, expected)
             measured[name].append(measure)
     for name, measures in measured.items():
+        if name in stopped:
+            rows[name] = {"error": stopped[name]}
+            continue
         row = median(measures)
         row["records_per_second"] = int(records / row["seconds"])
         row["mb_per_second"] = round(size / 2**20 / row["seconds"], 1)
@@ -421,13 +454,19 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
         rows[name] = row
     if not peers:  # --job-only
         return rows
-    fastest = min(peers, key=lambda name: rows[name]["seconds"])
+    finished = [name for name in peers if name not in stopped]
+    if not finished:
+        raise RuntimeError(f"every peer was stopped: {'; '.join(stopped.values())}")
+    fastest = min(finished, key=lambda name: rows[name]["seconds"])
     rows["fastest_peer"] = fastest
-    for name in ("job", *peers, "floor"):
+    for name in ("job", *finished, "floor"):
+        if name in stopped:
+            continue
         rows[name]["x_fastest"] = round(rows[name]["seconds"] / rows[fastest]["seconds"], 2)
-        rows[name]["x_floor"] = round(rows[name]["seconds"] / rows["floor"]["seconds"], 2)
+        if "floor" not in stopped:
+            rows[name]["x_floor"] = round(rows[name]["seconds"] / rows["floor"]["seconds"], 2)
     for name in also:
-        if name in SPARK_SQL:
+        if name in SPARK_SQL and name not in stopped:
             rows[name]["x_job"] = round(rows[name]["seconds"] / rows["job"]["seconds"], 2)
     if any(name in PHASE_FLOORS for name in also):
         rows["phase_floors"] = phase_floors(measured)
@@ -857,7 +896,9 @@ def table(results: dict[str, Any]) -> str:
         rows = scenarios[name]
         for engine_name in ("job", *PEERS, "floor", *SPARK_SQL, *PHASE_FLOORS):
             row = rows.get(engine_name)
-            if row:
+            if row and "error" in row:
+                lines.append(f"{name:<9} {engine_name:<15} {row['error']}")
+            elif row:
                 label = engine_name + (" *" if engine_name == rows.get("fastest_peer") else "")
                 lines.append(f"{name:<9} {label:<15} {row['seconds']:>7.1f} {row['spread']:>7.0%} "
                              f"{row['records_per_second']:>11,} {row['peak_rss_mb']:>11,} "
@@ -1015,10 +1056,14 @@ def main() -> int:
                                                                   "before/after of a change")
     parser.add_argument("--peers", default=None, help=f"comma list of the peers' formulations to run (default: all, "
                                                       f"{','.join(PEERS)})")
+    parser.add_argument("--memory-cap-gb", type=float, default=MEMORY_CAP["bytes"] / 2**30,
+                        help="stop a measured process tree that holds more (default: three quarters of the machine's "
+                             "memory); a peer stopped so is left out of the bar and its row says why")
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
+    MEMORY_CAP["bytes"] = int(args.memory_cap_gb * 2**30)
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
     steps: dict[str, Callable[[], dict[str, Any]]] = {
