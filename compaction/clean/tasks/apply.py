@@ -22,7 +22,6 @@ from compaction.store.formats import LogSegment
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
-
 #: A partition whose cleaned range holds at most this many bytes is read whole once (its decision and rewrites
 #: share the read): a nightly increment leaves many partitions this small.
 SHARED_READ_BYTES = 16 << 20
