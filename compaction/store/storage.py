@@ -111,7 +111,7 @@ def _write_durably(path: str, data: bytes | memoryview) -> None:
     with open(path, "wb") as stream:
         stream.write(data)
         stream.flush()
-        os.fsync(stream.fileno())
+        os.fdatasync(stream.fileno())  # the data and what reading it needs (its size), not its times
 
 
 def _make_folders_durably(folder: str) -> None:
