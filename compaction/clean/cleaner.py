@@ -153,16 +153,16 @@ class Cleaner:
         return runner.seconds
 
     def commit(self, work: list[PartitionWork], now_ms: int, started: float) -> list[PartitionResult]:
-        """Each partition's commit (or why it cannot commit), many at once; then its verdicts are deleted."""
+        """Each partition's commit (or why it cannot commit), many at once; then its hand-over objects are deleted."""
         done = 0
 
         def commit_one(item: PartitionWork) -> PartitionResult:
             nonlocal done
             result = done_cleaning(self.store, item, self.writer, now_ms, _elapsed_ms(started))
             try:
-                self.store.delete_verdicts(item.task.tp, item.verdict_paths())
+                self.store.delete_handed(item.task.tp, item.handed_paths())
             except CompactionError as err:  # gc removes them later
-                log.debug("could not delete the verdicts of %s: %s", item.task.tp, err)
+                log.debug("could not delete the hand-over objects of %s: %s", item.task.tp, err)
             done += 1
             self.progress(f"[{done}/{len(work)}] {result.summary()}")
             return result

@@ -32,6 +32,7 @@ class PartitionWork:
     task: CleanTask
     outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)  # by segment base offset
     verdicts: list[Verdicts] = field(default_factory=list)  # what its deciding stage listed (decided in stages)
+    handed: set[str] = field(default_factory=set)  # the other hand-over objects its stages wrote (pieces)
     jobs: list[ApplyJob] = field(default_factory=list)
     results: dict[int, SegmentMeta | None] = field(default_factory=dict)  # by job id; None: nothing kept
     bytes_written: int = 0
@@ -61,9 +62,9 @@ class PartitionWork:
                               listed=tuple((path, s.row_group) for path, s in found
                                            if path is not None and s.row_group is not None))
 
-    def verdict_paths(self) -> list[str]:
-        """The verdicts objects the pass wrote for it."""
-        return sorted({v.path for v in self.verdicts if v.path is not None})
+    def handed_paths(self) -> list[str]:
+        """The hand-over objects the pass wrote for it (verdicts, pieces): deleted once it ends."""
+        return sorted(self.handed | {v.path for v in self.verdicts if v.path is not None})
 
     def add(self, result: AppliedJob) -> None:
         """Record an apply job's result."""

@@ -9,11 +9,14 @@ rules (:mod:`compaction.rules`); they differ in where the work runs:
 - :data:`RANGES_READ`: a larger partition split into key ranges, each range's task reading the whole range and
   keeping its rows (with transactions, whose facts need every row before a record; or with few ranges, whose
   repeated reads cost less than a shuffle).
-- :data:`RANGES_SHUFFLED`: key ranges fed by one read of each run of segments, its rows shuffled to the ranges.
+- :data:`RANGES_HANDED`: key ranges fed by one read of each run of segments, its rows handed to the ranges in the
+  store.
 - :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL plans, which shuffle the facts by key.
 
-A path that decides in one stage and applies in another hands its verdicts over through the store
-(:mod:`compaction.store.verdicts`), never through the driver: what reaches the driver is counts and object names.
+A path that decides in one stage and applies in another hands its verdicts over through the store (as the key
+ranges fed by one read take their rows: :mod:`compaction.store.handover`), never through the driver (what reaches it
+is counts and object names) nor through Spark's shuffle (which copies every row into the JVM, sorts it and spills it
+once the JVM's memory is spent).
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from compaction.clean.batches import stale_empty_batches
 from compaction.clean.commit import PartitionWork
 from compaction.clean.dedupe import decide_with_sql
 from compaction.clean.layout import SegmentOutcome, plan_jobs
-from compaction.clean.payloads import ApplyJob, CleanedPartition, CleanTask
+from compaction.clean.payloads import ApplyJob, CleanedPartition, CleanTask, HandedRun, RunRead
 from compaction.clean.planner import segment_runs
 from compaction.clean.tasks.apply import apply_listed, clean_in_task
-from compaction.clean.tasks.decide import decide_pieces, decide_range
-from compaction.clean.tasks.facts import bucket_pieces, has_transactions, hidden_erased
+from compaction.clean.tasks.decide import decide_handed, decide_range
+from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.engine.isolation import Failed, Failure, Outcome
 from compaction.engine.phases import add
@@ -42,8 +45,8 @@ from compaction.errors import CompactionError
 
 #: A split partition of fewer key ranges than this reads its whole range in each range's task (keeping that
 #: range's rows of each segment as it goes): reading the decision columns a few times over costs less than
-#: shuffling them once through Spark, whose rows copy and sort them. With more ranges the reads would grow as
-#: the square of the partition, so each run of segments is read once and its rows shuffled.
+#: handing them over once. With more ranges the reads would grow as the square of the partition, so each run of
+#: segments is read once and its rows handed over.
 SHUFFLE_FROM_RANGES = 5
 #: A task takes small units of work (partitions, apply jobs) until they hold this share of ``task.max.records``.
 PACK_DIVISOR = 20
@@ -90,15 +93,6 @@ class Runner:
             return self.stages.map_tasks(body, self.packed(chosen, weight), self.threads)
 
         self.gather(isolated(call, _by_partition(units, owners), self.progress), owners, take)
-
-    def groups(self, read: Callable[[Any], Any], reads_of: Callable[[list[Any]], list[Any]],
-               decide: Callable[[Any, list[Any]], Any], groups: Sequence[Any], owners: dict[str, PartitionWork],
-               take: Take) -> None:
-        """A grouped stage over ``groups`` (their reads given by ``reads_of``), outcomes taken as in :meth:`tasks`."""
-        def call(chosen: list[Any]) -> list[Outcome]:
-            return self.stages.map_groups(read, reads_of(chosen), decide, chosen)
-
-        self.gather(isolated(call, _by_partition(groups, owners), self.progress), owners, take)
 
     def gather(self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take,
                complete: bool = True) -> None:
@@ -243,18 +237,24 @@ class RangesRead(Ranges):
         runner.tasks(decide_range, ranges, owners, _take_verdicts, lambda task: runner.task_max_records)
 
 
-class RangesShuffled(Ranges):
-    name = "key ranges, shuffled"
+class RangesHanded(Ranges):
+    name = "key ranges, handed over"
 
     def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
-        def reads_of(chosen: list[CleanTask]) -> list[tuple[CleanTask, tuple[int, ...]]]:
-            group = {task.ident: index for index, task in enumerate(chosen)}
-            return [(replace(task, segments=segments),
-                     tuple(group[replace(task, bucket=b).ident] for b in range(task.buckets)))
-                    for task in chosen if task.bucket == 0
-                    for segments in segment_runs(task.segments, runner.task_max_records)]
-
-        runner.groups(bucket_pieces, reads_of, decide_pieces, ranges, owners, _take_verdicts)
+        """Each run of segments read once, its rows handed to the key ranges in the store; then a task per range."""
+        runs = [RunRead(task=replace(task, segments=segments)) for task in ranges if task.bucket == 0
+                for segments in segment_runs(task.segments, runner.task_max_records)]
+        by_run = {run.ident: owners[run.task.ident] for run in runs}
+        handed: dict[int, list[HandedRun]] = {}
+        runner.tasks(hand_out, runs, by_run, lambda item, run: handed.setdefault(id(item), []).append(run),
+                     lambda run: run.task.records)
+        standing = [task for task in ranges if owners[task.ident].failure is None]
+        for task in standing:
+            item = owners[task.ident]
+            item.handed.update(run.path for run in handed[id(item)])
+        chosen = [replace(task, pieces=tuple(run.piece(task.bucket) for run in sorted(
+            handed[id(owners[task.ident])], key=lambda r: r.first_segment))) for task in standing]
+        runner.tasks(decide_handed, chosen, owners, _take_verdicts, lambda task: runner.task_max_records)
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,7 +286,7 @@ class SqlPlan(Staged):
 
 WHOLE = Whole()
 RANGES_READ = RangesRead()
-RANGES_SHUFFLED = RangesShuffled()
+RANGES_HANDED = RangesHanded()
 WINDOW = SqlPlan(rules.Plan.WINDOW)
 AGGREGATE = SqlPlan(rules.Plan.AGGREGATE)
 
@@ -306,7 +306,7 @@ def path_of(task: CleanTask) -> Path:
         return AGGREGATE
     if task.buckets == 1:
         return WHOLE
-    return RANGES_READ if reads_whole_ranges(task) else RANGES_SHUFFLED
+    return RANGES_READ if reads_whole_ranges(task) else RANGES_HANDED
 
 
 #: Progress lines give sizes in MB of 2**20 bytes, as Kafka's cleaner log does.

@@ -4,7 +4,8 @@ and per result (the row codec and the version check are :mod:`compaction.engine.
 - :class:`CleanTask` is one partition's pass, every field set: the cleaned range, the rules' parameters and how
   decisions become objects. Its ``bucket`` names one key range of a split partition, and a run of its segments
   (``segments`` narrowed) is what a split partition reads once for every key range.
-- :class:`BucketPiece` is one key range's rows of a run of segments, on their way to the range's task.
+- :class:`RunRead` is a run of a split partition's segments read once for every key range, and :class:`HandedRun`
+  where it handed each range's rows over (:class:`Piece`, through the store: :mod:`compaction.store.handover`).
 - :class:`Verdicts` is what a key range (or a Spark SQL plan) decided of a partition's segments: the counts per
   segment, and where in the store the rows it keeps or drops are listed (:mod:`compaction.store.verdicts`).
 - :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector, with the verdicts on
@@ -19,9 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
-import pyarrow as pa
 
 from compaction import rules
 from compaction.clean.batches import BatchPolicy
@@ -64,6 +62,7 @@ class CleanTask(Payload):
     buckets: int = 1
     bucket: int = 0
     bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``buckets - 1``; the same in all its tasks)
+    pieces: tuple[Piece, ...] = ()  # a key range's rows of each run, handed over in the store (read once per run)
 
     @property
     def ident(self) -> str:
@@ -126,33 +125,42 @@ class ApplyJob(Payload):
         return self.sources[-1].next_offset
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class BucketPiece(Payload):
-    """A key range's rows of a run of consecutive segments (read once for every range): the columns a decision needs
-    that no other range's rows affect, with each row's position among its segment's live rows."""
+@dataclass(frozen=True)
+class Piece:
+    """One run's rows of a key range, handed over through the store: the pieces object and the row group holding
+    them (None: the range has no row in the run); the live rows of each segment of the run as read, and of those
+    the range's."""
 
-    tp: TopicPartition
-    first_segment: int  # the base offset of the run's first segment
-    read_lengths: np.ndarray  # live rows of each segment of the run, as read
-    lengths: np.ndarray  # of which this range's
-    # The rows (offset, key, delete_horizon_ms, position; version_valid and version unless the strategy is
-    # offset, whose version is the offset) as an Arrow IPC stream.
-    data: bytes = b""
+    path: str
+    row_group: int | None
+    read_lengths: tuple[int, ...]
+    lengths: tuple[int, ...]
 
-    @classmethod
-    def of(cls, tp: TopicPartition, first_segment: int, read_lengths: np.ndarray, lengths: np.ndarray,
-           rows: pa.Table) -> BucketPiece:
-        """A piece holding ``rows`` as an lz4-compressed Arrow IPC stream: cheaper to write and read than a
-        pickled table, and half the bytes for the shuffle to hold (the JVM's memory) and move. lz4, not zstd:
-        a fifth of the time, which was a third of the pieces'."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rows.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-            writer.write_table(rows)
-        return cls(tp=tp, first_segment=first_segment, read_lengths=read_lengths, lengths=lengths,
-                   data=sink.getvalue().to_pybytes())
 
-    def rows(self) -> pa.Table:
-        return pa.ipc.open_stream(self.data).read_all()
+@dataclass(frozen=True, kw_only=True)
+class RunRead(Payload):
+    """A run of a split partition's segments (``task.segments`` narrowed to it), read once for every key range."""
+
+    task: CleanTask
+
+    @property
+    def ident(self) -> str:
+        return f"{self.task.tp} run {self.task.segments[0].base_offset}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandedRun(Payload):
+    """A run read once, its rows handed over in the pieces object at ``path``: per key range its row group (None:
+    no row) and its rows of each segment (``lengths[range]``), and each segment's live rows as read."""
+
+    first_segment: int
+    path: str
+    row_groups: tuple[int | None, ...]
+    read_lengths: tuple[int, ...]
+    lengths: tuple[tuple[int, ...], ...]
+
+    def piece(self, key_range: int) -> Piece:
+        return Piece(self.path, self.row_groups[key_range], self.read_lengths, self.lengths[key_range])
 
 
 @dataclass(frozen=True)

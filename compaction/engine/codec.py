@@ -32,9 +32,6 @@ TASK_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary())])
 RESULT_SCHEMA = pa.schema([("ident", pa.string()), ("payload", pa.binary()), ("error", pa.string()),
                            ("internal", pa.bool_()), ("trace", pa.string()),
                            *((f"{name}_s", pa.float64()) for name in PHASES)])
-#: The rows between the two halves of a grouped stage (:meth:`compaction.engine.stages.Stages.map_groups`): per
-#: group, its unit once (``unit`` set) and what each read gave it (``piece`` set: a pickled outcome of the read).
-PIECE_SCHEMA = pa.schema([("group", pa.int32()), ("unit", pa.binary()), ("piece", pa.binary())])
 
 
 def dumps(value: Any) -> bytes:

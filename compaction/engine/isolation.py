@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from compaction.engine.codec import PHASES, PIECE_SCHEMA, RESULT_SCHEMA, dumps, loads
-from compaction.engine.phases import add, task_phases
+from compaction.engine.codec import PHASES, RESULT_SCHEMA, dumps, loads
+from compaction.engine.phases import task_phases
 from compaction.errors import CompactionError
 
 #: What counts as the data's or the store's failure, not the library's: the product's own errors (a corrupt
@@ -151,46 +151,3 @@ def task_rows(body: Callable[[Any], Any], threads: int, batches: Iterator[pa.Rec
             outcomes = run_bin(body, units, threads)
         release_memory()
         yield from result_table(outcomes).to_batches()
-
-
-def piece_rows(read: Callable[[Any], Sequence[Any]], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body of a grouped stage's reads: each input row is ``(unit, groups)``; ``read(unit)`` gives
-    one piece per group, each sent to its group as an outcome. A read that fails sends its failure to every group,
-    whose unit then fails with it; the read's time goes with its first piece."""
-    for _, payload in _payloads(batches):
-        unit, groups = loads(payload)
-        found = run(read, unit)
-        pieces: list[Outcome]
-        if isinstance(found, Failed):
-            pieces = [found, *(Failed(found.ident, found.failure) for _ in groups[1:])]
-        else:
-            pieces = [Ok(found.ident, piece, found.phases if i == 0 else {}) for i, piece in enumerate(found.value)]
-        release_memory()
-        yield from pa.table({"group": pa.array(groups, pa.int32()), "unit": pa.nulls(len(groups), pa.binary()),
-                             "piece": [dumps(p) for p in pieces]}, schema=PIECE_SCHEMA).to_batches()
-
-
-def group_heads(groups: Sequence[Any]) -> pa.Table:
-    """A grouped stage's head rows: each group's unit once, so that a group that no read sent a piece still runs."""
-    return pa.table({"group": pa.array(range(len(groups)), pa.int32()), "unit": [dumps(g) for g in groups],
-                     "piece": pa.nulls(len(groups), pa.binary())}, schema=PIECE_SCHEMA)
-
-
-def group_rows(decide: Callable[[Any, list[Any]], Any], table: pa.Table) -> pa.Table:
-    """``groupBy("group").applyInArrow`` body of a grouped stage: one group's unit and its pieces from every read
-    become the unit's outcome (or the first failure among its pieces)."""
-    unit = loads(next(u for u in table.column("unit").to_pylist() if u is not None))
-    pieces: list[Outcome] = [loads(p) for p in table.column("piece").to_pylist() if p is not None]
-    failed = next((p for p in pieces if isinstance(p, Failed)), None)
-    outcome: Outcome
-    if failed is not None:
-        outcome = Failed(unit.ident, failed.failure)
-    else:
-        values = [p.value for p in pieces if isinstance(p, Ok)]
-        outcome = run(lambda u: decide(u, values), unit)
-    seconds = dict(outcome.phases)
-    for piece in pieces:
-        add(seconds, piece.phases)
-    release_memory()
-    return result_table([Ok(outcome.ident, outcome.value, seconds) if isinstance(outcome, Ok)
-                         else Failed(outcome.ident, outcome.failure, seconds)])

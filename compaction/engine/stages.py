@@ -2,11 +2,11 @@
 Sail; or in this process, through the same row bodies.
 
 A stage's tasks are rows of a small DataFrame (:data:`~compaction.engine.codec.TASK_SCHEMA`), one Spark task per row
-(:func:`task_frame`), each row a bin of units; their work runs inside ``mapInArrow`` (or ``groupBy(...)
-.applyInArrow``) through :mod:`compaction.engine.isolation`, and their outcomes come back as typed rows the driver
-collects (:data:`~compaction.engine.codec.RESULT_SCHEMA`), one per unit, with its time by phase. Nothing here needs
-a SparkContext, RDDs, broadcasts or accumulators, which Spark Connect sessions (``--remote``, Databricks serverless
-and shared clusters) do not have.
+(:func:`task_frame`), each row a bin of units; their work runs inside ``mapInArrow`` through
+:mod:`compaction.engine.isolation`, and their outcomes come back as typed rows the driver collects
+(:data:`~compaction.engine.codec.RESULT_SCHEMA`), one per unit, with its time by phase. Nothing here needs a
+SparkContext, RDDs, broadcasts or accumulators, which Spark Connect sessions (``--remote``, Databricks serverless and
+shared clusters) do not have.
 
 What reaches the driver is what units return, and what it sends is the units themselves: the stages count both
 (:attr:`Stages.sent_bytes`, :attr:`Stages.received_bytes`), so that a run can show that they grow with partitions,
@@ -31,25 +31,19 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from compaction.engine.codec import PIECE_SCHEMA, RESULT_SCHEMA, TASK_SCHEMA, dumps
+from compaction.engine.codec import RESULT_SCHEMA, TASK_SCHEMA, dumps
 from compaction.engine.isolation import (
     Failed,
     Failure,
     Outcome,
-    group_heads,
-    group_rows,
     outcome_of,
-    piece_rows,
     task_rows,
     with_payloads,
 )
 
 RESULT_TYPE = from_arrow_schema(RESULT_SCHEMA)
 TASK_TYPE = from_arrow_schema(TASK_SCHEMA)
-PIECE_TYPE = from_arrow_schema(PIECE_SCHEMA)
 
-#: A grouped stage's read: a unit, and the group of each of the pieces it gives, in order.
-Read = tuple[Any, tuple[int, ...]]
 #: What a Spark action raises when its job fails for good: a task failed all its attempts, or the JVM (or the
 #: Spark Connect server) is gone.
 SPARK_JOB_FAILURES = (Py4JError, PySparkException)
@@ -131,11 +125,6 @@ class Stages(ABC):
         """``body`` run on each unit, one Spark task per bin of units; with ``threads``, that many units of a bin at
         once."""
 
-    @abstractmethod
-    def map_groups(self, read: Callable[[Any], Sequence[Any]], reads: Sequence[Read],
-                   decide: Callable[[Any, list[Any]], Any], groups: Sequence[Any]) -> list[Outcome]:
-        """Each read's unit read once by ``read`` into one piece per group it names; each piece shuffled to its
-        group, where ``decide`` turns the group's unit (``groups[i]``) and its pieces into the unit's outcome."""
 
 
 def _received(table: pa.Table) -> int:
@@ -166,27 +155,6 @@ class SparkStages(Stages):
             return []
         return self.collect(self.frame([list(b) for b in bins]).map(partial(task_rows, body, threads), RESULT_TYPE))
 
-    def map_groups(self, read: Callable[[Any], Sequence[Any]], reads: Sequence[Read],
-                   decide: Callable[[Any, list[Any]], Any], groups: Sequence[Any]) -> list[Outcome]:
-        if not groups:
-            return []
-        pieces = self.frame(reads).map(partial(piece_rows, read), PIECE_TYPE)
-        heads_table = group_heads(groups)
-        self._count(_table_bytes(heads_table), 0)
-        heads = self.spark.createDataFrame(heads_table, PIECE_TYPE)
-
-        def decide_group(table: pa.Table) -> pa.Table:  # typed: PySpark infers the kind of Arrow UDF from the hints
-            return group_rows(decide, table)
-
-        # Spark's own shuffle (in the JVM) takes each group's pieces to it: every group has its head row, so a
-        # group no read sent a piece still runs.
-        return self.collect(pieces.unionByName(heads).groupBy("group").applyInArrow(decide_group, RESULT_TYPE))
-
-
-def _table_bytes(table: pa.Table) -> int:
-    return int(table.nbytes)
-
-
 class LocalStages(Stages):
     """The stages run in this process, through the same row bodies and codecs as on Spark (units pickled on the way
     in, outcomes on the way out): what would not reach an executor, or not come back, fails here too. It lets the
@@ -197,18 +165,6 @@ class LocalStages(Stages):
                                 schema=TASK_SCHEMA) for i, b in enumerate(bins)]
         self._count(sum(r.nbytes for r in rows), 0)
         return self._outcomes([out for row in rows for out in task_rows(body, threads, iter([row]))])
-
-    def map_groups(self, read: Callable[[Any], Sequence[Any]], reads: Sequence[Read],
-                   decide: Callable[[Any, list[Any]], Any], groups: Sequence[Any]) -> list[Outcome]:
-        inputs = [pa.record_batch({"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(r)], pa.binary())},
-                                  schema=TASK_SCHEMA) for i, r in enumerate(reads)]
-        pieces = [out for row in inputs for out in piece_rows(read, iter([row]))]
-        heads = group_heads(groups)
-        rows = pa.concat_tables([heads, *(pa.Table.from_batches([b], schema=PIECE_SCHEMA) for b in pieces)])
-        self._count(sum(r.nbytes for r in inputs) + _table_bytes(heads), 0)
-        return self._outcomes([batch for group in range(len(groups))
-                               for batch in group_rows(decide, rows.filter(pc.equal(rows.column("group"), group)))
-                               .to_batches()])
 
     def _outcomes(self, batches: list[pa.RecordBatch]) -> list[Outcome]:
         table = pa.Table.from_batches(batches, schema=RESULT_SCHEMA)

@@ -27,6 +27,7 @@ from compaction.errors import CommitConflictError, StoreError
 from compaction.store.commit import Writer, unchanged
 from compaction.store.deletes import DELETES_SCHEMA
 from compaction.store.formats import decode_log
+from compaction.store.handover import PIECES_NAME, VERDICTS_NAME, VERDICTS_SCHEMA, is_pieces
 from compaction.store.log import Store
 from compaction.store.manifest import (
     DELETES_NAME,
@@ -43,7 +44,6 @@ from compaction.store.names import TopicPartition
 from compaction.store.pins import PIN_DIR, PIN_NAME
 from compaction.store.segment import check_schema, parquet_file
 from compaction.store.storage import TEMP_PREFIX, ObjectInfo, Storage
-from compaction.store.verdicts import VERDICTS_NAME, VERDICTS_SCHEMA
 
 #: A request that is physically done stays in the manifest this long (30 days), as the record of what was done
 #: and when; then gc drops it. ``compaction attest``'s proof is the lasting record.
@@ -163,6 +163,8 @@ def kind_of(path: str) -> str:
         return "deletion-vector"
     if folder == SEGMENT_DIR and VERDICTS_NAME.match(path):
         return "verdicts"
+    if folder == SEGMENT_DIR and PIECES_NAME.match(path):
+        return "pieces"
     if folder == MANIFEST_DIR and MANIFEST_NAME.match(name):
         return "manifest"
     if folder == PIN_DIR and PIN_NAME.match(name):
@@ -206,6 +208,8 @@ def _parquet(source: Any, where: str, match: KeyMatch, with_values: bool) -> tup
     file = parquet_file(source, checked=False)
     if file.schema_arrow.equals(DELETES_SCHEMA) or file.schema_arrow.equals(VERDICTS_SCHEMA):
         return ()
+    if is_pieces(file.schema_arrow):  # a pass's key range pieces: keys and offsets, no values
+        return _records(file.read(columns=["offset", "key"], use_threads=False), match, None)
     check_schema(file.schema_arrow, where)  # a Parquet file that is neither: a SegmentSchemaError
     found = _records(file.read(columns=["offset", "key"], use_threads=False), match, None)
     if found and with_values:
@@ -232,7 +236,7 @@ def inspect(storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, 
             else:
                 parse_manifest(data, where)  # key digests at most, never a key
             return _finding(path, kind, entry, (), data if whole else None)
-        if not whole and kind in ("segment", "deletion-vector", "verdicts") and not path.endswith(".log"):
+        if not whole and kind in ("segment", "deletion-vector", "verdicts", "pieces") and not path.endswith(".log"):
             source, _ = storage.open_input(rel)
             try:
                 return _finding(path, kind, entry, _parquet(source, where, match, False), None)

@@ -39,7 +39,7 @@ from compaction.errors import (
 )
 from compaction.kafka.layout import CONTROL
 from compaction.store import commit as commits
-from compaction.store import deletes, inputs, verdicts
+from compaction.store import deletes, handover, inputs
 from compaction.store import pins as pinning
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.deletes import members
@@ -237,15 +237,23 @@ class Store:
 
     def write_verdicts(self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table | None],
                        object_id: str) -> tuple[str, tuple[int | None, ...]]:
-        """Hand a stage's verdicts on segments to the next stage of the pass (see :mod:`.verdicts`)."""
-        return verdicts.write_verdicts(self.storage, tp, base_offset, parts, object_id)
+        """Hand a stage's verdicts on segments to the next stage of the pass (see :mod:`.handover`)."""
+        return handover.write_verdicts(self.storage, tp, base_offset, parts, object_id)
 
     def read_verdicts(self, tp: TopicPartition, path: str, row_groups: Sequence[int]) -> list[pa.Table]:
-        return verdicts.read_verdicts(self.storage, tp, path, row_groups)
+        return handover.read_verdicts(self.storage, tp, path, row_groups)
 
-    def delete_verdicts(self, tp: TopicPartition, paths: Sequence[str]) -> None:
-        """Delete verdicts a pass is done with."""
-        verdicts.delete_verdicts(self.storage, tp, paths)
+    def write_pieces(self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table],
+                     object_id: str) -> tuple[str, tuple[int | None, ...]]:
+        """Hand a run's rows to the next stage, a row group per key range (see :mod:`.handover`)."""
+        return handover.write_pieces(self.storage, tp, base_offset, parts, object_id)
+
+    def read_piece(self, tp: TopicPartition, path: str, row_group: int) -> pa.Table:
+        return handover.read_piece(self.storage, tp, path, row_group)
+
+    def delete_handed(self, tp: TopicPartition, paths: Sequence[str]) -> None:
+        """Delete the hand-over objects a pass is done with."""
+        handover.delete_handed(self.storage, tp, paths)
 
     def pins(self, tp: TopicPartition) -> list[pinning.Pin]:
         """The manifest versions readers outside the store hold (gc keeps them; see :mod:`.pins`)."""

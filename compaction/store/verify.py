@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.errors import CorruptSegmentError, StoreError
+from compaction.store.handover import HANDOVER_NAMES
 from compaction.store.log import Store
 from compaction.store.manifest import (
     DELETES_NAME,
@@ -25,7 +26,6 @@ from compaction.store.names import TopicPartition
 from compaction.store.pins import PIN_DIR, Pin, describe_pin, list_pins
 from compaction.store.segment import SEGMENT_SCHEMA, segment_stats, timestamp_stats
 from compaction.store.storage import TEMP_PREFIX
-from compaction.store.verdicts import VERDICTS_NAME
 
 
 @dataclass(frozen=True)
@@ -212,4 +212,4 @@ def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, che
 
 def is_store_object(name: str) -> bool:
     rel = f"{SEGMENT_DIR}/{name}"
-    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel) or VERDICTS_NAME.match(rel))
+    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel) or any(n.match(rel) for n in HANDOVER_NAMES))

@@ -16,13 +16,13 @@ import pytest
 
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.paths import SHUFFLE_FROM_RANGES
+from compaction.clean.payloads import RunRead
 from compaction.clean.planner import segment_runs
-from compaction.clean.tasks.decide import decide_pieces
-from compaction.clean.tasks.facts import bucket_pieces
+from compaction.clean.tasks.decide import decide_handed
+from compaction.clean.tasks.facts import hand_out
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.config import Settings
-from compaction.engine.codec import dumps, loads
-from compaction.engine.isolation import Failed, Ok, group_rows, piece_rows
+from compaction.engine.isolation import Failed, run
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.synthetic import GenerateSpec, generate
@@ -103,29 +103,22 @@ def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason
     assert store.manifest(TP).version == before.version, "nothing committed"
 
 
-def test_every_key_range_reports_a_failed_read_and_the_pieces_of_a_range_must_cover_it(tmp_path: Path) -> None:
+def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fails_it(tmp_path: Path) -> None:
     store = store_of(tmp_path / "s")
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
     task = cleaner.task(plan.to_clean[0], NOW)
-    ranges = [replace(task, bucket=b, bounds=sample_bounds(task)) for b in range(task.buckets)]
-    runs = segment_runs(task.segments, 3_000)
-    assert [len(run) for run in runs] == [2, 2, 2, 2]
-    pieces = [bucket_pieces(replace(ranges[0], segments=run)) for run in runs]
-    assert [len(found) for found in pieces] == [4, 4, 4, 4], "every run gives each of the 4 ranges a piece"
-    verdicts = decide_pieces(ranges[2], [found[2] for found in pieces])
+    task = replace(task, bounds=sample_bounds(task))
+    segments = segment_runs(task.segments, 3_000)
+    assert [len(run) for run in segments] == [2, 2, 2, 2]
+    runs = [hand_out(RunRead(task=replace(task, segments=run))) for run in segments]
+    assert all(len(run.row_groups) == task.buckets == 4 for run in runs), "every run hands each range its rows"
+    assert sum(sum(lengths) for run in runs for lengths in run.lengths) == sum(sum(run.read_lengths) for run in runs)
+    ranged = replace(task, bucket=2, pieces=tuple(run.piece(2) for run in runs))
+    verdicts = decide_handed(ranged)
     assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.segments]
     with pytest.raises(RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range "
                                                      "of 8")):
-        decide_pieces(ranges[2], [found[2] for found in pieces[1:]])  # one run's piece lost
-    broken = replace(ranges[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
-    payload = pa.table({"task": pa.array([0], pa.int32()), "payload": [dumps((broken, (10, 11, 12, 13)))]})
-    (sent,) = piece_rows(bucket_pieces, iter(payload.to_batches()))
-    assert sent.column("group").to_pylist() == [10, 11, 12, 13]
-    failed = [loads(p) for p in sent.column("piece").to_pylist()]
-    assert all(isinstance(p, Failed) and not p.failure.internal for p in failed), \
-        "a missing object is the store's failure, not a bug"
-    group = pa.table({"group": pa.array([12] * 5, pa.int32()), "unit": [dumps(ranges[2]), None, None, None, None],
-                      "piece": [None, dumps(failed[2]), *(dumps(Ok("run", found[2])) for found in pieces[1:])]})
-    (result,) = group_rows(decide_pieces, group).to_pylist()
-    assert (result["ident"], result["error"], result["payload"]) == (ranges[2].ident, failed[2].failure.error, None)
+        decide_handed(replace(ranged, pieces=ranged.pieces[1:]))  # one run's piece lost
+    lost = run(hand_out, RunRead(task=replace(task, segments=segments[0], store=Store.open(str(tmp_path / "nowhere")))))
+    assert isinstance(lost, Failed) and not lost.failure.internal, "a missing object is the store's failure, not a bug"

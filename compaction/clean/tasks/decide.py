@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from compaction import rules, winners
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.payloads import BucketPiece, CleanTask, SegmentVerdicts, Verdicts, lists_kept
+from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
 from compaction.clean.tasks.facts import Facts, decision_table, erased_keys, read_decision_facts
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
@@ -87,18 +87,26 @@ def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
                                                                                                  strict=True)))
 
 
-def decide_pieces(task: CleanTask, pieces: list[BucketPiece]) -> Verdicts:
-    """A key range of a split partition without transactions, from its pieces of every run of the range (see
-    :func:`~compaction.clean.tasks.facts.bucket_pieces`): decided, and its verdicts handed over."""
+def decide_handed(task: CleanTask) -> Verdicts:
+    """A key range of a split partition without transactions, from its rows of every run of the range, handed over
+    in the store (see :func:`~compaction.clean.tasks.facts.hand_out`): decided, and its verdicts handed over."""
+    if sum(len(p.read_lengths) for p in task.pieces) != len(task.segments):
+        raise RuntimeError(f"key range {task.bucket} of {task.tp} got pieces of "
+                           f"{sum(len(p.read_lengths) for p in task.pieces)} segment(s) for a range of "
+                           f"{len(task.segments)}")
+    with phase("read"):
+        tables = [task.store.read_piece(task.tp, p.path, p.row_group) for p in task.pieces if p.row_group is not None]
     with phase("decide"):
-        pieces = sorted(pieces, key=lambda p: p.first_segment)
-        read_lengths = np.concatenate([np.zeros(0, np.int64), *(p.read_lengths for p in pieces)])
-        if len(read_lengths) != len(task.segments) or len(pieces) != len({p.first_segment for p in pieces}):
-            raise RuntimeError(f"key range {task.bucket} of {task.tp} got pieces of {len(read_lengths)} "
-                               f"segment(s) for a range of {len(task.segments)}")
-        rows = pa.concat_tables([p.rows() for p in pieces])
+        read_lengths = np.array([n for p in task.pieces for n in p.read_lengths], dtype=np.int64)
+        lengths = np.array([n for p in task.pieces for n in p.lengths], dtype=np.int64)
+        rows = pa.concat_tables(tables) if tables else pa.table({
+            "offset": pa.array([], pa.int64()), "key": pa.array([], pa.binary()),
+            "delete_horizon_ms": pa.array([], pa.int64()), "position": pa.array([], pa.int32()),
+            "version_valid": pa.array([], pa.int8()), "version": pa.array([], pa.int64())})
+        if rows.num_rows != int(lengths.sum()):
+            raise RuntimeError(f"key range {task.bucket} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
+                               f"which list {int(lengths.sum())}")
         starts = np.cumsum(read_lengths) - read_lengths
-        lengths = np.concatenate([np.zeros(0, np.int64), *(p.lengths for p in pieces)])
         selected = np.zeros(int(read_lengths.sum()), dtype=bool)
         selected[np.repeat(starts, lengths) + rows.column("position").to_numpy()] = True
         keyed = pc.is_valid(rows.column("key")).to_numpy(zero_copy_only=False)
@@ -108,5 +116,5 @@ def decide_pieces(task: CleanTask, pieces: list[BucketPiece]) -> Verdicts:
                           rules.versions(rows, task.strategy, task.strategy_header))
         table = decision_table(task, rows.column("offset"), rows.column("key"), valid, version,
                                rows.column("delete_horizon_ms"), keyed, none, none, none)
-        del rows
+        del rows, tables
     return hand_over(task, _decide(task, Facts(table, lengths, read_lengths, selected)))

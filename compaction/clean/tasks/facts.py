@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction import rules
-from compaction.clean.payloads import BucketPiece, CleanTask
+from compaction.clean.payloads import CleanTask, HandedRun, RunRead
 from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
+from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.erasure import erased_rows, key_digest
@@ -49,7 +50,7 @@ def _has_transactions(segment: SegmentMeta) -> bool:
 
 def has_transactions(task: CleanTask) -> bool:
     """Whether the task's range or tail holds transactions: their facts need every row of the range in one
-    task, so such a split partition's stage 1 cannot read each segment once (:func:`bucket_pieces`)."""
+    task, so such a split partition cannot read each segment once and hand its rows over (:func:`hand_out`)."""
     return any(_has_transactions(s) for s in (*task.segments, *task.tail))
 
 
@@ -294,16 +295,18 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
     }, schema=rules.FACTS_SCHEMA)
 
 
-# Stage 1 of a split partition without transactions: each run of segments read once -----------------------
+# A split partition without transactions: each run of segments read once, its rows handed to the key ranges -------
 
 
-def bucket_pieces(task: CleanTask) -> list[BucketPiece]:
-    """Read a run of segments of a split partition (``task.segments``) once, and give each key range its rows:
-    one :class:`BucketPiece` per range, in range order, for the shuffle to the range's task.
+def hand_out(run: RunRead) -> HandedRun:
+    """Read a run of segments of a split partition once and hand each key range its rows through the store: one
+    pieces object per run, a row group per range (the rows sorted by range, once, rather than filtered once per
+    range).
 
-    Only for ranges without transactions: whether a record is aborted depends on every row before it, so
-    those partitions' range tasks read the whole range instead (:func:`read_decision_facts`).
+    Only for ranges without transactions: whether a record is aborted depends on every row before it, so those
+    partitions' range tasks read the whole range instead (:func:`read_decision_facts`).
     """
+    task = run.task
     columns = _columns_for(task)
     with phase("read"):
         parts, lengths, *_ = _read_range(task, frozenset(), columns, columns)
@@ -320,9 +323,17 @@ def bucket_pieces(task: CleanTask) -> list[BucketPiece]:
         bucket = key_bucket(raw.column("key"), task.bounds)
         del raw, parts
         counts = bucket_counts(bucket, read_lengths, task.buckets)
-        first = task.segments[0].base_offset
-        return [BucketPiece.of(task.tp, first, read_lengths, counts[:, b], rows.filter(pa.array(bucket == b)))
-                for b in range(task.buckets)]
+        # A stable sort keeps each range's rows in offset order; a small integer type sorts by radix.
+        order = np.argsort(bucket.astype(np.uint16 if task.buckets < 1 << 16 else np.int64), kind="stable")
+        rows = rows.take(pa.array(order))
+        ends = np.cumsum(counts.sum(axis=0))
+    with phase("write"):
+        path, groups = task.store.write_pieces(task.tp, task.segments[0].base_offset, [
+            rows.slice(int(end - size), int(size)) for end, size in zip(ends, counts.sum(axis=0), strict=True)],
+            f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
+    return HandedRun(first_segment=task.segments[0].base_offset, path=path, row_groups=groups,
+                     read_lengths=tuple(int(n) for n in read_lengths),
+                     lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.buckets)))
 
 
 # Erasure: the records an erasure request erases that no reader sees, but the objects still hold --------------
