@@ -73,7 +73,7 @@ if TYPE_CHECKING:  # the public API: one name per import, from the module that d
     from compaction.read.history import VersionEntry, history
     from compaction.read.scan import Scan, read_batches, read_table, scan
     from compaction.rules import Plan, Strategy
-    from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
+    from compaction.store import DeletionVector, Manifest, SegmentFormat, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
     from compaction.store.segment import records
     from compaction.store.verify import verify

@@ -41,7 +41,7 @@ from compaction.clean.settings import CleanerConfig
 from compaction.engine.phases import as_ms
 from compaction.engine.stages import SparkStages, Stages
 from compaction.errors import CompactionError
-from compaction.store import Store, Writer, read_manifests
+from compaction.store import SegmentFormat, Store, Writer, read_manifests
 from compaction.store.erasure import tombstone_offsets
 
 log = logging.getLogger("compaction.clean.cleaner")
@@ -180,13 +180,14 @@ class Cleaner:
         horizon = rules.delete_horizon(max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms),
                                        p.config.delete_retention_ms)
         # What keeps a .log batch that loses every record (only a pass that writes .log segments needs it).
+        segment_format = SegmentFormat(p.segment_format)
         batches = BatchPolicy(p.first_uncleanable_offset, active_producers(
-            p.manifest, p.config.producer_id_expiration_ms, now_ms)) if p.segment_format == "kafka" else None
+            p.manifest, p.config.producer_id_expiration_ms, now_ms)) if segment_format == SegmentFormat.KAFKA else None
         return CleanTask(
             tp=p.partition, store=self.store, segments=p.segments, tail=p.tail,
             strategy=rules.Strategy(p.config.compaction_strategy), strategy_header=p.config.compaction_strategy_header,
             keyless_drop=cleaner.keyless_records == "drop", now_ms=now_ms, log_start_offset=p.log_start_offset,
             first_dirty_offset=p.first_dirty_offset, clean_keys_unique=p.manifest.clean_keys_unique,
-            policy=apply_policy(p, now_ms, cleaner, buckets), horizon_ms=horizon, segment_format=p.segment_format,
+            policy=apply_policy(p, now_ms, cleaner, buckets), horizon_ms=horizon, segment_format=segment_format,
             batch_policy=batches, pass_id=self.pass_id, erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
             plan=self.dedupe_plan, buckets=buckets)

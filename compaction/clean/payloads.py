@@ -27,7 +27,7 @@ from compaction import rules
 from compaction.clean.batches import BatchPolicy
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome
 from compaction.engine.codec import Payload
-from compaction.store import SegmentMeta, Store, TopicPartition
+from compaction.store import SegmentFormat, SegmentMeta, Store, TopicPartition
 
 
 def lists_kept(segment: SegmentMeta, first_dirty_offset: int) -> bool:
@@ -55,7 +55,7 @@ class CleanTask(Payload):
     clean_keys_unique: bool  # the manifest's promise (the Arrow plan's winner search uses it)
     policy: ApplyPolicy  # how decisions become objects
     horizon_ms: int  # the delete horizon this pass stamps
-    segment_format: str  # what its rewrites write
+    segment_format: SegmentFormat  # what its rewrites write
     batch_policy: BatchPolicy | None  # which batches its .log rewrites keep when they lose every record (.log only)
     pass_id: str  # names its objects (tasks.apply.object_id)
     # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
@@ -109,7 +109,7 @@ class ApplyJob(Payload):
     log_start_offset: int
     deletes_only: bool
     pass_id: str  # names its object (tasks.apply.object_id)
-    segment_format: str  # what a rewrite writes
+    segment_format: SegmentFormat  # what a rewrite writes
     batch_policy: BatchPolicy | None  # which batches a .log rewrite keeps when they lose every record
     verdicts: tuple[SourceVerdicts, ...] = ()  # per source, where its decision is listed (none: decided in the task)
 

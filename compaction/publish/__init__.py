@@ -26,7 +26,7 @@ from compaction.publish.snapshot import (
 )
 from compaction.publish.table import identifier, open_catalog, open_table
 from compaction.read.files import PartitionFiles, Versions, resolve
-from compaction.store import Store
+from compaction.store import SegmentFormat, Store
 from compaction.store.erasure import erased_since
 
 __all__ = ["VERSIONS_PROPERTY", "PublishResult", "identifier", "open_catalog", "publish", "snapshot_versions"]
@@ -87,7 +87,7 @@ def check_publishable(store: Store, parts: list[PartitionFiles]) -> None:
     if store.storage.fs.protocol in ("memory", ("memory",)):
         raise PublishError(f"store {store.url} lives in this process's memory: no other engine can read its segments")
     for part in parts:
-        logs = [f.segment.path for f in part.files if f.segment.format == "kafka"]
+        logs = [f.segment.path for f in part.files if f.segment.format == SegmentFormat.KAFKA]
         if logs:
             more = f" and {len(logs) - 1} more" if len(logs) > 1 else ""
             raise PublishError(

@@ -22,9 +22,10 @@ The store knows nothing of cleaning: it keeps whatever a writer commits, if it i
 """
 
 from compaction.store.commit import Replacement, Writer
+from compaction.store.formats import SegmentFormat
 from compaction.store.log import Store, read_manifests
 from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta
 from compaction.store.names import IllegalFolder, TopicPartition
 
-__all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentMeta", "Store", "TopicPartition",
-           "Writer", "read_manifests"]
+__all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentFormat", "SegmentMeta", "Store",
+           "TopicPartition", "Writer", "read_manifests"]

@@ -44,9 +44,8 @@ from compaction.store import pins as pinning
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.deletes import members
 from compaction.store.formats import (
-    EXTENSIONS,
     LogSegment,
-    SegmentFormatName,
+    SegmentFormat,
     batch_producers,
     check_batch_offsets,
     check_format,
@@ -169,7 +168,7 @@ class Store:
 
     def write_segment(self, tp: TopicPartition, table: pa.Table, base_offset: int, next_offset: int,
                       created_ms: int, compression: str = "zstd", object_id: str | None = None, *,
-                      segment_format: str = "parquet", batches: pa.Table | None = None,
+                      segment_format: SegmentFormat = SegmentFormat.PARQUET, batches: pa.Table | None = None,
                       encoded: bytes | None = None) -> SegmentMeta:
         """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed.
 
@@ -178,7 +177,7 @@ class Store:
         already (bytes holding exactly the records of ``table``); ``compression`` is Parquet's codec."""
         fmt = check_format(segment_format)
         stats = segment_stats(table)
-        if fmt == "kafka":
+        if fmt == SegmentFormat.KAFKA:
             if batches is None:
                 if encoded is not None:
                     raise InvalidRecordsError("write_segment: encoded batches need their batch rows")
@@ -205,13 +204,13 @@ class Store:
         if encoded is None:
             return None
         data, summary = encoded
-        return self._put_segment(tp, "parquet", memoryview(data), segment_stats(summary), record_producers(summary), (),
-                                 base_offset, next_offset, created_ms, object_id)
+        return self._put_segment(tp, SegmentFormat.PARQUET, memoryview(data), segment_stats(summary),
+                                 record_producers(summary), (), base_offset, next_offset, created_ms, object_id)
 
-    def _put_segment(self, tp: TopicPartition, fmt: SegmentFormatName, data: bytes | memoryview,
+    def _put_segment(self, tp: TopicPartition, fmt: SegmentFormat, data: bytes | memoryview,
                      stats: SegmentStats, producers: list[dict[str, Any]], empty_batches: tuple[EmptyBatch, ...],
                      base_offset: int, next_offset: int, created_ms: int, object_id: str | None) -> SegmentMeta:
-        rel = segment_name(base_offset, object_id or uuid.uuid4().hex, EXTENSIONS[fmt])
+        rel = segment_name(base_offset, object_id or uuid.uuid4().hex, fmt.extension)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
         return SegmentMeta(
             path=rel, format=fmt, base_offset=base_offset, next_offset=next_offset,
@@ -271,7 +270,7 @@ class Store:
         either way. ``row_groups`` (given a Parquet footer) names the row groups worth reading (None: all).
         """
         read = _asked(columns)
-        if segment.format == "kafka":
+        if segment.format == SegmentFormat.KAFKA:
             records = self.read_log_segment(tp, segment).records.select(read)
             yield from records.to_batches(max_chunksize=batch_rows)
             return
@@ -346,7 +345,7 @@ class Store:
 
         Deletion vectors and the log start are not applied: :meth:`live_rows` says which records are live.
         """
-        if segment.format != "kafka":
+        if segment.format != SegmentFormat.KAFKA:
             raise CorruptSegmentError(f"segment {segment.path} is {segment.format}, not Kafka record batches")
         rel = f"{tp.prefix}/{segment.path}"
         where = self.storage.describe(rel)
@@ -393,7 +392,8 @@ class Store:
                            operation=operation, now_ms=now_ms, expected=expected)
 
     def append(self, tp: TopicPartition, records: pa.Table, *, now_ms: int, writer: Writer | None = None,
-               where: str | None = None, operation: str = "append", segment_format: str = "parquet",
+               where: str | None = None, operation: str = "append",
+               segment_format: SegmentFormat = SegmentFormat.PARQUET,
                annotate: Callable[[Manifest | None, pa.Table], Mapping[str, Any]] | None = None) -> Manifest:
         """Append records as one new segment (of ``segment_format``) at the log end and commit it.
 
@@ -495,7 +495,7 @@ class Store:
                 raise OffsetOverlapError(problem) if first < expected else InvalidRecordsError(problem)
             if not written:
                 written.append(self.write_segment(tp, records, first, next_offset, created_ms=now_ms,
-                                                  segment_format="kafka", encoded=payload, batches=batches))
+                                                  segment_format=SegmentFormat.KAFKA, encoded=payload, batches=batches))
             return appended_state(latest, written, records, where)
 
         return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)

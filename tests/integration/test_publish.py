@@ -34,7 +34,7 @@ from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.errors import CatalogError
 from compaction.job import JobOptions, publish_topic, redacted, run_job
 from compaction.publish import VERSIONS_PROPERTY, open_catalog, publish, snapshot_versions
-from compaction.store import Store, TopicPartition
+from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.gc import collect_store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
@@ -265,7 +265,8 @@ def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     url = str(tmp_path / "store")
     generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=2, records=400, keys=50,
-                                           segment_records=100, segment_format="kafka"), now_ms=readstore.NOW)
+                                           segment_records=100, segment_format=SegmentFormat.KAFKA),
+             now_ms=readstore.NOW)
     catalog = local_catalog(tmp_path / "lake")
     code = main(["publish", url, "clicks", "--conf", str(write_conf(tmp_path / "c.toml", catalog))])
     err = capsys.readouterr().err
@@ -279,7 +280,8 @@ def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
 def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
     generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=1, records=100, keys=10,
-                                           segment_records=50, segment_format="kafka"), now_ms=readstore.NOW)
+                                           segment_records=50, segment_format=SegmentFormat.KAFKA),
+             now_ms=readstore.NOW)
     generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=2, records=100, keys=10,
                                            segment_records=50), now_ms=readstore.NOW)
     catalog = local_catalog(tmp_path / "lake")

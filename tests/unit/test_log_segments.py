@@ -9,7 +9,7 @@ import pytest
 from compaction.clean.settings import TopicConfig, check_value
 from compaction.errors import ConfigError, InvalidRecordsError, OffsetOverlapError
 from compaction.kafka import batch_table, encode
-from compaction.store import Store, TopicPartition, Writer
+from compaction.store import SegmentFormat, Store, TopicPartition, Writer
 from compaction.store.formats import frame_batches
 from compaction.store.log import appended_state
 from compaction.store.segment import records
@@ -86,7 +86,7 @@ def commit_raw(store: Store, data: bytes, tp: TopicPartition = TP) -> None:
     """Commit bytes as a .log segment whose manifest checksum matches them (a writer's bug, or bit rot before the
     upload): only the batches' own CRCs can tell."""
     rows = records([{"offset": 0, "key": "a", "value": "v"}])
-    meta = store.write_segment(tp, rows, 0, 2, created_ms=NOW, segment_format="kafka", encoded=data,
+    meta = store.write_segment(tp, rows, 0, 2, created_ms=NOW, segment_format=SegmentFormat.KAFKA, encoded=data,
                                batches=frame_batches(rows))
     store.commit(tp, lambda latest: appended_state(latest, [meta], rows, "raw"), writer=Writer(), operation="append",
                  now_ms=NOW)

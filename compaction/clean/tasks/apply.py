@@ -18,7 +18,7 @@ from compaction.clean.tasks.facts import hidden_erased
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
-from compaction.store.formats import LogSegment
+from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
@@ -157,7 +157,7 @@ def apply_job(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     with phase("write"):
         if job.deletes_only:
             return _extend_deletes(job, survivors)
-        if job.segment_format == "kafka":
+        if job.segment_format == SegmentFormat.KAFKA:
             return _rewrite_batches(job, survivors)
         return _rewrite(job, survivors)
 
@@ -204,7 +204,7 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     policy = job.batch_policy or BatchPolicy(first_uncleanable_offset=-1)
     parts, records_read = [], 0
     for source in job.sources:
-        if source.format == "kafka":
+        if source.format == SegmentFormat.KAFKA:
             log = survivors.log_segment(job, source)
             offsets = log.records.column("offset")
             live = job.store.live_rows(job.tp, source, offsets, job.log_start_offset)
@@ -225,7 +225,8 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
         segment = job.store.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
                                           created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
-                                          segment_format="kafka", batches=framed.batches, encoded=framed.data)
+                                          segment_format=SegmentFormat.KAFKA, batches=framed.batches,
+                                          encoded=framed.data)
     return AppliedJob.of(job, segment=segment, records_read=records_read,
                          bytes_read=sum(s.size_bytes for s in job.sources), records_written=framed.records.num_rows,
                          stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)
@@ -245,8 +246,9 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     # The decision reads the decision columns of Parquet segments only; the rewrites then read each source
     # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
     # (a batch's CRC covers all its records): its dirty ones are kept from the decision for the rewrite.
-    decided = decide_facts(task, frozenset(s.base_offset for s in task.segments
-                                           if s.next_offset > task.first_dirty_offset and s.format == "kafka"))
+    decided = decide_facts(task, frozenset(
+        s.base_offset for s in task.segments
+        if s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA))
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
                 for segment, _, outcome in decided.outcomes(task.segments)}

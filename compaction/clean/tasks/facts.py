@@ -20,7 +20,7 @@ from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
 from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.erasure import erased_rows, key_digest
-from compaction.store.formats import LogSegment
+from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
 
@@ -148,7 +148,7 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
     logs: dict[int, LogSegment] = {}
     empty: list[pa.Table] = []
     for segment in task.segments:
-        if segment.format == "kafka":  # read whole in any case: a batch's CRC covers all its records
+        if segment.format == SegmentFormat.KAFKA:  # read whole in any case: a batch's CRC covers all its records
             log = task.store.read_log_segment(task.tp, segment)
             live = task.store.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
             table = log.records if live.all() else log.records.filter(pa.array(live))  # not a copy of every record

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.clean.payloads import CleanTask
+from compaction.store.formats import SegmentFormat
 from compaction.store.manifest import SegmentMeta
 
 #: About how many keys a split partition's key range bounds are computed from: enough for even ranges.
@@ -49,7 +50,7 @@ def sample_bounds(task: CleanTask) -> tuple[bytes, ...]:
     picked = sorted({round(i * (len(segments) - 1) / max(1, count - 1)) for i in range(count)})
 
     def keys(segment: SegmentMeta) -> pa.ChunkedArray:
-        if segment.format == "kafka":
+        if segment.format == SegmentFormat.KAFKA:
             return task.store.read_log_segment(task.tp, segment).records.column("key")
         return task.store.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
 
