@@ -239,8 +239,8 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
             base = chunk.column("offset")[0].as_py()
             batches = (sequenced_batches(chunk, spec.compression, sequences)
                        if spec.segment_format == SegmentFormat.KAFKA else None)
-            segments.append(store.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
-                                                segment_format=spec.segment_format, batches=batches))
+            segments.append(store.objects.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
+                                                        segment_format=spec.segment_format, batches=batches))
 
         def build(current: Manifest | None) -> dict:
             if (current.log_end_offset if current else 0) != first:

@@ -159,7 +159,7 @@ class Cleaner:
             nonlocal done
             result = done_cleaning(self.store, item, self.writer, now_ms, _elapsed_ms(started))
             try:
-                self.store.delete_verdicts(item.task.tp, item.verdict_paths())
+                self.store.objects.delete_verdicts(item.task.tp, item.verdict_paths())
             except CompactionError as err:  # gc removes them later
                 log.debug("could not delete the verdicts of %s: %s", item.task.tp, err)
             done += 1

@@ -128,7 +128,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     if chosen.any():
         part = pa.table({"position": table.column("position").filter(pa.array(chosen)).cast(pa.int32()),
                          "listed": listed[chosen], "stamp": stamp[chosen]})
-        path, (group,) = task.store.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
+        path, (group,) = task.store.objects.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
     return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, outcome, table.num_rows, group),))
 
 

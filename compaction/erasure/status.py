@@ -59,7 +59,7 @@ def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicCo
     (the objects still holding the key, and the pins that keep versions from before the rewrite)."""
     plan = plan_partition(tp, manifest, config, now_ms)
     chosen = {r.ident for r in plan.erasures}
-    pins = store.pins(tp)
+    pins = store.objects.pins(tp)
 
     def waits(request: ErasureRequest) -> tuple[str, ...]:
         if request.state == "pending":

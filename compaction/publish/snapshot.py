@@ -189,7 +189,7 @@ class _Built:
 
     def discard(self, store: Store, io: FileIO) -> None:
         for tp, pin in self.pins:
-            store.unpin(tp, pin)
+            store.objects.unpin(tp, pin)
         for path in self.written:
             io.delete(path)
 
@@ -297,7 +297,7 @@ def _pin(store: Store, table: Table, parts: Sequence[PartitionFiles], built: _Bu
     snapshot_id = built.snapshot.snapshot_id
     description = f"Iceberg snapshot {snapshot_id} of table {'.'.join(table.name())} ({table.metadata.table_uuid})"
     for part in parts:
-        built.pins.append((part.tp, store.pin(part.tp, part.version, holder(table, snapshot_id), description)))
+        built.pins.append((part.tp, store.objects.pin(part.tp, part.version, holder(table, snapshot_id), description)))
     for part in parts:
         if part.version not in store.versions(part.tp):
             pinned_manifest(store, part.tp, part.version)  # raises VersionNotFoundError naming what can be read
@@ -310,7 +310,7 @@ def _unpin_released(store: Store, table: Table, committed: TableMetadata, parts:
     committed (a publisher that crashed), once older than the grace period (a publisher may be about to commit)."""
     prefix = f"iceberg-{committed.table_uuid.hex}-"
     for part in parts:
-        for pin in store.pins(part.tp):
+        for pin in store.objects.pins(part.tp):
             suffix = pin.holder.removeprefix(prefix)
             if suffix == pin.holder or not suffix.isascii() or not suffix.isdigit():
                 continue  # another table's pin, or not a publisher's
@@ -319,7 +319,7 @@ def _unpin_released(store: Store, table: Table, committed: TableMetadata, parts:
                 continue
             expired = table.metadata.snapshot_by_id(snapshot_id) is not None  # retained before this commit
             if expired or (pin.written_ms is not None and pin.written_ms + grace_ms <= wall_ms):
-                store.unpin(part.tp, pin)
+                store.objects.unpin(part.tp, pin)
 
 
 def _remove_expired_files(table: Table, committed: TableMetadata, expired: Sequence[Snapshot]) -> None:

@@ -1,6 +1,7 @@
-"""Kafka's record batches (``.log``) as a segment format beside Parquet (:mod:`.segment`): decode, frame, summarise.
+"""Kafka's record batches (``.log``) as a segment format beside Parquet (:mod:`.segment`): decode, frame, summarise;
+and :class:`SegmentFormat`, the name of either.
 
-:class:`~compaction.store.log.Store` reads and writes either through the same calls (``read_segment``,
+A store's :class:`~compaction.store.objects.Objects` read and write either through the same calls (``read_segment``,
 ``write_segment(segment_format=...)``), chosen by a segment's ``format``; both decode to the segment schema
 (:data:`compaction.store.segment.SEGMENT_SCHEMA`), so everything above the store reads records the same way.
 A ``.log`` segment also has its batch rows (:data:`compaction.kafka.BATCH_SCHEMA`: base offset, last offset

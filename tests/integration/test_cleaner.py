@@ -53,7 +53,7 @@ def append(store: Store, *rows: dict[str, Any], tp: TopicPartition = TP, now: in
 
 def layout(store: Store, segments: list[tuple[int, int, list[dict[str, Any]]]], tp: TopicPartition = TP) -> Manifest:
     """Commit segments with exact offset ranges ``(base, next, rows)`` (Kafka's logs can have gaps at ends)."""
-    metas = [store.write_segment(tp, records(rows), base, end, created_ms=NOW) for base, end, rows in segments]
+    metas = [store.objects.write_segment(tp, records(rows), base, end, created_ms=NOW) for base, end, rows in segments]
     end = metas[-1].next_offset
     return store.commit(tp, lambda _: {"log_start_offset": metas[0].base_offset, "log_end_offset": end,
                                        "last_stable_offset": end, "first_dirty_offset": metas[0].base_offset,

@@ -153,7 +153,7 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
                 f"{tp} erasure requests after run {step}"
             if kafka:  # every batch keeps the base and last offset it was appended with
                 for segment in store.manifest(tp).segments:
-                    log = store.read_log_segment(tp, segment)
+                    log = store.objects.read_log_segment(tp, segment)
                     kept = set(zip(log.batches.column("base_offset").to_pylist(), log.batch_last_offsets.tolist(),
                                    strict=True))
                     assert kept <= appended, f"{tp} after run {step}: batches {sorted(kept - appended)}"

@@ -97,10 +97,10 @@ def build(store: Store, config: Settings) -> dict[str, Any]:
     store.append(P0, keyed("dave=1"), now_ms=T0 + 2)
     run_pass(store, config, T0 + 3)
     clean, _, live = store.manifest(P0).segments[:3]
-    assert clean.deletes is not None and store.read_deletes(P0, clean.deletes).to_pylist() == [40]
+    assert clean.deletes is not None and store.objects.read_deletes(P0, clean.deletes).to_pylist() == [40]
     assert live.base_offset == 42 and live.next_offset == 53 and live.deletes is None
     # An orphan: the object of a writer that crashed before its commit.
-    orphan = store.write_segment(P0, keyed("alice=crashed", start=5), 5, 6, created_ms=T0)
+    orphan = store.objects.write_segment(P0, keyed("alice=crashed", start=5), 5, 6, created_ms=T0)
     # orders-1, Kafka's record batches.
     store.append_log(P1, log_batches([{"offset": 0, "key": "alice", "value": "log-1", "timestamp": T0},
                                       {"offset": 1, "key": "erin", "value": "e", "timestamp": T0}]), now_ms=T0)
@@ -212,7 +212,7 @@ def test_a_plain_tombstone_leaves_the_value_under_a_deletion_vector(tmp_path: Pa
     store.append(P0, keyed("zed=1"), now_ms=T0 + 10)  # the tombstone's segment is no longer the active one
     run_pass(store, config, T0 + 20)
     live = next(s for s in store.manifest(P0).segments if s.path == placed["live"])
-    assert live.deletes is not None and store.read_deletes(P0, live.deletes).to_pylist() == [42]
+    assert live.deletes is not None and store.objects.read_deletes(P0, live.deletes).to_pylist() == [42]
     assert (42, b"v2") in {(offset, value) for _, offset, value in independent_scan(store)}
 
 
@@ -441,7 +441,7 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
     assert publish_topic(store, TOPIC, config, wall_ms=replaced + HOUR - 1).expired == []
     # After erasure.grace.ms, not gc's day: what it reads holds an erased key.
     assert publish_topic(store, TOPIC, config, wall_ms=replaced + HOUR).expired == [first.snapshot_id]
-    assert [p.version for p in store.pins(P0)] == [second.versions[0]]  # only the second snapshot's pin is left
+    assert [p.version for p in store.objects.pins(P0)] == [second.versions[0]]  # only the second snapshot's pin is left
     done = collect_garbage(store, P0, wall_ms=int(time.time() * 1000) + HOUR, grace_ms=DAY, erasure_grace_ms=HOUR)
     assert done.erasures_completed == [ALICE]
 

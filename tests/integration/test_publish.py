@@ -243,7 +243,7 @@ def test_a_publish_racing_another_resolves_through_the_catalogs_commit_check(
     assert current.parent_snapshot_id == raced[0].snapshot_id, "built on the winner's snapshot"
     assert_reads("polars", READERS["polars"](table, mine.snapshot_id), compaction_read(copy, tmp_path))
     assert_reads("polars", READERS["polars"](table, raced[0].snapshot_id), compaction_read(copy, tmp_path, OLDER))
-    pinned = {p.holder.rsplit("-", 1)[1] for p in store.pins(TopicPartition(TOPIC, 0))}
+    pinned = {p.holder.rsplit("-", 1)[1] for p in store.objects.pins(TopicPartition(TOPIC, 0))}
     assert pinned == {str(mine.snapshot_id), str(raced[0].snapshot_id)}, "the loser's first attempt left no pin"
 
     # Four publishers of the same versions at once: one snapshot, whoever wins; the others find it there.
@@ -349,7 +349,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     expired = publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace)
     assert not expired.committed and expired.expired == [first.snapshot_id]
     assert [s.snapshot_id for s in pub.table().snapshots()] == [second]
-    assert all(p.holder.endswith(f"-{second}") for p in store.pins(TopicPartition(TOPIC, 0)))
+    assert all(p.holder.endswith(f"-{second}") for p in store.objects.pins(TopicPartition(TOPIC, 0)))
     results, _ = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000) + 1, grace_ms=0,
                                keep_versions=1)
     assert all(r.pruned_versions == [NEWEST] and r.deleted_objects for r in results)
@@ -362,7 +362,7 @@ def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Pub
     shutil.copytree(Path(local.url), tmp_path / "store")
     store = Store.open(str(tmp_path / "store"))
     tp = TopicPartition(TOPIC, 1)
-    pins = store.pins(tp)
+    pins = store.objects.pins(tp)
     assert [p.version for p in pins] == [OLDER, NEWEST], "the store learnt what the published snapshots read"
     time.sleep(0.01)
     assert main(["gc", str(tmp_path / "store"), "--grace", "0", "--keep-versions", "1"]) == EXIT_OK

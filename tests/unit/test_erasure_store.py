@@ -114,7 +114,7 @@ def test_erased_rows_are_the_keys_records_below_its_tombstone() -> None:
 
 def test_the_scanner_reads_objects_by_what_they_hold_and_names_what_it_cannot_read(local_store: Store) -> None:
     local_store.append(TP, keyed("alice=1 bob=2"), now_ms=T0)
-    orphan = local_store.write_segment(TP, keyed("alice=old", start=0), 0, 1, created_ms=T0)
+    orphan = local_store.objects.write_segment(TP, keyed("alice=old", start=0), 0, 1, created_ms=T0)
     storage = local_store.storage
     storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/.tmp-torn", b"PAR1 torn")
     storage.write_bytes(f"{TP.prefix}/notes/readme.txt", b"not a segment")
@@ -186,7 +186,7 @@ def test_a_dry_run_changes_nothing(local_store: Store) -> None:
 
 def test_a_pinned_version_holding_the_key_is_kept_and_named(local_store: Store) -> None:
     _, rewritten = _erased_store(local_store)
-    local_store.pin(TP, 1, "iceberg-t-1", "Iceberg snapshot 1 of table lake.orders")
+    local_store.objects.pin(TP, 1, "iceberg-t-1", "Iceberg snapshot 1 of table lake.orders")
     result = collect_garbage(local_store, TP, wall_ms=_written(local_store, rewritten) + DAY, grace_ms=DAY,
                              erasure_grace_ms=0)
     assert result.pruned_versions == [] and 1 in local_store.versions(TP)
@@ -198,7 +198,7 @@ def test_a_pinned_version_holding_the_key_is_kept_and_named(local_store: Store) 
 def test_an_orphan_holding_the_key_goes_after_the_erasure_grace_and_a_foreign_file_blocks_completion(
         local_store: Store) -> None:
     _, rewritten = _erased_store(local_store)
-    orphan = local_store.write_segment(TP, keyed("alice=crashed", start=0), 0, 1, created_ms=T0)
+    orphan = local_store.objects.write_segment(TP, keyed("alice=crashed", start=0), 0, 1, created_ms=T0)
     local_store.storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/copy-of-a-segment.bin", b"alice=1")
     wall = _written(local_store, rewritten) + DAY
     result = collect_garbage(local_store, TP, wall_ms=wall, grace_ms=10 * DAY, erasure_grace_ms=0)

@@ -25,6 +25,7 @@ from compaction.engine.codec import dumps, loads
 from compaction.engine.isolation import Failed, Ok, group_rows, piece_rows
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
+from compaction.store.objects import Objects
 from compaction.synthetic import GenerateSpec, generate
 from tests.helpers.inline import InlineSession
 from tests.helpers.settings import settings_with
@@ -50,15 +51,15 @@ def store_of(path: Path, **spec: Any) -> Store:
 def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
     """Count each segment's reads in this process: its key sample, its decision columns, or whole."""
     seen: Counter[tuple[int, str]] = Counter()
-    original = Store.read_segment
+    original = Objects.read_segment
 
-    def counted(self: Store, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
+    def counted(self: Objects, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
         kind = ("whole" if columns is None else "sample" if list(columns) == ["key"]
                 else "decision" if "key" in columns else "other")
         seen[segment.base_offset, kind] += 1
         return original(self, tp, segment, columns, **kw)
 
-    monkeypatch.setattr(Store, "read_segment", counted)
+    monkeypatch.setattr(Objects, "read_segment", counted)
     return seen
 
 

@@ -45,13 +45,13 @@ def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_sto
                                     {"key": "a", "value": None}]), now_ms=0)
     segment = local_store.manifest(TP).segments[0]
     asked: list[list[str] | None] = []
-    original = local_store.read_segment
+    original = local_store.objects.read_segment
 
     def spy(tp, seg, columns=None, start=None, **kw):
         asked.append(None if columns is None else list(columns))
         return original(tp, seg, columns, start, **kw)
 
-    local_store.read_segment = spy  # type: ignore[method-assign,assignment]
+    local_store.objects.read_segment = spy  # type: ignore[method-assign,assignment]
     facts = read_facts(clean_task(TP, local_store, (segment,)), 0)
     assert facts.num_rows == 3
     assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"

@@ -38,12 +38,12 @@ class Survivors:
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         """A source segment's live records."""
         with phase("read"):
-            return job.store.read_segment(job.tp, segment, start=job.log_start_offset)
+            return job.store.objects.read_segment(job.tp, segment, start=job.log_start_offset)
 
     def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
         """A ``.log`` source segment whole: every record and batch, deleted or not."""
         with phase("read"):
-            return job.store.read_log_segment(job.tp, segment)
+            return job.store.objects.read_log_segment(job.tp, segment)
 
 
 class ListedRows(Survivors):
@@ -59,8 +59,8 @@ class ListedRows(Survivors):
         parts: list[list[pa.Table]] = [[] for _ in job.sources]
         with phase("read"):
             for path, groups in wanted.items():
-                for (source, _), table in zip(groups, job.store.read_verdicts(job.tp, path, [g for _, g in groups]),
-                                              strict=True):
+                tables = job.store.objects.read_verdicts(job.tp, path, [g for _, g in groups])
+                for (source, _), table in zip(groups, tables, strict=True):
                     parts[source].append(table)
         self.keep: dict[int, np.ndarray] = {}
         self.stamped: dict[int, np.ndarray] = {}
@@ -128,21 +128,21 @@ def _extend_deletes(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
     with phase("read"):
-        table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
-                                       start=job.log_start_offset)
+        table = job.store.objects.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
+                                               start=job.log_start_offset)
     offsets = table.column("offset").to_numpy()
     keep = survivors.keep_mask(segment, offsets)
     deleted = pa.array(offsets[~keep], pa.int64())
     created = job.now_ms
     if segment.deletes is not None:
-        deleted = pa.concat_arrays([job.store.read_deletes(job.tp, segment.deletes), deleted])
+        deleted = pa.concat_arrays([job.store.objects.read_deletes(job.tp, segment.deletes), deleted])
         created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
     kept = table.filter(pa.array(keep))
     first, last = timestamp_stats(kept.column("timestamp"))
-    vector = job.store.write_deletes(job.tp, segment, deleted, created_ms=created,
-                                     live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
-                                     live_first_timestamp=first, live_max_timestamp=last,
-                                     object_id=object_id(job.pass_id))
+    vector = job.store.objects.write_deletes(job.tp, segment, deleted, created_ms=created,
+                                             live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
+                                             live_first_timestamp=first, live_max_timestamp=last,
+                                             object_id=object_id(job.pass_id))
     # Validated (model_copy is not): the driver commits this metadata as it stands.
     updated = SegmentMeta.model_validate({**segment.model_dump(), "deletes": vector})
     return AppliedJob.of(job, segment=updated, bytes_written=vector.size_bytes)
@@ -181,8 +181,9 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             yield piece
 
     # Kafka keeps the last source's modification time: records keep their age through rewrites.
-    segment = job.store.write_segment_pieces(job.tp, kept(), job.base_offset, job.next_offset,
-                                             created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id))
+    segment = job.store.objects.write_segment_pieces(job.tp, kept(), job.base_offset, job.next_offset,
+                                                     created_ms=job.sources[-1].created_ms,
+                                                     object_id=object_id(job.pass_id))
     return AppliedJob.of(job, segment=segment, bytes_read=sum(s.size_bytes for s in job.sources),
                          bytes_written=segment.size_bytes if segment is not None else 0, **figures)
 
@@ -207,7 +208,7 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
         if source.format == SegmentFormat.KAFKA:
             log = survivors.log_segment(job, source)
             offsets = log.records.column("offset")
-            live = job.store.live_rows(job.tp, source, offsets, job.log_start_offset)
+            live = job.store.objects.live_rows(job.tp, source, offsets, job.log_start_offset)
             keep = np.zeros(len(live), dtype=bool)
             live_offsets = offsets.to_numpy()[live]
             keep[live] = survivors.keep_mask(source, live_offsets)
@@ -223,10 +224,10 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     framed = Framed.join(parts, SEGMENT_SCHEMA)
     segment = None
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
-        segment = job.store.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
-                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
-                                          segment_format=SegmentFormat.KAFKA, batches=framed.batches,
-                                          encoded=framed.data)
+        segment = job.store.objects.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
+                                                  created_ms=job.sources[-1].created_ms,
+                                                  object_id=object_id(job.pass_id), segment_format=SegmentFormat.KAFKA,
+                                                  batches=framed.batches, encoded=framed.data)
     return AppliedJob.of(job, segment=segment, records_read=records_read,
                          bytes_read=sum(s.size_bytes for s in job.sources), records_written=framed.records.num_rows,
                          stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)

@@ -80,8 +80,8 @@ def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
         path: str | None = None
         groups: tuple[int | None, ...] = (None,) * len(parts)
         if any(part is not None for part in parts):
-            path, groups = task.store.write_verdicts(task.tp, task.segments[0].base_offset, parts,
-                                                     f"{object_id(task.pass_id)}-{task.bucket}")
+            path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
+                                                             f"{object_id(task.pass_id)}-{task.bucket}")
     return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, outcome, rows, group)
                                                           for (base, outcome, rows), group in zip(found, groups,
                                                                                                  strict=True)))

@@ -88,8 +88,8 @@ def _tail_versions(task: CleanTask) -> pa.Table:
     parts = []
     for segment in task.tail:
         columns = ["offset", "key", *rules.strategy_columns(task.strategy)]
-        table = task.store.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
-                                        else columns, start=task.log_start_offset)
+        table = task.store.objects.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
+                                                else columns, start=task.log_start_offset)
         data = pc.is_valid(table.column("key"))
         if segment.control_count:
             data = pc.and_(data, pc.invert(pc.fill_null(table.column("is_control"), False)))
@@ -149,18 +149,18 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
     empty: list[pa.Table] = []
     for segment in task.segments:
         if segment.format == SegmentFormat.KAFKA:  # read whole in any case: a batch's CRC covers all its records
-            log = task.store.read_log_segment(task.tp, segment)
-            live = task.store.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
+            log = task.store.objects.read_log_segment(task.tp, segment)
+            live = task.store.objects.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
             table = log.records if live.all() else log.records.filter(pa.array(live))  # not a copy of every record
             empty.append(empty_transactional_batches(log, task.log_start_offset))
             if segment.base_offset in whole:
                 logs[segment.base_offset], records[segment.base_offset] = log, table
         elif segment.base_offset in whole:
-            table = records[segment.base_offset] = task.store.read_segment(task.tp, segment,
-                                                                           start=task.log_start_offset)
+            table = records[segment.base_offset] = task.store.objects.read_segment(task.tp, segment,
+                                                                                   start=task.log_start_offset)
         else:
-            table = task.store.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
-                                            start=task.log_start_offset)
+            table = task.store.objects.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
+                                                    start=task.log_start_offset)
         part = pa.table({name: _column(table, name) for name in columns})
         lengths.append(table.num_rows)
         del table
@@ -185,7 +185,7 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
     pending = np.zeros(n, dtype=bool)
     if transactional and n:
         control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
-        later = [task.store.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
+        later = [task.store.objects.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
                  for s in task.tail if _has_transactions(s)]
         involved = raw.select(rules.TRANSACTION_COLUMNS)
         # An empty batch of a transaction still belongs to it, as Kafka's cleaner sees it: its marker stays
@@ -305,8 +305,8 @@ def hidden_erased(task: CleanTask) -> dict[int, frozenset[str]]:
     for segment in task.segments:
         if segment.deletes is None and segment.base_offset >= task.log_start_offset:
             continue
-        hidden = task.store.read_segment(task.tp, segment, ["offset", "key"], start=task.log_start_offset,
-                                         hidden=True)
+        hidden = task.store.objects.read_segment(task.tp, segment, ["offset", "key"], start=task.log_start_offset,
+                                                 hidden=True)
         keys = erased_keys(hidden.column("key"),
                            erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones))
         if keys:

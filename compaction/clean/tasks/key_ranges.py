@@ -51,8 +51,8 @@ def sample_bounds(task: CleanTask) -> tuple[bytes, ...]:
 
     def keys(segment: SegmentMeta) -> pa.ChunkedArray:
         if segment.format == SegmentFormat.KAFKA:
-            return task.store.read_log_segment(task.tp, segment).records.column("key")
-        return task.store.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
+            return task.store.objects.read_log_segment(task.tp, segment).records.column("key")
+        return task.store.objects.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         columns = list(pool.map(keys, [segments[i] for i in picked]))
