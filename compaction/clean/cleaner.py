@@ -123,7 +123,7 @@ class Cleaner:
                                else PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
         report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                                 elapsed_ms=_elapsed_ms(started), erasure_grace_ms=self.settings.cleaner.erasure_grace)
+                                 elapsed_ms=_elapsed_ms(started))
         report.phases_ms.update(as_ms(phases))
         report.phases_ms.update(as_ms(seconds, prefix="task_"))
         if self.stages is not None:

@@ -32,8 +32,11 @@ from pyiceberg.table.snapshots import Snapshot
 from compaction.clean.outcome import RunReport
 from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.errors import CatalogError
-from compaction.job import JobOptions, publish_topic, redacted, run_job
-from compaction.publish import VERSIONS_PROPERTY, open_catalog, publish, snapshot_versions
+from compaction.job import JobOptions, publish_target, run_job
+from compaction.publish import publish_topic, redacted
+from compaction.publish.snapshot import VERSIONS_PROPERTY, snapshot_versions
+from compaction.publish.table import open_catalog
+from compaction.publish.topic import publish
 from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.gc import collect_store
 from compaction.store.verify import verify
@@ -345,8 +348,8 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     # collects what only it read.
     replaced_ms = cast(Snapshot, table.snapshot_by_id(second)).timestamp_ms
     grace = settings.cleaner.gc_grace_ms
-    assert publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace - 1).expired == []
-    expired = publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace)
+    assert publish_topic(store, TOPIC, publish_target(settings), wall_ms=replaced_ms + grace - 1).expired == []
+    expired = publish_topic(store, TOPIC, publish_target(settings), wall_ms=replaced_ms + grace)
     assert not expired.committed and expired.expired == [first.snapshot_id]
     assert [s.snapshot_id for s in pub.table().snapshots()] == [second]
     assert all(p.holder.endswith(f"-{second}") for p in store.objects.pins(TopicPartition(TOPIC, 0)))
@@ -395,7 +398,7 @@ def test_a_table_of_another_topic_or_store_is_refused_and_secrets_stay_out_of_er
     assert err.startswith("error: Iceberg catalog 'test', table default.payments: OperationalError") and \
         len(err.strip().splitlines()) == 1
     settings = settings_with(conf=conf)
-    with pytest.raises(CatalogError) as raised, redacted(settings):
+    with pytest.raises(CatalogError) as raised, redacted(publish_target(settings)):
         raise CatalogError(f"the catalog said: bad credential {secret}")
     assert str(raised.value) == "the catalog said: bad credential ****", "the catalog's secrets are masked"
     assert local.cli("publish", "payments") == EXIT_OK, "a table of its own, beside the other"

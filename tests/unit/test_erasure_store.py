@@ -12,7 +12,7 @@ import pytest
 
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.erasure import request_erasure
+from compaction.erasure import overdue_requests, request_erasure
 from compaction.errors import CorruptManifestError
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.commit import Erased
@@ -232,3 +232,15 @@ def test_a_done_request_leaves_the_manifest_after_thirty_days(local_store: Store
     _run(local_store, T0 + 11)
     collect_garbage(local_store, TP, wall_ms=wall + COMPLETED_KEPT_MS + 1, grace_ms=DAY, erasure_grace_ms=0)
     assert [r.key_sha256 for r in local_store.manifest(TP).erasures] == [hashlib.sha256(b"bob").hexdigest()]
+
+
+def test_the_late_count_reads_each_partitions_newest_manifest_or_else_the_planned_one(local_store: Store) -> None:
+    local_store.append(TP, keyed("alice=1 bob=2"), now_ms=T0)
+    request_erasure(local_store, TP, [b"alice"], now_ms=T0, deadline_ms=T0 + HOUR)
+    planned = local_store.manifest(TP)
+    gone = TopicPartition("gone", 0)  # no manifest to reread: counted as planned
+    assert overdue_requests(local_store, {TP: planned}, T0 + HOUR, grace_ms=0) == 0
+    assert overdue_requests(local_store, {TP: planned, gone: planned}, T0 + HOUR + 1, grace_ms=0) == 2
+    _run(local_store, T0 + HOUR + 1)  # carried out: rewritten, late again once the grace period has passed
+    assert overdue_requests(local_store, {TP: planned}, T0 + HOUR + 1, grace_ms=DAY) == 0
+    assert overdue_requests(local_store, {TP: planned}, T0 + HOUR + DAY + 1, grace_ms=DAY) == 1
