@@ -66,7 +66,6 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
     if settings.publish.after_run and not options.dry_run:
         check_catalog(publish_target(settings))  # a bad catalog fails now, before any work
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
-    plan_name = options.dedupe_plan
     started = time.perf_counter()
     the_plan = plan_store(store, settings, options.now_ms, options.topics)
     planned = time.perf_counter()
@@ -77,7 +76,7 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
     started_spark = time.perf_counter()
     if spark is not None:
         warm_workers(spark)
-    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=say,
+    cleaner = Cleaner(spark, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say,
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     for failed in report.failed:

@@ -37,7 +37,7 @@ FAILURES = (Status.FAILED, Status.UNCLEANABLE)
 @dataclass
 class CleanerStats:
     """Kafka's CleanerStats and more, for one partition. ``messages_read``/``map_bytes_read`` cover the whole
-    cleaned range (what the decision scanned), ``bytes_read`` the segments recopied."""
+    cleaned range (what the winner search scanned), ``bytes_read`` the segments recopied."""
 
     messages_read: int = 0
     map_bytes_read: int = 0
@@ -62,7 +62,7 @@ class CleanerStats:
 @dataclass
 class PartitionResult:
     """One partition's outcome. Stats follow Kafka's CleanerStats: ``messages_read``/``map_bytes_read`` cover
-    the whole cleaned range (what the decision scanned), ``bytes_read`` the segments recopied."""
+    the whole cleaned range (what the winner search scanned), ``bytes_read`` the segments recopied."""
 
     partition: str
     status: Status

@@ -1,16 +1,16 @@
 """The ways a selected partition is cleaned, and the one place that chooses a partition's way (:func:`path_of`).
 
-Every path decides which records survive, then applies the decision (new segments, deletion vectors), by the same
+Every path decides which records survive, then applies the verdicts (new segments, deletion vectors), by the same
 rules (:mod:`compaction.rules`); they differ in where the work runs:
 
-- :data:`WHOLE`: a partition that fits one task, decided and applied in that task (the Arrow plan). Small
+- :data:`WHOLE`: a partition that fits one task, decided and applied in that task (the Arrow winner search). Small
   partitions share a task: a Spark task costs tens of milliseconds to schedule, and a nightly increment leaves most
   partitions little to do.
 - :data:`RANGES_READ`: a larger partition split into key ranges, each range's task reading the whole range and
   keeping its rows (with transactions, whose facts need every row before a record; or with few ranges, whose
   repeated reads cost less than a shuffle).
 - :data:`RANGES_SHUFFLED`: key ranges fed by one read of each run of segments, its rows shuffled to the ranges.
-- :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL plans, which shuffle the facts by key.
+- :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL winner searches, which shuffle the facts by key.
 
 A path that decides in one stage and applies in another hands its verdicts over through the store
 (:mod:`compaction.store.verdicts`), never through the driver: what reaches the driver is counts and object names.
@@ -28,12 +28,12 @@ from compaction import rules
 from compaction.clean.batches import stale_empty_batches
 from compaction.clean.commit import PartitionWork
 from compaction.clean.dedupe import decide_with_sql
-from compaction.clean.layout import SegmentOutcome, plan_jobs
+from compaction.clean.layout import SegmentOutcome, lay_out
 from compaction.clean.payloads import ApplyJob, CleanedPartition, CleanTask
 from compaction.clean.planner import segment_runs
 from compaction.clean.tasks.apply import apply_listed, clean_in_task
 from compaction.clean.tasks.decide import decide_pieces, decide_range
-from compaction.clean.tasks.facts import bucket_pieces, has_transactions, hidden_erased
+from compaction.clean.tasks.facts import has_transactions, hidden_erased, key_range_pieces
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.engine.isolation import Failed, Failure, Outcome
 from compaction.engine.phases import add
@@ -41,7 +41,7 @@ from compaction.engine.stages import SparkStages, Stages, isolated
 from compaction.errors import CompactionError
 
 #: A split partition of fewer key ranges than this reads its whole range in each range's task (keeping that
-#: range's rows of each segment as it goes): reading the decision columns a few times over costs less than
+#: range's rows of each segment as it goes): reading the fact columns a few times over costs less than
 #: shuffling them once through Spark, whose rows copy and sort them. With more ranges the reads would grow as
 #: the square of the partition, so each run of segments is read once and its rows shuffled.
 SHUFFLE_FROM_RANGES = 5
@@ -124,7 +124,7 @@ def _by_partition(units: Sequence[Any], owners: dict[str, PartitionWork]) -> lis
 
 
 class Path(ABC):
-    """A way to clean partitions: decide which records survive, then apply the decision."""
+    """A way to clean partitions: decide which records survive, then apply the verdicts."""
 
     name: str
 
@@ -146,7 +146,7 @@ class Whole(Path):
     name = "whole"
 
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
-        """Nothing yet: each partition is decided in the task that applies it (the decision never leaves it)."""
+        """Nothing yet: each partition is decided in the task that applies it (the verdicts never leave it)."""
 
     def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
         tasks = [w.task for w in items]
@@ -182,7 +182,7 @@ class Staged(Path):
             task = item.task
             for segment in task.segments:
                 item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
-            laid_out = plan_jobs(task.segments, item.outcomes, task.first_dirty_offset, task.policy,
+            laid_out = lay_out(task.segments, item.outcomes, task.first_dirty_offset, task.policy,
                                  stale_empty_batches(task.segments, task.batch_policy))
             try:
                 item.jobs = [task.job(job_id, sources, deletes_only, tuple(item.source_verdicts(s) for s in sources))
@@ -215,11 +215,11 @@ class Ranges(Staged):
         runner.tasks(sample_bounds, [w.task for w in items], {w.task.ident: w for w in items}, _take_bounds)
         standing = [w for w in items if w.failure is None]
         runner.progress(f"deciding survivors in {len(standing)} partition(s) with "
-                        f"{sum(w.task.buckets for w in standing)} key range(s), {extent(standing)} ({self.name})")
+                        f"{sum(w.task.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})")
         owners = {}
         for item in standing:
-            owners.update({replace(item.task, bucket=b).ident: item for b in range(item.task.buckets)})
-        ranges = [replace(w.task, bucket=b) for w in standing for b in range(w.task.buckets)]
+            owners.update({replace(item.task, key_range=b).ident: item for b in range(item.task.key_ranges)})
+        ranges = [replace(w.task, key_range=b) for w in standing for b in range(w.task.key_ranges)]
         self.decide_ranges(runner, ranges, owners)
 
     @abstractmethod
@@ -245,33 +245,33 @@ class RangesShuffled(Ranges):
         def reads_of(chosen: list[CleanTask]) -> list[tuple[CleanTask, tuple[int, ...]]]:
             group = {task.ident: index for index, task in enumerate(chosen)}
             return [(replace(task, segments=segments),
-                     tuple(group[replace(task, bucket=b).ident] for b in range(task.buckets)))
-                    for task in chosen if task.bucket == 0
+                     tuple(group[replace(task, key_range=b).ident] for b in range(task.key_ranges)))
+                    for task in chosen if task.key_range == 0
                     for segments in segment_runs(task.segments, runner.task_max_records)]
 
-        runner.groups(bucket_pieces, reads_of, decide_pieces, ranges, owners, _take_verdicts)
+        runner.groups(key_range_pieces, reads_of, decide_pieces, ranges, owners, _take_verdicts)
 
 
 @dataclass(frozen=True, eq=False)
-class SqlPlan(Staged):
-    """The Spark SQL plans: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
+class SqlWinnerSearch(Staged):
+    """The Spark SQL winner searches: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
 
-    plan: rules.Plan
+    search: rules.Plan
 
     @property
     def name(self) -> str:  # type: ignore[override]
-        return self.plan.value
+        return self.search.value
 
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
         stages = runner.stages
         if not isinstance(stages, SparkStages):
-            raise CompactionError(f"the {self.plan} plan runs on Spark SQL, which needs a SparkSession")
-        runner.progress(f"deciding survivors in {len(items)} partition(s), {extent(items)} (plan: {self.plan})")
+            raise CompactionError(f"the {self.search} plan runs on Spark SQL, which needs a SparkSession")
+        runner.progress(f"deciding survivors in {len(items)} partition(s), {extent(items)} (plan: {self.search})")
         now_ms = items[0].task.now_ms
         keyless_drop = items[0].task.keyless_drop
 
         def call(chosen: list[CleanTask]) -> list[Outcome]:
-            return decide_with_sql(stages, chosen, self.plan, now_ms, keyless_drop)
+            return decide_with_sql(stages, chosen, self.search, now_ms, keyless_drop)
 
         owners = {w.task.ident: w for w in items}
         runner.gather(isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts)
@@ -280,24 +280,24 @@ class SqlPlan(Staged):
 WHOLE = Whole()
 RANGES_READ = RangesRead()
 RANGES_SHUFFLED = RangesShuffled()
-WINDOW = SqlPlan(rules.Plan.WINDOW)
-AGGREGATE = SqlPlan(rules.Plan.AGGREGATE)
+WINDOW = SqlWinnerSearch(rules.Plan.WINDOW)
+AGGREGATE = SqlWinnerSearch(rules.Plan.AGGREGATE)
 
 
 def reads_whole_ranges(task: CleanTask) -> bool:
     """Whether each of a split partition's key ranges reads the whole range (rather than its rows shuffled to it
     from one read of each run): with transactions always, since whether a record is aborted depends on every
     row before it; otherwise while the ranges are few (:data:`SHUFFLE_FROM_RANGES`)."""
-    return has_transactions(task) or task.buckets < SHUFFLE_FROM_RANGES
+    return has_transactions(task) or task.key_ranges < SHUFFLE_FROM_RANGES
 
 
 def path_of(task: CleanTask) -> Path:
     """The way a partition's task is cleaned: the one place that chooses."""
-    if task.plan is rules.Plan.WINDOW:
+    if task.winner_search is rules.Plan.WINDOW:
         return WINDOW
-    if task.plan is rules.Plan.AGGREGATE:
+    if task.winner_search is rules.Plan.AGGREGATE:
         return AGGREGATE
-    if task.buckets == 1:
+    if task.key_ranges == 1:
         return WHOLE
     return RANGES_READ if reads_whole_ranges(task) else RANGES_SHUFFLED
 

@@ -1,6 +1,6 @@
 """The verdicts object format: what one stage of a pass hands to the next, beside the segments it speaks of.
 
-A pass that decides a partition in one stage and writes its new objects in another hands the decision over through
+A pass that decides a partition in one stage and writes its new objects in another hands the verdicts over through
 the store, not through the driver (SPEC §5: nothing per record reaches it): a stage writes one verdicts object,
 with a row group per segment it decided rows of, listing rows of that segment by their position among its live
 rows (and, of those, the kept markers to stamp). The object lives in the partition's ``segments/`` folder, named

@@ -18,7 +18,7 @@ from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.paths import SHUFFLE_FROM_RANGES
 from compaction.clean.planner import segment_runs
 from compaction.clean.tasks.decide import decide_pieces
-from compaction.clean.tasks.facts import bucket_pieces
+from compaction.clean.tasks.facts import key_range_pieces
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.config import Settings
 from compaction.engine.codec import dumps, loads
@@ -77,16 +77,16 @@ def test_a_split_partition_reads_each_segment_once_if_its_ranges_are_many_and_ho
     segments = split.manifest(TP).segments
     cleaner = Cleaner(InlineSession(), split, settings(task_max_records))
     plan = plan_store(split, cleaner.settings, NOW)
-    buckets = cleaner.task(plan.to_clean[0], NOW).buckets
-    assert (buckets >= SHUFFLE_FROM_RANGES) == (task_max_records == 2_000), f"{buckets} key ranges"
+    key_ranges = cleaner.task(plan.to_clean[0], NOW).key_ranges
+    assert (key_ranges >= SHUFFLE_FROM_RANGES) == (task_max_records == 2_000), f"{key_ranges} key ranges"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
     decision_reads = [seen[s.base_offset, "decision"] for s in segments]
     samples = sum(seen[s.base_offset, "sample"] for s in segments)
     assert not report.failed and report.partitions[0].stats.messages_written < 12_000
     assert cleaned(split) == cleaned(whole)
-    once = not transactional and buckets >= SHUFFLE_FROM_RANGES
-    assert decision_reads == ([1] * len(segments) if once else [buckets] * len(segments))
+    once = not transactional and key_ranges >= SHUFFLE_FROM_RANGES
+    assert decision_reads == ([1] * len(segments) if once else [key_ranges] * len(segments))
     assert 0 < samples <= 8, "the bounds come from a sample"
 
 
@@ -97,7 +97,7 @@ def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason
     (tmp_path / "s" / "orders" / "0" / victim.path).write_bytes(b"not parquet")
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
-    assert cleaner.task(plan.to_clean[0], NOW).buckets == 4
+    assert cleaner.task(plan.to_clean[0], NOW).key_ranges == 4
     report = cleaner.run(NOW, compaction_plan=plan)
     (failed,) = report.failed
     assert victim.path.split("/")[-1] in (failed.error or ""), failed.error
@@ -109,10 +109,10 @@ def test_every_key_range_reports_a_failed_read_and_the_pieces_of_a_range_must_co
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
     task = cleaner.task(plan.to_clean[0], NOW)
-    ranges = [replace(task, bucket=b, bounds=sample_bounds(task)) for b in range(task.buckets)]
+    ranges = [replace(task, key_range=b, bounds=sample_bounds(task)) for b in range(task.key_ranges)]
     runs = segment_runs(task.segments, 3_000)
     assert [len(run) for run in runs] == [2, 2, 2, 2]
-    pieces = [bucket_pieces(replace(ranges[0], segments=run)) for run in runs]
+    pieces = [key_range_pieces(replace(ranges[0], segments=run)) for run in runs]
     assert [len(found) for found in pieces] == [4, 4, 4, 4], "every run gives each of the 4 ranges a piece"
     verdicts = decide_pieces(ranges[2], [found[2] for found in pieces])
     assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.segments]
@@ -121,7 +121,7 @@ def test_every_key_range_reports_a_failed_read_and_the_pieces_of_a_range_must_co
         decide_pieces(ranges[2], [found[2] for found in pieces[1:]])  # one run's piece lost
     broken = replace(ranges[0], segments=runs[0], store=Store.open(str(tmp_path / "nowhere")))
     payload = pa.table({"task": pa.array([0], pa.int32()), "payload": [dumps((broken, (10, 11, 12, 13)))]})
-    (sent,) = piece_rows(bucket_pieces, iter(payload.to_batches()))
+    (sent,) = piece_rows(key_range_pieces, iter(payload.to_batches()))
     assert sent.column("group").to_pylist() == [10, 11, 12, 13]
     failed = [loads(p) for p in sent.column("piece").to_pylist()]
     assert all(isinstance(p, Failed) and not p.failure.internal for p in failed), \

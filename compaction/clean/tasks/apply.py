@@ -1,4 +1,4 @@
-"""Stage 2: the decisions applied: rewrite a group of segments into one, or extend a segment's deletion vector;
+"""Stage 2: the verdicts applied: rewrite a group of segments into one, or extend a segment's deletion vector;
 and a whole partition decided and applied in one task."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pyarrow.compute as pc
 
 from compaction import rules
 from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
-from compaction.clean.layout import plan_jobs
+from compaction.clean.layout import lay_out
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanTask
-from compaction.clean.tasks.decide import Decided, decide_facts
+from compaction.clean.tasks.decide import TaskVerdicts, decide_facts
 from compaction.clean.tasks.facts import hidden_erased
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
@@ -24,7 +24,7 @@ from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
 
 class Survivors:
-    """The decision as the apply stage needs it: per source segment, which of its live rows stay, and the offsets of
+    """The verdicts as the apply stage needs them: per source segment, which of its live rows stay, and the offsets of
     the kept markers to stamp."""
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
@@ -90,11 +90,11 @@ class ListedRows(Survivors):
         return offsets[self._rows(segment, offsets)[1]]
 
 
-class DecidedRows(Survivors):
-    """The survivors straight from a whole partition's decision in this task (rows align with each segment's
+class HeldRows(Survivors):
+    """The survivors straight from a whole partition's verdicts in this task (rows align with each segment's
     read)."""
 
-    def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
+    def __init__(self, decided: TaskVerdicts, segments: tuple[SegmentMeta, ...]) -> None:
         # Only what the rewrites need: not the facts' keys, which the task may free once it has these.
         self.code = decided.code
         self.stamp = decided.stamp
@@ -190,7 +190,7 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
 
 def _stamp(records: pa.Table, stamps: np.ndarray, horizon_ms: int) -> tuple[pa.Table, int]:
     """Kept records with the first delete horizon stamped where :func:`rules.needs_horizon` says (``stamps``: the
-    offsets of the markers the decision named); and how many."""
+    offsets of the markers the verdicts named); and how many."""
     stamp = rules.needs_horizon(records, stamps)
     if not pc.any(stamp).as_py():
         return records, 0
@@ -244,19 +244,19 @@ def apply_listed(job: ApplyJob) -> AppliedJob:
 
 def clean_in_task(task: CleanTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
-    # The decision reads the decision columns of Parquet segments only; the rewrites then read each source
+    # The winner search reads the fact columns of Parquet segments only; the rewrites then read each source
     # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
-    # (a batch's CRC covers all its records): its dirty ones are kept from the decision for the rewrite.
+    # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite.
     decided = decide_facts(task, frozenset(
         s.base_offset for s in task.segments
         if s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA))
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
                 for segment, _, outcome in decided.outcomes(task.segments)}
-    survivors = DecidedRows(decided, task.segments)
+    survivors = HeldRows(decided, task.segments)
     del decided  # the facts' keys and versions: the rewrites need the survivors only
     jobs = [apply_job(task.job(job_id, sources, deletes_only), survivors)
-            for job_id, (sources, deletes_only) in enumerate(plan_jobs(
+            for job_id, (sources, deletes_only) in enumerate(lay_out(
                 task.segments, outcomes, task.first_dirty_offset, task.policy,
                 stale_empty_batches(task.segments, task.batch_policy)))]
     return CleanedPartition(tp=task.tp, outcomes=outcomes, jobs=tuple(jobs))

@@ -1,4 +1,4 @@
-"""The decision with Arrow in a task: a partition's (or a key range's) facts, each key's winner; and, for a partition
+"""The verdicts with Arrow in a task: a partition's (or a key range's) facts, each key's winner; and, for a partition
 whose new objects are written by another stage, the verdicts handed over to it through the store."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import pyarrow.compute as pc
 
 from compaction import rules, winners
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.payloads import BucketPiece, CleanTask, SegmentVerdicts, Verdicts, lists_kept
-from compaction.clean.tasks.facts import Facts, decision_table, erased_keys, read_decision_facts
+from compaction.clean.payloads import CleanTask, KeyRangePiece, SegmentVerdicts, Verdicts, lists_kept
+from compaction.clean.tasks.facts import Facts, erased_keys, facts_table, read_task_facts
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.store.manifest import SegmentMeta
 
 
 @dataclass(frozen=True)
-class Decided:
-    """A task's decision: per row of its facts the reason code (0 kept) and whether to stamp (markers)."""
+class TaskVerdicts:
+    """A task's verdicts: per row of its facts the reason code (0 kept) and whether to stamp (markers)."""
 
     facts: Facts
     code: np.ndarray
@@ -29,29 +29,29 @@ class Decided:
     now_ms: int
 
     def outcomes(self, segments: tuple[SegmentMeta, ...]) -> list[tuple[SegmentMeta, slice, SegmentOutcome]]:
-        """Per segment, its rows in ``code``/``stamp`` and the decision's counts for them."""
+        """Per segment, its rows in ``code``/``stamp`` and the verdicts' counts for them."""
         result = []
         upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
         keys = self.facts.table.column("key")
         for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
             code = self.code[part]
             erased = erased_keys(keys[part], code == rules.Reason.ERASED.code)
-            result.append((segment, part, SegmentOutcome.from_decision(code, self.stamp[part], upcoming[part],
+            result.append((segment, part, SegmentOutcome.from_verdicts(code, self.stamp[part], upcoming[part],
                                                                        erased)))
         return result
 
 
-def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Decided:
+def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> TaskVerdicts:
     """Read and decide a task's rows with Arrow (no shuffle of records)."""
-    return _decide(task, read_decision_facts(task, whole))
+    return _decide(task, read_task_facts(task, whole))
 
 
-def _decide(task: CleanTask, facts: Facts) -> Decided:
-    """The Arrow plan's decision over a task's facts."""
+def _decide(task: CleanTask, facts: Facts) -> TaskVerdicts:
+    """The Arrow winner search's verdicts on a task's facts."""
     with phase("decide"):
         decided = winners.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
                                  unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
-    return Decided(facts, decided.code, decided.stamp, task.now_ms)
+    return TaskVerdicts(facts, decided.code, decided.stamp, task.now_ms)
 
 
 def decide_range(task: CleanTask) -> Verdicts:
@@ -60,8 +60,8 @@ def decide_range(task: CleanTask) -> Verdicts:
     return hand_over(task, decide_facts(task))
 
 
-def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
-    """Write a decision's verdicts for the stage that applies it: per segment, the positions of the rows it keeps
+def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
+    """Write a task's verdicts for the stage that applies it: per segment, the positions of the rows it keeps
     (of a dirty segment) or drops (of a clean one), and of the kept markers to stamp; returns their counts and where
     they are listed. Only metadata goes back to the driver."""
     with phase("write"):
@@ -81,20 +81,20 @@ def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
         groups: tuple[int | None, ...] = (None,) * len(parts)
         if any(part is not None for part in parts):
             path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
-                                                             f"{object_id(task.pass_id)}-{task.bucket}")
+                                                             f"{object_id(task.pass_id)}-{task.key_range}")
     return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, outcome, rows, group)
                                                           for (base, outcome, rows), group in zip(found, groups,
                                                                                                  strict=True)))
 
 
-def decide_pieces(task: CleanTask, pieces: list[BucketPiece]) -> Verdicts:
+def decide_pieces(task: CleanTask, pieces: list[KeyRangePiece]) -> Verdicts:
     """A key range of a split partition without transactions, from its pieces of every run of the range (see
-    :func:`~compaction.clean.tasks.facts.bucket_pieces`): decided, and its verdicts handed over."""
+    :func:`~compaction.clean.tasks.facts.key_range_pieces`): decided, and its verdicts handed over."""
     with phase("decide"):
         pieces = sorted(pieces, key=lambda p: p.first_segment)
         read_lengths = np.concatenate([np.zeros(0, np.int64), *(p.read_lengths for p in pieces)])
         if len(read_lengths) != len(task.segments) or len(pieces) != len({p.first_segment for p in pieces}):
-            raise RuntimeError(f"key range {task.bucket} of {task.tp} got pieces of {len(read_lengths)} "
+            raise RuntimeError(f"key range {task.key_range} of {task.tp} got pieces of {len(read_lengths)} "
                                f"segment(s) for a range of {len(task.segments)}")
         rows = pa.concat_tables([p.rows() for p in pieces])
         starts = np.cumsum(read_lengths) - read_lengths
@@ -106,7 +106,7 @@ def decide_pieces(task: CleanTask, pieces: list[BucketPiece]) -> Verdicts:
         valid, version = ((rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
                           if "version" in rows.column_names else
                           rules.versions(rows, task.strategy, task.strategy_header))
-        table = decision_table(task, rows.column("offset"), rows.column("key"), valid, version,
+        table = facts_table(task, rows.column("offset"), rows.column("key"), valid, version,
                                rows.column("delete_horizon_ms"), keyed, none, none, none)
         del rows
     return hand_over(task, _decide(task, Facts(table, lengths, read_lengths, selected)))

@@ -1,8 +1,8 @@
-"""Stage 1's reading: the live records a decision needs from a cleaned range, and the facts the rules give them.
+"""Stage 1's reading: the live records the verdicts need from a cleaned range, and the facts the rules give them.
 
-Only the decision columns are read (key, offset, version inputs, delete horizons, transaction markers; never
-values), with deletion vectors applied and nothing below the log start. The Spark SQL plans take the same facts
-as rows (:func:`facts_rows`).
+Only the fact columns are read (key, offset, version inputs, delete horizons, transaction markers; never
+values), with deletion vectors applied and nothing below the log start. The Spark SQL winner searches take the same
+facts as rows (:func:`facts_rows`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction import rules
-from compaction.clean.payloads import BucketPiece, CleanTask
-from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
+from compaction.clean.payloads import CleanTask, KeyRangePiece
+from compaction.clean.tasks.key_ranges import key_range_counts, key_range_of
 from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.erasure import erased_rows, key_digest
@@ -24,8 +24,8 @@ from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
 
-#: The decision columns of the facts (what :func:`compaction.rules.classify` and the plans read).
-DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
+#: The columns of the facts (what :func:`compaction.rules.classify` and the winner searches read).
+FACT_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
                     "aborted", "marker_pending", "guarded", "erased")
 
 
@@ -43,12 +43,12 @@ def _has_transactions(segment: SegmentMeta) -> bool:
 
 def has_transactions(task: CleanTask) -> bool:
     """Whether the task's range or tail holds transactions: their facts need every row of the range in one
-    task, so such a split partition's stage 1 cannot read each segment once (:func:`bucket_pieces`)."""
+    task, so such a split partition's stage 1 cannot read each segment once (:func:`key_range_pieces`)."""
     return any(_has_transactions(s) for s in (*task.segments, *task.tail))
 
 
 def _columns_for(task: CleanTask) -> list[str]:
-    """Only what the decision needs: never values (a data record with a delete horizon is a tombstone)."""
+    """Only what the verdicts need: never values (a data record with a delete horizon is a tombstone)."""
     return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
 
 
@@ -60,12 +60,12 @@ def row_positions(read_lengths: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Facts:
-    """What the decision reads of a task's rows (its key bucket of the cleaned range), in offset order."""
+    """What the winner search reads of a task's rows (its key range of the cleaned range), in offset order."""
 
-    table: pa.Table  # DECISION_COLUMNS
+    table: pa.Table  # FACT_COLUMNS
     lengths: np.ndarray  # rows of each segment in ``table``, in segment order
-    read_lengths: np.ndarray  # live rows of each segment as read (before the key-bucket filter)
-    selected: np.ndarray | None  # which rows read are the bucket's (None: all of them)
+    read_lengths: np.ndarray  # live rows of each segment as read (before the key range's filter)
+    selected: np.ndarray | None  # which rows read are the key range's (None: all of them)
     records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
     logs: dict[int, LogSegment] = field(default_factory=dict)  # and the batches of those that are .log
 
@@ -76,7 +76,7 @@ class Facts:
 
     def positions(self) -> np.ndarray:
         """Each row's index among its segment's live rows: of the rows read, less where its segment starts; worked
-        out for the bucket's rows only (a range keeps a few of the rows it read)."""
+        out for the key range's rows only (a range keeps a few of the rows it read)."""
         if self.selected is None:
             return row_positions(self.read_lengths)
         starts = np.cumsum(self.read_lengths) - self.read_lengths
@@ -117,9 +117,9 @@ def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
                      "is_control": pa.array(np.zeros(n, dtype=bool)), "control_type": pa.nulls(n, pa.string())})
 
 
-def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
-    """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
-    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key bucket.
+def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
+    """Read the live records the verdicts need (deletion vectors applied, nothing below the log start),
+    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key range.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).
@@ -129,7 +129,7 @@ def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) ->
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
     # A key range of a partition without transactions keeps only its rows of each segment as it reads: the task
     # holds its range's facts and one segment, not the whole range's keys.
-    narrow = task.buckets > 1 and not transactional
+    narrow = task.key_ranges > 1 and not transactional
     with phase("read"):
         parts, lengths, records, logs, empty, selected = _read_range(task, whole, columns, plain, narrow)
     with phase("decide"):
@@ -139,8 +139,8 @@ def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) ->
 def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False
                 ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table],
                            list[np.ndarray]]:
-    """The decision columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
-    only the rows of the task's key bucket, with each segment's mask of them over its rows read."""
+    """The fact columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
+    only the rows of the task's key range, with each segment's mask of them over its rows read."""
     parts: list[pa.Table] = []
     lengths: list[int] = []
     selected: list[np.ndarray] = []
@@ -165,7 +165,7 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
         lengths.append(table.num_rows)
         del table
         if narrow:
-            mine = key_bucket(part.column("key"), task.bounds) == task.bucket
+            mine = key_range_of(part.column("key"), task.bounds) == task.key_range
             part = part.filter(pa.array(mine))
             selected.append(mine)
         parts.append(part)
@@ -175,8 +175,8 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
 def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: list[str], transactional: bool,
            empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment],
            selected: list[np.ndarray]) -> Facts:
-    """The decision facts of the rows read (see :func:`read_decision_facts`); ``selected``: per segment, which
-    of its rows read ``parts`` holds (its key bucket's), if the read kept only those."""
+    """The facts of the rows read (see :func:`read_task_facts`); ``selected``: per segment, which
+    of its rows read ``parts`` holds (its key range's), if the read kept only those."""
     raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
     n = raw.num_rows
     keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
@@ -204,22 +204,22 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
     if selected:  # narrowed as read
         mine = np.concatenate(selected)
         counts = np.array([part.num_rows for part in parts], dtype=np.int64)
-    elif task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
-        buckets = key_bucket(raw.column("key"), task.bounds)
-        mine = buckets == task.bucket
-        counts = bucket_counts(buckets, read_lengths, task.buckets)[:, task.bucket]
+    elif task.key_ranges > 1 and n:  # after the transaction facts, which need every row; before the rest
+        key_range = key_range_of(raw.column("key"), task.bounds)
+        mine = key_range == task.key_range
+        counts = key_range_counts(key_range, read_lengths, task.key_ranges)[:, task.key_range]
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
-    table = decision_table(task, raw.column("offset"), raw.column("key"), valid, version,
+    table = facts_table(task, raw.column("offset"), raw.column("key"), valid, version,
                            raw.column("delete_horizon_ms"), keyed, control, aborted, pending)
     return Facts(table, counts, read_lengths, mine, records, logs)
 
 
-def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
+def facts_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
                    delete_horizon_ms: Any, keyed: np.ndarray, control: np.ndarray, aborted: np.ndarray,
                    pending: np.ndarray) -> pa.Table:
-    """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied and the
+    """The facts (:data:`FACT_COLUMNS`) of rows in offset order, with the tail guard applied and the
     rows the task's erasure requests erase marked."""
     erased = np.zeros(len(keyed), dtype=bool)
     if task.erasures:
@@ -243,9 +243,9 @@ def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, ve
 
 
 def read_facts(task: CleanTask, index: int) -> pa.Table:
-    """The Spark SQL plans' facts table for the stage's task ``index``: the decision facts with where each row
+    """The Spark SQL winner searches' facts table for the stage's task ``index``: the facts with where each row
     lives."""
-    facts = read_decision_facts(task)
+    facts = read_task_facts(task)
     table = facts.table
     n = table.num_rows
     bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
@@ -255,7 +255,7 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
         "partition": pa.repeat(pa.scalar(task.tp.partition, pa.int32()), n),
         "segment_base": pa.array(bases, pa.int64()),
         "position": pa.array(facts.positions(), pa.int64()),
-        **{name: table.column(name) for name in DECISION_COLUMNS},
+        **{name: table.column(name) for name in FACT_COLUMNS},
         "error": pa.nulls(n, pa.string()), "internal": pa.nulls(n, pa.bool_()), "trace": pa.nulls(n, pa.string()),
     }, schema=rules.FACTS_SCHEMA)
 
@@ -263,12 +263,12 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
 # Stage 1 of a split partition without transactions: each run of segments read once -----------------------
 
 
-def bucket_pieces(task: CleanTask) -> list[BucketPiece]:
+def key_range_pieces(task: CleanTask) -> list[KeyRangePiece]:
     """Read a run of segments of a split partition (``task.segments``) once, and give each key range its rows:
-    one :class:`BucketPiece` per range, in range order, for the shuffle to the range's task.
+    one :class:`KeyRangePiece` per range, in range order, for the shuffle to the range's task.
 
     Only for ranges without transactions: whether a record is aborted depends on every row before it, so
-    those partitions' range tasks read the whole range instead (:func:`read_decision_facts`).
+    those partitions' range tasks read the whole range instead (:func:`read_task_facts`).
     """
     columns = _columns_for(task)
     with phase("read"):
@@ -283,12 +283,12 @@ def bucket_pieces(task: CleanTask) -> list[BucketPiece]:
             valid, version = rules.versions(raw, task.strategy, task.strategy_header)
             rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
                 "version", pa.array(version, pa.int64()))
-        bucket = key_bucket(raw.column("key"), task.bounds)
+        key_range = key_range_of(raw.column("key"), task.bounds)
         del raw, parts
-        counts = bucket_counts(bucket, read_lengths, task.buckets)
+        counts = key_range_counts(key_range, read_lengths, task.key_ranges)
         first = task.segments[0].base_offset
-        return [BucketPiece.of(task.tp, first, read_lengths, counts[:, b], rows.filter(pa.array(bucket == b)))
-                for b in range(task.buckets)]
+        return [KeyRangePiece.of(task.tp, first, read_lengths, counts[:, b], rows.filter(pa.array(key_range == b)))
+                for b in range(task.key_ranges)]
 
 
 # Erasure: the records an erasure request erases that no reader sees, but the objects still hold --------------
