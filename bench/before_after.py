@@ -4,7 +4,8 @@
 
 Each file is a harness result (``latest.json``, e.g. from ``bench/harness.py --job-only --out DIR`` on each
 side of a change, in one session). Prints, per scenario, the job's median wall time and peak RSS on both
-sides and the ratio after / before; S2 adds the dirty-only run, scaling each size. Exits 1 when a scenario's
+sides and the ratio after / before; S2 adds the dirty-only run, S7 both stores, S8 the run at 50 ms a request,
+scaling each size. Exits 1 when a scenario's
 job is more than ``--tolerance`` (10% unless told) slower after than before.
 """
 
@@ -23,10 +24,15 @@ def job_rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, scenario in results["scenarios"].items():
         if name == "scaling":
             rows.update({f"scaling {int(size):,}": row for size, row in scenario.items()})
+        elif name == "S7" and "many" in scenario:
+            rows.update({f"S7 {scenario[which]['partitions']:,} partitions": scenario[which]["job"]
+                         for which in ("many", "few")})
         elif isinstance(scenario.get("job"), dict):
             rows[name] = scenario["job"]
             if "dirty_alone" in scenario:
                 rows[f"{name} dirty alone"] = scenario["dirty_alone"]
+            if "job, 50 ms a request" in scenario:
+                rows[f"{name} 50 ms a request"] = scenario["job, 50 ms a request"]
     return rows
 
 

@@ -1,5 +1,6 @@
 """What users would run instead, on the same segment files: keep the latest record per key and write Parquet in
-offset order (one file per partition, zstd, like the job's segments); the I/O floor; and two readers.
+offset order (one file per partition, zstd, like the job's segments); the I/O floor and the floor of each of the
+job's phases; and two readers.
 
     python bench/engines.py ENGINE STORE OUTPUT_DIR [SURVIVORS]
     python bench/engines.py {read,duckdb-read} STORE
@@ -13,9 +14,24 @@ Each formulation keeps, per partition, every keyless record and the record with 
 - ``polars``: a semi-join on each key's max offset, the fastest of Polars' here; ``polars-unique``:
   ``unique(subset="key", keep="last", maintain_order=True)``; ``polars-window``: ``max().over("key")``.
 - ``floor``: what no engine can do with less: read every record of every segment and write the survivors
-  (their offsets given in SURVIVORS, a Parquet file of ``partition``, ``offset``), with pyarrow.
+  (their offsets given in SURVIVORS, a Parquet file of ``partition``, ``offset``), with pyarrow, a segment at a
+  time.
+- ``spark-semijoin``, ``spark-window``: PySpark SQL as a data engineer writes it, in a local Spark session of
+  Spark's defaults (``local[*]``, the UI off): the rows whose offset is among each key's max offsets (a left
+  semi-join), or ``row_number() OVER (PARTITION BY key ORDER BY offset DESC) = 1``; written ordered by offset.
 
-Every engine runs with 2 threads (the machine's cores, as the job's local Spark has). The two readers stream
+The floors of the job's phases, each in one thread (the job's phases are task-seconds, summed over tasks), print
+a JSON line with the seconds of the phase's work alone (no interpreter start, no imports) and the records it saw:
+
+- ``floor-read``: pyarrow reading every segment's decision columns (``offset``, ``key``,
+  ``delete_horizon_ms``) once.
+- ``floor-decide``: DuckDB's group-by of the keys and offsets (each key's max offset, and every keyless
+  record), its read included; the survivors' offsets are written after the clock stops, to be checked.
+- ``floor-write``: pyarrow writing the survivors (every column, the job's segment options) to Parquet; reading
+  and filtering them (SURVIVORS) is not counted.
+
+Every engine but the floors of the phases runs with 2 threads (the machine's cores, as the job's local Spark
+has). The two readers stream
 every column of topic ``orders`` as Arrow record batches and print how many records they saw: ``read`` through
 the project's read API (manifests, deletion vectors, log starts), ``duckdb-read`` with DuckDB and a plain glob
 over the segment folders (correct only on a store that has never been cleaned, as the benchmark's are).
@@ -23,8 +39,10 @@ over the segment folders (correct only on a store that has never been cleaned, a
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +50,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package, as harness.py does
 
 THREADS = 2
+#: The columns a pass decides by (offset strategy), read by every record's task.
+DECISION_COLUMNS = ["offset", "key", "delete_horizon_ms"]
 os.environ.setdefault("POLARS_MAX_THREADS", str(THREADS))
 
 from compaction.store import Store  # noqa: E402
@@ -97,19 +117,147 @@ def _polars_window(pl: Any, frame: Any) -> Any:
     return frame.filter(pl.col("key").is_null() | latest)
 
 
-def run_floor(inputs: dict[str, list[str]], output: Path, survivors: Path) -> None:
-    import pyarrow as pa
+def _kept(survivors: Path) -> Callable[[str], Any]:
+    """Per partition name, the offsets the job kept (SURVIVORS), sorted, as a NumPy array."""
+    import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     kept = pq.read_table(survivors)
+    return lambda name: np.sort(kept.filter(pc.equal(kept.column("partition"), name)).column("offset").to_numpy())
+
+
+def _survivor_pieces(files: list[str], offsets: Any) -> Any:
+    """Each segment's survivors in turn (one segment's records held at a time), looked up among the kept offsets
+    of the segment's own range (a set of all of them, built again for each segment, would cost more than the
+    segment)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for file in files:
+        table = pq.read_table(file)
+        if not table.num_rows:
+            continue
+        low, high = pc.min_max(table.column("offset")).values()
+        ours = offsets[np.searchsorted(offsets, low.as_py()):np.searchsorted(offsets, high.as_py(), side="right")]
+        yield table.filter(pc.is_in(table.column("offset"), value_set=pa.array(ours)))
+
+
+def run_floor(inputs: dict[str, list[str]], output: Path, survivors: Path) -> None:
+    import pyarrow.parquet as pq
+
+    kept = _kept(survivors)
     for name, files in inputs.items():
-        offsets = kept.filter(pc.equal(kept.column("partition"), name)).column("offset")
-        table = pq.read_table(files)
-        table = table.filter(pc.is_in(table.column("offset"), value_set=offsets.combine_chunks()))
-        pq.write_table(table, output / f"{name}.parquet", compression="zstd")
-        del table
-        pa.default_memory_pool().release_unused()
+        writer = None
+        for piece in _survivor_pieces(files, kept(name)):
+            writer = writer or pq.ParquetWriter(output / f"{name}.parquet", piece.schema, compression="zstd")
+            writer.write_table(piece)
+        if writer:
+            writer.close()
+
+
+def _one_thread() -> None:
+    import pyarrow as pa
+
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+
+
+def floor_read(inputs: dict[str, list[str]]) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    _one_thread()
+    records = 0
+    started = time.perf_counter()
+    for files in inputs.values():
+        for file in files:
+            records += pq.read_table(file, columns=DECISION_COLUMNS, use_threads=False).num_rows
+    return {"seconds": time.perf_counter() - started, "records": records}
+
+
+def floor_decide(inputs: dict[str, list[str]], output: Path, keyless: bool) -> dict[str, Any]:
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    seconds, records, found = 0.0, 0, {}
+    for name, files in inputs.items():
+        listing = "[" + ", ".join(f"'{f}'" for f in files) + "]"
+        query = f'SELECT max("offset") AS "offset" FROM read_parquet({listing}) WHERE key IS NOT NULL GROUP BY key'
+        if keyless:  # a keyless record is its own winner (the generated stores have none unless asked)
+            query += f' UNION ALL SELECT "offset" FROM read_parquet({listing}) WHERE key IS NULL'
+        started = time.perf_counter()
+        found[name] = pa.table(con.sql(query).arrow())  # a table (DuckDB 1) or a reader (DuckDB 2)
+        seconds += time.perf_counter() - started
+        records += found[name].num_rows
+    for name, offsets in found.items():
+        pq.write_table(offsets, output / f"{name}.parquet")
+    return {"seconds": seconds, "records": records}
+
+
+def floor_write(inputs: dict[str, list[str]], output: Path, survivors: Path) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from compaction.store.segment import PARQUET_COMPRESSION, PARQUET_WRITE_OPTIONS
+
+    _one_thread()
+    kept = _kept(survivors)
+    seconds, records = 0.0, 0
+    for name, files in inputs.items():
+        writer = None
+        for piece in _survivor_pieces(files, kept(name)):
+            started = time.perf_counter()
+            writer = writer or pq.ParquetWriter(output / f"{name}.parquet", piece.schema,
+                                                compression=PARQUET_COMPRESSION, **PARQUET_WRITE_OPTIONS)
+            writer.write_table(piece)
+            seconds += time.perf_counter() - started
+            records += piece.num_rows
+        started = time.perf_counter()
+        if writer:
+            writer.close()
+        seconds += time.perf_counter() - started
+    return {"seconds": seconds, "records": records}
+
+
+def _spark(survivors: Callable[[Any], Any]) -> Callable[[dict[str, list[str]], Path], None]:
+    """A PySpark SQL formulation: ``survivors(frame)`` is a partition's survivors; each partition is written as a
+    folder of Parquet files ordered by offset (``<partition>.parquet/``)."""
+
+    def run(inputs: dict[str, list[str]], output: Path) -> None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.master("local[*]").appName("keep-latest") \
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            for name, files in inputs.items():
+                frame = survivors(spark.read.parquet(*files))
+                frame.orderBy("offset").write.option("compression", "zstd").parquet(str(output / f"{name}.parquet"))
+        finally:
+            spark.stop()
+
+    return run
+
+
+def _spark_semi_join(frame: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    latest = frame.where(F.col("key").isNotNull()).groupBy("key").agg(F.max("offset").alias("offset"))
+    kept = latest.select("offset").unionByName(frame.where(F.col("key").isNull()).select("offset"))
+    return frame.join(kept, on="offset", how="left_semi")
+
+
+def _spark_window(frame: Any) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    latest = Window.partitionBy("key").orderBy(F.col("offset").desc())
+    ranked = frame.withColumn("rank", F.row_number().over(latest))
+    return ranked.where(F.col("key").isNull() | (F.col("rank") == 1)).drop("rank")
 
 
 def read_stream(store_url: str) -> int:
@@ -143,7 +291,19 @@ ENGINES: dict[str, Callable[[dict[str, list[str]], Path], None]] = {
     "polars-unique": _polars(_polars_unique),
     "polars-window": _polars(_polars_window),
 }
+#: PySpark SQL's formulations, which the job is held to beat (not peers: nobody picks Spark on one machine for speed).
+SPARK_SQL: dict[str, Callable[[dict[str, list[str]], Path], None]] = {
+    "spark-semijoin": _spark(_spark_semi_join),
+    "spark-window": _spark(_spark_window),
+}
 READERS = {"read": read_stream, "duckdb-read": read_duckdb}
+#: The floors of the job's phases (their own clock, printed as JSON).
+PHASE_FLOORS = ("floor-read", "floor-decide", "floor-write")
+
+
+def keyless_records(store_url: str) -> int:
+    store = Store.open(store_url)
+    return sum(s.keyless_count for tp in store.topic_partitions() for s in store.manifest(tp).segments)
 
 
 def main() -> None:
@@ -151,12 +311,20 @@ def main() -> None:
     if engine in READERS:
         print(READERS[engine](store))
         return
+    inputs = live_segments(store)
+    if engine == "floor-read":
+        print(json.dumps(floor_read(inputs)))
+        return
     output = Path(sys.argv[3])
     output.mkdir(parents=True, exist_ok=True)
     if engine == "floor":
-        run_floor(live_segments(store), output, Path(sys.argv[4]))
+        run_floor(inputs, output, Path(sys.argv[4]))
+    elif engine == "floor-decide":
+        print(json.dumps(floor_decide(inputs, output, keyless_records(store) > 0)))
+    elif engine == "floor-write":
+        print(json.dumps(floor_write(inputs, output, Path(sys.argv[4]))))
     else:
-        ENGINES[engine](live_segments(store), output)
+        {**ENGINES, **SPARK_SQL}[engine](inputs, output)
 
 
 if __name__ == "__main__":

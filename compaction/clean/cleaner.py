@@ -34,7 +34,7 @@ from compaction import rules
 from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
 from compaction.clean.outcome import PartitionResult, RunReport
-from compaction.clean.paths import REMOTE_UNIT_THREADS, Path, Runner, path_of
+from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, path_of
 from compaction.clean.payloads import CleanTask
 from compaction.clean.planner import CompactionPlan, Decision, LogToClean, apply_policy, key_buckets, plan
 from compaction.clean.settings import CleanerConfig
@@ -136,7 +136,8 @@ class Cleaner:
         if not work:
             return {}
         runner = Runner(self.required_stages, self.settings.cleaner.task_max_records,
-                        1 if self.store.storage.outcomes_are_certain else REMOTE_UNIT_THREADS, self.progress)
+                        LOCAL_UNIT_THREADS if self.store.storage.outcomes_are_certain else REMOTE_UNIT_THREADS,
+                        self.progress)
         paths: dict[Path, list[PartitionWork]] = {}
         for item in work:
             paths.setdefault(path_of(item.task), []).append(item)

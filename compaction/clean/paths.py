@@ -47,8 +47,10 @@ from compaction.errors import CompactionError
 SHUFFLE_FROM_RANGES = 5
 #: A task takes small units of work (partitions, apply jobs) until they hold this share of ``task.max.records``.
 PACK_DIVISOR = 20
-#: Units of one task at once on an object store, so that their requests overlap (local disk: one at a time).
+#: Units of one task at once, so that their requests overlap: many on an object store, whose requests wait on the
+#: network; a few on local disk, where each object written waits for the device (fsync).
 REMOTE_UNIT_THREADS = 8
+LOCAL_UNIT_THREADS = 4
 
 Take = Callable[[PartitionWork, Any], None]
 
@@ -98,9 +100,10 @@ class Runner:
 
         self.gather(isolated(call, _by_partition(groups, owners), self.progress), owners, take)
 
-    def gather(self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take) -> None:
-        """The one place outcomes meet their partitions: a failure is the partition's, a value is taken by it; a
-        unit that returned nothing fails its partition as a bug."""
+    def gather(self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take,
+               complete: bool = True) -> None:
+        """The one place outcomes meet their partitions: a failure is the partition's, a value is taken by it; with
+        ``complete`` (every unit returns an outcome), a unit that returned nothing fails its partition as a bug."""
         seen = set()
         for outcome in outcomes:
             with self._lock:
@@ -111,7 +114,7 @@ class Runner:
                 item.fail(outcome.failure)
             elif item.failure is None:
                 take(item, outcome.value)
-        for ident in owners.keys() - seen:
+        for ident in (owners.keys() - seen) if complete else ():
             owners[ident].fail(Failure(f"{ident} produced no result", internal=True))
 
 
@@ -191,6 +194,8 @@ class Staged(Path):
                 item.fail(Failure.of(err))
                 continue
             jobs.extend((job, item) for job in item.jobs)
+        if not jobs:
+            return
         rewrites = [job for job, _ in jobs if not job.deletes_only]
         runner.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
                         f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
@@ -273,8 +278,10 @@ class SqlWinnerSearch(Staged):
         def call(chosen: list[CleanTask]) -> list[Outcome]:
             return decide_with_sql(stages, chosen, self.search, now_ms, keyless_drop)
 
+        # An outcome per segment with live rows: a partition with none has nothing to decide, and no outcome.
         owners = {w.task.ident: w for w in items}
-        runner.gather(isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts)
+        runner.gather(isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts,
+                      complete=False)
 
 
 WHOLE = Whole()

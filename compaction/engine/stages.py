@@ -203,9 +203,9 @@ class LocalStages(Stages):
         inputs = [pa.record_batch({"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(r)], pa.binary())},
                                   schema=TASK_SCHEMA) for i, r in enumerate(reads)]
         pieces = [out for row in inputs for out in piece_rows(read, iter([row]))]
-        rows = pa.concat_tables([group_heads(groups), *(pa.Table.from_batches([b], schema=PIECE_SCHEMA)
-                                                        for b in pieces)])
-        self._count(sum(r.nbytes for r in inputs) + _table_bytes(group_heads(groups)), 0)
+        heads = group_heads(groups)
+        rows = pa.concat_tables([heads, *(pa.Table.from_batches([b], schema=PIECE_SCHEMA) for b in pieces)])
+        self._count(sum(r.nbytes for r in inputs) + _table_bytes(heads), 0)
         return self._outcomes([batch for group in range(len(groups))
                                for batch in group_rows(decide, rows.filter(pc.equal(rows.column("group"), group)))
                                .to_batches()])

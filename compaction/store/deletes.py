@@ -45,7 +45,7 @@ def read_deletes(storage: Storage, tp: TopicPartition, vector: DeletionVector) -
     """The offsets a committed deletion vector removes; CorruptSegmentError if its object is not as committed."""
     rel = f"{tp.prefix}/{vector.path}"
     where = storage.describe(rel)
-    data = storage.read_buffer(rel)
+    data = storage.read_buffer(rel, vector.size_bytes)
     check_committed(data, "deletion vector", where, vector.size_bytes, vector.checksum)
     try:
         table = pq.read_table(pa.BufferReader(data), use_threads=False)

@@ -179,7 +179,7 @@ class Objects:
         # apart: there a request's round trip costs more than the bytes.
         small = not self.storage.is_local and segment.size_bytes <= WHOLE_READ_BYTES
         if batch_rows is None and row_groups is None and (whole or small):
-            data = self.storage.read_buffer(rel)
+            data = self.storage.read_buffer(rel, segment.size_bytes)
             check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
             yield from decode_parquet(data, where, None if columns is None else read).to_batches()
             return
@@ -247,7 +247,7 @@ class Objects:
             raise CorruptSegmentError(f"segment {segment.path} is {segment.format}, not Kafka record batches")
         rel = f"{tp.prefix}/{segment.path}"
         where = self.storage.describe(rel)
-        data = self.storage.read_buffer(rel)
+        data = self.storage.read_buffer(rel, segment.size_bytes)
         check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
         decoded = decode_log(data, where)
         check_batch_offsets(decoded, where, segment.base_offset, segment.next_offset)

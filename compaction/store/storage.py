@@ -111,7 +111,7 @@ def _write_durably(path: str, data: bytes | memoryview) -> None:
     with open(path, "wb") as stream:
         stream.write(data)
         stream.flush()
-        os.fsync(stream.fileno())
+        os.fdatasync(stream.fileno())  # the data and what reading it needs (its size), not its times
 
 
 def _make_folders_durably(folder: str) -> None:
@@ -148,6 +148,8 @@ class Storage:
         self.storage_options = dict(storage_options or {})
         self.retry_budget_ms = int(self.storage_options.get(RETRY_BUDGET_OPTION, DEFAULT_RETRY_BUDGET_MS))
         self.is_local = isinstance(fs, LocalFileSystem)
+        protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+        self.is_s3 = any(p in _S3_PROTOCOLS for p in protocols)
         # A call on local disk or in memory fails whole: a failed create wrote nothing. Over a network, an
         # error can come after the write took effect.
         self.outcomes_are_certain = isinstance(fs, (LocalFileSystem, MemoryFileSystem))
@@ -200,9 +202,15 @@ class Storage:
                 raise StoreError(f"cannot {op} {self.describe(rel)}: {_explain(err, self.retry_budget_ms)}") from err
             raise
 
-    def read_bytes(self, rel: str) -> bytes:
+    def read_bytes(self, rel: str, size: int | None = None) -> bytes:
+        """A whole object's bytes. On S3 an object that is small (``size``, when the caller knows it, or any object
+        of unknown size: manifests, pins) is fetched with one GET: s3fs otherwise asks for its size first (a HEAD),
+        to fetch a large one in parallel parts, and a request's round trip costs more than a small object's bytes."""
+        options = {}
+        if self.is_s3 and (size is None or size <= getattr(self.fs, "default_block_size", 0)):
+            options["max_concurrency"] = 1
         try:
-            return self._call("read", rel, lambda: self.fs.cat_file(self.path(rel)))
+            return self._call("read", rel, lambda: self.fs.cat_file(self.path(rel), **options))
         except FileNotFoundError as err:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
@@ -295,10 +303,11 @@ class Storage:
         except FileNotFoundError as err:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
-    def read_buffer(self, rel: str) -> pa.Buffer:
-        """A whole object's bytes: memory-mapped on local disk (no copy), fetched in one request elsewhere."""
+    def read_buffer(self, rel: str, size: int | None = None) -> pa.Buffer:
+        """A whole object's bytes: memory-mapped on local disk (no copy), fetched in one request elsewhere
+        (``size``: the object's, when the caller knows it; see :meth:`read_bytes`)."""
         if not self.is_local:
-            return pa.py_buffer(self.read_bytes(rel))
+            return pa.py_buffer(self.read_bytes(rel, size))
         try:
             with self._call("open", rel, lambda: pa.memory_map(self.path(rel), "r")) as mapped:
                 return mapped.read_buffer()

@@ -59,16 +59,16 @@ def read_verdicts(storage: Storage, tp: TopicPartition, rel: str, row_groups: Se
     if not VERDICTS_NAME.match(rel):
         raise CorruptSegmentError(f"{rel!r} is not a verdicts object's name")
     where = storage.describe(f"{tp.prefix}/{rel}")
-    source, _ = storage.open_input(f"{tp.prefix}/{rel}")
+    # Read whole (memory-mapped on local disk; one request on an object store, whose round trips cost more than
+    # the bytes of the row groups not needed).
+    data = storage.read_buffer(f"{tp.prefix}/{rel}")
     try:
-        file = parquet_file(source)
+        file = parquet_file(pa.BufferReader(data))
         if not file.schema_arrow.equals(VERDICTS_SCHEMA):
             raise CorruptSegmentError(f"verdicts {where} has columns {file.schema_arrow}, expected {VERDICTS_SCHEMA}")
         return [file.read_row_group(group, use_threads=False) for group in row_groups]
     except (pa.ArrowException, OSError) as err:
         raise CorruptSegmentError(f"verdicts {where} is not a readable Parquet file: {err}") from err
-    finally:
-        source.close()
 
 
 def delete_verdicts(storage: Storage, tp: TopicPartition, paths: Sequence[str]) -> None:

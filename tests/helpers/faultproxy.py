@@ -1,11 +1,13 @@
 """A fault-injecting HTTP proxy on 127.0.0.1 in front of the test S3 server: forwards every request, and on
-command loses a response, answers 503 SlowDown, resets the connection or stalls.
+command loses a response, answers 503 SlowDown, resets the connection or stalls; or adds a fixed latency to every
+request, as a distant object store would (the benchmark's S3 scenarios).
 
 Clients talk to :attr:`FaultProxy.endpoint` instead of the S3 server's. :meth:`FaultProxy.inject` arms a
 :class:`Fault` for requests matching a method and a path pattern (all of them, or only the Nth match);
 :attr:`FaultProxy.requests` lists every request seen, so a test can first enumerate the calls an operation
 makes and then hit each one in turn. Faults for different paths (say, different partitions) do not
-disturb each other, so such cases can run at the same time.
+disturb each other, so such cases can run at the same time. With ``delay_s``, every request waits that long
+before it is forwarded; requests are served on a thread each, so a client's concurrent requests wait together.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ Action = Literal["drop", "slowdown", "reset", "stall"]
 ACTIONS: tuple[Action, ...] = ("drop", "slowdown", "reset", "stall")
 
 MAX_STALL_S = 30.0
+#: Connections waiting to be accepted: a client that opens many at once (a pool of requests in flight) must
+#: not see its connections dropped and retried a second later, which would pass for the store's latency.
+LISTEN_BACKLOG = 256
 UPSTREAM_TIMEOUT_S = 30.0
 IDLE_CONNECTION_S = 30.0  # a kept-alive client connection with no request for this long is closed
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te", "trailer",
@@ -70,19 +75,27 @@ class Fault:
         return self.seen > (self.at if self.at is not None else self.times - 1)
 
 
-class FaultProxy:
-    """The proxy server; start and stop it with :func:`fault_proxy`."""
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
 
-    def __init__(self, upstream: str) -> None:
+
+class FaultProxy:
+    """The proxy server; start and stop it with :func:`fault_proxy`. ``delay_s``: the latency added to every
+    request (before it is forwarded, and before any fault acts)."""
+
+    def __init__(self, upstream: str, delay_s: float = 0.0) -> None:
+        if not 0 <= delay_s <= MAX_STALL_S:
+            raise ValueError(f"a delay lasts between 0 and {MAX_STALL_S} s")
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.delay_s = delay_s
         self.requests: list[str] = []  # "METHOD /path?query" of every request, in arrival order
         self.hits: list[str] = []  # "action METHOD /path?query" of every fault applied
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="fault-proxy", daemon=True)
 
@@ -122,9 +135,10 @@ class FaultProxy:
 
 
 @contextmanager
-def fault_proxy(upstream: str) -> Iterator[FaultProxy]:
-    """Run a proxy in front of ``upstream`` (an http:// endpoint) for the duration of the block."""
-    proxy = FaultProxy(upstream)
+def fault_proxy(upstream: str, delay_s: float = 0.0) -> Iterator[FaultProxy]:
+    """Run a proxy in front of ``upstream`` (an http:// endpoint) for the duration of the block, adding
+    ``delay_s`` to every request."""
+    proxy = FaultProxy(upstream, delay_s)
     proxy.start()
     try:
         yield proxy
@@ -192,6 +206,8 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             body = self._body()
+            if proxy.delay_s:
+                proxy._stopping.wait(proxy.delay_s)
             fault = proxy._decide(self.command, self.path)
             try:
                 if fault is None:

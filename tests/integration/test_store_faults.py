@@ -3,6 +3,7 @@ misreports a commit; an unreachable endpoint gives up within the retry budget.""
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import re
 import socket
@@ -181,3 +182,29 @@ def test_an_unreachable_endpoint_gives_up_within_the_retry_budget(unreachable_en
                                          f"(cannot be reached|did not answer) .*; gave up within the retry budget"):
         store.require_exists()
     assert time.monotonic() - started < budget_ms / 1000 + 0.75  # the budget, and a loaded machine's scheduling
+
+
+def test_a_delaying_proxy_adds_its_delay_to_every_request_and_serves_them_together(s3_endpoint: str) -> None:
+    delay_s, in_flight = 0.4, 16
+
+    def list_buckets(endpoint: str) -> float:
+        host, port = endpoint.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        started = time.monotonic()
+        try:
+            connection.request("GET", "/")
+            assert connection.getresponse().status == 200
+        finally:
+            connection.close()
+        return time.monotonic() - started
+
+    with fault_proxy(s3_endpoint, delay_s=delay_s) as slow:
+        alone = list_buckets(slow.endpoint)
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=in_flight) as pool:
+            each = list(pool.map(lambda _: list_buckets(slow.endpoint), range(in_flight)))
+        together = time.monotonic() - started
+        seen = len(slow.requests)
+    assert alone >= delay_s and min(each) >= delay_s
+    assert together < 2.5 * delay_s, f"{in_flight} requests in flight took {together:.2f} s: they waited in turn"
+    assert seen == in_flight + 1

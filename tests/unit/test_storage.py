@@ -22,19 +22,28 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="name
 
 @pytest.fixture
 def disk_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """("fsync", path) and ("link", new name) in the order they happen; temporary names shown as .tmp-*."""
+    """("fsync", path) for a flush (fsync, or a file's fdatasync) and ("link", new name) in the order they happen;
+    temporary names shown as .tmp-*."""
     events: list[tuple[str, str]] = []
-    real_fsync, real_link = os.fsync, os.link
+    real_fsync, real_fdatasync, real_link = os.fsync, os.fdatasync, os.link
+
+    def flushed(fd: int) -> None:
+        events.append(("fsync", re.sub(r"\.tmp-\w+$", ".tmp-*", os.readlink(f"/proc/self/fd/{fd}"))))
 
     def fsync(fd: int) -> None:
-        events.append(("fsync", re.sub(r"\.tmp-\w+$", ".tmp-*", os.readlink(f"/proc/self/fd/{fd}"))))
+        flushed(fd)
         real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        flushed(fd)
+        real_fdatasync(fd)
 
     def link(src: str, dst: str) -> None:
         real_link(src, dst)
         events.append(("link", str(dst)))
 
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
     monkeypatch.setattr(os, "link", link)
     return events
 

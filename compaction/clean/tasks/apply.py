@@ -22,6 +22,10 @@ from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
+#: A partition whose cleaned range holds at most this many bytes is read whole once (its decision and rewrites
+#: share the read): a nightly increment leaves many partitions this small.
+SHARED_READ_BYTES = 16 << 20
+
 
 class Survivors:
     """The verdicts as the apply stage needs them: per source segment, which of its live rows stay, and the offsets of
@@ -246,10 +250,12 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
     # The winner search reads the fact columns of Parquet segments only; the rewrites then read each source
     # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
-    # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite.
-    decided = decide_facts(task, frozenset(
-        s.base_offset for s in task.segments
-        if s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA))
+    # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite. A
+    # small partition's objects are read whole once, for the winner search and the rewrites alike: reading a small
+    # object costs its opening more than its bytes.
+    small = sum(s.live_size_bytes for s in task.segments) <= SHARED_READ_BYTES
+    decided = decide_facts(task, frozenset(s.base_offset for s in task.segments if small or (
+        s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA)))
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
                 for segment, _, outcome in decided.outcomes(task.segments)}

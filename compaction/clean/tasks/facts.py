@@ -7,8 +7,11 @@ facts as rows (:func:`facts_rows`).
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +26,9 @@ from compaction.store.erasure import erased_rows, key_digest
 from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: The columns of the facts (what :func:`compaction.rules.classify` and the winner searches read).
 FACT_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
@@ -136,6 +142,26 @@ def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Fac
         return _facts(task, parts, lengths, columns, transactional, empty, records, logs, selected)
 
 
+#: Segments of a task read at once from an object store, in order: a task's requests overlap rather than wait in
+#: turn (local disk: one at a time, memory-mapped).
+REMOTE_READ_AHEAD = 4
+
+
+def ahead(read: Callable[[T], R], items: Sequence[T], depth: int) -> Iterator[R]:
+    """``read`` of each item, in order, with up to ``depth`` reads under way at once on threads."""
+    if depth <= 1 or len(items) <= 1:
+        yield from map(read, items)
+        return
+    with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="read-ahead") as pool:
+        pending: deque[Future[R]] = deque()
+        for item in items:
+            pending.append(pool.submit(read, item))
+            if len(pending) >= depth:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False
                 ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table],
                            list[np.ndarray]]:
@@ -147,20 +173,29 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
     records: dict[int, pa.Table] = {}
     logs: dict[int, LogSegment] = {}
     empty: list[pa.Table] = []
-    for segment in task.segments:
+
+    def read(segment: SegmentMeta) -> pa.Table | LogSegment:
         if segment.format == SegmentFormat.KAFKA:  # read whole in any case: a batch's CRC covers all its records
-            log = task.store.objects.read_log_segment(task.tp, segment)
-            live = task.store.objects.live_rows(task.tp, segment, log.records.column("offset"), task.log_start_offset)
-            table = log.records if live.all() else log.records.filter(pa.array(live))  # not a copy of every record
-            empty.append(empty_transactional_batches(log, task.log_start_offset))
+            return task.store.objects.read_log_segment(task.tp, segment)
+        if segment.base_offset in whole:
+            return task.store.objects.read_segment(task.tp, segment, start=task.log_start_offset)
+        return task.store.objects.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
+                                               start=task.log_start_offset)
+
+    depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
+    for segment, found in zip(task.segments, ahead(read, task.segments, depth), strict=True):
+        if isinstance(found, LogSegment):
+            live = task.store.objects.live_rows(task.tp, segment, found.records.column("offset"),
+                                                task.log_start_offset)
+            table = found.records if live.all() else found.records.filter(pa.array(live))  # not a copy of each record
+            empty.append(empty_transactional_batches(found, task.log_start_offset))
             if segment.base_offset in whole:
-                logs[segment.base_offset], records[segment.base_offset] = log, table
-        elif segment.base_offset in whole:
-            table = records[segment.base_offset] = task.store.objects.read_segment(task.tp, segment,
-                                                                                   start=task.log_start_offset)
+                logs[segment.base_offset], records[segment.base_offset] = found, table
         else:
-            table = task.store.objects.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
-                                                    start=task.log_start_offset)
+            table = found
+            if segment.base_offset in whole:
+                records[segment.base_offset] = table
+        del found
         part = pa.table({name: _column(table, name) for name in columns})
         lengths.append(table.num_rows)
         del table
