@@ -23,7 +23,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,7 +56,8 @@ from pyiceberg.table.update import (
 from compaction.errors import PublishConflictError, PublishError
 from compaction.publish.files import data_file, deleted_positions, deletes_key, location, position_delete_file
 from compaction.read.files import PartitionFiles, pinned_manifest
-from compaction.store import Store
+from compaction.store import Store, TopicPartition
+from compaction.store.pins import Pin
 
 #: The snapshot summary property naming each partition's manifest version: ``{"0": 12, "1": 9}``.
 VERSIONS_PROPERTY = "compaction.versions"
@@ -89,8 +90,8 @@ def snapshot_versions(snapshot: Snapshot | None) -> dict[int, int] | None:
     return {int(p): int(v) for p, v in json.loads(text).items()} if text else None
 
 
-def commit_snapshot(store: Store, table_loader: Any, parts: Sequence[PartitionFiles], *, wall_ms: int, grace_ms: int,
-                    max_attempts: int = MAX_ATTEMPTS, erased: Mapping[int, int] | None = None,
+def commit_snapshot(store: Store, table_loader: Callable[[], Table], parts: Sequence[PartitionFiles], *, wall_ms: int,
+                    grace_ms: int, max_attempts: int = MAX_ATTEMPTS, erased: Mapping[int, int] | None = None,
                     erasure_grace_ms: int | None = None) -> PublishResult:
     """Publish ``parts`` (the topic at pinned versions) as the next snapshot of the table ``table_loader()`` loads
     afresh, expiring snapshots past the grace period (see :func:`expirable` for ``erased``); retries a lost race
@@ -183,7 +184,7 @@ class _Built:
 
     snapshot: Snapshot
     written: list[str]
-    pins: list[tuple[Any, Any]]
+    pins: list[tuple[TopicPartition, Pin]]
     data_files: int
     delete_files: int
 
