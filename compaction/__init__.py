@@ -1,27 +1,54 @@
 """An offline log cleaner: Kafka's log-compaction guarantees for segment stores on object storage.
 
-Vocabulary (Kafka's; every identifier in this package uses these words):
+Vocabulary (Kafka's where it has a word; one word per concept, and every identifier in this package uses these
+words; a range ``[a, b)`` includes ``a`` and excludes ``b``):
+
+The log
 
 - **segment**: an immutable object holding the records of the offset range ``[base_offset, next_offset)``
-  (``next_offset`` exclusive; offsets inside may have gaps).
+  (offsets inside may have gaps). Its **format** (:class:`SegmentFormat`) is Parquet or Kafka's record batches.
 - **manifest**: one committed version of a partition's log: its live segments in offset order plus
-  ``log_start_offset``, ``last_stable_offset`` and the cleaner checkpoint. Versions are published with an
-  exclusive create; the highest version is the current log.
+  ``log_start_offset``, ``last_stable_offset`` and the checkpoint. Versions are published with an exclusive
+  create (a **commit**); the highest version is the current log.
 - **log end offset**: the ``next_offset`` of the last segment (exclusive).
-- **checkpoint** / ``first_dirty_offset``: the first offset not yet cleaned.
+- **checkpoint** / ``first_dirty_offset``: the first offset not yet cleaned; only a commit moves it.
 - **clean section**: ``[log_start_offset, first_dirty_offset)``; **dirty section**:
   ``[first_dirty_offset, log_end_offset)``.
-- **active segment**: the last segment; never cleaned unless it counts as rolled (its first record is
-  older than ``min(segment.ms, max.compaction.lag.ms)``).
+- **active segment**: the last segment; never cleaned unless it counts as **rolled** (its first record is
+  older than ``min(segment.ms, max.compaction.lag.ms)``, or an erasure request's tombstone lies in it).
 - **first uncleanable offset**: ``min(active base, last_stable_offset, base of the first dirty segment
-  newer than min.compaction.lag.ms)`` rounded down to a segment boundary (exclusive end of cleaning).
-- **cleanable**: the part of the dirty section below the first uncleanable offset.
-- **uncleanable partition**: one that cannot be cleaned in this run (unreadable manifest, corrupt
+  newer than now - min.compaction.lag.ms)`` rounded down to a segment boundary (exclusive end of cleaning).
+- **cleanable**: the part of the dirty section below the first uncleanable offset,
+  ``[first_dirty_offset, first_uncleanable_offset)``.
+- **uncleanable partition**: one that cannot be cleaned in this pass (unreadable manifest, corrupt
   segment), reported with its reason.
-- **tombstone**: a keyed record whose value is null. Its **delete horizon** (``delete_horizon_ms``) is
-  stamped by the first pass that keeps it (``now + delete.retention.ms``); a pass with ``now >= horizon``
-  removes it.
+- **tombstone**: a keyed record whose value is null. **horizon** means only its **delete horizon**
+  (``delete_horizon_ms``), stamped by the first pass that keeps it (``now + delete.retention.ms``); a pass with
+  ``now >= horizon`` removes it. (``now - min.compaction.lag.ms`` is the compaction lag's bound, not a horizon.)
 - **marker**: a transaction control record (commit or abort).
+- **deletion vector**: the offsets of a segment that readers skip, an object beside it: how a pass removes a
+  few records from a clean segment without rewriting it.
+
+A pass
+
+- **pass**: one run of the cleaner over a store: the plan, then for each selected partition the winner search,
+  the verdicts, the layout and the new objects, then one commit per partition (Kafka's ``doClean``).
+- **plan**: the pass's choice, a pure function of the manifests, the configuration and ``now``
+  (:class:`CompactionPlan`, one :class:`PartitionPlan` per partition): a **decision** (:class:`Decision`:
+  clean, skip or uncleanable) with its reason and, to clean, the range (``LogToClean``); ``compaction plan``
+  prints it. "Decision" is this word only.
+- **key range**: a split partition's keys between two sampled bounds, ``[bound, next bound)``; a partition too
+  large for one task is cleaned as key ranges, a task each (``task.max.records``).
+- **winner search**: finding each key's **winner**, the greatest of its records that compete under the
+  strategy: with Arrow in a task (:mod:`compaction.winners`), or Spark SQL's window or aggregate. Its setting
+  keeps its user-facing name, ``dedupe.plan`` (``--plan``, :class:`Plan`), the one "plan" that is not the pass's.
+- **verdict**: what a pass decides of one record: kept, or dropped with its reason (:mod:`compaction.rules`);
+  a segment's verdicts are counted in its outcome and, for a stage that applies them elsewhere, listed in the
+  store. To **decide** is to reach the verdicts.
+- **layout**: which objects a pass writes from the verdicts (:func:`compaction.clean.layout.lay_out`): a
+  segment that loses nothing stays, a clean one that loses a few gets a deletion vector, the others are
+  **rewritten**: a **rewrite** is a new segment of the survivors of one or more adjacent segments (merged up
+  to ``segment.bytes``), which replaces them at the commit.
 
 No code below the command line reads the clock: ``now`` is always an argument.
 
@@ -73,7 +100,7 @@ if TYPE_CHECKING:  # the public API: one name per import, from the module that d
     from compaction.read.history import VersionEntry, history
     from compaction.read.scan import Scan, read_batches, read_table, scan
     from compaction.rules import Plan, Strategy
-    from compaction.store import DeletionVector, Manifest, SegmentMeta, Store, TopicPartition, Writer
+    from compaction.store import DeletionVector, Manifest, SegmentFormat, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
     from compaction.store.segment import records
     from compaction.store.verify import verify

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from compaction.clean.batches import BatchPolicy, frame_records, reframe
 from compaction.errors import CommitConflictError, CorruptBatchError, InvalidArgumentError, InvalidRecordsError
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
-from compaction.store import Manifest, Store, TopicPartition, Writer
+from compaction.store import Manifest, SegmentFormat, Store, TopicPartition, Writer
 from compaction.store.formats import LogSegment, check_batch_offsets, decode_log
 from compaction.store.log import appended_state
 from compaction.store.manifest import SegmentMeta, producer_state
@@ -174,8 +174,9 @@ def import_partition(store: Store, tp: TopicPartition, directory: str | Path, *,
             continue  # an empty file (a fresh active segment) holds no offset
         last = int(file.log.batch_last_offsets[-1])
         next_offset = files[i + 1].base_offset if i + 1 < len(files) else last + 1
-        segments.append(store.write_segment(tp, file.log.records, file.base_offset, next_offset, created_ms=now_ms,
-                                            segment_format="kafka", batches=batches, encoded=file.data))
+        segments.append(store.objects.write_segment(tp, file.log.records, file.base_offset, next_offset,
+                                                    created_ms=now_ms, segment_format=SegmentFormat.KAFKA,
+                                                    batches=batches, encoded=file.data))
         records = file.log.records
         involved = pc.or_(pc.fill_null(records.column("is_control"), False),
                           pc.fill_null(records.column("is_transactional"), False))
@@ -231,11 +232,11 @@ def _exported(store: Store, tp: TopicPartition, manifest: Manifest, segment: Seg
               policy: BatchPolicy) -> LogSegment:
     """A live segment as the batches Kafka reads: hidden records left out, Parquet records framed."""
     where = store.describe(tp, segment.path)
-    if segment.format != "kafka":
-        framed = frame_records(store.read_segment(tp, segment, start=manifest.log_start_offset))
+    if segment.format != SegmentFormat.KAFKA:
+        framed = frame_records(store.objects.read_segment(tp, segment, start=manifest.log_start_offset))
         return decode_log(framed.data, where)
-    log = store.read_log_segment(tp, segment)
-    live = store.live_rows(tp, segment, log.records.column("offset"), manifest.log_start_offset)
+    log = store.objects.read_log_segment(tp, segment)
+    live = store.objects.live_rows(tp, segment, log.records.column("offset"), manifest.log_start_offset)
     if live.all():
         return log
     framed = reframe(log, live, np.zeros(0, dtype=np.int64), 0, policy)

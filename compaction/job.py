@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -20,8 +18,8 @@ from compaction.clean.planner import CompactionPlan
 from compaction.clean.session import warm_workers
 from compaction.config import Settings, did_you_mean
 from compaction.erasure import overdue_requests
-from compaction.errors import CompactionError, ConfigError, InvalidArgumentError, StoreError
-from compaction.read.files import Versions
+from compaction.errors import InvalidArgumentError
+from compaction.publish import Target, check_catalog, publish_topics
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
 from compaction.store.gc import collect_store
@@ -66,10 +64,8 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
         if output:
             output_location(output, store.url, storage_options)  # a path that cannot be written fails before any work
     if settings.publish.after_run and not options.dry_run:
-        with redacted(settings):  # a bad catalog fails now, before any work
-            publishing().open_catalog(settings.publish.catalog, settings.publish.properties)
+        check_catalog(publish_target(settings))  # a bad catalog fails now, before any work
     writer = Writer(id="compaction-run", run_id=options.run_id) if options.run_id else Writer(id="compaction-run")
-    plan_name = options.dedupe_plan
     started = time.perf_counter()
     the_plan = plan_store(store, settings, options.now_ms, options.topics)
     planned = time.perf_counter()
@@ -80,7 +76,7 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
     started_spark = time.perf_counter()
     if spark is not None:
         warm_workers(spark)
-    cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=say,
+    cleaner = Cleaner(spark, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say,
                       wall_ms=options.wall_ms)
     report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     for failed in report.failed:
@@ -92,17 +88,14 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
                         **report.phases_ms}
     if settings.publish.after_run:  # every partition has committed (or failed) by now; before gc, which keeps pins
         # The snapshots' time is when they are committed, at the end of the run, not when it started.
-        report.published = publish_topics(store, options.topics, settings, options.wall_ms + report.elapsed_ms, say)
+        report.published = publish_topics(store, options.topics, publish_target(settings),
+                                          options.wall_ms + report.elapsed_ms, say)
     if options.gc:  # before the report is written, so that it names the partitions gc skipped
         report.gc = collect(store, options, settings, say)
-    # After gc, which completes requests: the gauge counts what is still overdue as the run ends, in the partitions
-    # the plan found requests in (the plan read every manifest; a request made during the run counts next run).
-    requested = [p.partition for p in the_plan.partitions if p.manifest is not None and p.manifest.erasures]
-    try:
-        report.erasure_overdue_requests = overdue_requests(store, requested, options.now_ms,
-                                                           settings.cleaner.erasure_grace)
-    except StoreError as err:  # the commits are done: the gauge keeps the planned count, the run does not fail
-        say(f"could not count the overdue erasure requests after the run: {err}")
+    # After gc, which completes requests: what is still late as the run ends, in the partitions the plan found
+    # requests in (the plan read every manifest; a request made during the run counts next run).
+    requested = {p.partition: p.manifest for p in the_plan.partitions if p.manifest is not None and p.manifest.erasures}
+    report.erasure_overdue_requests = overdue_requests(store, requested, options.now_ms, settings.cleaner.erasure_grace)
     if report.erasure_overdue_requests:
         say(f"{report.erasure_overdue_requests} erasure request(s) late: 'compaction erasure' says what each waits for")
     if options.report_path:
@@ -161,64 +154,8 @@ def collect(store: Store, options: JobOptions, settings: Settings, out: Callable
     return outcome
 
 
-def publishing() -> Any:
-    """The publish package, whose pyiceberg is an optional dependency; ConfigError when it is not installed."""
-    try:
-        import compaction.publish
-    except ImportError as err:
-        raise ConfigError(f"publishing to Iceberg needs pyiceberg ({err}): pip install 'compaction[iceberg]'") from err
-    return compaction.publish
-
-
-def publish_topic(store: Store, topic: str, settings: Settings, *, wall_ms: int, catalog: str | None = None,
-                  table: str | None = None, version: Versions = None) -> Any:
-    """Publish ``topic`` as configured in ``[publish]`` (the catalog and table may be given instead); snapshots
-    replaced more than gc's grace period ago are expired (those holding an erased key, more than the erasure grace
-    period ago). Returns the :class:`compaction.publish.PublishResult`."""
-    with redacted(settings):
-        return publishing().publish(store, topic, catalog or settings.publish.catalog, settings.publish.properties,
-                                    table=table, namespace=settings.publish.namespace, version=version,
-                                    wall_ms=wall_ms, grace_ms=settings.cleaner.gc_grace_ms,
-                                    erasure_grace_ms=settings.cleaner.erasure_grace)
-
-
-@contextlib.contextmanager
-def redacted(settings: Settings) -> Iterator[None]:
-    """Errors without the catalog's secret-looking properties (``s3.secret-access-key``, ``token``...), which the
-    command line's own masking, set up before the configuration is read, does not know."""
-    try:
-        yield
-    except CompactionError as err:
-        text = logs.redact(str(err), logs.secrets_in({}, settings.publish.properties))
-        if text != str(err):
-            raise type(err)(text) from None
-        raise
-
-
-def publish_topics(store: Store, patterns: str | Sequence[str] | None, settings: Settings, wall_ms: int,
-                   out: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Publish each topic of the run (``after.run``); a topic that fails is reported and the others go on."""
-    chosen = [patterns] if isinstance(patterns, str) else list(patterns or ["*"])
-    outcomes = []
-    for topic in store.topics():
-        if not any(fnmatch.fnmatchcase(topic, p) for p in chosen):
-            continue
-        try:
-            result = publish_topic(store, topic, settings, wall_ms=wall_ms)
-        except CompactionError as err:
-            out(f"failed to publish {topic}: {err}")
-            outcomes.append({"topic": topic, "error": str(err)})
-            continue
-        out(describe_publish(topic, result))
-        outcomes.append({"topic": topic, **result.to_dict()})
-    return outcomes
-
-
-def describe_publish(topic: str, result: Any) -> str:
-    """One line saying what a publish did."""
-    versions = " ".join(f"{p}={v}" for p, v in result.versions.items())
-    expired = f"; expired {len(result.expired)} snapshot(s)" if result.expired else ""
-    if not result.committed:
-        return f"{result.table} already holds {topic} at versions {versions}: no new snapshot{expired}"
-    return (f"published {topic} at versions {versions} as {result.table} snapshot {result.snapshot_id} "
-            f"({result.data_files} data file(s), {result.delete_files} position delete file(s)){expired}")
+def publish_target(settings: Settings, catalog: str | None = None) -> Target:
+    """Where ``[publish]`` says topics go (in ``catalog``, when given), and how long the snapshots a publish replaces
+    stay (gc's grace periods)."""
+    return Target(catalog or settings.publish.catalog, settings.publish.properties, settings.publish.namespace,
+                  settings.cleaner.gc_grace_ms, settings.cleaner.erasure_grace)

@@ -97,7 +97,8 @@ def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: s
 
     store = report.store
     values: dict[str, float] = {metric_name(gauge): value for gauge, value in report.metrics.items()}
-    values[ERASURE_OVERDUE] = report.erasure_overdue_requests
+    if report.erasure_overdue_requests is not None:  # a run's count (a pass run alone counts none)
+        values[ERASURE_OVERDUE] = report.erasure_overdue_requests
     if report.succeeded:
         if finished_ms is None:
             raise ValueError("a successful run's metrics need the wall-clock time it finished")

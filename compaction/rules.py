@@ -1,4 +1,4 @@
-"""The cleaning rules, stated once: every dedupe plan derives its decisions from this module (SPEC §3).
+"""The cleaning rules, stated once: every winner search derives its verdicts from this module (SPEC §3).
 
 What a pass decides for each record of a partition's cleaned range ``[log_start_offset,
 first_uncleanable_offset)``, in this order (the first rule that matches decides):
@@ -25,7 +25,7 @@ first_uncleanable_offset)``, in this order (the first rule that matches decides)
 Records below ``log_start_offset`` are never read, never compete and are dropped when their segment is
 rewritten. Which part of the log is cleanable (the uncleanable boundary) is :func:`first_uncleanable_offset`.
 
-Plans differ only in how they find each key's greatest record (Arrow group-bys inside one task, or a
+Winner searches differ only in how they find each key's greatest record (Arrow group-bys inside one task, or a
 Spark SQL window or aggregate over a shuffle); the facts they read, the versions, what competes, and the
 classification above are computed here for all of them.
 """
@@ -79,7 +79,7 @@ KEPT = 0  # the code of a record the pass keeps
 #: The survival order: per key, the competing record greatest in this tuple wins.
 SURVIVAL_ORDER = ("version_valid", "version", "offset")
 
-#: What every plan decides on, one row per record of the cleaned range (plus one ``error`` row for a
+#: What every winner search decides on, one row per record of the cleaned range (plus one ``error`` row for a
 #: partition that failed to read). Spark's schema for it is derived from this one.
 FACTS_SCHEMA = pa.schema([
     ("task", pa.int32()),  # the stage's task the row comes from (one partition's cleaned range)
@@ -259,11 +259,11 @@ def guarded_by_tail(facts: pa.Table, candidates: np.ndarray, tail: pa.Table) -> 
     return result
 
 
-# The decision -----------------------------------------------------------------------------------------------
+# The verdicts -----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Decisions:
+class RowVerdicts:
     """Per row: ``code`` (:data:`KEPT` or a :class:`Reason` code) and ``stamp`` (a kept marker that gets its
     first delete horizon)."""
 
@@ -271,9 +271,9 @@ class Decisions:
     stamp: np.ndarray
 
 
-def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: bool) -> Decisions:
+def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: bool) -> RowVerdicts:
     """Rules 0-6 of this module for rows of :data:`FACTS_SCHEMA` (any subset of rows, any order), given
-    which rows are the greatest competing record of their key (``winner``, from the plan)."""
+    which rows are the greatest competing record of their key (``winner``, from the winner search)."""
     n = facts.num_rows
     keyed = _bools(pc.is_valid(facts.column("key")))
     control = _bools(facts.column("is_control"))
@@ -296,12 +296,12 @@ def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: 
     code[data & aborted] = Reason.ABORTED.code
     code[data & erased] = Reason.ERASED.code
     code[control & ~pending & passed] = Reason.MARKER_EXPIRED.code
-    return Decisions(code, control & ~pending & ~has_horizon)
+    return RowVerdicts(code, control & ~pending & ~has_horizon)
 
 
 def needs_horizon(records: pa.Table, marker_offsets: np.ndarray) -> pa.Array:
     """Which kept records get their first delete horizon when written: tombstones (keyed data records
-    without a value) and the markers the decision named, that carry none yet."""
+    without a value) and the markers the verdicts named, that carry none yet."""
     data = pc.invert(pc.fill_null(records.column("is_control"), False))
     tombstone = pc.and_(pc.and_(data, pc.is_valid(records.column("key"))), pc.is_null(records.column("value")))
     named = pc.is_in(records.column("offset"), pa.array(marker_offsets, pa.int64()))
@@ -316,7 +316,7 @@ def upcoming_horizons(facts: pa.Table, code: np.ndarray, now_ms: int) -> np.ndar
 
 
 def reason_counts(code: np.ndarray) -> dict[str, int]:
-    """``{reason: records}`` for the records a decision drops."""
+    """``{reason: records}`` for the records the verdicts drop."""
     counts = np.bincount(code.astype(np.int64), minlength=len(Reason) + 1)
     return {reason.value: int(counts[reason.code]) for reason in Reason if counts[reason.code]}
 

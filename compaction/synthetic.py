@@ -14,8 +14,8 @@ from compaction.errors import CommitConflictError, InvalidArgumentError, Invalid
 from compaction.kafka import CODECS
 from compaction.kafka.layout import CONTROL
 from compaction.schema import HEADER_TYPE
-from compaction.store import Store, TopicPartition, Writer
-from compaction.store.formats import FORMAT_NAMES, frame_batches
+from compaction.store import SegmentFormat, Store, TopicPartition, Writer
+from compaction.store.formats import frame_batches
 from compaction.store.log import appended_state
 from compaction.store.manifest import Manifest
 from compaction.store.names import topic_name_problem
@@ -46,7 +46,7 @@ class GenerateSpec:
     partition0_share: float | None = None  # skew: this share of records (and keys) goes to partition 0
     hot_key_records: int = 0  # skew: this many of partition 0's records update one single key
     seed: int = 0
-    segment_format: str = "parquet"  # or "kafka": .log segments of record batches
+    segment_format: SegmentFormat = SegmentFormat.PARQUET  # or KAFKA: .log segments of record batches
     compression: str = "none"  # the batches' codec (kafka format only)
     transactional_ratio: float = 0.0  # share of records written in transactions, each ended by a marker
     abort_ratio: float = 0.0  # share of those transactions that abort
@@ -58,12 +58,12 @@ class GenerateSpec:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise InvalidRecordsError(f"generate: {name} must be in [0, 1], got {value}")
-        if self.segment_format not in FORMAT_NAMES:
+        if self.segment_format not in list(SegmentFormat):
             raise InvalidRecordsError(f"generate: no segment format {self.segment_format!r}; the formats are "
-                                      f"{list(FORMAT_NAMES)}")
+                                      f"{[f.value for f in SegmentFormat]}")
         if self.compression not in CODECS:
             raise InvalidRecordsError(f"generate: no compression {self.compression!r}; Kafka's are {list(CODECS)}")
-        if self.compression != "none" and self.segment_format != "kafka":
+        if self.compression != "none" and self.segment_format != SegmentFormat.KAFKA:
             raise InvalidRecordsError("generate: compression applies to the kafka format's batches only")
         for name in ("partitions", "records", "keys", "segment_records", "transaction_records"):
             if getattr(self, name) < 1:
@@ -237,9 +237,10 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
         for start in range(0, table.num_rows, spec.segment_records):
             chunk = table.slice(start, spec.segment_records)
             base = chunk.column("offset")[0].as_py()
-            batches = sequenced_batches(chunk, spec.compression, sequences) if spec.segment_format == "kafka" else None
-            segments.append(store.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
-                                                segment_format=spec.segment_format, batches=batches))
+            batches = (sequenced_batches(chunk, spec.compression, sequences)
+                       if spec.segment_format == SegmentFormat.KAFKA else None)
+            segments.append(store.objects.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
+                                                        segment_format=spec.segment_format, batches=batches))
 
         def build(current: Manifest | None) -> dict:
             if (current.log_end_offset if current else 0) != first:

@@ -1,7 +1,7 @@
 """The winner search: each key's greatest competing record, found with Arrow group-bys in one process.
 
-The cleaner's Arrow plan runs it inside one task per partition (or key range: keys never cross a topic partition,
-so a partition's records need not be shuffled), and the read path's table view runs it over a partition's live log.
+The cleaner runs it inside one task per partition (or key range: keys never cross a topic partition, so a
+partition's records need not be shuffled), and the read path's table view runs it over a partition's live log.
 Everything but the search for each key's greatest record in :data:`compaction.rules.SURVIVAL_ORDER` is
 :func:`compaction.rules.classify`'s.
 """
@@ -67,6 +67,6 @@ def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:
     return result
 
 
-def decide(facts: pa.Table, *, now_ms: int, keyless_drop: bool, unique_before: int | None = None) -> rules.Decisions:
-    """The rules' decision for a partition's (or key range's) facts, rows in offset order."""
+def decide(facts: pa.Table, *, now_ms: int, keyless_drop: bool, unique_before: int | None = None) -> rules.RowVerdicts:
+    """The rules' verdicts on a partition's (or key range's) facts, rows in offset order."""
     return rules.classify(facts, winners(facts, unique_before), now_ms=now_ms, keyless_drop=keyless_drop)

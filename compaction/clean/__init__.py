@@ -1,12 +1,12 @@
 """Cleaning: choose the partitions worth cleaning, decide which records survive, and commit the result.
 
 - :mod:`~compaction.rules`: the cleaning rules, stated once (which record wins per key under each
-  strategy, the tombstone and marker lifecycle, the uncleanable boundary); every plan derives from it.
+  strategy, the tombstone and marker lifecycle, the uncleanable boundary); every winner search derives from it.
 - :mod:`~compaction.clean.settings`: a topic's settings (Kafka's names, defaults, validators) and the job's own.
-- :mod:`~compaction.clean.planner`: pure decisions from manifests and ``now``: which partitions, which offset
-  range, how many key buckets; :mod:`~compaction.clean.layout`: which objects a pass writes.
-- :mod:`~compaction.winners` and :mod:`~compaction.clean.dedupe`: the Arrow plan and the Spark
-  SQL plans that find each key's winner; :mod:`~compaction.clean.tasks`: what executors do.
+- :mod:`~compaction.clean.planner`: the plan, pure decisions from manifests and ``now``: which partitions, which
+  offset range, how many key ranges; :mod:`~compaction.clean.layout`: which objects a pass writes (its layout).
+- :mod:`~compaction.winners` and :mod:`~compaction.clean.dedupe`: the winner search, with Arrow in a task or
+  with Spark SQL; :mod:`~compaction.clean.tasks`: what executors do.
 - :mod:`~compaction.clean.session` builds the SparkSession; :mod:`~compaction.clean.cleaner` runs a pass and
   commits each partition through the store; :mod:`~compaction.clean.outcome` is what it reports.
 

@@ -1,6 +1,6 @@
 """The batch layer: how a pass's surviving records are framed in Kafka record batches (reference §3.7, §3.10-§3.12).
 
-Which records survive is :mod:`compaction.rules`' decision alone, record by record. This module only
+Which records survive is :mod:`compaction.rules`' verdict alone, record by record. This module only
 decides, for a ``.log`` segment a pass rewrites, what becomes of each batch, as Kafka's ``MemoryRecords.filterTo``
 does:
 

@@ -7,9 +7,9 @@ the one place a checkpoint moves. :meth:`Cleaner.run` is those steps in order:
 
 1. **Plan**: every partition's newest manifest, and the planner's selection (no Spark involved).
 2. **Task**: each selected partition's task, built once (:meth:`Cleaner.task`: the cleaned range, the rules'
-   parameters, how decisions become objects, how many key ranges).
-3. **Clean**: per path, decide which records survive (executors read only the decision columns: key, offset,
-   version inputs, delete horizons, transaction markers; never values), then apply the decision: a segment that
+   parameters, how verdicts become objects, how many key ranges).
+3. **Clean**: per path, decide which records survive (executors read only the fact columns: key, offset,
+   version inputs, delete horizons, transaction markers; never values), then apply the verdicts: a segment that
    loses nothing stays, a clean segment that loses a few gets a deletion vector, the others are rewritten and
    merged up to ``segment.bytes``, keeping offsets, order and the first source's base offset.
 4. **Commit**: per partition, through the store's commit primitive (rebasing over concurrent appends), many at
@@ -41,7 +41,7 @@ from compaction.clean.settings import CleanerConfig
 from compaction.engine.phases import as_ms
 from compaction.engine.stages import SparkStages, Stages
 from compaction.errors import CompactionError
-from compaction.store import Store, Writer, read_manifests
+from compaction.store import SegmentFormat, Store, Writer, read_manifests
 from compaction.store.erasure import tombstone_offsets
 
 log = logging.getLogger("compaction.clean.cleaner")
@@ -78,7 +78,7 @@ class Cleaner:
         """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
         plus ``delete.retention.ms``, so a backdated ``now`` cannot shorten a tombstone's life in real time."""
         try:
-            self.dedupe_plan = rules.Plan(dedupe_plan or settings.cleaner.dedupe_plan)
+            self.winner_search = rules.Plan(dedupe_plan or settings.cleaner.dedupe_plan)
         except ValueError as err:
             raise CompactionError(f"unknown dedupe plan {dedupe_plan!r}; expected one of "
                                   f"{[p.value for p in rules.Plan]}") from err
@@ -122,8 +122,8 @@ class Cleaner:
                 results.append(reset_checkpoint(self.store, p, self.writer, now_ms) if p.checkpoint_reset
                                else PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
-        report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.dedupe_plan, the_plan, results,
-                                 elapsed_ms=_elapsed_ms(started), erasure_grace_ms=self.settings.cleaner.erasure_grace)
+        report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.winner_search, the_plan, results,
+                                 elapsed_ms=_elapsed_ms(started))
         report.phases_ms.update(as_ms(phases))
         report.phases_ms.update(as_ms(seconds, prefix="task_"))
         if self.stages is not None:
@@ -160,7 +160,7 @@ class Cleaner:
             nonlocal done
             result = done_cleaning(self.store, item, self.writer, now_ms, _elapsed_ms(started))
             try:
-                self.store.delete_handed(item.task.tp, item.handed_paths())
+                self.store.objects.delete_handed(item.task.tp, item.handed_paths())
             except CompactionError as err:  # gc removes them later
                 log.debug("could not delete the hand-over objects of %s: %s", item.task.tp, err)
             done += 1
@@ -175,19 +175,20 @@ class Cleaner:
     def task(self, p: LogToClean, now_ms: int) -> CleanTask:
         """The partition's task in this pass, every field set: the one place its parameters are put together."""
         cleaner = self.settings.cleaner
-        # The Spark SQL plans shuffle by key: only the Arrow plan splits a large partition into key ranges.
-        buckets = key_buckets(p, cleaner.task_max_records) if self.dedupe_plan is rules.Plan.ARROW else 1
+        # The Spark SQL winner searches shuffle by key: only the Arrow one splits a large partition into key ranges.
+        key_ranges = key_buckets(p, cleaner.task_max_records) if self.winner_search is rules.Plan.ARROW else 1
         # The horizon this pass stamps: from ``now``, or from the wall clock if that is later (SPEC §3).
         horizon = rules.delete_horizon(max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms),
                                        p.config.delete_retention_ms)
+        segment_format = SegmentFormat(p.segment_format)
         # What keeps a .log batch that loses every record (only a pass that writes .log segments needs it).
         batches = BatchPolicy(p.first_uncleanable_offset, active_producers(
-            p.manifest, p.config.producer_id_expiration_ms, now_ms)) if p.segment_format == "kafka" else None
+            p.manifest, p.config.producer_id_expiration_ms, now_ms)) if segment_format == SegmentFormat.KAFKA else None
         return CleanTask(
             tp=p.partition, store=self.store, segments=p.segments, tail=p.tail,
             strategy=rules.Strategy(p.config.compaction_strategy), strategy_header=p.config.compaction_strategy_header,
             keyless_drop=cleaner.keyless_records == "drop", now_ms=now_ms, log_start_offset=p.log_start_offset,
             first_dirty_offset=p.first_dirty_offset, clean_keys_unique=p.manifest.clean_keys_unique,
-            policy=apply_policy(p, now_ms, cleaner, buckets), horizon_ms=horizon, segment_format=p.segment_format,
+            policy=apply_policy(p, now_ms, cleaner, key_ranges), horizon_ms=horizon, segment_format=segment_format,
             batch_policy=batches, pass_id=self.pass_id, erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
-            plan=self.dedupe_plan, buckets=buckets)
+            winner_search=self.winner_search, key_ranges=key_ranges)

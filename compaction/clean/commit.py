@@ -45,14 +45,14 @@ class PartitionWork:
         self.failure = self.failure or failure
 
     def decided(self, verdicts: Verdicts) -> None:
-        """Record what a key range (or a Spark SQL plan) decided of some of the partition's segments."""
+        """Record what a key range (or a Spark SQL winner search) decided of some of the partition's segments."""
         self.verdicts.append(verdicts)
         for found in verdicts.segments:
             before = self.outcomes.get(found.segment_base)
             self.outcomes[found.segment_base] = before.merge(found.outcome) if before else found.outcome
 
     def source_verdicts(self, segment: SegmentMeta) -> SourceVerdicts:
-        """Where the decision on one of its segments is listed, every key range's part of it."""
+        """Where the verdicts on one of its segments are listed, every key range's part of it."""
         found = [(v.path, s) for v in self.verdicts for s in v.segments if s.segment_base == segment.base_offset]
         rows = {s.rows for _, s in found}
         if len(rows) > 1:
@@ -95,7 +95,7 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
     empty = SegmentOutcome.empty()
     holding = {s.path: work.outcomes.get(s.base_offset, empty).erased_keys for s in p.segments}
     unrewritten = [path for path, keys in holding.items() if keys and path not in {s.path for s in removed}]
-    if unrewritten:  # plan_jobs rewrites every such segment: this is a bug, never committed as done
+    if unrewritten:  # lay_out rewrites every such segment: this is a bug, never committed as done
         return PartitionResult.failed(p.plan, f"segment(s) {unrewritten} hold records of erased keys but were not "
                                               "rewritten", internal=True)
     change = Replacement(

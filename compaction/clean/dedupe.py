@@ -1,10 +1,10 @@
-"""The Spark SQL plans: each key's greatest competing record found with a window or an aggregate.
+"""The Spark SQL winner searches: each key's greatest competing record found with a window or an aggregate.
 
-The plans are SQL run by the DataFrame's own session (``spark.sql(..., facts=df)``), which reads the same on a
+The searches are SQL run by the DataFrame's own session (``spark.sql(..., facts=df)``), which reads the same on a
 classic session and on Spark Connect, whichever kind of session a process has made first.
 
 Input: the facts of cleaned ranges (:data:`compaction.rules.FACTS_SCHEMA`, read by executors, :func:`facts_rows`).
-A plan adds ``is_winner``, stating :data:`compaction.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
+A search adds ``is_winner``, stating :data:`compaction.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
 whose survivor is unspecified); :func:`classify` then applies :func:`compaction.rules.classify` to each Arrow batch,
 and :func:`decided_verdicts` turns each segment's decided rows into its verdicts, listed in the store for the apply
 stage, with the counts as the stage's result rows (:data:`compaction.engine.codec.RESULT_SCHEMA`).
@@ -39,7 +39,7 @@ KEY = ("topic", "partition", "key")
 BATCH_ROWS = 131_072
 
 FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
-#: The facts :func:`classify` passes through to :func:`per_segment`, before the decision's own columns.
+#: The facts :func:`classify` passes through to :func:`per_segment`, before the verdicts' own columns.
 PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", "error", "internal", "trace")
 DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
                             ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64()),
@@ -71,14 +71,14 @@ def winners_by_aggregate(df: DataFrame) -> DataFrame:
         facts=df)
 
 
-WINNER_PLANS: dict[rules.Plan, Callable[[DataFrame], DataFrame]] = {
+WINNER_SEARCHES: dict[rules.Plan, Callable[[DataFrame], DataFrame]] = {
     rules.Plan.WINDOW: winners_by_window,
     rules.Plan.AGGREGATE: winners_by_aggregate,
 }
 
 
 def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
-    """The rules' per-record decision on facts with ``is_winner``: adds ``code`` and ``stamp``."""
+    """The rules' verdict on each record of facts with ``is_winner``: adds ``code`` and ``stamp``."""
 
     def body(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -120,7 +120,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     stamp = table.column("stamp").to_numpy(zero_copy_only=False).astype(bool)
     upcoming = pc.fill_null(table.column("upcoming_horizon_ms"), rules.LONG_MAX).to_numpy()
     erased = frozenset(pc.drop_null(table.column("erased_key")).to_pylist())
-    outcome = SegmentOutcome.from_decision(code, stamp, upcoming, erased)
+    outcome = SegmentOutcome.from_verdicts(code, stamp, upcoming, erased)
     kept = code == rules.KEPT
     listed = kept if lists_kept(segment, task.first_dirty_offset) else ~kept
     chosen = listed | stamp
@@ -128,7 +128,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     if chosen.any():
         part = pa.table({"position": table.column("position").filter(pa.array(chosen)).cast(pa.int32()),
                          "listed": listed[chosen], "stamp": stamp[chosen]})
-        path, (group,) = task.store.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
+        path, (group,) = task.store.objects.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
     return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, outcome, table.num_rows, group),))
 
 
@@ -143,9 +143,9 @@ def decided_verdicts(decided: DataFrame, tasks: Sequence[CleanTask]) -> DataFram
 
 
 def facts_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body of the Spark SQL plans' facts: each input row is a bin of one task (a partition); yields
-    its facts, or one row with the failure that stopped it (:data:`~compaction.rules.FACTS_SCHEMA`), which the plans
-    carry to the partition's result."""
+    """``mapInArrow`` body of the Spark SQL winner searches' facts: each input row is a bin of one task (a
+    partition); yields its facts, or one row with the failure that stopped it (:data:`~compaction.rules.FACTS_SCHEMA`),
+    which the searches carry to the partition's result."""
     for batch in batches:
         for index, payload in zip(batch.column("task").to_pylist(), batch.column("payload").to_pylist(), strict=True):
             found = run(partial(_read_facts, index), payload, ident=str(index))
@@ -165,12 +165,12 @@ def _read_facts(index: int, payload: bytes) -> pa.Table:
     return read_facts(task, index)
 
 
-def decide_with_sql(stages: SparkStages, tasks: Sequence[CleanTask], plan: rules.Plan, now_ms: int,
+def decide_with_sql(stages: SparkStages, tasks: Sequence[CleanTask], search: rules.Plan, now_ms: int,
                     keyless_drop: bool) -> list[Outcome]:
-    """The verdicts of whole partitions by one of the Spark SQL plans: one outcome per segment (of the partitions
-    whose facts were read), or a partition's failure."""
+    """The verdicts on whole partitions by one of the Spark SQL winner searches: one outcome per segment (of the
+    partitions whose facts were read), or a partition's failure."""
     if not tasks:
         return []
     facts = stages.frame([[task] for task in tasks]).map(facts_rows, FACTS_TYPE)
-    decided = classify(facts.transform(WINNER_PLANS[plan]), now_ms=now_ms, keyless_drop=keyless_drop)
+    decided = classify(facts.transform(WINNER_SEARCHES[search]), now_ms=now_ms, keyless_drop=keyless_drop)
     return stages.collect(decided_verdicts(decided, tasks))

@@ -1,6 +1,6 @@
 """Which objects a pass writes: per segment, keep it, give it a deletion vector, or rewrite it (merged).
 
-Pure functions of the decision's counts and the manifest's metadata, used by the driver and, for a
+Pure functions of the verdicts' counts and the manifest's metadata, used by the driver and, for a
 partition decided and applied within one task, by the executor.
 """
 
@@ -17,7 +17,7 @@ from compaction.store.manifest import SegmentMeta
 
 @dataclass(frozen=True, kw_only=True)
 class SegmentOutcome:
-    """The decision's counts for one segment of a cleaned range: live records read, kept, markers to stamp,
+    """The verdicts' counts for one segment of a cleaned range: live records read, kept, markers to stamp,
     records dropped by reason, the earliest delete horizon still to come among the kept records, and the keys
     (digests) of the records of its object an erasure request erases: live ones, and those no reader sees but the
     object's bytes still hold."""
@@ -31,11 +31,11 @@ class SegmentOutcome:
 
     @classmethod
     def empty(cls) -> SegmentOutcome:
-        """The outcome of a segment no decision row speaks of (none of its rows was read)."""
+        """The outcome of a segment no verdict speaks of (none of its rows was read)."""
         return cls(records=0, kept=0, stamped=0, dropped={})
 
     @classmethod
-    def from_decision(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray,
+    def from_verdicts(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray,
                       erased_keys: frozenset[str] = frozenset()) -> SegmentOutcome:
         """The counts of one segment's decided rows: their codes (``KEPT`` or a reason's), which markers to
         stamp, their upcoming delete horizons (``LONG_MAX`` where none), and the digests of the keys of those
@@ -49,7 +49,7 @@ class SegmentOutcome:
         return self.records - self.kept
 
     def merge(self, other: SegmentOutcome) -> SegmentOutcome:
-        """The sum of two key buckets' outcomes for the same segment."""
+        """The sum of two key ranges' outcomes for the same segment."""
         dropped = dict(self.dropped)
         for reason, count in other.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
@@ -88,7 +88,7 @@ DEFAULT_DELETION_VECTOR_MAX_AGE_MS = 7 * 24 * 3600 * 1000
 
 @dataclass(frozen=True)
 class ApplyPolicy:
-    """How decisions become new objects: size of merged segments and when a deletion vector is enough."""
+    """How verdicts become new objects (the layout): size of merged segments and when a deletion vector is enough."""
 
     segment_bytes: int
     now_ms: int
@@ -101,7 +101,7 @@ class ApplyPolicy:
     apart: int | None = None
 
 
-def plan_jobs(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
+def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
               policy: ApplyPolicy, reframe: frozenset[int] = frozenset()) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
 

@@ -37,7 +37,7 @@ FAILURES = (Status.FAILED, Status.UNCLEANABLE)
 @dataclass
 class CleanerStats:
     """Kafka's CleanerStats and more, for one partition. ``messages_read``/``map_bytes_read`` cover the whole
-    cleaned range (what the decision scanned), ``bytes_read`` the segments recopied."""
+    cleaned range (what the winner search scanned), ``bytes_read`` the segments recopied."""
 
     messages_read: int = 0
     map_bytes_read: int = 0
@@ -62,7 +62,7 @@ class CleanerStats:
 @dataclass
 class PartitionResult:
     """One partition's outcome. Stats follow Kafka's CleanerStats: ``messages_read``/``map_bytes_read`` cover
-    the whole cleaned range (what the decision scanned), ``bytes_read`` the segments recopied."""
+    the whole cleaned range (what the winner search scanned), ``bytes_read`` the segments recopied."""
 
     partition: str
     status: Status
@@ -184,15 +184,16 @@ class RunReport:
     #: outcome, or its ``error``.
     published: list[dict[str, Any]] = field(default_factory=list)
     #: Erasure requests of the run's partitions that are late at ``now_ms`` (still pending past their deadline, or not
-    #: yet physically gone the erasure grace period after it): as planned, and (the job) again once gc has run.
-    erasure_overdue_requests: int = 0
+    #: yet physically gone the erasure grace period after it) as the run ends: counted by the job, after gc (None in
+    #: the report of a pass run alone, which does not count them).
+    erasure_overdue_requests: int | None = None
     #: What the pass's Spark stages sent to executors and collected from them, in bytes: it grows with partitions,
     #: segments and key ranges, never with records (SPEC §5).
     driver_bytes: int = 0
 
     @classmethod
     def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,
-              results: list[PartitionResult], elapsed_ms: int, erasure_grace_ms: int = 0) -> RunReport:
+              results: list[PartitionResult], elapsed_ms: int) -> RunReport:
         cleaned = [r for r in results if r.status is Status.CLEANED]
         bad = [r for r in results if r.status in FAILURES]
         totals: dict[str, Any] = {"partitions": len(results), "cleaned": len(cleaned), "failed": len(bad),
@@ -213,10 +214,7 @@ class RunReport:
             "max-clean-time-secs": elapsed_ms // 1000,
             "cleaner-recopy-percent": 100 * totals["bytes_written"] // max(totals["bytes_read"], 1),
         }
-        overdue = sum(1 for p in plan.partitions if p.manifest is not None
-                      for r in p.manifest.erasures if r.overdue(now_ms, erasure_grace_ms))
-        return cls(run_id, store, now_ms, dedupe_plan, elapsed_ms, results, totals, metrics,
-                   erasure_overdue_requests=overdue)
+        return cls(run_id, store, now_ms, dedupe_plan, elapsed_ms, results, totals, metrics)
 
     @property
     def failed(self) -> list[PartitionResult]:

@@ -1,9 +1,9 @@
 """The ways a selected partition is cleaned, and the one place that chooses a partition's way (:func:`path_of`).
 
-Every path decides which records survive, then applies the decision (new segments, deletion vectors), by the same
+Every path decides which records survive, then applies the verdicts (new segments, deletion vectors), by the same
 rules (:mod:`compaction.rules`); they differ in where the work runs:
 
-- :data:`WHOLE`: a partition that fits one task, decided and applied in that task (the Arrow plan). Small
+- :data:`WHOLE`: a partition that fits one task, decided and applied in that task (the Arrow winner search). Small
   partitions share a task: a Spark task costs tens of milliseconds to schedule, and a nightly increment leaves most
   partitions little to do.
 - :data:`RANGES_READ`: a larger partition split into key ranges, each range's task reading the whole range and
@@ -11,7 +11,7 @@ rules (:mod:`compaction.rules`); they differ in where the work runs:
   repeated reads cost less than a shuffle).
 - :data:`RANGES_HANDED`: key ranges fed by one read of each run of segments, its rows handed to the ranges in the
   store.
-- :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL plans, which shuffle the facts by key.
+- :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL winner searches, which shuffle the facts by key.
 
 A path that decides in one stage and applies in another hands its verdicts over through the store (as the key
 ranges fed by one read take their rows: :mod:`compaction.store.handover`), never through the driver (what reaches it
@@ -31,7 +31,7 @@ from compaction import rules
 from compaction.clean.batches import stale_empty_batches
 from compaction.clean.commit import PartitionWork
 from compaction.clean.dedupe import decide_with_sql
-from compaction.clean.layout import SegmentOutcome, plan_jobs
+from compaction.clean.layout import SegmentOutcome, lay_out
 from compaction.clean.payloads import ApplyJob, CleanedPartition, CleanTask, HandedRun, RunRead
 from compaction.clean.planner import segment_runs
 from compaction.clean.tasks.apply import apply_listed, clean_in_task
@@ -44,7 +44,7 @@ from compaction.engine.stages import SparkStages, Stages, isolated
 from compaction.errors import CompactionError
 
 #: A split partition of fewer key ranges than this reads its whole range in each range's task (keeping that
-#: range's rows of each segment as it goes): reading the decision columns a few times over costs less than
+#: range's rows of each segment as it goes): reading the fact columns a few times over costs less than
 #: handing them over once. With more ranges the reads would grow as the square of the partition, so each run of
 #: segments is read once and its rows handed over.
 SHUFFLE_FROM_RANGES = 5
@@ -121,7 +121,7 @@ def _by_partition(units: Sequence[Any], owners: dict[str, PartitionWork]) -> lis
 
 
 class Path(ABC):
-    """A way to clean partitions: decide which records survive, then apply the decision."""
+    """A way to clean partitions: decide which records survive, then apply the verdicts."""
 
     name: str
 
@@ -138,12 +138,12 @@ class Path(ABC):
 
 
 class Whole(Path):
-    """Decided and applied in one task per partition, small partitions packed several to a task."""
+    """TaskVerdicts and applied in one task per partition, small partitions packed several to a task."""
 
     name = "whole"
 
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
-        """Nothing yet: each partition is decided in the task that applies it (the decision never leaves it)."""
+        """Nothing yet: each partition is decided in the task that applies it (the verdicts never leave it)."""
 
     def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
         tasks = [w.task for w in items]
@@ -179,7 +179,7 @@ class Staged(Path):
             task = item.task
             for segment in task.segments:
                 item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
-            laid_out = plan_jobs(task.segments, item.outcomes, task.first_dirty_offset, task.policy,
+            laid_out = lay_out(task.segments, item.outcomes, task.first_dirty_offset, task.policy,
                                  stale_empty_batches(task.segments, task.batch_policy))
             try:
                 item.jobs = [task.job(job_id, sources, deletes_only, tuple(item.source_verdicts(s) for s in sources))
@@ -214,11 +214,11 @@ class Ranges(Staged):
         runner.tasks(sample_bounds, [w.task for w in items], {w.task.ident: w for w in items}, _take_bounds)
         standing = [w for w in items if w.failure is None]
         runner.progress(f"deciding survivors in {len(standing)} partition(s) with "
-                        f"{sum(w.task.buckets for w in standing)} key range(s), {extent(standing)} ({self.name})")
+                        f"{sum(w.task.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})")
         owners = {}
         for item in standing:
-            owners.update({replace(item.task, bucket=b).ident: item for b in range(item.task.buckets)})
-        ranges = [replace(w.task, bucket=b) for w in standing for b in range(w.task.buckets)]
+            owners.update({replace(item.task, key_range=b).ident: item for b in range(item.task.key_ranges)})
+        ranges = [replace(w.task, key_range=b) for w in standing for b in range(w.task.key_ranges)]
         self.decide_ranges(runner, ranges, owners)
 
     @abstractmethod
@@ -242,7 +242,7 @@ class RangesHanded(Ranges):
 
     def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
         """Each run of segments read once, its rows handed to the key ranges in the store; then a task per range."""
-        runs = [RunRead(task=replace(task, segments=segments)) for task in ranges if task.bucket == 0
+        runs = [RunRead(task=replace(task, segments=segments)) for task in ranges if task.key_range == 0
                 for segments in segment_runs(task.segments, runner.task_max_records)]
         by_run = {run.ident: owners[run.task.ident] for run in runs}
         handed: dict[int, list[HandedRun]] = {}
@@ -252,31 +252,31 @@ class RangesHanded(Ranges):
         for task in standing:
             item = owners[task.ident]
             item.handed.update(run.path for run in handed[id(item)])
-        chosen = [replace(task, pieces=tuple(run.piece(task.bucket) for run in sorted(
+        chosen = [replace(task, pieces=tuple(run.piece(task.key_range) for run in sorted(
             handed[id(owners[task.ident])], key=lambda r: r.first_segment))) for task in standing]
         runner.tasks(decide_handed, chosen, owners, _take_verdicts, lambda task: runner.task_max_records)
 
 
 @dataclass(frozen=True, eq=False)
-class SqlPlan(Staged):
-    """The Spark SQL plans: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
+class SqlWinnerSearch(Staged):
+    """The Spark SQL winner searches: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
 
-    plan: rules.Plan
+    search: rules.Plan
 
     @property
     def name(self) -> str:  # type: ignore[override]
-        return self.plan.value
+        return self.search.value
 
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
         stages = runner.stages
         if not isinstance(stages, SparkStages):
-            raise CompactionError(f"the {self.plan} plan runs on Spark SQL, which needs a SparkSession")
-        runner.progress(f"deciding survivors in {len(items)} partition(s), {extent(items)} (plan: {self.plan})")
+            raise CompactionError(f"the {self.search} plan runs on Spark SQL, which needs a SparkSession")
+        runner.progress(f"deciding survivors in {len(items)} partition(s), {extent(items)} (plan: {self.search})")
         now_ms = items[0].task.now_ms
         keyless_drop = items[0].task.keyless_drop
 
         def call(chosen: list[CleanTask]) -> list[Outcome]:
-            return decide_with_sql(stages, chosen, self.plan, now_ms, keyless_drop)
+            return decide_with_sql(stages, chosen, self.search, now_ms, keyless_drop)
 
         # An outcome per segment with live rows: a partition with none has nothing to decide, and no outcome.
         owners = {w.task.ident: w for w in items}
@@ -287,24 +287,24 @@ class SqlPlan(Staged):
 WHOLE = Whole()
 RANGES_READ = RangesRead()
 RANGES_HANDED = RangesHanded()
-WINDOW = SqlPlan(rules.Plan.WINDOW)
-AGGREGATE = SqlPlan(rules.Plan.AGGREGATE)
+WINDOW = SqlWinnerSearch(rules.Plan.WINDOW)
+AGGREGATE = SqlWinnerSearch(rules.Plan.AGGREGATE)
 
 
 def reads_whole_ranges(task: CleanTask) -> bool:
     """Whether each of a split partition's key ranges reads the whole range (rather than its rows shuffled to it
     from one read of each run): with transactions always, since whether a record is aborted depends on every
     row before it; otherwise while the ranges are few (:data:`SHUFFLE_FROM_RANGES`)."""
-    return has_transactions(task) or task.buckets < SHUFFLE_FROM_RANGES
+    return has_transactions(task) or task.key_ranges < SHUFFLE_FROM_RANGES
 
 
 def path_of(task: CleanTask) -> Path:
     """The way a partition's task is cleaned: the one place that chooses."""
-    if task.plan is rules.Plan.WINDOW:
+    if task.winner_search is rules.Plan.WINDOW:
         return WINDOW
-    if task.plan is rules.Plan.AGGREGATE:
+    if task.winner_search is rules.Plan.AGGREGATE:
         return AGGREGATE
-    if task.buckets == 1:
+    if task.key_ranges == 1:
         return WHOLE
     return RANGES_READ if reads_whole_ranges(task) else RANGES_HANDED
 

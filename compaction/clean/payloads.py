@@ -2,11 +2,11 @@
 and per result (the row codec and the version check are :mod:`compaction.engine.codec`'s).
 
 - :class:`CleanTask` is one partition's pass, every field set: the cleaned range, the rules' parameters and how
-  decisions become objects. Its ``bucket`` names one key range of a split partition, and a run of its segments
+  verdicts become objects. Its ``key_range`` names one key range of a split partition, and a run of its segments
   (``segments`` narrowed) is what a split partition reads once for every key range.
 - :class:`RunRead` is a run of a split partition's segments read once for every key range, and :class:`HandedRun`
   where it handed each range's rows over (:class:`Piece`, through the store: :mod:`compaction.store.handover`).
-- :class:`Verdicts` is what a key range (or a Spark SQL plan) decided of a partition's segments: the counts per
+- :class:`Verdicts` is what a key range (or a Spark SQL winner search) decided of a partition's segments: the counts per
   segment, and where in the store the rows it keeps or drops are listed (:mod:`compaction.store.verdicts`).
 - :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector, with the verdicts on
   each source (:class:`SourceVerdicts`).
@@ -25,7 +25,7 @@ from compaction import rules
 from compaction.clean.batches import BatchPolicy
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome
 from compaction.engine.codec import Payload
-from compaction.store import SegmentMeta, Store, TopicPartition
+from compaction.store import SegmentFormat, SegmentMeta, Store, TopicPartition
 
 
 def lists_kept(segment: SegmentMeta, first_dirty_offset: int) -> bool:
@@ -38,7 +38,8 @@ def lists_kept(segment: SegmentMeta, first_dirty_offset: int) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class CleanTask(Payload):
     """One partition's clean pass over ``[log_start_offset, end of segments)``, or one key range of it
-    (``bucket`` of ``buckets``); every field is set by the driver (:meth:`~compaction.clean.cleaner.Cleaner.task`)."""
+    (``key_range`` of ``key_ranges``); every field is set by the driver
+    (:meth:`~compaction.clean.cleaner.Cleaner.task`)."""
 
     tp: TopicPartition
     store: Store
@@ -50,24 +51,24 @@ class CleanTask(Payload):
     now_ms: int
     log_start_offset: int
     first_dirty_offset: int
-    clean_keys_unique: bool  # the manifest's promise (the Arrow plan's winner search uses it)
-    policy: ApplyPolicy  # how decisions become objects
+    clean_keys_unique: bool  # the manifest's promise (the Arrow winner search uses it)
+    policy: ApplyPolicy  # how verdicts become objects (the layout)
     horizon_ms: int  # the delete horizon this pass stamps
-    segment_format: str  # what its rewrites write
+    segment_format: SegmentFormat  # what its rewrites write
     batch_policy: BatchPolicy | None  # which batches its .log rewrites keep when they lose every record (.log only)
     pass_id: str  # names its objects (tasks.apply.object_id)
     # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
     erasures: tuple[tuple[str, int], ...]
-    plan: rules.Plan = rules.Plan.ARROW  # how each key's winner is found
-    buckets: int = 1
-    bucket: int = 0
-    bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``buckets - 1``; the same in all its tasks)
+    winner_search: rules.Plan = rules.Plan.ARROW  # how each key's winner is found (``dedupe.plan``)
+    key_ranges: int = 1
+    key_range: int = 0
+    bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``key_ranges - 1``; the same in its tasks)
     pieces: tuple[Piece, ...] = ()  # a key range's rows of each run, handed over in the store (read once per run)
 
     @property
     def ident(self) -> str:
         """The partition, or its key range: what its outcome is matched to."""
-        return str(self.tp) if self.buckets == 1 else f"{self.tp} key range {self.bucket}"
+        return str(self.tp) if self.key_ranges == 1 else f"{self.tp} key range {self.key_range}"
 
     @property
     def records(self) -> int:
@@ -77,7 +78,7 @@ class CleanTask(Payload):
     def job(self, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
             verdicts: tuple[SourceVerdicts, ...] = ()) -> ApplyJob:
         """Apply job ``job_id`` of this pass: rewrite ``sources`` into one segment, or extend a deletion vector
-        (``verdicts``: where the decision on each source is listed, unless the job runs in the deciding task)."""
+        (``verdicts``: where the verdicts on each source are listed, unless the job runs in the deciding task)."""
         return ApplyJob(tp=self.tp, store=self.store, job_id=job_id, sources=sources, horizon_ms=self.horizon_ms,
                         now_ms=self.now_ms, log_start_offset=self.log_start_offset, deletes_only=deletes_only,
                         pass_id=self.pass_id, segment_format=self.segment_format, batch_policy=self.batch_policy,
@@ -86,7 +87,7 @@ class CleanTask(Payload):
 
 @dataclass(frozen=True)
 class SourceVerdicts:
-    """Where the decision on one source segment of an apply job is listed: ``rows`` live rows were decided (by
+    """Where the verdicts on one source segment of an apply job are listed: ``rows`` live rows were decided (by
     every key range alike), and each ``(path, row group)`` of ``listed`` lists some of them, the kept ones when
     ``kept`` (else the dropped ones)."""
 
@@ -108,9 +109,9 @@ class ApplyJob(Payload):
     log_start_offset: int
     deletes_only: bool
     pass_id: str  # names its object (tasks.apply.object_id)
-    segment_format: str  # what a rewrite writes
+    segment_format: SegmentFormat  # what a rewrite writes
     batch_policy: BatchPolicy | None  # which batches a .log rewrite keeps when they lose every record
-    verdicts: tuple[SourceVerdicts, ...] = ()  # per source, where its decision is listed (none: decided in the task)
+    verdicts: tuple[SourceVerdicts, ...] = ()  # per source, where its verdicts are listed (none: decided in the task)
 
     @property
     def ident(self) -> str:
@@ -165,9 +166,9 @@ class HandedRun(Payload):
 
 @dataclass(frozen=True)
 class SegmentVerdicts:
-    """What one key range (or a Spark SQL plan) decided of one segment: the counts, the live rows it read (all of
-    the segment's, its own and other ranges'), and the row group of ``Verdicts.path`` listing its part (None: its
-    part lists no row)."""
+    """What one key range (or a Spark SQL winner search) decided of one segment: the counts, the live rows it read
+    (all of the segment's, its own and other ranges'), and the row group of ``Verdicts.path`` listing its part
+    (None: its part lists no row)."""
 
     segment_base: int
     outcome: SegmentOutcome
@@ -177,7 +178,7 @@ class SegmentVerdicts:
 
 @dataclass(frozen=True, kw_only=True)
 class Verdicts(Payload):
-    """A decision over some of a partition's segments, its rows listed in the verdicts object at ``path`` (None:
+    """The verdicts on some of a partition's segments, listed in the verdicts object at ``path`` (None:
     nothing written, no segment lists a row)."""
 
     tp: TopicPartition
@@ -210,7 +211,7 @@ class AppliedJob(Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class CleanedPartition(Payload):
-    """A partition decided and applied in one task: the decision's counts per segment (by base offset) and
+    """A partition decided and applied in one task: the verdicts' counts per segment (by base offset) and
     each apply job's result."""
 
     tp: TopicPartition

@@ -14,10 +14,10 @@ from compaction.clean.layout import DEFAULT_DELETION_VECTOR_MAX_AGE_MS, DEFAULT_
 from compaction.errors import ConfigError
 from compaction.rules import Plan, Strategy
 from compaction.schema import LONG_MAX
+from compaction.store.formats import SegmentFormat
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
 
 POLICIES = ("compact", "delete")
-SEGMENT_FORMATS = ("parquet", "kafka")
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,9 @@ class TopicConfig:
     compaction_strategy_header: str = ""
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
-    # What the cleaner writes: "parquet" or "kafka" (.log record batches); None: the format the partition's
-    # segments already have (its newest segment's).
-    segment_format: str | None = None
+    # What the cleaner writes: Parquet or Kafka's .log record batches; None: the format the partition's segments
+    # already have (its newest segment's).
+    segment_format: SegmentFormat | None = None
     # A producer is active (its last batch kept, empty if need be) while its last batch is younger than this.
     producer_id_expiration_ms: int = 86_400_000
 
@@ -104,9 +104,9 @@ def check_value(key: str, value: Any, name: str | None = None) -> Any:
         except ValueError:
             raise _invalid(value, name, f"String must be one of: {', '.join(Strategy)}") from None
     if key == "segment.format":
-        if value not in SEGMENT_FORMATS:
-            raise _invalid(value, name, f"String must be one of: {', '.join(SEGMENT_FORMATS)}")
-        return value
+        if value not in list(SegmentFormat):
+            raise _invalid(value, name, f"String must be one of: {', '.join(SegmentFormat)}")
+        return SegmentFormat(value)
     if key == "compaction.strategy.header":
         if not isinstance(value, str):
             raise _invalid(value, name, "Expected value to be a string")

@@ -19,6 +19,7 @@ from compaction.cli.common import EXIT_OK, Parser
 from compaction.cli.output import Output
 from compaction.cli.types import iso_time, parse_time
 from compaction.display import human_bytes
+from compaction.publish import describe_publish, publish_topic
 from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
 from compaction.read.history import history
 from compaction.read.scan import Scan, scan
@@ -163,9 +164,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     """
     settings = common.load_settings(args)
     store = common.open_store(args, settings)
-    result = job.publish_topic(store, args.topic, settings, wall_ms=common.wall_clock_ms(), catalog=args.catalog,
-                               table=args.table, version=common.read_versions(args))
-    Output.of(args).result(result.to_dict(), notes=[job.describe_publish(args.topic, result)])
+    target = job.publish_target(settings, args.catalog)
+    result = publish_topic(store, args.topic, target, wall_ms=common.wall_clock_ms(), table=args.table,
+                           version=common.read_versions(args))
+    Output.of(args).result(result.to_dict(), notes=[describe_publish(args.topic, result)])
     return EXIT_OK
 
 

@@ -11,7 +11,7 @@ from compaction.cli.output import Output
 from compaction.cli.types import parse_duration, parse_time, positive_int
 from compaction.display import human_bytes
 from compaction.errors import StoreError
-from compaction.store import IllegalFolder, Store, TopicPartition, Writer, read_manifests
+from compaction.store import IllegalFolder, SegmentFormat, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.store.status import partition_status
 from compaction.store.verify import verify
@@ -33,7 +33,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         value_bytes=args.value_bytes, end_time_ms=args.end_time if args.end_time is not None else now,
         time_span_ms=args.time_span, missing_timestamp_ratio=args.missing_timestamp_ratio,
         segment_records=args.segment_records, version_header=args.version_header, seed=args.seed,
-        partition0_share=args.skew, hot_key_records=args.hot_key_records, segment_format=args.format,
+        partition0_share=args.skew, hot_key_records=args.hot_key_records, segment_format=SegmentFormat(args.format),
         compression=args.compression, transactional_ratio=args.transactional_ratio, abort_ratio=args.abort_ratio,
         transaction_records=args.transaction_records,
     )
@@ -55,7 +55,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     manifest = common.open_store(args).append_file(tp, args.file, now_ms=now, writer=Writer(id="compaction-append"),
                                                    fill_timestamps=not args.no_timestamp)
     segment = manifest.segments[-1]
-    framing = " in Kafka record batches" if segment.format == "kafka" else ""
+    framing = " in Kafka record batches" if segment.format == SegmentFormat.KAFKA else ""
     Output().line(f"appended {segment.record_count} record(s){framing} to {tp} at [{segment.base_offset}, "
                   f"{segment.next_offset}) as manifest version {manifest.version}")
     return EXIT_OK
@@ -173,7 +173,8 @@ GENERATE_OPTIONS: dict[str, dict[str, Any]] = {
                "help": "share of each topic's records and keys that go to partition 0 (default: even)"},
     "--hot-key-records": {"type": int, "default": 0,
                           "help": "records of partition 0 that all update one key (default: 0)"},
-    "--format": {"choices": ["parquet", "kafka"], "default": "parquet", "help": "segment format: parquet, or kafka "
+    "--format": {"choices": [f.value for f in SegmentFormat], "default": SegmentFormat.PARQUET.value,
+                 "help": "segment format: parquet, or kafka "
                  "(.log files of Kafka record batches v2) (default: parquet)"},
     "--compression": {"choices": ["none", "gzip", "snappy", "lz4", "zstd"], "default": "none",
                       "help": "the record batches' codec, with --format kafka (default: none)"},

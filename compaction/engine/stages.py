@@ -158,7 +158,7 @@ class SparkStages(Stages):
 class LocalStages(Stages):
     """The stages run in this process, through the same row bodies and codecs as on Spark (units pickled on the way
     in, outcomes on the way out): what would not reach an executor, or not come back, fails here too. It lets the
-    job's own code run hundreds of times per test without a JVM; the Spark SQL plans need Spark."""
+    job's own code run hundreds of times per test without a JVM; the Spark SQL winner searches need Spark."""
 
     def map_tasks(self, body: Callable[[Any], Any], bins: Sequence[Sequence[Any]], threads: int = 1) -> list[Outcome]:
         rows = [pa.record_batch({"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(list(b))], pa.binary())},

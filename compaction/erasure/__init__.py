@@ -9,7 +9,7 @@ object gc has not reached. This package closes all three, over the layers below 
   there and records a request in the manifest (the key's SHA-256 digest, never the key; when; the deadline).
 - the cleaner (:mod:`compaction.clean`) selects a partition with a pending request at once, rolls its active
   segment, drops every record of the key below the tombstone whatever its version (``rules``, rule 0) and rewrites
-  every segment whose object holds one, seen or hidden (``layout.plan_jobs``); the commit marks the request
+  every segment whose object holds one, seen or hidden (``layout.lay_out``); the commit marks the request
   rewritten.
 - gc (:mod:`compaction.store.gc`, :mod:`compaction.store.erasure`) removes what still holds the key after
   ``erasure.grace.ms`` and marks the request gone once nothing under the partition's folders does.

@@ -13,7 +13,7 @@ import pyarrow as pa
 from compaction.errors import InvalidArgumentError, StoreNotFoundError
 from compaction.kafka.partitioner import default_partition
 from compaction.schema import LONG_MAX
-from compaction.store import Manifest, Store, TopicPartition, Writer
+from compaction.store import Manifest, SegmentFormat, Store, TopicPartition, Writer
 from compaction.store.erasure import KeyMatch, key_digest, log_findings
 from compaction.store.manifest import ErasureRequest
 from compaction.store.segment import records
@@ -94,7 +94,7 @@ def forget(store: Store, topic: str, keys: Sequence[bytes], *, now_ms: int,
         if found:
             placed = request_erasure(store, tp, [o.key for o in found], now_ms=now_ms, deadline_ms=deadline,
                                      writer=writer, segment_format=manifest.segments[-1].format
-                                     if manifest.segments else "parquet")
+                                     if manifest.segments else SegmentFormat.PARQUET)
             for outcome, offset in zip(found, placed, strict=True):
                 outcome.tombstones[partition] = offset
 
@@ -104,7 +104,7 @@ def forget(store: Store, topic: str, keys: Sequence[bytes], *, now_ms: int,
 
 
 def request_erasure(store: Store, tp: TopicPartition, keys: Sequence[bytes], *, now_ms: int, deadline_ms: int,
-                    writer: Writer | None = None, segment_format: str = "parquet") -> list[int]:
+                    writer: Writer | None = None, segment_format: SegmentFormat = SegmentFormat.PARQUET) -> list[int]:
     """Append one tombstone per key to the partition (as a ``segment_format`` segment: forget keeps a ``.log``
     partition one) and record an erasure request for each, naming its offset, in one commit; returns the tombstones'
     offsets, in the order of ``keys``. Nothing is searched: :func:`forget` decides where."""

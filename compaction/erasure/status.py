@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicCo
     (the objects still holding the key, and the pins that keep versions from before the rewrite)."""
     plan = plan_partition(tp, manifest, config, now_ms)
     chosen = {r.ident for r in plan.erasures}
-    pins = store.pins(tp)
+    pins = store.objects.pins(tp)
 
     def waits(request: ErasureRequest) -> tuple[str, ...]:
         if request.state == "pending":
@@ -82,9 +82,11 @@ def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicCo
     return waits
 
 
-def overdue_requests(store: Store, partitions: Iterable[TopicPartition], now_ms: int, grace_ms: int) -> int:
-    """How many requests of ``partitions`` are late, read from their newest manifests (see
-    ``ErasureRequest.overdue``; the gauge ``compaction_erasure_overdue_requests``)."""
-    manifests = read_manifests(store, partitions)
-    return sum(1 for m in manifests.values() if not isinstance(m, StoreError)
-               for r in m.erasures if r.overdue(now_ms, grace_ms))
+def overdue_requests(store: Store, planned: Mapping[TopicPartition, Manifest], now_ms: int, grace_ms: int) -> int:
+    """How many requests of the partitions of ``planned`` are late (see ``ErasureRequest.overdue``; the gauge
+    ``compaction_erasure_overdue_requests``), read from their newest manifests; a partition whose newest cannot be
+    read is counted at its ``planned`` manifest."""
+    newest = read_manifests(store, planned)
+    return sum(1 for tp, manifest in newest.items()
+               for r in (planned[tp] if isinstance(manifest, StoreError) else manifest).erasures
+               if r.overdue(now_ms, grace_ms))

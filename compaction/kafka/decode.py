@@ -67,27 +67,48 @@ def decode(data: Any, *, where: str) -> Decoded:
     """
     view = _bytes_view(data)
     positions = _frame(view, where)
+    header = _batch_headers(view, positions, where)
+    counts = header["record_count"].astype(np.int64)
+    ends = positions + LOG_OVERHEAD + header["length"].astype(np.int64)
+    records_buf, region_start, region_end = _records_regions(view, positions, ends, _codecs(header), counts,
+                                                             header["base_offset"].astype(np.int64), where)
+    batch_index = np.repeat(np.arange(len(positions), dtype=np.int32), counts)
+    fields = _record_fields(records_buf, region_start, region_end, header, batch_index, where)
+    return Decoded(records=_records(records_buf, header, fields, batch_index, where),
+                   batches=_batches(header, positions, ends), batch_index=batch_index)
+
+
+def _batch_headers(view: memoryview, positions: np.ndarray, where: str) -> np.ndarray:
+    """The fixed header (:data:`HEADER`) of each batch starting at ``positions``, its codec and count checked."""
     buf = np.frombuffer(view, dtype=np.uint8)
     header = np.ascontiguousarray(buf[positions[:, None] + np.arange(HEADER_BYTES)]).view(HEADER).reshape(-1)
-    base_offsets = header["base_offset"].astype(np.int64)
+    codecs = _codecs(header)
     counts = header["record_count"].astype(np.int64)
-    attributes = header["attributes"].astype(np.int16)
-    codecs = (attributes & CODEC_MASK).astype(np.int64)
     for j in np.flatnonzero((codecs >= len(CODECS)) | (counts < 0)):
         problem = (f"an unknown compression codec id {codecs[j]}" if codecs[j] >= len(CODECS)
                    else f"a negative record count {counts[j]}")
-        raise corrupt(where, int(base_offsets[j]), f"has {problem}")
-    ends = positions + LOG_OVERHEAD + header["length"].astype(np.int64)
-    records_buf, region_start, region_end = _records_regions(view, positions, ends, codecs, counts,
-                                                             base_offsets, where)
+        raise corrupt(where, int(header["base_offset"][j]), f"has {problem}")
+    return header
+
+
+def _codecs(header: np.ndarray) -> np.ndarray:
+    """Each batch's compression codec id (an index of :data:`CODECS` once checked)."""
+    return (header["attributes"].astype(np.int16) & CODEC_MASK).astype(np.int64)
+
+
+def _record_fields(records_buf: Any, region_start: np.ndarray, region_end: np.ndarray, header: np.ndarray,
+                   batch_index: np.ndarray, where: str) -> _Fields:
+    """Every record's fields in the uncompressed records (each batch's ``[region_start, region_end)`` of
+    ``records_buf``); CorruptBatchError when a batch claims more records than its bytes hold, or a record's
+    fields do not fill its length."""
+    base_offsets = header["base_offset"].astype(np.int64)
+    counts = header["record_count"].astype(np.int64)
     too_many = np.flatnonzero(counts * _MIN_RECORD_BYTES > region_end - region_start)
     if too_many.size:
         j = too_many[0]
         raise corrupt(where, int(base_offsets[j]), f"claims {counts[j]} records in "
                       f"{region_end[j] - region_start[j]} bytes of records")
-
     rb = np.frombuffer(records_buf, dtype=np.uint8)
-    batch_index = np.repeat(np.arange(len(positions), dtype=np.int32), counts)
     body, size = _record_bounds(records_buf, rb, region_start, region_end, counts)
     fields = _Fields.parse(rb, body, size)
     if not fields.ok.all():
@@ -96,48 +117,57 @@ def decode(data: Any, *, where: str) -> Decoded:
         within = first - int(np.searchsorted(batch_index, j))
         raise corrupt(where, int(base_offsets[j]), f"has a malformed record (record {within} of {counts[j]}): "
                       "its fields do not fill its length, or the records do not fill the batch")
+    return fields
 
+
+def _records(records_buf: Any, header: np.ndarray, fields: _Fields, batch_index: np.ndarray, where: str) -> pa.Table:
+    """The records (:data:`RECORD_SCHEMA`), each with its batch's fields (``batch_index``: each record's batch)."""
     arrow_buf = pa.py_buffer(records_buf)
+    attributes = header["attributes"].astype(np.int16)
+    base_offsets = header["base_offset"].astype(np.int64)
     is_control = ((attributes & CONTROL) != 0)[batch_index]
     horizon_set = (attributes & DELETE_HORIZON) != 0
     base_ts = header["base_timestamp"].astype(np.int64)
-    max_ts = header["max_timestamp"].astype(np.int64)
     log_append = ((attributes & LOG_APPEND_TIME) != 0)[batch_index]
-    timestamps = np.where(log_append, max_ts[batch_index], base_ts[batch_index] + fields.ts_delta)
+    timestamps = np.where(log_append, header["max_timestamp"].astype(np.int64)[batch_index],
+                          base_ts[batch_index] + fields.ts_delta)
     record_horizon = horizon_set[batch_index] & ((fields.value_len < 0) | is_control)
-    producer_id = header["producer_id"].astype(np.int64)
-    producer_epoch = header["producer_epoch"].astype(np.int16)
-    records = pa.Table.from_arrays([
+    return pa.Table.from_arrays([
         pa.array(base_offsets[batch_index] + fields.offset_delta, pa.int64()),
         pa.array(timestamps, pa.int64()),
         _binary(arrow_buf, fields.key_start, fields.key_len),
         _binary(arrow_buf, fields.value_start, fields.value_len),
         _headers(arrow_buf, fields, where, base_offsets, batch_index),
-        pa.array(producer_id[batch_index], pa.int64()),
-        pa.array(producer_epoch[batch_index], pa.int16()),
+        pa.array(header["producer_id"].astype(np.int64)[batch_index], pa.int64()),
+        pa.array(header["producer_epoch"].astype(np.int16)[batch_index], pa.int16()),
         pa.array(((attributes & TRANSACTIONAL) != 0)[batch_index], pa.bool_()),
         pa.array(is_control, pa.bool_()),
-        _control_types(rb, fields, is_control, where, base_offsets, batch_index),
+        _control_types(np.frombuffer(records_buf, dtype=np.uint8), fields, is_control, where, base_offsets,
+                       batch_index),
         pa.array(base_ts[batch_index], pa.int64(), mask=~record_horizon),
     ], schema=RECORD_SCHEMA)
 
-    batches = pa.Table.from_arrays([
-        pa.array(base_offsets, pa.int64()),
+
+def _batches(header: np.ndarray, positions: np.ndarray, ends: np.ndarray) -> pa.Table:
+    """The batch rows (:data:`BATCH_SCHEMA`) of the batches at ``[positions, ends)``."""
+    attributes = header["attributes"].astype(np.int16)
+    base_ts = header["base_timestamp"].astype(np.int64)
+    return pa.Table.from_arrays([
+        pa.array(header["base_offset"].astype(np.int64), pa.int64()),
         pa.array(header["last_offset_delta"].astype(np.int32), pa.int32()),
         pa.array(header["partition_leader_epoch"].astype(np.int32), pa.int32()),
         pa.array(attributes, pa.int16()),
-        pa.DictionaryArray.from_arrays(pa.array(codecs.astype(np.int8)), pa.array(CODECS)).cast(pa.string()),
+        pa.DictionaryArray.from_arrays(pa.array(_codecs(header).astype(np.int8)), pa.array(CODECS)).cast(pa.string()),
         pa.array(base_ts, pa.int64()),
-        pa.array(max_ts, pa.int64()),
-        pa.array(producer_id, pa.int64()),
-        pa.array(producer_epoch, pa.int16()),
+        pa.array(header["max_timestamp"].astype(np.int64), pa.int64()),
+        pa.array(header["producer_id"].astype(np.int64), pa.int64()),
+        pa.array(header["producer_epoch"].astype(np.int16), pa.int16()),
         pa.array(header["base_sequence"].astype(np.int32), pa.int32()),
-        pa.array(counts.astype(np.int32), pa.int32()),
-        pa.array(base_ts, pa.int64(), mask=~horizon_set),
+        pa.array(header["record_count"].astype(np.int32), pa.int32()),
+        pa.array(base_ts, pa.int64(), mask=~((attributes & DELETE_HORIZON) != 0)),
         pa.array(positions, pa.int64()),
         pa.array((ends - positions).astype(np.int32), pa.int32()),
     ], schema=BATCH_SCHEMA)
-    return Decoded(records=records, batches=batches, batch_index=batch_index)
 
 
 def _bytes_view(data: Any) -> memoryview:

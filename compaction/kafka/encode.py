@@ -96,26 +96,26 @@ def encode(records: pa.Table, batches: pa.Table, *, compression: str | None = No
             raise InvalidRecordsError(f"encode: no compression {compression!r}; Kafka's are {list(CODECS)}")
         batches = batches.drop_columns(["compression"]).append_column(
             "compression", pa.repeat(pa.scalar(compression), batches.num_rows))
-    plan = _BatchPlan.of(batches, records.num_rows)
+    rows = _BatchRows.of(batches, records.num_rows)
     offsets = _column(records, "offset", pa.int64())
     if offsets.null_count:
         raise InvalidRecordsError(f"encode: {offsets.null_count} record(s) have no offset")
-    batch_of = np.repeat(np.arange(plan.size, dtype=np.int64), plan.counts)
-    offset_delta = offsets.to_numpy() - plan.base_offset[batch_of]
-    plan.check_offsets(offset_delta, batch_of)
-    _check_record_flags(records, plan, batch_of)
+    batch_of = np.repeat(np.arange(rows.size, dtype=np.int64), rows.counts)
+    offset_delta = offsets.to_numpy() - rows.base_offset[batch_of]
+    rows.check_offsets(offset_delta, batch_of)
+    _check_record_flags(records, rows, batch_of)
     timestamps = _column(records, "timestamp", pa.int64()).fill_null(NO_TIMESTAMP).to_numpy()
-    base_ts, max_ts = plan.timestamps(timestamps)
-    control = ((plan.attributes & CONTROL) != 0)[batch_of]
+    base_ts, max_ts = rows.timestamps(timestamps)
+    control = ((rows.attributes & CONTROL) != 0)[batch_of]
     keys, values = _control_fields(records, control)
-    region = _encode_records(records, keys, values, offset_delta, timestamps - base_ts[batch_of], plan.counts)
+    region = _encode_records(records, keys, values, offset_delta, timestamps - base_ts[batch_of], rows.counts)
 
     parts: list[Any] = []
     view = memoryview(region.data)
-    columns = zip(plan.base_offset.tolist(), plan.last_offset_delta.tolist(), plan.leader_epoch.tolist(),
-                  plan.attributes.tolist(), plan.codec.tolist(), base_ts.tolist(), max_ts.tolist(),
-                  plan.producer_id.tolist(), plan.producer_epoch.tolist(), plan.base_sequence.tolist(),
-                  plan.counts.tolist(), region.starts.tolist(), region.ends.tolist(), strict=True)
+    columns = zip(rows.base_offset.tolist(), rows.last_offset_delta.tolist(), rows.leader_epoch.tolist(),
+                  rows.attributes.tolist(), rows.codec.tolist(), base_ts.tolist(), max_ts.tolist(),
+                  rows.producer_id.tolist(), rows.producer_epoch.tolist(), rows.base_sequence.tolist(),
+                  rows.counts.tolist(), region.starts.tolist(), region.ends.tolist(), strict=True)
     for (base_offset, last_offset_delta, leader_epoch, attributes, codec, base_timestamp, max_timestamp,
          producer_id, producer_epoch, base_sequence, count, start, end) in columns:
         payload = view[start:end] if codec == 0 else compress(codec, view[start:end])
@@ -135,7 +135,7 @@ def _column(table: pa.Table, name: str, type_: pa.DataType) -> pa.Array:
 
 
 @dataclass(frozen=True)
-class _BatchPlan:
+class _BatchRows:
     """The batch rows as numpy arrays, checked, with the attributes each batch will be written with."""
 
     size: int
@@ -155,7 +155,7 @@ class _BatchPlan:
     base_sequence: np.ndarray
 
     @classmethod
-    def of(cls, batches: pa.Table, record_total: int) -> _BatchPlan:
+    def of(cls, batches: pa.Table, record_total: int) -> _BatchRows:
         def required(name: str) -> np.ndarray:
             column = _column(batches, name, BATCH_SCHEMA.field(name).type)
             if column.null_count:
@@ -234,13 +234,13 @@ class _BatchPlan:
         return base, np.where(keep_given, self.given_max_ts, top)
 
 
-def _check_record_flags(records: pa.Table, plan: _BatchPlan, batch_of: np.ndarray) -> None:
+def _check_record_flags(records: pa.Table, rows: _BatchRows, batch_of: np.ndarray) -> None:
     """Record columns that restate batch fields must agree with the batch they are written into."""
     expected = {
-        "producer_id": plan.producer_id.astype(np.int64),
-        "producer_epoch": plan.producer_epoch.astype(np.int64),
-        "is_transactional": (plan.attributes & TRANSACTIONAL) != 0,
-        "is_control": (plan.attributes & CONTROL) != 0,
+        "producer_id": rows.producer_id.astype(np.int64),
+        "producer_epoch": rows.producer_epoch.astype(np.int64),
+        "is_transactional": (rows.attributes & TRANSACTIONAL) != 0,
+        "is_control": (rows.attributes & CONTROL) != 0,
     }
     for name, per_batch in expected.items():
         if name not in records.column_names:
@@ -251,7 +251,7 @@ def _check_record_flags(records: pa.Table, plan: _BatchPlan, batch_of: np.ndarra
         if wrong.any():
             j = batch_of[int(np.argmax(wrong))]
             raise InvalidRecordsError(f"encode: a record's {name} is {given[int(np.argmax(wrong))]} but its batch "
-                                      f"(base offset {plan.base_offset[j]}) has {per_batch[j]}")
+                                      f"(base offset {rows.base_offset[j]}) has {per_batch[j]}")
 
 
 #: Kafka's control keys (ControlRecordType: version int16 0, type int16) by control type name, and the value of

@@ -84,8 +84,9 @@ def deleted_positions(store: Store, tp: TopicPartition, live: LiveFile, log_star
     if segment.deletes is None and segment.base_offset >= log_start_offset:
         return np.empty(0, dtype=np.int64)
     # Every record's offset, in row order (a position is a row of the file), and the store's rule of live rows.
-    offsets = pa.chunked_array([b.column("offset") for b in store.segment_rows(tp, segment, ["offset"])], pa.int64())
-    return np.flatnonzero(~store.live_rows(tp, segment, offsets, log_start_offset)).astype(np.int64)
+    offsets = pa.chunked_array([b.column("offset") for b in store.objects.segment_rows(tp, segment, ["offset"])],
+                               pa.int64())
+    return np.flatnonzero(~store.objects.live_rows(tp, segment, offsets, log_start_offset)).astype(np.int64)
 
 
 def position_delete_file(io: FileIO, folder: str, key: str, target: DataFile, positions: np.ndarray,

@@ -23,7 +23,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,7 +56,8 @@ from pyiceberg.table.update import (
 from compaction.errors import PublishConflictError, PublishError
 from compaction.publish.files import data_file, deleted_positions, deletes_key, location, position_delete_file
 from compaction.read.files import PartitionFiles, pinned_manifest
-from compaction.store import Store
+from compaction.store import Store, TopicPartition
+from compaction.store.pins import Pin
 
 #: The snapshot summary property naming each partition's manifest version: ``{"0": 12, "1": 9}``.
 VERSIONS_PROPERTY = "compaction.versions"
@@ -89,8 +90,8 @@ def snapshot_versions(snapshot: Snapshot | None) -> dict[int, int] | None:
     return {int(p): int(v) for p, v in json.loads(text).items()} if text else None
 
 
-def commit_snapshot(store: Store, table_loader: Any, parts: Sequence[PartitionFiles], *, wall_ms: int, grace_ms: int,
-                    max_attempts: int = MAX_ATTEMPTS, erased: Mapping[int, int] | None = None,
+def commit_snapshot(store: Store, table_loader: Callable[[], Table], parts: Sequence[PartitionFiles], *, wall_ms: int,
+                    grace_ms: int, max_attempts: int = MAX_ATTEMPTS, erased: Mapping[int, int] | None = None,
                     erasure_grace_ms: int | None = None) -> PublishResult:
     """Publish ``parts`` (the topic at pinned versions) as the next snapshot of the table ``table_loader()`` loads
     afresh, expiring snapshots past the grace period (see :func:`expirable` for ``erased``); retries a lost race
@@ -183,13 +184,13 @@ class _Built:
 
     snapshot: Snapshot
     written: list[str]
-    pins: list[tuple[Any, Any]]
+    pins: list[tuple[TopicPartition, Pin]]
     data_files: int
     delete_files: int
 
     def discard(self, store: Store, io: FileIO) -> None:
         for tp, pin in self.pins:
-            store.unpin(tp, pin)
+            store.objects.unpin(tp, pin)
         for path in self.written:
             io.delete(path)
 
@@ -205,90 +206,138 @@ class _DeleteManifestWriter(ManifestWriterV2):
         return {**super()._meta, "content": "deletes"}
 
 
+@dataclass
+class _Changes:
+    """What a new snapshot holds against its parent, per manifest content: the parent's entries it keeps, the files
+    it adds, and the parent's entries still in ``previous`` once every live file is placed (those it removes)."""
+
+    previous: dict[ManifestContent, dict[str, ManifestEntry]]
+    reusable: dict[str, ManifestEntry]  # the parent's position delete files, by what they delete (deletes_key)
+    kept: dict[ManifestContent, list[ManifestEntry]] = field(
+        default_factory=lambda: {ManifestContent.DATA: [], ManifestContent.DELETES: []})
+    added: dict[ManifestContent, list[DataFile]] = field(
+        default_factory=lambda: {ManifestContent.DATA: [], ManifestContent.DELETES: []})
+
+    @classmethod
+    def against(cls, parent: Snapshot | None, io: FileIO) -> _Changes:
+        previous: dict[ManifestContent, dict[str, ManifestEntry]] = {ManifestContent.DATA: {},
+                                                                      ManifestContent.DELETES: {}}
+        for manifest in parent.manifests(io) if parent else []:
+            previous[manifest.content].update((e.data_file.file_path, e) for e in manifest.fetch_manifest_entry(io))
+        return cls(previous, {path.rsplit("/", 1)[-1].split("-", 1)[0]: e
+                              for path, e in previous[ManifestContent.DELETES].items()})
+
+    def files(self, content: ManifestContent) -> int:
+        """How many files of ``content`` the snapshot holds."""
+        return len(self.kept[content]) + len(self.added[content])
+
+    @property
+    def only_appends(self) -> bool:
+        return not self.previous[ManifestContent.DATA] and not self.added[ManifestContent.DELETES] \
+            and not self.previous[ManifestContent.DELETES]
+
+
 def _build(store: Store, table: Table, parts: Sequence[PartitionFiles], versions: dict[int, int],
            wall_ms: int) -> _Built:
-    metadata, io = table.metadata, table.io
     snapshot_id = uuid.uuid4().int >> 65  # a positive Long, as pyiceberg draws them
     parent = table.current_snapshot()
-    previous: dict[ManifestContent, dict[str, ManifestEntry]] = {ManifestContent.DATA: {}, ManifestContent.DELETES: {}}
-    for manifest in parent.manifests(io) if parent else []:
-        previous[manifest.content].update((e.data_file.file_path, e) for e in manifest.fetch_manifest_entry(io))
-    reusable = {path.rsplit("/", 1)[-1].split("-", 1)[0]: e for path, e in previous[ManifestContent.DELETES].items()}
-    kept: dict[ManifestContent, list[ManifestEntry]] = {ManifestContent.DATA: [], ManifestContent.DELETES: []}
-    added: dict[ManifestContent, list[DataFile]] = {ManifestContent.DATA: [], ManifestContent.DELETES: []}
-    written: list[str] = []
-    built = _Built(Snapshot.model_validate({"snapshot-id": snapshot_id, "manifest-list": ""}), written, [], 0, 0)
+    changes = _Changes.against(parent, table.io)
+    built = _Built(Snapshot.model_validate({"snapshot-id": snapshot_id, "manifest-list": ""}), [], [], 0, 0)
     try:
         for part in parts:
-            folder = table.location_provider().new_data_location(f"partition={part.tp.partition}")
-            for live in part.files:
-                path = location(store, f"{part.tp.prefix}/{live.segment.path}")
-                entry = previous[ManifestContent.DATA].pop(path, None)
-                if entry is not None:
-                    kept[ManifestContent.DATA].append(entry)
-                    target = entry.data_file
-                else:
-                    target = data_file(store, part.tp, live, metadata)
-                    added[ManifestContent.DATA].append(target)
-                key = deletes_key(live, part.log_start_offset)
-                old = reusable.get(key)
-                if old is not None and old.data_file.file_path in previous[ManifestContent.DELETES]:
-                    kept[ManifestContent.DELETES].append(previous[ManifestContent.DELETES].pop(old.data_file.file_path))
-                    continue
-                positions = deleted_positions(store, part.tp, live, part.log_start_offset)
-                if len(positions):
-                    delete_file = position_delete_file(io, folder, key, target, positions, metadata.default_spec_id)
-                    written.append(delete_file.file_path)
-                    added[ManifestContent.DELETES].append(delete_file)
-        manifests: list[ManifestFile] = []
-        collector = SnapshotSummaryCollector()
-        for content in (ManifestContent.DATA, ManifestContent.DELETES):
-            removed = list(previous[content].values())
-            if not (kept[content] or added[content] or removed):
-                continue
-            path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(manifests)}.avro")
-            written.append(path)
-            writer = (write_manifest(2, metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id,
-                                     AVRO_CODEC) if content == ManifestContent.DATA else
-                      _DeleteManifestWriter(metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id,
-                                            AVRO_CODEC))
-            with writer:
-                for entry in kept[content]:
-                    writer.existing(entry)
-                for new in added[content]:
-                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
-                                                       data_file=new))
-                    collector.add_file(new, metadata.schema(), metadata.spec())
-                for entry in removed:
-                    writer.delete(entry)
-                    collector.remove_file(entry.data_file, metadata.schema(), metadata.spec())
-            manifests.append(writer.to_manifest_file())
-        list_path = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{uuid.uuid4()}.avro")
-        written.append(list_path)
-        sequence_number = metadata.next_sequence_number()
-        with write_manifest_list(2, io.new_output(list_path), snapshot_id, parent.snapshot_id if parent else None,
-                                 sequence_number, AVRO_CODEC) as list_writer:
-            list_writer.add_manifests(manifests)
-        only_appends = not previous[ManifestContent.DATA] and not added[ManifestContent.DELETES] \
-            and not previous[ManifestContent.DELETES]
-        summary = update_snapshot_summaries(
-            Summary(Operation.APPEND if only_appends else Operation.OVERWRITE, **collector.build(),
-                    **{VERSIONS_PROPERTY: json.dumps({str(p): v for p, v in versions.items()})}),
-            parent.summary if parent else None)
-        built.snapshot = Snapshot.model_validate({"snapshot-id": snapshot_id, "sequence-number": sequence_number,
-                                     "parent-snapshot-id": parent.snapshot_id if parent else None,
-                                     # Engines (Iceberg's Java library) refuse a table whose snapshot log
-                                     # goes back in time: never before the table's last update.
-                                     "timestamp-ms": max(wall_ms, metadata.last_updated_ms),
-                                     "manifest-list": list_path, "summary": summary,
-                                     "schema-id": metadata.current_schema_id})
-        built.data_files = len(kept[ManifestContent.DATA]) + len(added[ManifestContent.DATA])
-        built.delete_files = len(kept[ManifestContent.DELETES]) + len(added[ManifestContent.DELETES])
+            _place(store, table, part, changes, built.written)
+        manifests, collector = _write_manifests(table, snapshot_id, changes, built.written)
+        built.snapshot = _write_snapshot(table, snapshot_id, parent, manifests, collector.build(),
+                                         changes.only_appends, versions, wall_ms, built.written)
+        built.data_files = changes.files(ManifestContent.DATA)
+        built.delete_files = changes.files(ManifestContent.DELETES)
         _pin(store, table, parts, built)
     except BaseException:
-        built.discard(store, io)
+        built.discard(store, table.io)
         raise
     return built
+
+
+def _place(store: Store, table: Table, part: PartitionFiles, changes: _Changes, written: list[str]) -> None:
+    """Each live file of ``part`` as a data file, the parent's or added, and what a reader skips in it as a position
+    delete file: the parent's while its segment, deletion vector and log start are unchanged, else a new one."""
+    metadata, io = table.metadata, table.io
+    folder = table.location_provider().new_data_location(f"partition={part.tp.partition}")
+    for live in part.files:
+        path = location(store, f"{part.tp.prefix}/{live.segment.path}")
+        entry = changes.previous[ManifestContent.DATA].pop(path, None)
+        if entry is not None:
+            changes.kept[ManifestContent.DATA].append(entry)
+            target = entry.data_file
+        else:
+            target = data_file(store, part.tp, live, metadata)
+            changes.added[ManifestContent.DATA].append(target)
+        key = deletes_key(live, part.log_start_offset)
+        old = changes.reusable.get(key)
+        if old is not None and old.data_file.file_path in changes.previous[ManifestContent.DELETES]:
+            changes.kept[ManifestContent.DELETES].append(
+                changes.previous[ManifestContent.DELETES].pop(old.data_file.file_path))
+            continue
+        positions = deleted_positions(store, part.tp, live, part.log_start_offset)
+        if len(positions):
+            delete_file = position_delete_file(io, folder, key, target, positions, metadata.default_spec_id)
+            written.append(delete_file.file_path)
+            changes.added[ManifestContent.DELETES].append(delete_file)
+
+
+def _write_manifests(table: Table, snapshot_id: int, changes: _Changes,
+                     written: list[str]) -> tuple[list[ManifestFile], SnapshotSummaryCollector]:
+    """A data manifest and a delete manifest (each when it has an entry): entries kept as ``EXISTING``, files
+    added as ``ADDED``, the parent's others as ``DELETED``; and the summary of what changed."""
+    metadata, io = table.metadata, table.io
+    manifests: list[ManifestFile] = []
+    collector = SnapshotSummaryCollector()
+    for content in (ManifestContent.DATA, ManifestContent.DELETES):
+        removed = list(changes.previous[content].values())
+        if not (changes.kept[content] or changes.added[content] or removed):
+            continue
+        path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(manifests)}.avro")
+        written.append(path)
+        writer = (write_manifest(2, metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id,
+                                 AVRO_CODEC) if content == ManifestContent.DATA else
+                  _DeleteManifestWriter(metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id,
+                                        AVRO_CODEC))
+        with writer:
+            for entry in changes.kept[content]:
+                writer.existing(entry)
+            for new in changes.added[content]:
+                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
+                                                   data_file=new))
+                collector.add_file(new, metadata.schema(), metadata.spec())
+            for entry in removed:
+                writer.delete(entry)
+                collector.remove_file(entry.data_file, metadata.schema(), metadata.spec())
+        manifests.append(writer.to_manifest_file())
+    return manifests, collector
+
+
+def _write_snapshot(table: Table, snapshot_id: int, parent: Snapshot | None, manifests: list[ManifestFile],
+                    changed: dict[str, str], only_appends: bool, versions: dict[int, int], wall_ms: int,
+                    written: list[str]) -> Snapshot:
+    """The snapshot of ``manifests``, its manifest list written, its summary naming each partition's version."""
+    metadata = table.metadata
+    list_path = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{uuid.uuid4()}.avro")
+    written.append(list_path)
+    sequence_number = metadata.next_sequence_number()
+    with write_manifest_list(2, table.io.new_output(list_path), snapshot_id, parent.snapshot_id if parent else None,
+                             sequence_number, AVRO_CODEC) as list_writer:
+        list_writer.add_manifests(manifests)
+    summary = update_snapshot_summaries(
+        Summary(Operation.APPEND if only_appends else Operation.OVERWRITE, **changed,
+                **{VERSIONS_PROPERTY: json.dumps({str(p): v for p, v in versions.items()})}),
+        parent.summary if parent else None)
+    return Snapshot.model_validate({"snapshot-id": snapshot_id, "sequence-number": sequence_number,
+                                    "parent-snapshot-id": parent.snapshot_id if parent else None,
+                                    # Engines (Iceberg's Java library) refuse a table whose snapshot log goes back
+                                    # in time: never before the table's last update.
+                                    "timestamp-ms": max(wall_ms, metadata.last_updated_ms),
+                                    "manifest-list": list_path, "summary": summary,
+                                    "schema-id": metadata.current_schema_id})
 
 
 def _pin(store: Store, table: Table, parts: Sequence[PartitionFiles], built: _Built) -> None:
@@ -297,7 +346,7 @@ def _pin(store: Store, table: Table, parts: Sequence[PartitionFiles], built: _Bu
     snapshot_id = built.snapshot.snapshot_id
     description = f"Iceberg snapshot {snapshot_id} of table {'.'.join(table.name())} ({table.metadata.table_uuid})"
     for part in parts:
-        built.pins.append((part.tp, store.pin(part.tp, part.version, holder(table, snapshot_id), description)))
+        built.pins.append((part.tp, store.objects.pin(part.tp, part.version, holder(table, snapshot_id), description)))
     for part in parts:
         if part.version not in store.versions(part.tp):
             pinned_manifest(store, part.tp, part.version)  # raises VersionNotFoundError naming what can be read
@@ -310,7 +359,7 @@ def _unpin_released(store: Store, table: Table, committed: TableMetadata, parts:
     committed (a publisher that crashed), once older than the grace period (a publisher may be about to commit)."""
     prefix = f"iceberg-{committed.table_uuid.hex}-"
     for part in parts:
-        for pin in store.pins(part.tp):
+        for pin in store.objects.pins(part.tp):
             suffix = pin.holder.removeprefix(prefix)
             if suffix == pin.holder or not suffix.isascii() or not suffix.isdigit():
                 continue  # another table's pin, or not a publisher's
@@ -319,7 +368,7 @@ def _unpin_released(store: Store, table: Table, committed: TableMetadata, parts:
                 continue
             expired = table.metadata.snapshot_by_id(snapshot_id) is not None  # retained before this commit
             if expired or (pin.written_ms is not None and pin.written_ms + grace_ms <= wall_ms):
-                store.unpin(part.tp, pin)
+                store.objects.unpin(part.tp, pin)
 
 
 def _remove_expired_files(table: Table, committed: TableMetadata, expired: Sequence[Snapshot]) -> None:

@@ -6,8 +6,8 @@ like any record), with keys whose winner is a tombstone absent; keyless records,
 records of aborted transactions never compete. The same rules decide what a clean pass keeps, so the view
 of a partition is the same before and after a pass.
 
-Two reads: the decision columns (offsets, keys and the strategy's version, never values) of the whole
-partition, to find the winners; then the winners' records, skipping tombstones. Memory holds the decision
+Two reads: the fact columns (offsets, keys and the strategy's version, never values) of the whole
+partition, to find the winners; then the winners' records, skipping tombstones. Memory holds the fact
 columns of one partition.
 """
 

@@ -1,6 +1,6 @@
 """The reading core: stream a pinned partition's live records as Arrow record batches.
 
-Each live segment is read through the store's one reader of live rows (:meth:`Store.live_batches`: the
+Each live segment is read through the store's one reader of live rows (``store.objects.live_batches``: the
 object's size and page CRCs checked, its deletion vector and the log start applied) batch by batch, with only
 the columns asked for (plus the few the filters test), skipping row groups whose statistics rule the filter
 out; the filter then drops rows inside each batch. A stream holds a batch and the segment's deletion vector,
@@ -49,7 +49,7 @@ def _within(sorted_offsets: np.ndarray, segment: SegmentMeta) -> np.ndarray:
 def segment_batches(store: Store, tp: TopicPartition, segment: SegmentMeta, *, columns: Sequence[str],
                     record_filter: RecordFilter, log_start_offset: int, only: np.ndarray | None = None,
                     skip_null_values: bool = False, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The live records of one segment (:meth:`Store.live_batches`) that ``record_filter`` keeps, as batches of
+    """The live records of one segment (``store.objects.live_batches``) that ``record_filter`` keeps, as batches of
     ``columns``, row groups its statistics rule out skipped.
 
     ``only`` (ascending offsets) keeps just those records; ``skip_null_values`` drops records whose value is
@@ -58,8 +58,8 @@ def segment_batches(store: Store, tp: TopicPartition, segment: SegmentMeta, *, c
     read = list(dict.fromkeys([*columns, *(["offset"] if only is not None else []),
                                *([] if record_filter.empty else record_filter.columns),
                                *(["value"] if skip_null_values else [])]))
-    for batch in store.live_batches(tp, segment, read, start=log_start_offset, row_groups=record_filter.row_groups,
-                                    batch_rows=batch_rows):
+    for batch in store.objects.live_batches(tp, segment, read, start=log_start_offset,
+                                            row_groups=record_filter.row_groups, batch_rows=batch_rows):
         keep = _keep(batch, record_filter, only, skip_null_values)
         if keep is not None:
             batch = batch.filter(pa.array(keep))

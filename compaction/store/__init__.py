@@ -13,8 +13,11 @@ What lives here, bottom up:
 - :mod:`~compaction.store.pins`: manifest versions held by readers outside the store (Iceberg snapshots).
 - :mod:`~compaction.store.commit`: a partition's manifest versions and the commit protocol (exclusive
   create of the next version, reading back an unknown outcome, rebase over a concurrent writer).
-- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list, read segments (one reader of a
-  segment's rows, and of its live rows) and the live log, append; the face the rest of the product uses.
+- :mod:`~compaction.store.objects`: :class:`~compaction.store.objects.Objects`, the objects under a partition's
+  folders: segments read (one reader of a segment's rows, and of its live rows) and written, deletion vectors,
+  verdicts, pins.
+- :mod:`~compaction.store.log`: :class:`Store`, a partition's log: list partitions, read manifests and the live
+  log, append and commit; the face the rest of the product uses, with its ``objects``.
 - :mod:`~compaction.store.verify`, :mod:`~compaction.store.gc`, :mod:`~compaction.store.status`: the
   store's own maintenance and views.
 
@@ -22,9 +25,10 @@ The store knows nothing of cleaning: it keeps whatever a writer commits, if it i
 """
 
 from compaction.store.commit import Replacement, Writer
+from compaction.store.formats import SegmentFormat
 from compaction.store.log import Store, read_manifests
 from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta
 from compaction.store.names import IllegalFolder, TopicPartition
 
-__all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentMeta", "Store", "TopicPartition",
-           "Writer", "read_manifests"]
+__all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentFormat", "SegmentMeta", "Store",
+           "TopicPartition", "Writer", "read_manifests"]

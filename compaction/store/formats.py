@@ -1,6 +1,7 @@
-"""Kafka's record batches (``.log``) as a segment format beside Parquet (:mod:`.segment`): decode, frame, summarise.
+"""Kafka's record batches (``.log``) as a segment format beside Parquet (:mod:`.segment`): decode, frame, summarise;
+and :class:`SegmentFormat`, the name of either.
 
-:class:`~compaction.store.log.Store` reads and writes either through the same calls (``read_segment``,
+A store's :class:`~compaction.store.objects.Objects` read and write either through the same calls (``read_segment``,
 ``write_segment(segment_format=...)``), chosen by a segment's ``format``; both decode to the segment schema
 (:data:`compaction.store.segment.SEGMENT_SCHEMA`), so everything above the store reads records the same way.
 A ``.log`` segment also has its batch rows (:data:`compaction.kafka.BATCH_SCHEMA`: base offset, last offset
@@ -15,7 +16,8 @@ kind (transactional, control), a control record alone, at most :data:`BATCH_RECO
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +28,19 @@ from compaction.errors import CorruptBatchError, InvalidRecordsError
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.segment import SEGMENT_SCHEMA
 
-SegmentFormatName = Literal["parquet", "kafka"]
-FORMAT_NAMES: tuple[SegmentFormatName, ...] = ("parquet", "kafka")
-EXTENSIONS: dict[str, str] = {"parquet": "parquet", "kafka": "log"}
+
+class SegmentFormat(StrEnum):
+    """A segment's format, named as manifests, ``segment.format`` and ``--format`` name it."""
+
+    PARQUET = "parquet"  # one row per record, a .parquet object
+    KAFKA = "kafka"  # Kafka's record batches (v2), a .log object
+
+    @property
+    def extension(self) -> str:
+        """The extension of the object's name."""
+        return "log" if self is SegmentFormat.KAFKA else "parquet"
+
+
 #: The most records :func:`frame_batches` puts in one batch (a producer's batch.size holds ~1,000 small ones).
 BATCH_RECORDS = 1000
 #: A new batch starts before an offset this far from the previous one, so a batch's offset delta stays an int32.
@@ -191,9 +203,10 @@ def record_producers(records: pa.Table) -> list[dict[str, Any]]:
         pc.fill_null(records.column("is_control"), False).to_numpy(zero_copy_only=False))
 
 
-def check_format(name: str) -> SegmentFormatName:
-    """``name`` if it is a segment format, else InvalidRecordsError listing the formats."""
-    for known in FORMAT_NAMES:
-        if name == known:
-            return known
-    raise InvalidRecordsError(f"no segment format {name!r}; the formats are {list(FORMAT_NAMES)}")
+def check_format(name: str) -> SegmentFormat:
+    """The segment format ``name`` names, else InvalidRecordsError listing the formats."""
+    try:
+        return SegmentFormat(name)
+    except ValueError:
+        raise InvalidRecordsError(f"no segment format {name!r}; the formats are {[str(f) for f in SegmentFormat]}"
+                                  ) from None

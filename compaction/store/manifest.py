@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from compaction.errors import CorruptManifestError, InvalidManifestError
 from compaction.schema import LONG_MAX, LONG_MIN
+from compaction.store.formats import SegmentFormat
 from compaction.store.names import MAX_PARTITION, topic_name_problem
 
 MANIFEST_DIR = "_manifests"
@@ -102,7 +103,7 @@ class SegmentMeta(_Frozen):
     """A live segment as the manifest records it; ``[base_offset, next_offset)`` is its offset range."""
 
     path: str
-    format: Literal["parquet", "kafka"] = "parquet"  # a .parquet object, or a .log of Kafka record batches
+    format: SegmentFormat = SegmentFormat.PARQUET  # a .parquet object, or a .log of Kafka record batches
     base_offset: NonNegativeLong
     next_offset: NonNegativeLong
     record_count: NonNegativeLong
@@ -128,9 +129,9 @@ class SegmentMeta(_Frozen):
                 f"segment path {self.path!r} is not a segments/<20-digit base>-<id>.parquet (or .log) name inside "
                 "the partition"
             )
-        if (match.group(3) == "log") != (self.format == "kafka"):
+        if match.group(3) != self.format.extension:
             raise ValueError(f"segment {self.path} is a .{match.group(3)} object, but the manifest gives format "
-                             f"{self.format!r} (.parquet objects are parquet, .log objects kafka)")
+                             f"{str(self.format)!r} (.parquet objects are parquet, .log objects kafka)")
         if int(match.group(1)) != self.base_offset:
             raise ValueError(f"segment {self.path} is named for base offset {int(match.group(1))}, "
                              f"but the manifest gives base_offset {self.base_offset}")

@@ -155,7 +155,7 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
                    problem: Callable[[str, str], None]) -> int:
     name = store.describe(tp, segment.path)
     try:  # every record, deleted or not, read whole: its size, checksum and (a .log's) batches checked
-        table = pa.Table.from_batches(list(store.segment_rows(tp, segment)), schema=SEGMENT_SCHEMA)
+        table = pa.Table.from_batches(list(store.objects.segment_rows(tp, segment)), schema=SEGMENT_SCHEMA)
     except CorruptSegmentError as err:
         problem(name, str(err))
         return 0
@@ -177,7 +177,7 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
     live = table.num_rows
     if segment.deletes is not None:
         try:
-            deleted = store.read_deletes(tp, segment.deletes)
+            deleted = store.objects.read_deletes(tp, segment.deletes)
         except StoreError as err:
             problem(store.describe(tp, segment.deletes.path), str(err))
             return live
@@ -189,7 +189,7 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
             problem(store.describe(tp, segment.deletes.path),
                     f"deletes {len(deleted) - present} offset(s) the segment does not hold")
         # The live figures describe what readers see: the store's rule of live rows.
-        shown = table.filter(pa.array(store.live_rows(tp, segment, offsets, log_start)))
+        shown = table.filter(pa.array(store.objects.live_rows(tp, segment, offsets, log_start)))
         first, largest = timestamp_stats(shown.column("timestamp"))
         live_figures = {"live_min_delete_horizon_ms": pc.min(shown.column("delete_horizon_ms")).as_py(),
                         "live_first_timestamp": first, "live_max_timestamp": largest}

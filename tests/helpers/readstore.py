@@ -74,7 +74,7 @@ def _with_deletes(store: Store, tp: TopicPartition, index: int, keep: int | None
         pq.read_table(pa.BufferReader(store.storage.read_bytes(f"{tp.prefix}/{segment.path}")))
     offsets = table.column("offset").to_numpy()
     doomed = offsets[offsets % 3 == 0] if keep is None else offsets[keep:]
-    vector = store.write_deletes(tp, segment, pa.array(doomed), created_ms=NOW, live_min_delete_horizon_ms=None)
+    vector = store.objects.write_deletes(tp, segment, pa.array(doomed), created_ms=NOW, live_min_delete_horizon_ms=None)
     changed = segment.model_copy(update={"deletes": vector})
     store.replace(tp, Replacement((segment,), (changed,), manifest.first_dirty_offset, manifest.first_dirty_offset,
                                   manifest.log_start_offset, manifest.log_start_offset), writer=Writer(), now_ms=NOW)

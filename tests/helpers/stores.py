@@ -34,9 +34,9 @@ def cleaning_change(store: Store, tp: TopicPartition) -> Replacement:
     and ``a=3`` left), offset 3 deleted from the third by a deletion vector, the checkpoint moved to 5. Its objects
     are written here; the change is not committed."""
     base = store.manifest(tp)
-    merged = store.write_segment(tp, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=50)
+    merged = store.objects.write_segment(tp, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=50)
     kept = base.segments[2]
-    vector = store.write_deletes(tp, kept, pa.array([3]), created_ms=50, live_min_delete_horizon_ms=None)
+    vector = store.objects.write_deletes(tp, kept, pa.array([3]), created_ms=50, live_min_delete_horizon_ms=None)
     return Replacement(
         removed=(*base.segments[:2], kept), added=(merged, kept.model_copy(update={"deletes": vector})),
         expected_first_dirty_offset=base.first_dirty_offset, first_dirty_offset=5,

@@ -53,7 +53,7 @@ def append(store: Store, *rows: dict[str, Any], tp: TopicPartition = TP, now: in
 
 def layout(store: Store, segments: list[tuple[int, int, list[dict[str, Any]]]], tp: TopicPartition = TP) -> Manifest:
     """Commit segments with exact offset ranges ``(base, next, rows)`` (Kafka's logs can have gaps at ends)."""
-    metas = [store.write_segment(tp, records(rows), base, end, created_ms=NOW) for base, end, rows in segments]
+    metas = [store.objects.write_segment(tp, records(rows), base, end, created_ms=NOW) for base, end, rows in segments]
     end = metas[-1].next_offset
     return store.commit(tp, lambda _: {"log_start_offset": metas[0].base_offset, "log_end_offset": end,
                                        "last_stable_offset": end, "first_dirty_offset": metas[0].base_offset,
@@ -336,7 +336,7 @@ def latest_per_key(rows: list[dict[str, Any]], horizon: int) -> list[tuple[int, 
             if r["key"] is None or last[r["key"]] == r["offset"]]
 
 
-def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_latest_per_key(
+def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest_per_key(
         spark, tmp_path) -> None:
     spec = GenerateSpec(records=12_000, keys=900, partitions=1, segment_records=1_500, tombstone_ratio=0.05,
                         keyless_ratio=0.01, seed=3, end_time_ms=NOW - DAY)
@@ -350,8 +350,8 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
         settings = settings_with({**sized, "cleaner": {"task.max.records": limit}})
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
-        buckets = cleaner.task(the_plan.to_clean[0], NOW).buckets
-        assert buckets == ranges, "12,000 records in tasks of at most the limit"
+        key_ranges = cleaner.task(the_plan.to_clean[0], NOW).key_ranges
+        assert key_ranges == ranges, "12,000 records in tasks of at most the limit"
         assert reads_whole_ranges(cleaner.task(the_plan.to_clean[0], NOW)) == (ranges < SHUFFLE_FROM_RANGES)
         cleaner.run(NOW, compaction_plan=the_plan)
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
@@ -364,7 +364,7 @@ def test_a_large_partition_is_split_into_key_buckets_and_keeps_exactly_the_lates
                                "cleaner": {"task.max.records": 200 if ranges > 1 else limit}})
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
-        split = second.task(second_plan.to_clean[0], NOW + 1).buckets > 1
+        split = second.task(second_plan.to_clean[0], NOW + 1).key_ranges > 1
         assert split == (ranges > 1)
         report = second.run(NOW + 1, compaction_plan=second_plan)
         assert report.partitions[0].stats.deletion_vectors_written > 0

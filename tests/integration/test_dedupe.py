@@ -13,7 +13,7 @@ import pytest
 from chispa import assert_df_equality
 
 from compaction import rules, winners
-from compaction.clean.dedupe import WINNER_PLANS, classify
+from compaction.clean.dedupe import WINNER_SEARCHES, classify
 from compaction.rules import Plan, Reason
 from tests.helpers.builders import facts
 
@@ -34,7 +34,7 @@ def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],
         assert sorted((o, None if c == rules.KEPT else list(Reason)[c - 1].value) for o, c in result) == expected
         return
     df = spark.createDataFrame(table)
-    frame = classify(df.transform(WINNER_PLANS[plan]), now_ms=NOW, keyless_drop=keyless_drop)
+    frame = classify(df.transform(WINNER_SEARCHES[plan]), now_ms=NOW, keyless_drop=keyless_drop)
     # A reason's code is its index in Reason plus one (0: kept), as element_at counts.
     reasons = ", ".join(f"'{r.value}'" for r in Reason)
     reason = f"CASE WHEN code = {rules.KEPT} THEN NULL ELSE element_at(array({reasons}), CAST(code AS INT)) END"
@@ -45,7 +45,7 @@ def expect(spark, plan: Plan, table: pa.Table, expected: list[Outcome],
 
 @pytest.fixture(params=[pytest.param((Plan.ARROW, None), id="arrow"),
                         *(pytest.param((p, kind), id=f"{p}-{kind}", marks=pytest.mark.spark)
-                          for p in WINNER_PLANS for kind in ("classic", "connect"))])
+                          for p in WINNER_SEARCHES for kind in ("classic", "connect"))])
 def plan_and_session(request: pytest.FixtureRequest) -> tuple[Plan, str | None]:
     return request.param
 

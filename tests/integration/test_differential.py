@@ -26,7 +26,7 @@ from compaction.config import Settings
 from compaction.engine import stages
 from compaction.erasure import request_erasure
 from compaction.kafka import batch_table, encode
-from compaction.store import Store, TopicPartition
+from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.formats import decode_log
 from compaction.store.segment import records
 from compaction.store.verify import verify
@@ -132,7 +132,7 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
             if forget is not None and model.bases:
                 tombstone = model.forget(forget, now)
                 (offset,) = request_erasure(store, tp, [forget.encode()], now_ms=now, deadline_ms=now + RETENTION,
-                                            segment_format="kafka" if kafka else "parquet")
+                                            segment_format=SegmentFormat.KAFKA if kafka else SegmentFormat.PARQUET)
                 assert offset == tombstone.offset
                 if kafka:
                     appended.add((offset, offset))
@@ -153,7 +153,7 @@ def check_history(spark: Any, plan: str, cleaner_settings: Settings, history: li
                 f"{tp} erasure requests after run {step}"
             if kafka:  # every batch keeps the base and last offset it was appended with
                 for segment in store.manifest(tp).segments:
-                    log = store.read_log_segment(tp, segment)
+                    log = store.objects.read_log_segment(tp, segment)
                     kept = set(zip(log.batches.column("base_offset").to_pylist(), log.batch_last_offsets.tolist(),
                                    strict=True))
                     assert kept <= appended, f"{tp} after run {step}: batches {sorted(kept - appended)}"

@@ -27,8 +27,9 @@ from compaction.cli import EXIT_FAILED, EXIT_OK, main
 from compaction.config import Settings
 from compaction.erasure import forget
 from compaction.errors import PublishError
-from compaction.job import JobOptions, publish_topic, run_job
-from compaction.publish import open_catalog
+from compaction.job import JobOptions, publish_target, run_job
+from compaction.publish import publish_topic
+from compaction.publish.table import open_catalog
 from compaction.read.scan import scan
 from compaction.store import Store, TopicPartition
 from compaction.store.erasure import KeyMatch, log_findings
@@ -97,10 +98,10 @@ def build(store: Store, config: Settings) -> dict[str, Any]:
     store.append(P0, keyed("dave=1"), now_ms=T0 + 2)
     run_pass(store, config, T0 + 3)
     clean, _, live = store.manifest(P0).segments[:3]
-    assert clean.deletes is not None and store.read_deletes(P0, clean.deletes).to_pylist() == [40]
+    assert clean.deletes is not None and store.objects.read_deletes(P0, clean.deletes).to_pylist() == [40]
     assert live.base_offset == 42 and live.next_offset == 53 and live.deletes is None
     # An orphan: the object of a writer that crashed before its commit.
-    orphan = store.write_segment(P0, keyed("alice=crashed", start=5), 5, 6, created_ms=T0)
+    orphan = store.objects.write_segment(P0, keyed("alice=crashed", start=5), 5, 6, created_ms=T0)
     # orders-1, Kafka's record batches.
     store.append_log(P1, log_batches([{"offset": 0, "key": "alice", "value": "log-1", "timestamp": T0},
                                       {"offset": 1, "key": "erin", "value": "e", "timestamp": T0}]), now_ms=T0)
@@ -212,7 +213,7 @@ def test_a_plain_tombstone_leaves_the_value_under_a_deletion_vector(tmp_path: Pa
     store.append(P0, keyed("zed=1"), now_ms=T0 + 10)  # the tombstone's segment is no longer the active one
     run_pass(store, config, T0 + 20)
     live = next(s for s in store.manifest(P0).segments if s.path == placed["live"])
-    assert live.deletes is not None and store.read_deletes(P0, live.deletes).to_pylist() == [42]
+    assert live.deletes is not None and store.objects.read_deletes(P0, live.deletes).to_pylist() == [42]
     assert (42, b"v2") in {(offset, value) for _, offset, value in independent_scan(store)}
 
 
@@ -416,10 +417,11 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
     conf.write_text(CONF.replace("[cleaner]", '[cleaner]\n"erasure.grace.ms" = 3600000') + '[publish]\ncatalog = "t"\n'
                     f'type = "sql"\nuri = "sqlite:///{lake}/c.db"\nwarehouse = "file://{lake}/w"\n')
     config = Settings.load(str(conf), environ={})
+    target = publish_target(config)
     store = Store.open(str(tmp_path / "store"))
     store.append(P0, keyed("alice=1 bob=1"), now_ms=T0)
     store.append(P0, keyed("carol=1"), now_ms=T0)
-    first = publish_topic(store, TOPIC, config, wall_ms=WALL)
+    first = publish_topic(store, TOPIC, target, wall_ms=WALL)
     forget(store, TOPIC, [b"alice"], now_ms=T0 + 1)
     run_pass(store, config, T0 + 2)
     rewritten = store.manifest(P0).erasures[0].rewritten_version
@@ -428,20 +430,21 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
     predates = (r"version 2 of partition orders-0 predates an erasure \(its log is clean from version 4\): a "
                 r"snapshot of it would keep the erased records readable")
     with pytest.raises(PublishError, match=predates):
-        publish_topic(store, TOPIC, config, wall_ms=WALL, version={0: 2})
+        publish_topic(store, TOPIC, target, wall_ms=WALL, version={0: 2})
     wall = int(time.time() * 1000)
     blocked = collect_garbage(store, P0, wall_ms=wall + HOUR, grace_ms=DAY, erasure_grace_ms=0)
     assert any(f"pinned by Iceberg snapshot {first.snapshot_id}" in w for w in blocked.erasure_waits)
     code, out = cli(capsys, "erasure", store.url, "--conf", str(conf))
     assert code == EXIT_OK and f"is pinned by Iceberg snapshot {first.snapshot_id}" in out
 
-    second = publish_topic(store, TOPIC, config, wall_ms=wall)  # replaces the first snapshot, which stays for now
+    second = publish_topic(store, TOPIC, target, wall_ms=wall)  # replaces the first snapshot, which stays for now
+    assert second.snapshot_id is not None
     replaced = open_catalog("t", config.publish.properties).load_table(("default", TOPIC)).snapshot_by_id(
         second.snapshot_id).timestamp_ms  # type: ignore[union-attr]
-    assert publish_topic(store, TOPIC, config, wall_ms=replaced + HOUR - 1).expired == []
+    assert publish_topic(store, TOPIC, target, wall_ms=replaced + HOUR - 1).expired == []
     # After erasure.grace.ms, not gc's day: what it reads holds an erased key.
-    assert publish_topic(store, TOPIC, config, wall_ms=replaced + HOUR).expired == [first.snapshot_id]
-    assert [p.version for p in store.pins(P0)] == [second.versions[0]]  # only the second snapshot's pin is left
+    assert publish_topic(store, TOPIC, target, wall_ms=replaced + HOUR).expired == [first.snapshot_id]
+    assert [p.version for p in store.objects.pins(P0)] == [second.versions[0]]  # only the second snapshot's pin is left
     done = collect_garbage(store, P0, wall_ms=int(time.time() * 1000) + HOUR, grace_ms=DAY, erasure_grace_ms=HOUR)
     assert done.erasures_completed == [ALICE]
 

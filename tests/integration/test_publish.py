@@ -32,9 +32,12 @@ from pyiceberg.table.snapshots import Snapshot
 from compaction.clean.outcome import RunReport
 from compaction.cli import EXIT_INVALID, EXIT_OK, main
 from compaction.errors import CatalogError
-from compaction.job import JobOptions, publish_topic, redacted, run_job
-from compaction.publish import VERSIONS_PROPERTY, open_catalog, publish, snapshot_versions
-from compaction.store import Store, TopicPartition
+from compaction.job import JobOptions, publish_target, run_job
+from compaction.publish import publish_topic, redacted
+from compaction.publish.snapshot import VERSIONS_PROPERTY, snapshot_versions
+from compaction.publish.table import open_catalog
+from compaction.publish.topic import publish
+from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.gc import collect_store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
@@ -243,7 +246,7 @@ def test_a_publish_racing_another_resolves_through_the_catalogs_commit_check(
     assert current.parent_snapshot_id == raced[0].snapshot_id, "built on the winner's snapshot"
     assert_reads("polars", READERS["polars"](table, mine.snapshot_id), compaction_read(copy, tmp_path))
     assert_reads("polars", READERS["polars"](table, raced[0].snapshot_id), compaction_read(copy, tmp_path, OLDER))
-    pinned = {p.holder.rsplit("-", 1)[1] for p in store.pins(TopicPartition(TOPIC, 0))}
+    pinned = {p.holder.rsplit("-", 1)[1] for p in store.objects.pins(TopicPartition(TOPIC, 0))}
     assert pinned == {str(mine.snapshot_id), str(raced[0].snapshot_id)}, "the loser's first attempt left no pin"
 
     # Four publishers of the same versions at once: one snapshot, whoever wins; the others find it there.
@@ -265,7 +268,8 @@ def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     url = str(tmp_path / "store")
     generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=2, records=400, keys=50,
-                                           segment_records=100, segment_format="kafka"), now_ms=readstore.NOW)
+                                           segment_records=100, segment_format=SegmentFormat.KAFKA),
+             now_ms=readstore.NOW)
     catalog = local_catalog(tmp_path / "lake")
     code = main(["publish", url, "clicks", "--conf", str(write_conf(tmp_path / "c.toml", catalog))])
     err = capsys.readouterr().err
@@ -279,7 +283,8 @@ def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
 def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
     generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=1, records=100, keys=10,
-                                           segment_records=50, segment_format="kafka"), now_ms=readstore.NOW)
+                                           segment_records=50, segment_format=SegmentFormat.KAFKA),
+             now_ms=readstore.NOW)
     generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=2, records=100, keys=10,
                                            segment_records=50), now_ms=readstore.NOW)
     catalog = local_catalog(tmp_path / "lake")
@@ -343,11 +348,11 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     # collects what only it read.
     replaced_ms = cast(Snapshot, table.snapshot_by_id(second)).timestamp_ms
     grace = settings.cleaner.gc_grace_ms
-    assert publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace - 1).expired == []
-    expired = publish_topic(store, TOPIC, settings, wall_ms=replaced_ms + grace)
+    assert publish_topic(store, TOPIC, publish_target(settings), wall_ms=replaced_ms + grace - 1).expired == []
+    expired = publish_topic(store, TOPIC, publish_target(settings), wall_ms=replaced_ms + grace)
     assert not expired.committed and expired.expired == [first.snapshot_id]
     assert [s.snapshot_id for s in pub.table().snapshots()] == [second]
-    assert all(p.holder.endswith(f"-{second}") for p in store.pins(TopicPartition(TOPIC, 0)))
+    assert all(p.holder.endswith(f"-{second}") for p in store.objects.pins(TopicPartition(TOPIC, 0)))
     results, _ = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000) + 1, grace_ms=0,
                                keep_versions=1)
     assert all(r.pruned_versions == [NEWEST] and r.deleted_objects for r in results)
@@ -360,7 +365,7 @@ def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Pub
     shutil.copytree(Path(local.url), tmp_path / "store")
     store = Store.open(str(tmp_path / "store"))
     tp = TopicPartition(TOPIC, 1)
-    pins = store.pins(tp)
+    pins = store.objects.pins(tp)
     assert [p.version for p in pins] == [OLDER, NEWEST], "the store learnt what the published snapshots read"
     time.sleep(0.01)
     assert main(["gc", str(tmp_path / "store"), "--grace", "0", "--keep-versions", "1"]) == EXIT_OK
@@ -393,7 +398,7 @@ def test_a_table_of_another_topic_or_store_is_refused_and_secrets_stay_out_of_er
     assert err.startswith("error: Iceberg catalog 'test', table default.payments: OperationalError") and \
         len(err.strip().splitlines()) == 1
     settings = settings_with(conf=conf)
-    with pytest.raises(CatalogError) as raised, redacted(settings):
+    with pytest.raises(CatalogError) as raised, redacted(publish_target(settings)):
         raise CatalogError(f"the catalog said: bad credential {secret}")
     assert str(raised.value) == "the catalog said: bad credential ****", "the catalog's secrets are masked"
     assert local.cli("publish", "payments") == EXIT_OK, "a table of its own, beside the other"

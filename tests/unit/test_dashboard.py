@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import SparkSession
 
-from compaction.clean.cleaner import Cleaner
-from compaction.report import write_metrics
+from compaction.job import EXIT_OK, JobOptions, run_job
 from compaction.store import Store
 from tests.helpers import ROOT
 from tests.helpers.settings import settings_with
@@ -60,11 +60,17 @@ def parse(expr: str) -> tuple[set[str], set[str]]:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The metric names a run actually writes (a run over an empty store, which needs no Spark)."""
+    """The metric names a run of the job actually writes (over an empty store, which needs no Spark)."""
     folder = tmp_path_factory.mktemp("exported")
     store = Store.open(str(folder / "store"))
-    report = Cleaner(None, store, settings_with()).run(1_767_225_600_000)
-    write_metrics(report, textfile=str(folder / "m.prom"), finished_ms=1_767_225_600_000)
+
+    def no_spark() -> SparkSession:
+        raise AssertionError("an empty store needs no Spark")
+
+    settings = settings_with({"cleaner": {"metrics.textfile": str(folder / "m.prom")}})
+    code, _ = run_job(store, JobOptions(now_ms=1_767_225_600_000, wall_ms=1_767_225_600_000), settings, no_spark,
+                      out=lambda _: None)
+    assert code == EXIT_OK
     return {s.name for f in text_string_to_metric_families((folder / "m.prom").read_text()) for s in f.samples}
 
 

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import replace
 
 from compaction import winners
-from compaction.clean.layout import ApplyPolicy, SegmentOutcome, plan_jobs
+from compaction.clean.layout import ApplyPolicy, SegmentOutcome, lay_out
 from compaction.clean.planner import Decision, apply_policy, plan, plan_partition
 from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.rules import KEPT, Reason
@@ -51,11 +51,11 @@ def test_a_clean_segment_holding_an_erased_record_is_rewritten_where_it_would_ta
     segments = [meta(0, 100), meta(100, 200)]
     policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
     lost_one = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"superseded": 1})
-    plain = plan_jobs(segments, {0: lost_one, 100: SegmentOutcome(records=100, kept=100, stamped=0, dropped={})},
+    plain = lay_out(segments, {0: lost_one, 100: SegmentOutcome(records=100, kept=100, stamped=0, dropped={})},
                       200, policy)
     assert [([s.base_offset for s in sources], vector) for sources, vector in plain] == [([0], True)]
     erased = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
-    jobs = plan_jobs(segments, {0: erased, 100: SegmentOutcome(records=100, kept=100, stamped=0, dropped={})},
+    jobs = lay_out(segments, {0: erased, 100: SegmentOutcome(records=100, kept=100, stamped=0, dropped={})},
                      200, policy)
     assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [([0], False)]
 
@@ -65,9 +65,9 @@ def test_a_segment_whose_deletion_vector_hides_an_erased_record_is_rewritten_tho
                             checksum="sha256:0", created_ms=0)
     segments = [meta(0, 100, deletes=vector)]
     nothing = SegmentOutcome(records=97, kept=97, stamped=0, dropped={})
-    assert plan_jobs(segments, {0: nothing}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == []
+    assert lay_out(segments, {0: nothing}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == []
     hidden = nothing.with_hidden_erased(frozenset({ALICE}))
-    assert plan_jobs(segments, {0: hidden}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == [(tuple(segments),
+    assert lay_out(segments, {0: hidden}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == [(tuple(segments),
                                                                                                   False)]
 
 
@@ -156,9 +156,9 @@ def test_the_active_segment_an_erasure_rolled_is_rewritten_apart_so_that_it_stay
     lost = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
     stamped = SegmentOutcome(records=2, kept=2, stamped=1, dropped={})  # its tombstone gets its horizon
     outcomes = {0: lost, 100: stamped}
-    merged = plan_jobs(log.segments, outcomes, 0, replace(policy, apart=None))
+    merged = lay_out(log.segments, outcomes, 0, replace(policy, apart=None))
     assert [[s.base_offset for s in sources] for sources, _ in merged] == [[0, 100]]
-    apart = plan_jobs(log.segments, outcomes, 0, policy)
+    apart = lay_out(log.segments, outcomes, 0, policy)
     assert [[s.base_offset for s in sources] for sources, _ in apart] == [[0], [100]]
     # Retention still waits for the active segment to age out: the roll is for cleaning only.
     aged = plan_partition(TopicPartition("t", 0), log, replace(COMPACT, segment_ms=HOUR // 2), HOUR)

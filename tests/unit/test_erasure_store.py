@@ -12,7 +12,7 @@ import pytest
 
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.erasure import request_erasure
+from compaction.erasure import overdue_requests, request_erasure
 from compaction.errors import CorruptManifestError
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.commit import Erased
@@ -114,7 +114,7 @@ def test_erased_rows_are_the_keys_records_below_its_tombstone() -> None:
 
 def test_the_scanner_reads_objects_by_what_they_hold_and_names_what_it_cannot_read(local_store: Store) -> None:
     local_store.append(TP, keyed("alice=1 bob=2"), now_ms=T0)
-    orphan = local_store.write_segment(TP, keyed("alice=old", start=0), 0, 1, created_ms=T0)
+    orphan = local_store.objects.write_segment(TP, keyed("alice=old", start=0), 0, 1, created_ms=T0)
     storage = local_store.storage
     storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/.tmp-torn", b"PAR1 torn")
     storage.write_bytes(f"{TP.prefix}/notes/readme.txt", b"not a segment")
@@ -186,7 +186,7 @@ def test_a_dry_run_changes_nothing(local_store: Store) -> None:
 
 def test_a_pinned_version_holding_the_key_is_kept_and_named(local_store: Store) -> None:
     _, rewritten = _erased_store(local_store)
-    local_store.pin(TP, 1, "iceberg-t-1", "Iceberg snapshot 1 of table lake.orders")
+    local_store.objects.pin(TP, 1, "iceberg-t-1", "Iceberg snapshot 1 of table lake.orders")
     result = collect_garbage(local_store, TP, wall_ms=_written(local_store, rewritten) + DAY, grace_ms=DAY,
                              erasure_grace_ms=0)
     assert result.pruned_versions == [] and 1 in local_store.versions(TP)
@@ -198,7 +198,7 @@ def test_a_pinned_version_holding_the_key_is_kept_and_named(local_store: Store) 
 def test_an_orphan_holding_the_key_goes_after_the_erasure_grace_and_a_foreign_file_blocks_completion(
         local_store: Store) -> None:
     _, rewritten = _erased_store(local_store)
-    orphan = local_store.write_segment(TP, keyed("alice=crashed", start=0), 0, 1, created_ms=T0)
+    orphan = local_store.objects.write_segment(TP, keyed("alice=crashed", start=0), 0, 1, created_ms=T0)
     local_store.storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/copy-of-a-segment.bin", b"alice=1")
     wall = _written(local_store, rewritten) + DAY
     result = collect_garbage(local_store, TP, wall_ms=wall, grace_ms=10 * DAY, erasure_grace_ms=0)
@@ -232,3 +232,15 @@ def test_a_done_request_leaves_the_manifest_after_thirty_days(local_store: Store
     _run(local_store, T0 + 11)
     collect_garbage(local_store, TP, wall_ms=wall + COMPLETED_KEPT_MS + 1, grace_ms=DAY, erasure_grace_ms=0)
     assert [r.key_sha256 for r in local_store.manifest(TP).erasures] == [hashlib.sha256(b"bob").hexdigest()]
+
+
+def test_the_late_count_reads_each_partitions_newest_manifest_or_else_the_planned_one(local_store: Store) -> None:
+    local_store.append(TP, keyed("alice=1 bob=2"), now_ms=T0)
+    request_erasure(local_store, TP, [b"alice"], now_ms=T0, deadline_ms=T0 + HOUR)
+    planned = local_store.manifest(TP)
+    gone = TopicPartition("gone", 0)  # no manifest to reread: counted as planned
+    assert overdue_requests(local_store, {TP: planned}, T0 + HOUR, grace_ms=0) == 0
+    assert overdue_requests(local_store, {TP: planned, gone: planned}, T0 + HOUR + 1, grace_ms=0) == 2
+    _run(local_store, T0 + HOUR + 1)  # carried out: rewritten, late again once the grace period has passed
+    assert overdue_requests(local_store, {TP: planned}, T0 + HOUR + 1, grace_ms=DAY) == 0
+    assert overdue_requests(local_store, {TP: planned}, T0 + HOUR + DAY + 1, grace_ms=DAY) == 1

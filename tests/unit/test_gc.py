@@ -21,7 +21,7 @@ def _names(store: Store, tp: TopicPartition = TP, folder: str = SEGMENT_DIR) -> 
 
 def _clean_once(store: Store, now_ms: int) -> tuple[str, str]:
     base = store.manifest(TP)
-    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=now_ms)
+    new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=now_ms)
     store.replace(TP, Replacement(base.segments, (new,), base.first_dirty_offset, 2, base.log_start_offset,
                                   base.log_start_offset), writer=Writer(), now_ms=now_ms)
     return base.segments[0].path.split("/")[-1], new.path.split("/")[-1]
@@ -59,7 +59,7 @@ def test_keep_versions_protects_recent_versions_and_their_objects(local_store: S
 
 def test_orphans_wait_for_the_grace_period_and_unknown_files_are_left_alone(local_store: Store) -> None:
     local_store.append(TP, keyed("a=1"), now_ms=0)
-    orphan = local_store.write_segment(TP, keyed("b=1", start=1), 1, 2, created_ms=0)  # a crashed writer
+    orphan = local_store.objects.write_segment(TP, keyed("b=1", start=1), 1, 2, created_ms=0)  # a crashed writer
     local_store.storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/notes.txt", b"mine")
     entries = local_store.storage.list_dir(f"{TP.prefix}/{SEGMENT_DIR}")
     mtime = cast(int, next(e.mtime_ms for e in entries if orphan.path.endswith(e.name)))
@@ -75,7 +75,7 @@ def test_orphans_wait_for_the_grace_period_and_unknown_files_are_left_alone(loca
 def test_gc_stays_inside_the_partition_prefix(local_store: Store) -> None:
     other = TopicPartition("orders", 1)
     local_store.append(TP, keyed("a=1"), now_ms=0)
-    local_store.write_segment(other, keyed("b=1"), 0, 1, created_ms=0)  # orphan of another partition
+    local_store.objects.write_segment(other, keyed("b=1"), 0, 1, created_ms=0)  # orphan of another partition
     local_store.storage.write_bytes("orders/stray.parquet", b"x")
     before = _names(local_store, other)
     collect_garbage(local_store, TP, wall_ms=10**13, grace_ms=0)
@@ -105,11 +105,11 @@ def test_a_backdated_now_never_shortens_the_grace(local_store: Store) -> None:
 def test_a_pinned_version_and_its_objects_are_kept_however_old_until_unpinned(local_store: Store) -> None:
     local_store.append(TP, keyed("a=1 a=2"), now_ms=T0)
     old, new = _clean_once(local_store, now_ms=T0 + HOUR)
-    pin = local_store.pin(TP, 1, "iceberg-table-1", "Iceberg snapshot 1 of table t")
+    pin = local_store.objects.pin(TP, 1, "iceberg-table-1", "Iceberg snapshot 1 of table t")
     late = _written(local_store, 2) + 100 * HOUR
     result = collect_garbage(local_store, TP, wall_ms=late, grace_ms=HOUR, keep_versions=1)
     assert result.pruned_versions == [] and result.deleted_objects == [] and result.pinned_versions == [1]
     assert _names(local_store) == {old, new}
-    local_store.unpin(TP, pin)
+    local_store.objects.unpin(TP, pin)
     result = collect_garbage(local_store, TP, wall_ms=late, grace_ms=HOUR, keep_versions=1)
     assert result.pruned_versions == [1] and result.deleted_objects == [f"{SEGMENT_DIR}/{old}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from compaction.store import Store, TopicPartition
+from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate, partition_records
 from tests.helpers.builders import rec, table
 
@@ -70,7 +70,7 @@ def test_kafka_format_with_transactions_writes_batches_kafka_python_reads(tmp_pa
     from kafka.record.memory_records import MemoryRecords
 
     store = Store.open(str(tmp_path / "store"))
-    spec = GenerateSpec(records=3000, keys=200, partitions=1, segment_format="kafka", compression="zstd",
+    spec = GenerateSpec(records=3000, keys=200, partitions=1, segment_format=SegmentFormat.KAFKA, compression="zstd",
                         transactional_ratio=0.5, abort_ratio=0.5, transaction_records=50, segment_records=1000,
                         seed=5)
     (manifest,) = generate(store, spec, now_ms=1_767_225_600_000)

@@ -115,7 +115,7 @@ def test_folders_that_cannot_be_topics_or_partitions_are_reported_and_left_alone
     store = Store.open(str(root))
     store.append(TP, keyed("a=1 b=2"), now_ms=1)
     manifest = store.append(TP, keyed("a=3"), now_ms=2)
-    orphan = store.write_segment(TP, keyed("z=9", start=3), 3, 4, created_ms=3)  # never committed
+    orphan = store.objects.write_segment(TP, keyed("z=9", start=3), 3, 4, created_ms=3)  # never committed
     day_old = (CLOCK - 86_400_000) / 1000
     os.utime(root / "orders" / "0" / orphan.path, (day_old, day_old))
     for folder in ILLEGAL_FOLDERS:  # each a full copy of orders/0, orphan included: gc would find work there

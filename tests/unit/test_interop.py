@@ -121,9 +121,9 @@ def test_export_leaves_out_deleted_records_and_kafka_python_reads_it(tmp_path: P
     store = Store.open(str(tmp_path / "store"))
     manifest = import_partition(store, TP, write_dir(tmp_path / "in", "gzip"), now_ms=NOW)
     segment = manifest.segments[1]
-    vector = store.write_deletes(TP, segment, pa.array([40, 41, 45], pa.int64()), created_ms=NOW,
-                                 live_min_delete_horizon_ms=None, live_first_timestamp=NOW + 52,
-                                 live_max_timestamp=NOW + 70)
+    vector = store.objects.write_deletes(TP, segment, pa.array([40, 41, 45], pa.int64()), created_ms=NOW,
+                                         live_min_delete_horizon_ms=None, live_first_timestamp=NOW + 52,
+                                         live_max_timestamp=NOW + 70)
     changed = segment.model_copy(update={"deletes": vector})
     store.commit(TP, lambda latest: {**latest.model_dump(include={"log_start_offset", "log_end_offset",  # type: ignore[union-attr]
                                                                   "last_stable_offset", "first_dirty_offset"}),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compaction.clean.layout import WRITE_COST, ApplyPolicy, SegmentOutcome, plan_jobs
+from compaction.clean.layout import WRITE_COST, ApplyPolicy, SegmentOutcome, lay_out
 from compaction.store.manifest import DeletionVector, SegmentMeta
 
 
@@ -23,7 +23,7 @@ def jobs(segments: list[SegmentMeta], outcomes: list[SegmentOutcome], first_dirt
          policy: ApplyPolicy) -> list[tuple[list[int], bool]]:
     by_base = {s.base_offset: o for s, o in zip(segments, outcomes, strict=True)}
     return [([s.base_offset for s in sources], vector)
-            for sources, vector in plan_jobs(segments, by_base, first_dirty, policy)]
+            for sources, vector in lay_out(segments, by_base, first_dirty, policy)]
 
 
 SEGMENTS = [meta(0, 10, 1000), meta(10, 20, 1000), meta(20, 30, 1000), meta(30, 40, 1000), meta(40, 50, 100),

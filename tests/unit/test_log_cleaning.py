@@ -23,7 +23,7 @@ from compaction.clean.cleaner import Cleaner
 from compaction.clean.outcome import RunReport
 from compaction.config import Settings
 from compaction.kafka import batch_table, encode
-from compaction.store import Store, TopicPartition, Writer
+from compaction.store import SegmentFormat, Store, TopicPartition, Writer
 from compaction.store.formats import decode_log
 from compaction.store.log import appended_state
 from compaction.store.segment import records
@@ -100,7 +100,7 @@ def batches(store: Store) -> list[dict[str, Any]]:
     for segment in store.manifest(TP).segments:
         if segment.format != "kafka":
             continue
-        log = store.read_log_segment(TP, segment)
+        log = store.objects.read_log_segment(TP, segment)
         offsets = log.records.column("offset").to_pylist()
         data = bytes(memoryview(log.data))
         for j, row in enumerate(log.batches.to_pylist()):
@@ -128,8 +128,8 @@ def commit_log(store: Store, data: bytes) -> None:
     """Commit batches as a .log segment as they are, horizons included (a log an earlier pass cleaned)."""
     log = decode_log(data, "test")
     bases = log.batches.column("base_offset").to_pylist()
-    meta = store.write_segment(TP, log.records, bases[0], int(log.batch_last_offsets[-1]) + 1, created_ms=NOW,
-                               segment_format="kafka", batches=log.batches, encoded=data)
+    meta = store.objects.write_segment(TP, log.records, bases[0], int(log.batch_last_offsets[-1]) + 1, created_ms=NOW,
+                                       segment_format=SegmentFormat.KAFKA, batches=log.batches, encoded=data)
     store.commit(TP, lambda latest: appended_state(latest, [meta], log.records, "test"), writer=Writer(),
                  operation="append", now_ms=NOW)
 

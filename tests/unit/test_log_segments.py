@@ -9,7 +9,7 @@ import pytest
 from compaction.clean.settings import TopicConfig, check_value
 from compaction.errors import ConfigError, InvalidRecordsError, OffsetOverlapError
 from compaction.kafka import batch_table, encode
-from compaction.store import Store, TopicPartition, Writer
+from compaction.store import SegmentFormat, Store, TopicPartition, Writer
 from compaction.store.formats import frame_batches
 from compaction.store.log import appended_state
 from compaction.store.segment import records
@@ -37,7 +37,7 @@ def test_append_keeps_the_bytes_offsets_and_batches(memory_store: Store) -> None
         (40, 48, 40, 48)
     assert (segment.record_count, segment.tombstone_count, segment.keyless_count) == (4, 1, 1)
     assert memory_store.storage.read_buffer(f"{TP.prefix}/{segment.path}").to_pybytes() == data
-    log = memory_store.read_log_segment(TP, segment)
+    log = memory_store.objects.read_log_segment(TP, segment)
     assert log.batches.column("base_offset").to_pylist() == [40, 45]
     assert log.batch_last_offsets.tolist() == [42, 47]
     rows = memory_store.read(TP).to_pylist()
@@ -86,8 +86,8 @@ def commit_raw(store: Store, data: bytes, tp: TopicPartition = TP) -> None:
     """Commit bytes as a .log segment whose manifest checksum matches them (a writer's bug, or bit rot before the
     upload): only the batches' own CRCs can tell."""
     rows = records([{"offset": 0, "key": "a", "value": "v"}])
-    meta = store.write_segment(tp, rows, 0, 2, created_ms=NOW, segment_format="kafka", encoded=data,
-                               batches=frame_batches(rows))
+    meta = store.objects.write_segment(tp, rows, 0, 2, created_ms=NOW, segment_format=SegmentFormat.KAFKA, encoded=data,
+                                       batches=frame_batches(rows))
     store.commit(tp, lambda latest: appended_state(latest, [meta], rows, "raw"), writer=Writer(), operation="append",
                  now_ms=NOW)
 
@@ -107,9 +107,9 @@ def test_verify_names_batches_out_of_order(memory_store: Store) -> None:
 def test_a_deletion_vector_hides_records_of_a_log_segment(memory_store: Store) -> None:
     manifest = memory_store.append_log(TP, two_batches(0), now_ms=NOW)
     segment = manifest.segments[0]
-    vector = memory_store.write_deletes(TP, segment, pa.array([1, 5], pa.int64()), created_ms=NOW,
-                                        live_min_delete_horizon_ms=None, live_first_timestamp=1000,
-                                        live_max_timestamp=1002)
+    vector = memory_store.objects.write_deletes(TP, segment, pa.array([1, 5], pa.int64()), created_ms=NOW,
+                                                live_min_delete_horizon_ms=None, live_first_timestamp=1000,
+                                                live_max_timestamp=1002)
     segment = segment.model_copy(update={"deletes": vector})
     memory_store.commit(TP, lambda latest: {**latest.model_dump(include={"log_start_offset", "log_end_offset",  # type: ignore[union-attr]
                                                                          "last_stable_offset", "first_dirty_offset"}),
@@ -146,8 +146,8 @@ def test_the_read_api_streams_log_segments(memory_store: Store) -> None:
 
     memory_store.append(TP, records([{"key": "p", "value": "q"}]), now_ms=NOW)
     manifest = memory_store.append_log(TP, two_batches(1), now_ms=NOW)
-    vector = memory_store.write_deletes(TP, manifest.segments[1], pa.array([2], pa.int64()), created_ms=NOW,
-                                        live_min_delete_horizon_ms=None)
+    vector = memory_store.objects.write_deletes(TP, manifest.segments[1], pa.array([2], pa.int64()), created_ms=NOW,
+                                                live_min_delete_horizon_ms=None)
     changed = manifest.segments[1].model_copy(update={"deletes": vector})
     memory_store.commit(TP, lambda latest: {**latest.model_dump(include={"log_start_offset", "log_end_offset",  # type: ignore[union-attr]
                                                                          "last_stable_offset", "first_dirty_offset"}),

@@ -21,7 +21,7 @@ from compaction.clean.payloads import (
 )
 from compaction.engine.codec import PAYLOAD_VERSION, Payload
 from compaction.errors import PayloadVersionError
-from compaction.store import Store, TopicPartition
+from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.segment import records
 from tests.helpers.builders import clean_task
 
@@ -42,7 +42,7 @@ def one_of_each(store: Store) -> list[Payload]:
     return [
         clean_task(TP, store, (segment,)),
         ApplyJob(tp=TP, store=store, job_id=0, sources=(segment,), horizon_ms=5, now_ms=0, log_start_offset=0,
-                 deletes_only=False, pass_id="pass", segment_format="parquet", batch_policy=None,
+                 deletes_only=False, pass_id="pass", segment_format=SegmentFormat.PARQUET, batch_policy=None,
                  verdicts=(SourceVerdicts(rows=3, kept=True, listed=(("segments/_x.verdicts.parquet", 0),)),)),
         Verdicts(tp=TP, path="segments/_x.verdicts.parquet", segments=(SegmentVerdicts(0, outcome, 3, 0),)),
         applied,

@@ -25,6 +25,7 @@ from compaction.config import Settings
 from compaction.engine.isolation import Failed, run
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
+from compaction.store.objects import Objects
 from compaction.synthetic import GenerateSpec, generate
 from tests.helpers.inline import InlineSession
 from tests.helpers.settings import settings_with
@@ -50,15 +51,15 @@ def store_of(path: Path, **spec: Any) -> Store:
 def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
     """Count each segment's reads in this process: its key sample, its decision columns, or whole."""
     seen: Counter[tuple[int, str]] = Counter()
-    original = Store.read_segment
+    original = Objects.read_segment
 
-    def counted(self: Store, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
+    def counted(self: Objects, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
         kind = ("whole" if columns is None else "sample" if list(columns) == ["key"]
                 else "decision" if "key" in columns else "other")
         seen[segment.base_offset, kind] += 1
         return original(self, tp, segment, columns, **kw)
 
-    monkeypatch.setattr(Store, "read_segment", counted)
+    monkeypatch.setattr(Objects, "read_segment", counted)
     return seen
 
 
@@ -76,16 +77,16 @@ def test_a_split_partition_reads_each_segment_once_if_its_ranges_are_many_and_ho
     segments = split.manifest(TP).segments
     cleaner = Cleaner(InlineSession(), split, settings(task_max_records))
     plan = plan_store(split, cleaner.settings, NOW)
-    buckets = cleaner.task(plan.to_clean[0], NOW).buckets
-    assert (buckets >= SHUFFLE_FROM_RANGES) == (task_max_records == 2_000), f"{buckets} key ranges"
+    key_ranges = cleaner.task(plan.to_clean[0], NOW).key_ranges
+    assert (key_ranges >= SHUFFLE_FROM_RANGES) == (task_max_records == 2_000), f"{key_ranges} key ranges"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
     decision_reads = [seen[s.base_offset, "decision"] for s in segments]
     samples = sum(seen[s.base_offset, "sample"] for s in segments)
     assert not report.failed and report.partitions[0].stats.messages_written < 12_000
     assert cleaned(split) == cleaned(whole)
-    once = not transactional and buckets >= SHUFFLE_FROM_RANGES
-    assert decision_reads == ([1] * len(segments) if once else [buckets] * len(segments))
+    once = not transactional and key_ranges >= SHUFFLE_FROM_RANGES
+    assert decision_reads == ([1] * len(segments) if once else [key_ranges] * len(segments))
     assert 0 < samples <= 8, "the bounds come from a sample"
 
 
@@ -96,7 +97,7 @@ def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason
     (tmp_path / "s" / "orders" / "0" / victim.path).write_bytes(b"not parquet")
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
-    assert cleaner.task(plan.to_clean[0], NOW).buckets == 4
+    assert cleaner.task(plan.to_clean[0], NOW).key_ranges == 4
     report = cleaner.run(NOW, compaction_plan=plan)
     (failed,) = report.failed
     assert victim.path.split("/")[-1] in (failed.error or ""), failed.error
@@ -112,9 +113,9 @@ def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fai
     segments = segment_runs(task.segments, 3_000)
     assert [len(run) for run in segments] == [2, 2, 2, 2]
     runs = [hand_out(RunRead(task=replace(task, segments=run))) for run in segments]
-    assert all(len(run.row_groups) == task.buckets == 4 for run in runs), "every run hands each range its rows"
+    assert all(len(run.row_groups) == task.key_ranges == 4 for run in runs), "every run hands each range its rows"
     assert sum(sum(lengths) for run in runs for lengths in run.lengths) == sum(sum(run.read_lengths) for run in runs)
-    ranged = replace(task, bucket=2, pieces=tuple(run.piece(2) for run in runs))
+    ranged = replace(task, key_range=2, pieces=tuple(run.piece(2) for run in runs))
     verdicts = decide_handed(ranged)
     assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.segments]
     with pytest.raises(RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range "

@@ -104,7 +104,7 @@ def _replacement(store: Store, manifest, removed, added, first_dirty):
 def test_replace_swaps_segments_and_moves_the_checkpoint(store: Store) -> None:
     store.append(TP, keyed("a=1 b=2"), now_ms=1)
     base = store.append(TP, keyed("a=3"), now_ms=2)
-    new = store.write_segment(TP, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=3)
+    new = store.objects.write_segment(TP, table(rec("b", "2", 1), rec("a", "3", 2)), 0, 3, created_ms=3)
     manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 3), writer=Writer(), now_ms=3)
     assert [s.path for s in manifest.segments] == [new.path]
     assert manifest.first_dirty_offset == 3
@@ -114,7 +114,7 @@ def test_replace_swaps_segments_and_moves_the_checkpoint(store: Store) -> None:
 
 def test_replace_rebases_over_a_concurrent_append(store: Store) -> None:
     base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
-    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
     store.append(TP, keyed("b=9"), now_ms=2)  # lands between the cleaner's read and its commit
     manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=3)
     assert manifest.version == 3
@@ -126,7 +126,7 @@ def test_a_replace_planned_on_the_newest_version_commits_in_one_call(store: Stor
     """A pass's plan read every partition's newest manifest: its commit builds on that version without listing and
     reading the versions again, so on an object store it costs one request."""
     base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
-    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
     recorder = RecordingStorage(store)
     manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=2,
                              expected=base)
@@ -136,7 +136,7 @@ def test_a_replace_planned_on_the_newest_version_commits_in_one_call(store: Stor
 
 def test_a_replace_planned_on_an_older_version_rebases_on_the_newest(store: Store) -> None:
     base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
-    new = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
     store.append(TP, keyed("b=9"), now_ms=2)  # lands between the plan and the commit
     store.append(TP, keyed("c=9"), now_ms=2)
     manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=3,
@@ -147,9 +147,9 @@ def test_a_replace_planned_on_an_older_version_rebases_on_the_newest(store: Stor
 
 def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) -> None:
     base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
-    first = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
+    first = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
     store.replace(TP, _replacement(store, base, base.segments, [first], 2), writer=Writer(), now_ms=2)
-    second = store.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=3)
+    second = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=3)
     with pytest.raises(CommitConflictError, match="no longer live and unchanged"):
         store.replace(TP, _replacement(store, base, base.segments, [second], 2), writer=Writer(), now_ms=3)
     assert store.versions(TP) == [1, 2]
@@ -186,7 +186,7 @@ def test_an_error_a_change_raises_passes_through_as_itself(store: Store) -> None
 def test_deletion_vector_hides_offsets_from_readers(store: Store) -> None:
     manifest = store.append(TP, keyed("a=1 b=2 a=3"), now_ms=1)
     segment = manifest.segments[0]
-    vector = store.write_deletes(TP, segment, pa.array([0]), created_ms=2, live_min_delete_horizon_ms=None)
+    vector = store.objects.write_deletes(TP, segment, pa.array([0]), created_ms=2, live_min_delete_horizon_ms=None)
     updated = segment.model_copy(update={"deletes": vector})
     result = store.replace(TP, _replacement(store, manifest, [segment], [updated], 0), writer=Writer(), now_ms=2)
     assert result.segments[0].live_records == 2

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from compaction.clean.tasks.facts import read_facts
-from compaction.clean.tasks.key_ranges import key_bucket, key_range_bounds
+from compaction.clean.tasks.key_ranges import key_range_bounds, key_range_of
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
 from tests.helpers.builders import clean_task
@@ -14,12 +14,12 @@ from tests.helpers.builders import clean_task
 TP = TopicPartition("t", 0)
 
 
-def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_bucket_0() -> None:
-    def key_ranges(keys: pa.Array, buckets: int) -> np.ndarray:
-        bounds = key_range_bounds(keys, buckets)
-        assert len(bounds) == (buckets - 1 if buckets > 1 and keys.null_count < len(keys) else 0)
-        found = key_bucket(keys, bounds)
-        assert ((found >= 0) & (found < buckets)).all()
+def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_range_0() -> None:
+    def ranges_of(keys: pa.Array, key_ranges: int) -> np.ndarray:
+        bounds = key_range_bounds(keys, key_ranges)
+        assert len(bounds) == (key_ranges - 1 if key_ranges > 1 and keys.null_count < len(keys) else 0)
+        found = key_range_of(keys, bounds)
+        assert ((found >= 0) & (found < key_ranges)).all()
         return found
 
     fixed = [f"key-{(i * 7919) % 4000:06d}".encode() for i in range(8000)]  # every key twice, shuffled
@@ -27,17 +27,17 @@ def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_buc
     hot = [b"hot" if i % 3 == 0 else f"k{i}".encode() for i in range(8000)]
     for keys in (fixed, mixed, hot):
         array = pa.array([*keys, None], pa.binary())
-        buckets = key_ranges(array, 4)
-        assert buckets[-1] == 0
-        assert np.array_equal(buckets, key_ranges(pa.array([*keys, None], pa.binary()), 4)), "deterministic"
-        bucket_of: dict[bytes, int] = {}
-        for key, bucket in zip(keys, buckets[:-1], strict=True):
-            assert bucket_of.setdefault(key, int(bucket)) == bucket, f"{key!r} split across buckets"
-        counts = np.bincount(buckets[:-1], minlength=4)
+        found = ranges_of(array, 4)
+        assert found[-1] == 0
+        assert np.array_equal(found, ranges_of(pa.array([*keys, None], pa.binary()), 4)), "deterministic"
+        range_of: dict[bytes, int] = {}
+        for key, key_range in zip(keys, found[:-1], strict=True):
+            assert range_of.setdefault(key, int(key_range)) == key_range, f"{key!r} split across key ranges"
+        counts = np.bincount(found[:-1], minlength=4)
         largest_key = max(keys.count(k) for k in set(keys[:50]))
         assert counts.max() <= 2000 + largest_key + 100, counts
-    assert not key_ranges(pa.array([None, None], pa.binary()), 4).any()
-    assert not key_ranges(pa.array([b"a", b"b"], pa.binary()), 1).any()
+    assert not ranges_of(pa.array([None, None], pa.binary()), 4).any()
+    assert not ranges_of(pa.array([b"a", b"b"], pa.binary()), 1).any()
 
 
 def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_store: Store) -> None:
@@ -45,13 +45,13 @@ def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_sto
                                     {"key": "a", "value": None}]), now_ms=0)
     segment = local_store.manifest(TP).segments[0]
     asked: list[list[str] | None] = []
-    original = local_store.read_segment
+    original = local_store.objects.read_segment
 
     def spy(tp, seg, columns=None, start=None, **kw):
         asked.append(None if columns is None else list(columns))
         return original(tp, seg, columns, start, **kw)
 
-    local_store.read_segment = spy  # type: ignore[method-assign,assignment]
+    local_store.objects.read_segment = spy  # type: ignore[method-assign,assignment]
     facts = read_facts(clean_task(TP, local_store, (segment,)), 0)
     assert facts.num_rows == 3
     assert asked == [["offset", "key", "delete_horizon_ms"]], "never values, even with tombstones"

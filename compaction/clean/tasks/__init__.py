@@ -1,11 +1,11 @@
 """Executor-side work, one module per stage, all on pyarrow and fsspec (the same code reads local disk and S3).
 
-- :mod:`~compaction.clean.tasks.facts`: read the decision columns of a cleaned range and give them the rules'
+- :mod:`~compaction.clean.tasks.facts`: read the fact columns of a cleaned range and give them the rules'
   facts (and, for a split partition, read a run of segments once for every key range);
 - :mod:`~compaction.clean.tasks.key_ranges`: a split partition's key ranges, their bounds and each row's range;
 - :mod:`~compaction.clean.tasks.decide`: each key's winner with Arrow, and the verdicts a deciding stage hands over
   to the applying one through the store;
-- :mod:`~compaction.clean.tasks.apply`: the decisions applied (rewrites, deletion vectors), and a whole
+- :mod:`~compaction.clean.tasks.apply`: the verdicts applied (rewrites, deletion vectors), and a whole
   partition decided and applied in one task;
 - :mod:`~compaction.clean.tasks.objects`: the names of the objects a task attempt writes.
 

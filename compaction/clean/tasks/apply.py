@@ -1,4 +1,4 @@
-"""Stage 2: the decisions applied: rewrite a group of segments into one, or extend a segment's deletion vector;
+"""Stage 2: the verdicts applied: rewrite a group of segments into one, or extend a segment's deletion vector;
 and a whole partition decided and applied in one task."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pyarrow.compute as pc
 
 from compaction import rules
 from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
-from compaction.clean.layout import plan_jobs
+from compaction.clean.layout import lay_out
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanTask
-from compaction.clean.tasks.decide import Decided, decide_facts
+from compaction.clean.tasks.decide import TaskVerdicts, decide_facts
 from compaction.clean.tasks.facts import hidden_erased
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
-from compaction.store.formats import LogSegment
+from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
 
@@ -28,7 +28,7 @@ SHARED_READ_BYTES = 16 << 20
 
 
 class Survivors:
-    """The decision as the apply stage needs it: per source segment, which of its live rows stay, and the offsets of
+    """The verdicts as the apply stage needs them: per source segment, which of its live rows stay, and the offsets of
     the kept markers to stamp."""
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
@@ -42,12 +42,12 @@ class Survivors:
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         """A source segment's live records."""
         with phase("read"):
-            return job.store.read_segment(job.tp, segment, start=job.log_start_offset)
+            return job.store.objects.read_segment(job.tp, segment, start=job.log_start_offset)
 
     def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
         """A ``.log`` source segment whole: every record and batch, deleted or not."""
         with phase("read"):
-            return job.store.read_log_segment(job.tp, segment)
+            return job.store.objects.read_log_segment(job.tp, segment)
 
 
 class ListedRows(Survivors):
@@ -63,8 +63,8 @@ class ListedRows(Survivors):
         parts: list[list[pa.Table]] = [[] for _ in job.sources]
         with phase("read"):
             for path, groups in wanted.items():
-                for (source, _), table in zip(groups, job.store.read_verdicts(job.tp, path, [g for _, g in groups]),
-                                              strict=True):
+                tables = job.store.objects.read_verdicts(job.tp, path, [g for _, g in groups])
+                for (source, _), table in zip(groups, tables, strict=True):
                     parts[source].append(table)
         self.keep: dict[int, np.ndarray] = {}
         self.stamped: dict[int, np.ndarray] = {}
@@ -94,11 +94,11 @@ class ListedRows(Survivors):
         return offsets[self._rows(segment, offsets)[1]]
 
 
-class DecidedRows(Survivors):
-    """The survivors straight from a whole partition's decision in this task (rows align with each segment's
+class HeldRows(Survivors):
+    """The survivors straight from a whole partition's verdicts in this task (rows align with each segment's
     read)."""
 
-    def __init__(self, decided: Decided, segments: tuple[SegmentMeta, ...]) -> None:
+    def __init__(self, decided: TaskVerdicts, segments: tuple[SegmentMeta, ...]) -> None:
         # Only what the rewrites need: not the facts' keys, which the task may free once it has these.
         self.code = decided.code
         self.stamp = decided.stamp
@@ -132,21 +132,21 @@ def _extend_deletes(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
     with phase("read"):
-        table = job.store.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
-                                       start=job.log_start_offset)
+        table = job.store.objects.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
+                                               start=job.log_start_offset)
     offsets = table.column("offset").to_numpy()
     keep = survivors.keep_mask(segment, offsets)
     deleted = pa.array(offsets[~keep], pa.int64())
     created = job.now_ms
     if segment.deletes is not None:
-        deleted = pa.concat_arrays([job.store.read_deletes(job.tp, segment.deletes), deleted])
+        deleted = pa.concat_arrays([job.store.objects.read_deletes(job.tp, segment.deletes), deleted])
         created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
     kept = table.filter(pa.array(keep))
     first, last = timestamp_stats(kept.column("timestamp"))
-    vector = job.store.write_deletes(job.tp, segment, deleted, created_ms=created,
-                                     live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
-                                     live_first_timestamp=first, live_max_timestamp=last,
-                                     object_id=object_id(job.pass_id))
+    vector = job.store.objects.write_deletes(job.tp, segment, deleted, created_ms=created,
+                                             live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
+                                             live_first_timestamp=first, live_max_timestamp=last,
+                                             object_id=object_id(job.pass_id))
     # Validated (model_copy is not): the driver commits this metadata as it stands.
     updated = SegmentMeta.model_validate({**segment.model_dump(), "deletes": vector})
     return AppliedJob.of(job, segment=updated, bytes_written=vector.size_bytes)
@@ -161,7 +161,7 @@ def apply_job(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     with phase("write"):
         if job.deletes_only:
             return _extend_deletes(job, survivors)
-        if job.segment_format == "kafka":
+        if job.segment_format == SegmentFormat.KAFKA:
             return _rewrite_batches(job, survivors)
         return _rewrite(job, survivors)
 
@@ -185,15 +185,16 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             yield piece
 
     # Kafka keeps the last source's modification time: records keep their age through rewrites.
-    segment = job.store.write_segment_pieces(job.tp, kept(), job.base_offset, job.next_offset,
-                                             created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id))
+    segment = job.store.objects.write_segment_pieces(job.tp, kept(), job.base_offset, job.next_offset,
+                                                     created_ms=job.sources[-1].created_ms,
+                                                     object_id=object_id(job.pass_id))
     return AppliedJob.of(job, segment=segment, bytes_read=sum(s.size_bytes for s in job.sources),
                          bytes_written=segment.size_bytes if segment is not None else 0, **figures)
 
 
 def _stamp(records: pa.Table, stamps: np.ndarray, horizon_ms: int) -> tuple[pa.Table, int]:
     """Kept records with the first delete horizon stamped where :func:`rules.needs_horizon` says (``stamps``: the
-    offsets of the markers the decision named); and how many."""
+    offsets of the markers the verdicts named); and how many."""
     stamp = rules.needs_horizon(records, stamps)
     if not pc.any(stamp).as_py():
         return records, 0
@@ -208,10 +209,10 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     policy = job.batch_policy or BatchPolicy(first_uncleanable_offset=-1)
     parts, records_read = [], 0
     for source in job.sources:
-        if source.format == "kafka":
+        if source.format == SegmentFormat.KAFKA:
             log = survivors.log_segment(job, source)
             offsets = log.records.column("offset")
-            live = job.store.live_rows(job.tp, source, offsets, job.log_start_offset)
+            live = job.store.objects.live_rows(job.tp, source, offsets, job.log_start_offset)
             keep = np.zeros(len(live), dtype=bool)
             live_offsets = offsets.to_numpy()[live]
             keep[live] = survivors.keep_mask(source, live_offsets)
@@ -227,9 +228,10 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     framed = Framed.join(parts, SEGMENT_SCHEMA)
     segment = None
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
-        segment = job.store.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
-                                          created_ms=job.sources[-1].created_ms, object_id=object_id(job.pass_id),
-                                          segment_format="kafka", batches=framed.batches, encoded=framed.data)
+        segment = job.store.objects.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
+                                                  created_ms=job.sources[-1].created_ms,
+                                                  object_id=object_id(job.pass_id), segment_format=SegmentFormat.KAFKA,
+                                                  batches=framed.batches, encoded=framed.data)
     return AppliedJob.of(job, segment=segment, records_read=records_read,
                          bytes_read=sum(s.size_bytes for s in job.sources), records_written=framed.records.num_rows,
                          stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)
@@ -246,21 +248,21 @@ def apply_listed(job: ApplyJob) -> AppliedJob:
 
 def clean_in_task(task: CleanTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
-    # The decision reads the decision columns of Parquet segments only; the rewrites then read each source
+    # The winner search reads the fact columns of Parquet segments only; the rewrites then read each source
     # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
-    # (a batch's CRC covers all its records): its dirty ones are kept from the decision for the rewrite. A small
-    # partition's objects are read whole once, for the decision and the rewrites alike: reading a small object
-    # costs its opening more than its bytes.
+    # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite. A
+    # small partition's objects are read whole once, for the winner search and the rewrites alike: reading a small
+    # object costs its opening more than its bytes.
     small = sum(s.live_size_bytes for s in task.segments) <= SHARED_READ_BYTES
     decided = decide_facts(task, frozenset(s.base_offset for s in task.segments if small or (
-        s.next_offset > task.first_dirty_offset and s.format == "kafka")))
+        s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA)))
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
                 for segment, _, outcome in decided.outcomes(task.segments)}
-    survivors = DecidedRows(decided, task.segments)
+    survivors = HeldRows(decided, task.segments)
     del decided  # the facts' keys and versions: the rewrites need the survivors only
     jobs = [apply_job(task.job(job_id, sources, deletes_only), survivors)
-            for job_id, (sources, deletes_only) in enumerate(plan_jobs(
+            for job_id, (sources, deletes_only) in enumerate(lay_out(
                 task.segments, outcomes, task.first_dirty_offset, task.policy,
                 stale_empty_batches(task.segments, task.batch_policy)))]
     return CleanedPartition(tp=task.tp, outcomes=outcomes, jobs=tuple(jobs))

@@ -1,4 +1,4 @@
-"""The decision with Arrow in a task: a partition's (or a key range's) facts, each key's winner; and, for a partition
+"""The verdicts with Arrow in a task: a partition's (or a key range's) facts, each key's winner; and, for a partition
 whose new objects are written by another stage, the verdicts handed over to it through the store."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import pyarrow.compute as pc
 from compaction import rules, winners
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
-from compaction.clean.tasks.facts import Facts, decision_table, erased_keys, read_decision_facts
+from compaction.clean.tasks.facts import Facts, erased_keys, facts_table, read_task_facts
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.store.manifest import SegmentMeta
 
 
 @dataclass(frozen=True)
-class Decided:
-    """A task's decision: per row of its facts the reason code (0 kept) and whether to stamp (markers)."""
+class TaskVerdicts:
+    """A task's verdicts: per row of its facts the reason code (0 kept) and whether to stamp (markers)."""
 
     facts: Facts
     code: np.ndarray
@@ -29,29 +29,29 @@ class Decided:
     now_ms: int
 
     def outcomes(self, segments: tuple[SegmentMeta, ...]) -> list[tuple[SegmentMeta, slice, SegmentOutcome]]:
-        """Per segment, its rows in ``code``/``stamp`` and the decision's counts for them."""
+        """Per segment, its rows in ``code``/``stamp`` and the verdicts' counts for them."""
         result = []
         upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
         keys = self.facts.table.column("key")
         for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
             code = self.code[part]
             erased = erased_keys(keys[part], code == rules.Reason.ERASED.code)
-            result.append((segment, part, SegmentOutcome.from_decision(code, self.stamp[part], upcoming[part],
+            result.append((segment, part, SegmentOutcome.from_verdicts(code, self.stamp[part], upcoming[part],
                                                                        erased)))
         return result
 
 
-def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Decided:
+def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> TaskVerdicts:
     """Read and decide a task's rows with Arrow (no shuffle of records)."""
-    return _decide(task, read_decision_facts(task, whole))
+    return _decide(task, read_task_facts(task, whole))
 
 
-def _decide(task: CleanTask, facts: Facts) -> Decided:
-    """The Arrow plan's decision over a task's facts."""
+def _decide(task: CleanTask, facts: Facts) -> TaskVerdicts:
+    """The Arrow winner search's verdicts on a task's facts."""
     with phase("decide"):
         decided = winners.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
                                  unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
-    return Decided(facts, decided.code, decided.stamp, task.now_ms)
+    return TaskVerdicts(facts, decided.code, decided.stamp, task.now_ms)
 
 
 def decide_range(task: CleanTask) -> Verdicts:
@@ -60,8 +60,8 @@ def decide_range(task: CleanTask) -> Verdicts:
     return hand_over(task, decide_facts(task))
 
 
-def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
-    """Write a decision's verdicts for the stage that applies it: per segment, the positions of the rows it keeps
+def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
+    """Write a task's verdicts for the stage that applies it: per segment, the positions of the rows it keeps
     (of a dirty segment) or drops (of a clean one), and of the kept markers to stamp; returns their counts and where
     they are listed. Only metadata goes back to the driver."""
     with phase("write"):
@@ -80,8 +80,8 @@ def hand_over(task: CleanTask, decided: Decided) -> Verdicts:
         path: str | None = None
         groups: tuple[int | None, ...] = (None,) * len(parts)
         if any(part is not None for part in parts):
-            path, groups = task.store.write_verdicts(task.tp, task.segments[0].base_offset, parts,
-                                                     f"{object_id(task.pass_id)}-{task.bucket}")
+            path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
+                                                     f"{object_id(task.pass_id)}-{task.key_range}")
     return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, outcome, rows, group)
                                                           for (base, outcome, rows), group in zip(found, groups,
                                                                                                  strict=True)))
@@ -91,11 +91,12 @@ def decide_handed(task: CleanTask) -> Verdicts:
     """A key range of a split partition without transactions, from its rows of every run of the range, handed over
     in the store (see :func:`~compaction.clean.tasks.facts.hand_out`): decided, and its verdicts handed over."""
     if sum(len(p.read_lengths) for p in task.pieces) != len(task.segments):
-        raise RuntimeError(f"key range {task.bucket} of {task.tp} got pieces of "
+        raise RuntimeError(f"key range {task.key_range} of {task.tp} got pieces of "
                            f"{sum(len(p.read_lengths) for p in task.pieces)} segment(s) for a range of "
                            f"{len(task.segments)}")
     with phase("read"):
-        tables = [task.store.read_piece(task.tp, p.path, p.row_group) for p in task.pieces if p.row_group is not None]
+        tables = [task.store.objects.read_piece(task.tp, p.path, p.row_group) for p in task.pieces
+                  if p.row_group is not None]
     with phase("decide"):
         read_lengths = np.array([n for p in task.pieces for n in p.read_lengths], dtype=np.int64)
         lengths = np.array([n for p in task.pieces for n in p.lengths], dtype=np.int64)
@@ -104,7 +105,7 @@ def decide_handed(task: CleanTask) -> Verdicts:
             "delete_horizon_ms": pa.array([], pa.int64()), "position": pa.array([], pa.int32()),
             "version_valid": pa.array([], pa.int8()), "version": pa.array([], pa.int64())})
         if rows.num_rows != int(lengths.sum()):
-            raise RuntimeError(f"key range {task.bucket} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
+            raise RuntimeError(f"key range {task.key_range} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
                                f"which list {int(lengths.sum())}")
         starts = np.cumsum(read_lengths) - read_lengths
         selected = np.zeros(int(read_lengths.sum()), dtype=bool)
@@ -114,7 +115,7 @@ def decide_handed(task: CleanTask) -> Verdicts:
         valid, version = ((rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
                           if "version" in rows.column_names else
                           rules.versions(rows, task.strategy, task.strategy_header))
-        table = decision_table(task, rows.column("offset"), rows.column("key"), valid, version,
+        table = facts_table(task, rows.column("offset"), rows.column("key"), valid, version,
                                rows.column("delete_horizon_ms"), keyed, none, none, none)
         del rows, tables
     return hand_over(task, _decide(task, Facts(table, lengths, read_lengths, selected)))

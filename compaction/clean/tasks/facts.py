@@ -1,8 +1,8 @@
-"""Stage 1's reading: the live records a decision needs from a cleaned range, and the facts the rules give them.
+"""Stage 1's reading: the live records the verdicts need from a cleaned range, and the facts the rules give them.
 
-Only the decision columns are read (key, offset, version inputs, delete horizons, transaction markers; never
-values), with deletion vectors applied and nothing below the log start. The Spark SQL plans take the same facts
-as rows (:func:`facts_rows`).
+Only the fact columns are read (key, offset, version inputs, delete horizons, transaction markers; never
+values), with deletion vectors applied and nothing below the log start. The Spark SQL winner searches take the same
+facts as rows (:func:`facts_rows`).
 """
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ import pyarrow.compute as pc
 
 from compaction import rules
 from compaction.clean.payloads import CleanTask, HandedRun, RunRead
-from compaction.clean.tasks.key_ranges import bucket_counts, key_bucket
+from compaction.clean.tasks.key_ranges import key_range_counts, key_range_of
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store.erasure import erased_rows, key_digest
-from compaction.store.formats import LogSegment
+from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: The decision columns of the facts (what :func:`compaction.rules.classify` and the plans read).
-DECISION_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
+#: The columns of the facts (what :func:`compaction.rules.classify` and the winner searches read).
+FACT_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
                     "aborted", "marker_pending", "guarded", "erased")
 
 
@@ -55,7 +55,7 @@ def has_transactions(task: CleanTask) -> bool:
 
 
 def _columns_for(task: CleanTask) -> list[str]:
-    """Only what the decision needs: never values (a data record with a delete horizon is a tombstone)."""
+    """Only what the verdicts need: never values (a data record with a delete horizon is a tombstone)."""
     return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
 
 
@@ -67,12 +67,12 @@ def row_positions(read_lengths: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Facts:
-    """What the decision reads of a task's rows (its key bucket of the cleaned range), in offset order."""
+    """What the winner search reads of a task's rows (its key range of the cleaned range), in offset order."""
 
-    table: pa.Table  # DECISION_COLUMNS
+    table: pa.Table  # FACT_COLUMNS
     lengths: np.ndarray  # rows of each segment in ``table``, in segment order
-    read_lengths: np.ndarray  # live rows of each segment as read (before the key-bucket filter)
-    selected: np.ndarray | None  # which rows read are the bucket's (None: all of them)
+    read_lengths: np.ndarray  # live rows of each segment as read (before the key range's filter)
+    selected: np.ndarray | None  # which rows read are the key range's (None: all of them)
     records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
     logs: dict[int, LogSegment] = field(default_factory=dict)  # and the batches of those that are .log
 
@@ -83,7 +83,7 @@ class Facts:
 
     def positions(self) -> np.ndarray:
         """Each row's index among its segment's live rows: of the rows read, less where its segment starts; worked
-        out for the bucket's rows only (a range keeps a few of the rows it read)."""
+        out for the key range's rows only (a range keeps a few of the rows it read)."""
         if self.selected is None:
             return row_positions(self.read_lengths)
         starts = np.cumsum(self.read_lengths) - self.read_lengths
@@ -95,7 +95,7 @@ def _tail_versions(task: CleanTask) -> pa.Table:
     parts = []
     for segment in task.tail:
         columns = ["offset", "key", *rules.strategy_columns(task.strategy)]
-        table = task.store.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
+        table = task.store.objects.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
                                         else columns, start=task.log_start_offset)
         data = pc.is_valid(table.column("key"))
         if segment.control_count:
@@ -124,9 +124,9 @@ def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
                      "is_control": pa.array(np.zeros(n, dtype=bool)), "control_type": pa.nulls(n, pa.string())})
 
 
-def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
-    """Read the live records the decision needs (deletion vectors applied, nothing below the log start),
-    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key bucket.
+def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
+    """Read the live records the verdicts need (deletion vectors applied, nothing below the log start),
+    compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key range.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
     (a task that will rewrite them reads each object once).
@@ -136,7 +136,7 @@ def read_decision_facts(task: CleanTask, whole: frozenset[int] = frozenset()) ->
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
     # A key range of a partition without transactions keeps only its rows of each segment as it reads: the task
     # holds its range's facts and one segment, not the whole range's keys.
-    narrow = task.buckets > 1 and not transactional
+    narrow = task.key_ranges > 1 and not transactional
     with phase("read"):
         parts, lengths, records, logs, empty, selected = _read_range(task, whole, columns, plain, narrow)
     with phase("decide"):
@@ -166,8 +166,8 @@ def ahead(read: Callable[[T], R], items: Sequence[T], depth: int) -> Iterator[R]
 def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False
                 ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table],
                            list[np.ndarray]]:
-    """The decision columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
-    only the rows of the task's key bucket, with each segment's mask of them over its rows read."""
+    """The fact columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
+    only the rows of the task's key range, with each segment's mask of them over its rows read."""
     parts: list[pa.Table] = []
     lengths: list[int] = []
     selected: list[np.ndarray] = []
@@ -176,17 +176,17 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
     empty: list[pa.Table] = []
 
     def read(segment: SegmentMeta) -> pa.Table | LogSegment:
-        if segment.format == "kafka":  # read whole in any case: a batch's CRC covers all its records
-            return task.store.read_log_segment(task.tp, segment)
+        if segment.format == SegmentFormat.KAFKA:  # read whole in any case: a batch's CRC covers all its records
+            return task.store.objects.read_log_segment(task.tp, segment)
         if segment.base_offset in whole:
-            return task.store.read_segment(task.tp, segment, start=task.log_start_offset)
-        return task.store.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
+            return task.store.objects.read_segment(task.tp, segment, start=task.log_start_offset)
+        return task.store.objects.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
                                        start=task.log_start_offset)
 
     depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
     for segment, found in zip(task.segments, ahead(read, task.segments, depth), strict=True):
         if isinstance(found, LogSegment):
-            live = task.store.live_rows(task.tp, segment, found.records.column("offset"), task.log_start_offset)
+            live = task.store.objects.live_rows(task.tp, segment, found.records.column("offset"), task.log_start_offset)
             table = found.records if live.all() else found.records.filter(pa.array(live))  # not a copy of each record
             empty.append(empty_transactional_batches(found, task.log_start_offset))
             if segment.base_offset in whole:
@@ -200,7 +200,7 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
         lengths.append(table.num_rows)
         del table
         if narrow:
-            mine = key_bucket(part.column("key"), task.bounds) == task.bucket
+            mine = key_range_of(part.column("key"), task.bounds) == task.key_range
             part = part.filter(pa.array(mine))
             selected.append(mine)
         parts.append(part)
@@ -210,8 +210,8 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
 def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: list[str], transactional: bool,
            empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment],
            selected: list[np.ndarray]) -> Facts:
-    """The decision facts of the rows read (see :func:`read_decision_facts`); ``selected``: per segment, which
-    of its rows read ``parts`` holds (its key bucket's), if the read kept only those."""
+    """The facts of the rows read (see :func:`read_task_facts`); ``selected``: per segment, which
+    of its rows read ``parts`` holds (its key range's), if the read kept only those."""
     raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
     n = raw.num_rows
     keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
@@ -220,7 +220,7 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
     pending = np.zeros(n, dtype=bool)
     if transactional and n:
         control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
-        later = [task.store.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
+        later = [task.store.objects.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
                  for s in task.tail if _has_transactions(s)]
         involved = raw.select(rules.TRANSACTION_COLUMNS)
         # An empty batch of a transaction still belongs to it, as Kafka's cleaner sees it: its marker stays
@@ -239,22 +239,22 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
     if selected:  # narrowed as read
         mine = np.concatenate(selected)
         counts = np.array([part.num_rows for part in parts], dtype=np.int64)
-    elif task.buckets > 1 and n:  # after the transaction facts, which need every row; before the rest
-        buckets = key_bucket(raw.column("key"), task.bounds)
-        mine = buckets == task.bucket
-        counts = bucket_counts(buckets, read_lengths, task.buckets)[:, task.bucket]
+    elif task.key_ranges > 1 and n:  # after the transaction facts, which need every row; before the rest
+        key_range = key_range_of(raw.column("key"), task.bounds)
+        mine = key_range == task.key_range
+        counts = key_range_counts(key_range, read_lengths, task.key_ranges)[:, task.key_range]
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
-    table = decision_table(task, raw.column("offset"), raw.column("key"), valid, version,
+    table = facts_table(task, raw.column("offset"), raw.column("key"), valid, version,
                            raw.column("delete_horizon_ms"), keyed, control, aborted, pending)
     return Facts(table, counts, read_lengths, mine, records, logs)
 
 
-def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
+def facts_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
                    delete_horizon_ms: Any, keyed: np.ndarray, control: np.ndarray, aborted: np.ndarray,
                    pending: np.ndarray) -> pa.Table:
-    """The decision facts (:data:`DECISION_COLUMNS`) of rows in offset order, with the tail guard applied and the
+    """The decision facts (:data:`FACT_COLUMNS`) of rows in offset order, with the tail guard applied and the
     rows the task's erasure requests erase marked."""
     erased = np.zeros(len(keyed), dtype=bool)
     if task.erasures:
@@ -280,7 +280,7 @@ def decision_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, ve
 def read_facts(task: CleanTask, index: int) -> pa.Table:
     """The Spark SQL plans' facts table for the stage's task ``index``: the decision facts with where each row
     lives."""
-    facts = read_decision_facts(task)
+    facts = read_task_facts(task)
     table = facts.table
     n = table.num_rows
     bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
@@ -290,7 +290,7 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
         "partition": pa.repeat(pa.scalar(task.tp.partition, pa.int32()), n),
         "segment_base": pa.array(bases, pa.int64()),
         "position": pa.array(facts.positions(), pa.int64()),
-        **{name: table.column(name) for name in DECISION_COLUMNS},
+        **{name: table.column(name) for name in FACT_COLUMNS},
         "error": pa.nulls(n, pa.string()), "internal": pa.nulls(n, pa.bool_()), "trace": pa.nulls(n, pa.string()),
     }, schema=rules.FACTS_SCHEMA)
 
@@ -304,7 +304,7 @@ def hand_out(run: RunRead) -> HandedRun:
     range).
 
     Only for ranges without transactions: whether a record is aborted depends on every row before it, so those
-    partitions' range tasks read the whole range instead (:func:`read_decision_facts`).
+    partitions' range tasks read the whole range instead (:func:`read_task_facts`).
     """
     task = run.task
     columns = _columns_for(task)
@@ -320,20 +320,20 @@ def hand_out(run: RunRead) -> HandedRun:
             valid, version = rules.versions(raw, task.strategy, task.strategy_header)
             rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
                 "version", pa.array(version, pa.int64()))
-        bucket = key_bucket(raw.column("key"), task.bounds)
+        key_range = key_range_of(raw.column("key"), task.bounds)
         del raw, parts
-        counts = bucket_counts(bucket, read_lengths, task.buckets)
+        counts = key_range_counts(key_range, read_lengths, task.key_ranges)
         # A stable sort keeps each range's rows in offset order; a small integer type sorts by radix.
-        order = np.argsort(bucket.astype(np.uint16 if task.buckets < 1 << 16 else np.int64), kind="stable")
+        order = np.argsort(key_range.astype(np.uint16 if task.key_ranges < 1 << 16 else np.int64), kind="stable")
         rows = rows.take(pa.array(order))
         ends = np.cumsum(counts.sum(axis=0))
     with phase("write"):
-        path, groups = task.store.write_pieces(task.tp, task.segments[0].base_offset, [
+        path, groups = task.store.objects.write_pieces(task.tp, task.segments[0].base_offset, [
             rows.slice(int(end - size), int(size)) for end, size in zip(ends, counts.sum(axis=0), strict=True)],
             f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
     return HandedRun(first_segment=task.segments[0].base_offset, path=path, row_groups=groups,
                      read_lengths=tuple(int(n) for n in read_lengths),
-                     lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.buckets)))
+                     lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.key_ranges)))
 
 
 # Erasure: the records an erasure request erases that no reader sees, but the objects still hold --------------
@@ -350,7 +350,7 @@ def hidden_erased(task: CleanTask) -> dict[int, frozenset[str]]:
     for segment in task.segments:
         if segment.deletes is None and segment.base_offset >= task.log_start_offset:
             continue
-        hidden = task.store.read_segment(task.tp, segment, ["offset", "key"], start=task.log_start_offset,
+        hidden = task.store.objects.read_segment(task.tp, segment, ["offset", "key"], start=task.log_start_offset,
                                          hidden=True)
         keys = erased_keys(hidden.column("key"),
                            erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones))

@@ -1,4 +1,4 @@
-"""A split partition's key ranges (buckets): their bounds sampled once by the driver, and each row's range.
+"""A split partition's key ranges: their bounds sampled once by the driver, and each row's range.
 
 All of a key's records fall in one range, so each range is decided on its own (stage 1 of a split partition).
 """
@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.clean.payloads import CleanTask
+from compaction.store.formats import SegmentFormat
 from compaction.store.manifest import SegmentMeta
 
 #: About how many keys a split partition's key range bounds are computed from: enough for even ranges.
@@ -20,8 +21,8 @@ SAMPLE_ROWS = 65_536
 SAMPLE_SEGMENTS = 8
 
 
-def key_range_bounds(keys: pa.Array | pa.ChunkedArray, buckets: int) -> tuple[bytes, ...]:
-    """The ``buckets - 1`` keys that split ``keys`` into ranges of about equal numbers of rows: quantiles of
+def key_range_bounds(keys: pa.Array | pa.ChunkedArray, key_ranges: int) -> tuple[bytes, ...]:
+    """The ``key_ranges - 1`` keys that split ``keys`` into ranges of about equal numbers of rows: quantiles of
     an evenly strided sample of the rows (about ``SAMPLE_ROWS`` of them, taken by position)."""
     n = len(keys)
     stride = max(1, n // SAMPLE_ROWS)
@@ -31,49 +32,50 @@ def key_range_bounds(keys: pa.Array | pa.ChunkedArray, buckets: int) -> tuple[by
         parts.append(chunk.take(pa.array(np.arange((-start) % stride, len(chunk), stride))))
         start += len(chunk)
     sample = pc.drop_null(pa.concat_arrays(parts)) if parts else pa.array([], pa.binary())
-    if buckets <= 1 or len(sample) == 0:
+    if key_ranges <= 1 or len(sample) == 0:
         return ()
     sample = sample.take(pc.sort_indices(sample))
-    return tuple(sample[len(sample) * i // buckets].as_py() for i in range(1, buckets))
+    return tuple(sample[len(sample) * i // key_ranges].as_py() for i in range(1, key_ranges))
 
 
 def sample_bounds(task: CleanTask) -> tuple[bytes, ...]:
     """A split partition's key range bounds (run by the driver, before stage 1), from the keys of up to
     ``SAMPLE_SEGMENTS`` segments spread over the task's range.
 
-    Every task of the partition gets the same bounds, so all of a key's records fall in one bucket however
-    well the sample stands for the range; a poor sample only makes the buckets uneven.
+    Every task of the partition gets the same bounds, so all of a key's records fall in one key range however
+    well the sample stands for the range; a poor sample only makes the key ranges uneven.
     """
     segments = task.segments
     count = min(SAMPLE_SEGMENTS, len(segments))
     picked = sorted({round(i * (len(segments) - 1) / max(1, count - 1)) for i in range(count)})
 
     def keys(segment: SegmentMeta) -> pa.ChunkedArray:
-        if segment.format == "kafka":
-            return task.store.read_log_segment(task.tp, segment).records.column("key")
-        return task.store.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
+        if segment.format == SegmentFormat.KAFKA:
+            return task.store.objects.read_log_segment(task.tp, segment).records.column("key")
+        return task.store.objects.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         columns = list(pool.map(keys, [segments[i] for i in picked]))
     chunks = [chunk for column in columns for chunk in column.chunks]
-    return key_range_bounds(pa.chunked_array(chunks, pa.binary()), task.buckets) if chunks else ()
+    return key_range_bounds(pa.chunked_array(chunks, pa.binary()), task.key_ranges) if chunks else ()
 
 
-def key_bucket(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) -> np.ndarray:
-    """Each row's key bucket: how many of the ascending ``bounds`` its key is not below (keyless rows: 0).
+def key_range_of(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) -> np.ndarray:
+    """Each row's key range: how many of the ascending ``bounds`` its key is not below (keyless rows: 0).
 
-    All of a key's records share a bucket. Arrow's comparison kernels do the work: one pass over the keys
+    All of a key's records share a key range. Arrow's comparison kernels do the work: one pass over the keys
     per bound, no hashing of their bytes.
     """
-    bucket = np.zeros(len(keys), dtype=np.int32)
+    key_range = np.zeros(len(keys), dtype=np.int32)
     for bound in bounds:
-        bucket += pc.fill_null(pc.greater_equal(keys, pa.scalar(bound, keys.type)), False).to_numpy(
+        key_range += pc.fill_null(pc.greater_equal(keys, pa.scalar(bound, keys.type)), False).to_numpy(
             zero_copy_only=False)
-    return bucket
+    return key_range
 
 
-def bucket_counts(bucket: np.ndarray, read_lengths: np.ndarray, buckets: int) -> np.ndarray:
-    """Per segment (rows, ``read_lengths`` of them, one after another) and key bucket, how many rows
-    ``bucket`` puts there: a (segments, buckets) array."""
+def key_range_counts(key_range: np.ndarray, read_lengths: np.ndarray, key_ranges: int) -> np.ndarray:
+    """Per segment (rows, ``read_lengths`` of them, one after another) and key range, how many rows
+    ``key_range`` puts there: a (segments, key ranges) array."""
     segment = np.repeat(np.arange(len(read_lengths), dtype=np.int64), read_lengths)
-    return np.bincount(segment * buckets + bucket, minlength=len(read_lengths) * buckets).reshape(-1, buckets)
+    return np.bincount(segment * key_ranges + key_range,
+                       minlength=len(read_lengths) * key_ranges).reshape(-1, key_ranges)
