@@ -20,7 +20,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m compaction.clean.session
+	$(BIN)/compaction warm-up
 	@touch $@
 
 setup: $(BIN)/.installed ## create .venv and install the project with its dev tools

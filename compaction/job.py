@@ -78,11 +78,14 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
     # Spark starts only when some partition needs its records read (retention alone is metadata).
     spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
     started_spark = time.perf_counter()
-    if spark is not None:
-        warm_workers(spark)
+    warming = warm_workers(spark) if spark is not None else None
     cleaner = Cleaner(spark, store, settings, dedupe_plan=plan_name, writer=writer, progress=say,
                       wall_ms=options.wall_ms)
-    report = cleaner.run(options.now_ms, compaction_plan=the_plan)
+    try:
+        report = cleaner.run(options.now_ms, compaction_plan=the_plan)
+    finally:
+        if warming is not None:  # no Spark job may outlive the run (see WarmWorkers)
+            warming.finish()
     for failed in report.failed:
         failed.error = logs.redact(failed.error or "", secrets)
         if failed.trace is not None:  # an internal error: its traceback, masked, in the report and with -v

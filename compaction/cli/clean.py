@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import plan_store
@@ -19,6 +23,8 @@ from compaction.config import Settings
 from compaction.display import format_duration, human_bytes
 from compaction.job import JobOptions, check_selection, run_job
 from compaction.store import Store
+
+log = logging.getLogger(__name__)
 
 
 def selected_store(args: argparse.Namespace, settings: Settings, *, strict: bool) -> Store:
@@ -60,12 +66,30 @@ def print_plan(result: CompactionPlan, out: Output) -> None:
                 f"{result.max_compaction_delay_ms // 1000}"])
 
 
-def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
+@contextlib.contextmanager
+def spark_on_demand(args: argparse.Namespace, settings: Settings) -> Iterator[Callable[[], SparkSession]]:
+    """The run's session, started when the pass first needs Spark, and stopped when the run is over: a driver
+    that exits with its session running leaves the JVM to stop Spark as the Python side goes, finishing tasks
+    (a losing speculative attempt's) whose accumulators it can no longer report."""
     conf = common.spark_properties(args)
     remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
-    return lambda: spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
-                                 ship=args.ship_package)
+    started: list[SparkSession] = []
+
+    def start() -> SparkSession:
+        session = spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
+                                ship=args.ship_package)
+        started.append(session)
+        return session
+
+    try:
+        yield start
+    finally:
+        for session in started:
+            try:
+                session.stop()
+            except (PySparkException, Py4JError, OSError) as err:  # the run's outcome is already decided
+                log.debug("stopping the Spark session failed: %s", err)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -79,7 +103,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = selected_store(args, settings, strict=True)
     options = JobOptions(now_ms=now, wall_ms=clock, topics=common.topic_patterns(args), dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
-    code, outcome = run_job(store, options, settings, spark_factory(args, settings))
+    with spark_on_demand(args, settings) as spark:
+        code, outcome = run_job(store, options, settings, spark)
     out = Output()
     if isinstance(outcome, CompactionPlan):
         print_plan(outcome, out)
