@@ -17,7 +17,8 @@ start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write ti
 go to ``<out>/latest.json`` and a chart ``<out>/latest.png``; the table is printed.
 
 Scenarios:
-  startup  a run of a 10,000-record store from the dev checkout and from the wheel in a virtualenv of its own
+  startup  a run of a 10,000-record store from the dev checkout and from the wheel in a fresh virtualenv of its
+           own: its first run without `compaction warm-up`, the warm-up, its first run after it, later runs
   S1  full compaction: 20M records, 4M keys, 100-byte values, 4 partitions
   S5  one hot partition: S1's 20M records and 4M keys in a single partition
   S2  nightly incremental: a compacted store (20M records, unique keys) plus 2M new records updating
@@ -410,35 +411,34 @@ def s4(work: Path, records: int) -> dict[str, Any]:
 
 
 def startup(work: Path, runs: int) -> dict[str, Any]:
-    """A run of a small store as users start the job: from this checkout (``make setup`` made Spark's class-data
-    archive) and from the wheel installed in a virtualenv of its own (``pip install``), taking turns. The
-    wheel's first run, which dumps the archive that its later runs map, is a row of its own."""
-    from compaction.clean.session import ARCHIVE_SETTLE_S
+    """A run of a small store as users start the job: from this checkout (``make setup`` ran ``compaction warm-up``)
+    and from the wheel installed in a fresh virtualenv of its own as the README installs it (``pip install``, then
+    ``compaction warm-up``), taking turns. Rows of their own: the wheel's first run without the warm-up, the
+    warm-up itself, and the wheel's first run after it (the first a user of the README meets)."""
     from tests.helpers.jobenv import build_wheel, job_environment
 
     small = generated(work, "startup", GenerateSpec(records=10_000, keys=2_000, partitions=1, segment_records=2_500,
                                                     end_time_ms=WRITTEN, seed=7))
     installed = work / "wheel-venv"
-    if not (installed / "bin" / "compaction").exists():
-        shutil.rmtree(installed, ignore_errors=True)
-        job_environment(installed, build_wheel(work / "dist"))
-    commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON),
-                "installed wheel": ([str(installed / "bin" / "compaction")], str(installed / "bin" / "python"))}
-    archive = Path(subprocess.run([str(installed / "bin" / "python"), "-c", "from compaction.clean.session import "
-                                   "class_archive; print(class_archive())"], check=True, capture_output=True,
-                                  text=True).stdout.strip())
-    for stale in archive.parent.glob(f"{archive.name}*"):  # the first run is the first since installing
-        stale.unlink()
-    first = job(work, small, command=commands["installed wheel"][0], python=commands["installed wheel"][1])
-    time.sleep(ARCHIVE_SETTLE_S + 1)  # its dump becomes the archive in the next run
+    shutil.rmtree(installed, ignore_errors=True)  # a fresh environment of the code measured, and no archive
+    shutil.rmtree(work / "dist", ignore_errors=True)
+    job_environment(installed, build_wheel(work / "dist"))
+    wheel = ([str(installed / "bin" / "compaction")], str(installed / "bin" / "python"))
+    commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON), "installed wheel": wheel}
+    rows: dict[str, Any] = {"installed wheel, no warm-up": median([job(work, small, command=wheel[0],
+                                                                       python=wheel[1])])}
+    warm_up = run_measured([*wheel[0], "warm-up"], env=env(wheel[1]))
+    rows["installed wheel, first run"] = median([job(work, small, command=wheel[0], python=wheel[1])])
     measured: dict[str, list[Measure]] = {where: [] for where in commands}
     for _ in range(runs):
         for where, (command, python) in commands.items():
             measured[where].append(job(work, small, command=command, python=python))
-    rows = {where: median(measures) for where, measures in measured.items()}
-    rows["installed wheel, first run"] = median([first])
+    rows.update({where: median(measures) for where, measures in measured.items()})
     for row in rows.values():
         row["session_seconds"] = row["phases_ms"].get("startup", 0) / 1000
+    rows["installed wheel"]["x_first_run"] = round(rows["installed wheel, first run"]["seconds"]
+                                                   / rows["installed wheel"]["seconds"], 2)
+    rows["warm-up"] = {"seconds": round(warm_up.seconds, 2), "peak_rss_mb": round(warm_up.peak_rss / 2**20)}
     return rows
 
 
@@ -548,8 +548,12 @@ def table(results: dict[str, Any]) -> str:
     startup = results["scenarios"].get("startup")
     if startup:
         lines.append("start-up (a run of a 10,000-record store; wall, and the Spark session's part): " + "; ".join(
-            f"{where} {row['seconds']:.1f} s (session {row['session_seconds']:.1f} s)"
+            f"{where} {row['seconds']:.1f} s" + (f" (session {row['session_seconds']:.1f} s)"
+                                                 if "session_seconds" in row else "")
             for where, row in startup.items()))
+        if "x_first_run" in startup.get("installed wheel", {}):
+            lines.append(f"start-up: the wheel's first run after its warm-up takes "
+                         f"{startup['installed wheel']['x_first_run']}x a later run's time")
     reads = results["scenarios"].get("read")
     if reads:
         lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(

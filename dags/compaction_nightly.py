@@ -3,7 +3,9 @@
 The worker needs no checkout of this project: the job is the ``compaction`` command of the project's wheel,
 installed in a virtualenv of its own on the workers (never into Airflow's environment, whose pins would change
 the job's dependencies), and this file is the only thing copied to the DAGs folder. Airflow's environment
-needs neither pyspark nor this project.
+needs neither pyspark nor this project. Install it as docs/first-week.md does, ending with ``compaction warm-up``
+(once per environment: it builds Spark's class archive, so that the first night's run starts as quickly as the
+next; in an image, a ``RUN compaction warm-up`` after the install).
 
 - ``compact`` runs ``compaction run STORE --conf CONFIG --now <logical time> --run-id <run id> --report ...``, so
   a retry or a backfill decides exactly as the first attempt would. Its exit code decides what happens next:
