@@ -25,6 +25,7 @@ from chispa import assert_df_equality
 from compaction.clean.cleaner import Cleaner
 from compaction.read.scan import scan
 from compaction.store import Store
+from tests.helpers import SPARK_NOISE
 from tests.helpers.settings import settings_with
 
 NOW = 1_900_000_000_000  # ahead of the wall clock, so that both runs stamp horizons from it
@@ -114,6 +115,7 @@ def test_a_run_on_a_spark_connect_server_commits_what_a_classic_run_commits(
     done = _run(remote, conf, "--remote", connect_server, "--report", str(tmp_path / "report.json"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "4 partition(s) cleaned, 0 failed" in done.stdout
+    assert not SPARK_NOISE.search(done.stderr), f"a successful run printed on stderr:\n{done.stderr[-4000:]}"
     report = Cleaner(spark, Store.open(str(classic)), settings_with(conf=str(conf))).run(NOW)
     assert not report.failed
 

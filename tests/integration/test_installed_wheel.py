@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import SPARK_NOISE
 from tests.helpers.jobenv import build_wheel, job_environment
 
 pytestmark = [pytest.mark.slow]
 
-#: What a user must not see after a successful run: a Spark or JVM ERROR/WARN line, a Java or Python stack trace.
-NOISE = re.compile(r"\b(?:ERROR|WARN|WARNING|FATAL)\b|^\s+at [\w$.]+\(|Exception|Traceback|\[warning\]", re.MULTILINE)
 CONF = '"log.cleanup.policy" = "compact"\n'
 
 
@@ -54,7 +53,7 @@ def quiet_run(wheel: Path, tmp_path: Path, name: str) -> None:
     done = compaction(wheel, "run", store(wheel, tmp_path / name), "--conf", str(conf))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "2 partition(s) cleaned, 0 failed" in done.stdout
-    assert not NOISE.search(done.stderr), f"a successful run printed on stderr:\n{done.stderr[-4000:]}"
+    assert not SPARK_NOISE.search(done.stderr), f"a successful run printed on stderr:\n{done.stderr[-4000:]}"
 
 
 def test_a_run_of_the_installed_wheel_prints_nothing_of_spark_before_and_after_the_warm_up(wheel: Path,
