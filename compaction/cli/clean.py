@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision
 from compaction.clean.rules import Plan
-from compaction.clean.session import remote_url, spark_session
+from compaction.clean.session import remote_url, running_sessions, spark_session, started_anew
 from compaction.cli import common
 from compaction.cli.common import EXIT_OK, Command, Parser
 from compaction.cli.output import Output
@@ -68,18 +68,21 @@ def print_plan(result: CompactionPlan, out: Output) -> None:
 
 @contextlib.contextmanager
 def spark_on_demand(args: argparse.Namespace, settings: Settings) -> Iterator[Callable[[], SparkSession]]:
-    """The run's session, started when the pass first needs Spark, and stopped when the run is over: a driver
-    that exits with its session running leaves the JVM to stop Spark as the Python side goes, finishing tasks
-    (a losing speculative attempt's) whose accumulators it can no longer report."""
+    """The run's session, started when the pass first needs Spark, and stopped when the run is over if the run
+    started it (not one this process ran already): a driver that exits with its session running leaves the JVM
+    to stop Spark as the Python side goes, finishing tasks (a losing speculative attempt's) whose accumulators it
+    can no longer report."""
     conf = common.spark_properties(args)
     remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
     started: list[SparkSession] = []
 
     def start() -> SparkSession:
+        before = running_sessions()
         session = spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
                                 ship=args.ship_package)
-        started.append(session)
+        if started_anew(session, before):
+            started.append(session)
         return session
 
     try:

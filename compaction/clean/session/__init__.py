@@ -14,10 +14,11 @@ spark-submit's); a Spark Connect session talks to a server (``--remote sc://HOST
 """
 
 from compaction.clean.session.archive import BuiltArchive, build_class_archive, class_archive, class_archive_option
-from compaction.clean.session.build import DEFAULTS, spark_session
+from compaction.clean.session.build import DEFAULTS, running_sessions, spark_session, started_anew
 from compaction.clean.session.checks import check_java, check_master, remote_url, with_task_retries, without_secrets
 from compaction.clean.session.workers import WarmWorkers, warm_workers
 
 __all__ = ["DEFAULTS", "BuiltArchive", "WarmWorkers", "build_class_archive", "check_java", "check_master",
-           "class_archive", "class_archive_option", "remote_url", "spark_session", "warm_workers",
+           "class_archive", "class_archive_option", "remote_url", "running_sessions", "spark_session",
+           "started_anew", "warm_workers",
            "with_task_retries", "without_secrets"]

@@ -128,6 +128,21 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
         raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
 
 
+def running_sessions() -> list[object]:
+    """What this process runs now: the classic SparkContext, Spark Connect's default and active sessions."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return [found for found in (SparkContext._active_spark_context, ConnectSession._default_session,
+                                ConnectSession.getActiveSession()) if found is not None]
+
+
+def started_anew(session: SparkSession, before: list[object]) -> bool:
+    """Whether ``session`` (from :func:`spark_session`) is new, rather than one that ran already (``before``, from
+    :func:`running_sessions`), or a session on a context that did: whoever started that one stops it."""
+    context = getattr(session, "_sc", None)  # a classic session's SparkContext
+    return not any(session is found or (context is not None and context is found) for found in before)
+
+
 def start_failure(err: Exception) -> str:
     """One line saying why a session did not start, and what to do."""
     if isinstance(err, PySparkException) and err.getCondition() == "JAVA_GATEWAY_EXITED":
