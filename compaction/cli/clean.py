@@ -132,11 +132,12 @@ def add_run_options(parser: Parser) -> None:
     parser.add_argument("--master", default=None,
                         help="classic Spark's master (default: local[*], or spark-submit's)")
     parser.add_argument("--remote", metavar="URL", default=None,
-                        help="run on a Spark Connect server, sc://HOST:PORT (or local[N], one started in this "
-                             "process); default: Spark's SPARK_REMOTE when set. Not with --master")
+                        help="run on a Spark Connect server, sc://HOST:PORT (or local[N], a Spark server started "
+                             "in this process; or sail, a Sail server started in this process, which needs "
+                             "compaction[sail]); default: Spark's SPARK_REMOTE when set. Not with --master")
     parser.add_argument("--no-ship-package", dest="ship_package", action="store_false",
                         help="with --remote: do not send this package to the server as an artifact (it is installed "
-                             "on the server's Python)")
+                             "on the server's Python, which is checked before any work)")
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", type=parse_spark_conf,
                         help="extra Spark setting, repeatable (also accepted as --conf spark.KEY=VALUE)")
     parser.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")

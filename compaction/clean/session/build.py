@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -14,7 +15,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from compaction.clean.session.archive import class_archive_option
-from compaction.clean.session.artifacts import ship_package
+from compaction.clean.session.artifacts import check_installed_package, ship_package
 from compaction.clean.session.checks import (
     LOCAL_MASTER,
     TASK_ATTEMPTS,
@@ -25,7 +26,10 @@ from compaction.clean.session.checks import (
     without_secrets,
 )
 from compaction.clean.session.jvm import LOG4J_CONFIG, launch_driver, spark_log_level, starts_driver
+from compaction.clean.session.sail import SAIL, SPARK_ONLY, check_sail_settings, is_sail, start_sail
 from compaction.errors import SparkStartError
+
+log = logging.getLogger(__name__)
 
 #: Settings every session gets unless the caller (or spark-submit --conf) says otherwise.
 DEFAULTS = {
@@ -70,6 +74,9 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     attempts = (conf or {}).get("spark.task.maxFailures")
+    if url == SAIL:  # the server runs in this process: its tasks import this very package
+        check_sail_settings(conf or {})
+        return _server_session(start_sail(), app_name, conf or {}, ship=False, local=True)
     if url is not None and url.startswith("sc://"):
         return _server_session(url, app_name, conf or {}, ship)
     if url is not None:
@@ -153,18 +160,34 @@ def start_failure(err: Exception) -> str:
     return str(err).strip().splitlines()[0]
 
 
-def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool) -> SparkSession:
-    """A session of the Spark Connect server at ``url``: only the session's SQL settings can be set from here."""
+def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool, local: bool = False) -> SparkSession:
+    """A session of the Spark Connect server at ``url``: only the session's SQL settings can be set from here.
+
+    Its Python workers get this package as an artifact (``ship``); a server that takes none (Sail), or one asked
+    for none (``--no-ship-package``), must have this version installed, which a small job checks before any work.
+    ``local``: a server in this process, whose tasks import this very package.
+    """
     # Spark Connect's own builder: pyspark's refuses a remote session in a process that runs a classic one.
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     builder = ConnectSession.builder.remote(url).appName(app_name)
-    for key, value in {**{key: DEFAULTS[key] for key in SESSION_DEFAULTS if key in DEFAULTS}, **conf}.items():
+    for key, value in {**{key: DEFAULTS[key] for key in SESSION_DEFAULTS}, **conf}.items():
         builder = builder.config(key, value)
     try:
         session = cast(SparkSession, builder.getOrCreate())
+        if not local and any(key in conf for key in SPARK_ONLY) and is_sail(session):
+            check_sail_settings(conf)
+        if local:
+            return session
+        shown = without_secrets(url)
+        if not ship:
+            check_installed_package(session, shown, "was sent no package (--no-ship-package)",
+                                    "let the job send it (without --no-ship-package)")
+        elif not ship_package(session, shown):
+            check_installed_package(session, shown, "takes no artifacts (Sail does not)",
+                                    "run on a server that takes them (Spark's own Spark Connect server)")
+            log.info("the Spark Connect server %s takes no artifacts: its workers run the compaction package "
+                     "installed in its Python", shown)
     except (PySparkException, Py4JError) as err:
         raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
-    if ship:
-        ship_package(session, url)
     return session

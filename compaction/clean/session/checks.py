@@ -107,7 +107,7 @@ def remote_url(remote: str | None = None, master: str | None = None) -> str | No
         raise ConfigError(f"both a Spark master ({master}) and a Spark Connect remote ({source}{without_secrets(url)}) "
                           "are set: a session is either classic or Spark Connect; drop --master or "
                           + ("--remote" if remote else "unset SPARK_REMOTE"))
-    if url is not None and not (url.startswith("sc://") or ANY_LOCAL_MASTER.fullmatch(url)):
+    if url is not None and not (url.startswith("sc://") or url == "sail" or ANY_LOCAL_MASTER.fullmatch(url)):
         raise ConfigError(f"Spark Connect remote {without_secrets(url)!r} must look like sc://HOST:PORT (or local[N], "
-                          "a server started in this process)")
+                          "a Spark server started in this process, or sail, a Sail server started in this process)")
     return url
