@@ -9,14 +9,22 @@ so they show the balance of the work, while the driver's figures are wall time.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-#: The phases of the running task in this Python worker (one task at a time): name -> seconds.
-_current: dict[str, float] = {}
-#: The phases open now, innermost last.
-_open: list[str] = []
+
+class _TaskPhases(threading.local):
+    """The running task's phases, per thread: a Spark Python worker runs one task at a time, but Sail runs its tasks
+    on threads of one interpreter, and their phases must not mix."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}  # name -> seconds
+        self.open: list[str] = []  # the phases open now, innermost last
+
+
+_task = _TaskPhases()
 
 
 @contextmanager
@@ -24,27 +32,28 @@ def phase(name: str) -> Iterator[None]:
     """Count the time of the block towards the running task's phase ``name``; a phase opened inside it
     counts its own time instead (phases exclude each other)."""
     started = time.perf_counter()
-    _open.append(name)
+    current, opened = _task.current, _task.open
+    opened.append(name)
     try:
         yield
     finally:
-        _open.pop()
+        opened.pop()
         seconds = time.perf_counter() - started
-        _current[name] = _current.get(name, 0.0) + seconds
-        if _open:
-            _current[_open[-1]] = _current.get(_open[-1], 0.0) - seconds
+        current[name] = current.get(name, 0.0) + seconds
+        if opened:
+            current[opened[-1]] = current.get(opened[-1], 0.0) - seconds
 
 
 @contextmanager
 def task_phases() -> Iterator[dict[str, float]]:
     """The phases a task body marks: the dict yielded holds their seconds once the block is done."""
-    _current.clear()
+    _task.current.clear()
     found: dict[str, float] = {}
     try:
         yield found
     finally:
-        found.update(_current)
-        _current.clear()
+        found.update(_task.current)
+        _task.current.clear()
 
 
 def add(total: dict[str, float], seconds: dict[str, float]) -> None:
