@@ -72,10 +72,10 @@ SOAK_MINUTES ?= 30
 soak: setup ## appenders and the cleaner side by side for SOAK_MINUTES (default 30), verify after each cycle
 	$(BIN)/python scripts/soak.py --minutes $(SOAK_MINUTES)
 
-bench: $(BIN)/.bench-installed bench-codec ## benchmark S1-S4 vs DuckDB, Polars and the pyarrow floor (bench/results/latest.*)
+bench: $(BIN)/.bench-installed sail-setup bench-codec ## benchmark S1-S4 (the job on Spark and on Sail) vs DuckDB, Polars, the pyarrow floor
 	$(BIN)/python bench/harness.py
 
-bench-quick: $(BIN)/.bench-installed ## the same harness at 1/20 of the sizes, one run each (about a minute)
+bench-quick: $(BIN)/.bench-installed sail-setup ## the same harness at 1/20 of the sizes, one run each (about a minute)
 	$(BIN)/python bench/kafka_codec.py --batches 16 --repeat 3 --out out/bench-quick
 	$(BIN)/python bench/harness.py --quick
 

@@ -10,7 +10,9 @@ busy spell of the machine hits all alike; each figure is the median of ``--runs`
 (bench/engines.py); the fastest formulation of any peer in the run is the bar (``x fastest``). The floor reads
 every record and writes the survivors, which no engine can do with less. Every engine's output is checked
 against the job's (the same number of records and a digest of their sorted offsets, per partition); a mismatch
-fails the bench. Wall time includes everything the process does; the job's includes Spark start-up, which is
+fails the bench. The job also runs on Sail (``--remote sail`` from .venv-sail, its server's start included), a
+row of its own (``sail``) in every scenario that compares engines and in ``startup``. Wall time includes
+everything the process does; the job's includes Spark start-up, which is
 also measured on its own, and as users start the job (``startup``: from this checkout and from the installed
 wheel). Peak RSS is the process tree's. Every job row also has where its time went (the run report's phases:
 start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write time summed over tasks). Results
@@ -79,6 +81,9 @@ PYTHON = sys.executable
 PEERS = ("duckdb", "duckdb-qualify", "duckdb-argmax", "polars", "polars-unique", "polars-window")
 #: What this run measures besides the job (``--job-only``: nothing, for a before/after of the job alone).
 SELECTED: dict[str, tuple[str, ...]] = {"peers": PEERS}
+#: The job on Sail (``--remote sail``, its server started in the job's process): from .venv-sail (``make
+#: sail-setup``), a row of its own in every scenario that compares engines, unless ``--no-sail``.
+SAIL = ROOT / ".venv-sail" / "bin"
 
 
 @dataclass
@@ -179,9 +184,8 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     conf.write_text(CONFIG)
     report = work / "report.json"
     measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", target, "--conf", str(conf),
-                            "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
-                            "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
-                            *(extra or [])], env=environ or env(python), cwd=cwd)
+                            "--now", str(NOW), "--allow-future-now", "--report", str(report), *(extra or [])],
+                           env=environ or env(python), cwd=cwd)
     doc = json.loads(report.read_text())
     measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
                      "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],
@@ -194,6 +198,12 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     if copy:
         shutil.rmtree(target)
     return measure
+
+
+def sail_job(work: Path, source: str) -> Measure:
+    """The job on Sail, as :func:`job` runs it on local Spark: ``--remote sail``, the server's start included."""
+    return job(work, source, command=[str(SAIL / "compaction")], python=str(SAIL / "python"),
+               extra=["--remote", "sail"])
 
 
 def engine(work: Path, name: str, source: str, survivors: Path | None = None) -> Measure:
@@ -265,7 +275,8 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None) -
     rows: dict[str, Any] = {"input_records": records, "input_bytes": size}
     peers = SELECTED["peers"]
     others = (*peers, "floor") if peers else ()
-    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *others)}
+    sail = ("sail",) if SELECTED.get("sail") else ()
+    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *sail, *others)}
     survivors = work / "survivors.parquet"
     expected: tuple[int, str] | None = None
     for _ in range(runs):  # the engines take turns, so a busy spell of the machine hits all alike
@@ -277,6 +288,10 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None) -
                 "offset": np.concatenate(list(ran.extra["survivors"].values()))}), survivors)
         check_output("the job", ran, expected)
         measured["job"].append(ran)
+        if sail:
+            on_sail = sail_job(work, job_source or source)
+            check_output("the job on Sail", on_sail, expected)
+            measured["sail"].append(on_sail)
         for name in others:
             measure = engine(work, name, source, survivors if name == "floor" else None)
             check_output(name, measure, expected)
@@ -291,7 +306,7 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None) -
         return rows
     fastest = min(peers, key=lambda name: rows[name]["seconds"])
     rows["fastest_peer"] = fastest
-    for name in ("job", *peers, "floor"):
+    for name in ("job", *sail, *peers, "floor"):
         rows[name]["x_fastest"] = round(rows[name]["seconds"] / rows[fastest]["seconds"], 2)
         rows[name]["x_floor"] = round(rows[name]["seconds"] / rows["floor"]["seconds"], 2)
     return rows
@@ -425,6 +440,8 @@ def startup(work: Path, runs: int) -> dict[str, Any]:
     job_environment(installed, build_wheel(work / "dist"))
     wheel = ([str(installed / "bin" / "compaction")], str(installed / "bin" / "python"))
     commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON), "installed wheel": wheel}
+    if SELECTED.get("sail"):
+        commands["sail"] = ([str(SAIL / "compaction")], str(SAIL / "python"))
     rows: dict[str, Any] = {"installed wheel, no warm-up": median([job(work, small, command=wheel[0],
                                                                        python=wheel[1])])}
     warm_up = run_measured([*wheel[0], "warm-up"], env=env(wheel[1]))
@@ -432,7 +449,8 @@ def startup(work: Path, runs: int) -> dict[str, Any]:
     measured: dict[str, list[Measure]] = {where: [] for where in commands}
     for _ in range(runs):
         for where, (command, python) in commands.items():
-            measured[where].append(job(work, small, command=command, python=python))
+            measured[where].append(job(work, small, command=command, python=python,
+                                       extra=["--remote", "sail"] if where == "sail" else None))
     rows.update({where: median(measures) for where, measures in measured.items()})
     for row in rows.values():
         row["session_seconds"] = row["phases_ms"].get("startup", 0) / 1000
@@ -506,7 +524,7 @@ def table(results: dict[str, Any]) -> str:
         lines += [header, "-" * len(header)]
     for name in compared:
         rows = results["scenarios"][name]
-        for engine_name in ("job", *PEERS, "floor"):
+        for engine_name in ("job", "sail", *PEERS, "floor"):
             row = rows.get(engine_name)
             if row:
                 label = engine_name + (" *" if engine_name == rows.get("fastest_peer") else "")
@@ -518,8 +536,9 @@ def table(results: dict[str, Any]) -> str:
                      "records, the same offsets)")
     for name in compared:
         rows = results["scenarios"][name]
-        if rows["job"].get("phases_ms"):
-            lines.append(f"{name} job phases (s): {phases(rows['job'])}")
+        for engine_name in ("job", "sail"):
+            if rows.get(engine_name, {}).get("phases_ms"):
+                lines.append(f"{name} {engine_name} phases (s): {phases(rows[engine_name])}")
     s2_rows = results["scenarios"].get("S2")
     if s2_rows:
         lines.append(f"\nS2: job {s2_rows['job']['seconds']:.1f} s vs the 2M dirty records alone "
@@ -614,6 +633,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--job-only", action="store_true", help="time the job alone (no peers, no floor): a "
                                                                   "before/after of a change")
+    parser.add_argument("--no-sail", action="store_true", help="leave out the job on Sail (run from .venv-sail, "
+                                                                 "made by make sail-setup)")
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
@@ -622,6 +643,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.job_only:
         SELECTED["peers"] = ()
+    if not args.no_sail:
+        if not (SAIL / "compaction").exists():
+            parser.error(f"no Sail at {SAIL}: run `make sail-setup`, or give --no-sail")
+        SELECTED["sail"] = ("sail",)
     scale = 20 if args.quick else 1
     runs = 1 if args.quick else args.runs
     default = ("startup,S1,S5,S2,S3,K1,scaling,read" if args.quick
