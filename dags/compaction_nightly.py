@@ -28,7 +28,8 @@ Settings, each a run parameter (``params``) or else an Airflow Variable of the s
 - ``store`` (required): the store URL;
 - ``config`` (required): the configuration file on the worker, TOML or Kafka's ``server.properties``;
 - ``master``: the Spark master (default ``local[*]``); a cluster's executors need the wheel too;
-- ``remote``: a Spark Connect server (``sc://HOST:15002``) to run on instead of a master;
+- ``remote``: a Spark Connect server (``sc://HOST:15002``) to run on instead of a master, or ``sail`` (a Sail server
+  in the job's process: the worker's virtualenv then has ``compaction[sail]``, with its pyspark 4.0-4.2);
 - ``report_dir``: where reports go, a path or a URL like the store's (default ``$AIRFLOW_HOME/compaction-reports``;
   ``check_report`` reads it with fsspec, so an ``s3://`` folder needs s3fs in Airflow's environment);
 - ``run_options``: more flags for ``compaction run``, e.g. ``--topics orders,payments --spark-conf
@@ -99,7 +100,7 @@ with DAG(
         "store": "store URL (Variable compaction_store)",
         "config": "configuration file on the worker, TOML or server.properties (Variable compaction_config)",
         "master": "Spark master (Variable compaction_master; default local[*])",
-        "remote": "Spark Connect server sc://HOST:PORT, instead of a master (Variable compaction_remote)",
+        "remote": "Spark Connect server sc://HOST:PORT, or sail, instead of a master (Variable compaction_remote)",
         "report_dir": "folder or URL for the run reports (Variable compaction_report_dir)",
         "run_options": "more `compaction run` flags (Variable compaction_run_options)",
     }.items()},

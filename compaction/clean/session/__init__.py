@@ -2,14 +2,15 @@
 
 A classic session runs on a master (``--master``: local mode, a standalone cluster, YARN, Kubernetes; or
 spark-submit's); a Spark Connect session talks to a server (``--remote sc://HOST:PORT`` or Spark's own
-``SPARK_REMOTE``; ``local[N]`` starts one in this process). The cleaner runs the same stages on both
-(:mod:`compaction.clean.stages`). A module per concern:
+``SPARK_REMOTE``; ``local[N]`` starts Spark's in this process, ``sail`` Sail's). The cleaner runs the same
+stages on both (:mod:`compaction.clean.stages`). A module per concern:
 
 - :mod:`.build`: the session itself, with the settings the cleaner relies on;
 - :mod:`.checks`: what is checked before it starts (the master, the remote, java);
 - :mod:`.jvm`: the driver's JVM when this process starts it (its options, its log, its stderr);
 - :mod:`.archive`: the JVM's class-data archive, built by ``compaction warm-up`` and mapped by runs;
-- :mod:`.artifacts`: this package sent to a Spark Connect server;
+- :mod:`.artifacts`: this package sent to a Spark Connect server, or found installed in its Python;
+- :mod:`.sail`: Sail, a Spark Connect server without a JVM (``--remote sail`` starts one in this process);
 - :mod:`.workers`: the Python workers' warm-up while the driver plans.
 """
 
