@@ -11,7 +11,8 @@ busy spell of the machine hits all alike; each figure is the median of ``--runs`
 every record and writes the survivors, which no engine can do with less. Every engine's output is checked
 against the job's (the same number of records and a digest of their sorted offsets, per partition); a mismatch
 fails the bench. The job also runs on Sail (``--remote sail`` from .venv-sail, its server's start included), a
-row of its own (``sail``) in every scenario that compares engines and in ``startup``. Wall time includes
+row of its own (``sail``) in every scenario that runs the job here (S4 runs it on a Spark cluster, ``read`` runs
+no job). Wall time includes
 everything the process does; the job's includes Spark start-up, which is
 also measured on its own, and as users start the job (``startup``: from this checkout and from the installed
 wheel). Peak RSS is the process tree's. Every job row also has where its time went (the run report's phases:
@@ -468,6 +469,9 @@ def scaling(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
         source = generated(work, f"s1-{size}", spec)
         row = median([job(work, source) for _ in range(runs)])
         row["run_records_per_second"] = int(row["records_read"] / row["run_seconds"])
+        if SELECTED.get("sail"):
+            on_sail = median([sail_job(work, source) for _ in range(runs)])
+            row["sail"] = {**on_sail, "run_records_per_second": int(on_sail["records_read"] / on_sail["run_seconds"])}
         result[str(size)] = row
     return result
 
@@ -589,6 +593,11 @@ def table(results: dict[str, Any]) -> str:
             f"peak RSS {row['peak_rss_mb']:,} MB)" for size, row in scale.items())
             + f"; time per record varies {max(rates) / min(rates) - 1:.0%} and peak RSS "
               f"{max(memory) / min(memory) - 1:.0%} across sizes")
+        if all("sail" in row for row in scale.values()):
+            lines.append("scaling on Sail (run time without start-up): " + "; ".join(
+                f"{int(size):,} records {row['sail']['run_seconds']:.1f} s "
+                f"({row['sail']['run_records_per_second']:,} records/s, peak RSS {row['sail']['peak_rss_mb']:,} MB)"
+                for size, row in scale.items()))
     return "\n".join(lines)
 
 
