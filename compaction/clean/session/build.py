@@ -167,14 +167,15 @@ def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool
     for none (``--no-ship-package``), must have this version installed, which a small job checks before any work.
     ``local``: a server in this process, whose tasks import this very package.
     """
-    # Spark Connect's own builder: pyspark's refuses a remote session in a process that runs a classic one.
+    # Spark Connect's own builder: pyspark's refuses a remote session in a process that runs a classic one. Its
+    # getOrCreate would return a session this process has already, whatever server that one talks to: create.
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     builder = ConnectSession.builder.remote(url).appName(app_name)
     for key, value in {**{key: DEFAULTS[key] for key in SESSION_DEFAULTS}, **conf}.items():
         builder = builder.config(key, value)
     try:
-        session = cast(SparkSession, builder.getOrCreate())
+        session = cast(SparkSession, builder.create())
         if not local and any(key in conf for key in SPARK_ONLY) and is_sail(session):
             check_sail_settings(conf)
         if local:
