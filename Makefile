@@ -6,12 +6,13 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
+SAIL_VENV ?= .venv-sail
 STORE ?= demo-store
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup dist run test test-unit cluster-test soak bench bench-quick bench-codec lint clean
+.PHONY: help setup airflow-setup sail-setup dist run test test-unit cluster-test soak bench bench-quick bench-codec lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -20,7 +21,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m compaction.clean.session
+	$(BIN)/compaction warm-up
 	@touch $@
 
 setup: $(BIN)/.installed ## create .venv and install the project with its dev tools
@@ -37,6 +38,14 @@ $(AIRFLOW_VENV)/.installed: dags/requirements.txt
 
 airflow-setup: $(AIRFLOW_VENV)/.installed ## create .venv-airflow with Airflow 3 for the DAG's test (apart from .venv)
 
+$(SAIL_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(SAIL_VENV)
+	$(SAIL_VENV)/bin/pip install --quiet --upgrade pip
+	$(SAIL_VENV)/bin/pip install --quiet -e '.[sail]'
+	@touch $@
+
+sail-setup: $(SAIL_VENV)/.installed ## create .venv-sail: the project with Sail and the pyspark it runs (4.0-4.2), apart from .venv
+
 $(BIN)/.bench-installed: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@touch $@
@@ -50,7 +59,7 @@ run: setup ## generate a demo store under ./demo-store (once), compact it with l
 	@echo "== after"; $(BIN)/compaction status $(STORE)
 	$(BIN)/compaction verify $(STORE) --metadata-only > /dev/null && echo "verify: ok"
 
-test: setup airflow-setup ## run every test: unit, Spark, S3 (moto), the Spark cluster and the Airflow DAG
+test: setup airflow-setup sail-setup ## run every test: unit, Spark, Spark Connect, Sail, S3 (moto), the cluster, the DAG
 	$(BIN)/python -m pytest
 
 test-unit: setup ## the fast part, tests/unit: no Spark, no server (well under a minute)
@@ -63,10 +72,10 @@ SOAK_MINUTES ?= 30
 soak: setup ## appenders and the cleaner side by side for SOAK_MINUTES (default 30), verify after each cycle
 	$(BIN)/python scripts/soak.py --minutes $(SOAK_MINUTES)
 
-bench: $(BIN)/.bench-installed bench-codec ## benchmark S1-S8, plan-commit vs DuckDB, Polars, PySpark SQL, the floors; hours, ~12 GB free (bench/results/latest.*)
+bench: $(BIN)/.bench-installed sail-setup bench-codec ## benchmark S1-S8, plan-commit (the job on Spark and on Sail) vs DuckDB, Polars, PySpark SQL, the floors; hours, ~12 GB free (bench/results/latest.*)
 	$(BIN)/python bench/harness.py
 
-bench-quick: $(BIN)/.bench-installed ## the same harness at small sizes, one run each, no S4 (about 10 minutes)
+bench-quick: $(BIN)/.bench-installed sail-setup ## the same harness at small sizes, one run each, no S4 (about 10 minutes)
 	$(BIN)/python bench/kafka_codec.py --batches 16 --repeat 3 --out out/bench-quick
 	$(BIN)/python bench/harness.py --quick
 

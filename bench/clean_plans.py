@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from compaction.clean.cleaner import Cleaner
-from compaction.clean.session import spark_session
 from compaction.config import Settings
+from compaction.engine.session import spark_session
 from compaction.store import Store
 from compaction.synthetic import GenerateSpec, generate
 

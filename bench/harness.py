@@ -2,26 +2,27 @@
 of each of its phases, on one machine, on thousands of partitions and behind an object store's latency.
 
     python bench/harness.py [--quick] [--scenarios startup,S1,S5,S6,...] [--runs 5] [--peers duckdb,polars,...]
-                            [--job-only] [--memory-cap-gb 18] [--work DIR] [--out DIR]
+                            [--job-only] [--no-sail] [--memory-cap-gb 18] [--work DIR] [--out DIR]
 
-Stores come from the project's generator and are kept under ``<work>/stores``. Every engine runs as its own
-process on the same segment files, and the engines take turns run by run (the job, then each peer's formulations,
-then the floors; again), so that a busy spell of the machine hits all alike; each figure is the median of
-``--runs`` runs, with the spread ((slowest - fastest) / median). The peers are DuckDB and Polars, each in several
-formulations (bench/engines.py); the fastest formulation of any peer in the run is the bar (``x fastest``). The
-floor reads every record and writes the survivors, which no engine can do with less. Every engine's output is
-checked against the job's (the same number of records and a digest of their sorted offsets, per partition); a
-mismatch fails the bench. Wall time includes everything the process does; the job's includes Spark start-up,
-which is also measured on its own, and as users start the job (``startup``: from this checkout and from the
-installed wheel). Peak RSS is the process tree's. Every job row also has where its time went (the run report's
-phases: start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write time summed over tasks) and
-what its pass's Spark stages sent to executors and collected from them (``driver MB``, the report's
-``driver_bytes``). Results go to ``<out>/latest.json`` (written after each scenario) and a chart
-``<out>/latest.png``; the table is printed. A scenario that fails (or that this machine cannot hold, which it
-says in one line) is recorded with its error, the others still run, and the bench exits 1. A process tree that
-grows past the memory cap (``--memory-cap-gb``, three quarters of the machine's memory) is stopped, since the
-machine has other work and no swap: a peer or floor stopped so is left out of the bar and its row says why (at
-S6's size some peers' formulations may be); the job stopped so fails its scenario.
+Stores come from the project's generator and are kept under ``<work>/stores``. Every engine runs as its own process
+on the same segment files, and the engines take turns run by run (the job, then each peer's formulations, then the
+floors; again), so that a busy spell of the machine hits all alike; each figure is the median of ``--runs`` runs,
+with the spread ((slowest - fastest) / median). The peers are DuckDB and Polars, each in several formulations
+(bench/engines.py); the fastest formulation of any peer in the run is the bar (``x fastest``). The floor reads every
+record and writes the survivors, which no engine can do with less. Every engine's output is checked against the
+job's (the same number of records and a digest of their sorted offsets, per partition); a mismatch fails the bench.
+The job also runs on Sail (``--remote sail`` from .venv-sail, its server's start included), a row of its own
+(``sail``) in every scenario that compares engines, unless ``--no-sail``. Wall time includes everything the process
+does; the job's includes Spark start-up, which is also measured on its own, and as users start the job (``startup``:
+from this checkout and from the installed wheel). Peak RSS is the process tree's. Every job row also has where its
+time went (the run report's phases: start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write
+time summed over tasks) and what its pass's Spark stages sent to executors and collected from them (``driver MB``,
+the report's ``driver_bytes``). Results go to ``<out>/latest.json`` (written after each scenario) and a chart
+``<out>/latest.png``; the table is printed. A scenario that fails (or that this machine cannot hold, which it says
+in one line) is recorded with its error, the others still run, and the bench exits 1. A process tree that grows past
+the memory cap (``--memory-cap-gb``, three quarters of the machine's memory) is stopped, since the machine has other
+work and no swap: a peer or floor stopped so is left out of the bar and its row says why (at S6's size some peers'
+formulations may be); the job stopped so fails its scenario.
 
 The floors of the job's phases (S5, S6) run in the same turns, each in one thread against the tasks' seconds of
 its phase: read, pyarrow reading every segment's decision columns (offset, key, delete_horizon_ms) once; decide,
@@ -29,7 +30,8 @@ DuckDB's group-by of the keys and offsets (each key's max offset), its read incl
 survivors (every column, as the job writes segments). Goals (issue 36): read <= 1.5x, decide <= 1.0x, write <= 1.3x.
 
 Scenarios:
-  startup  a run of a 10,000-record store from the dev checkout and from the wheel in a virtualenv of its own
+  startup  a run of a 10,000-record store from the dev checkout and from the wheel in a fresh virtualenv of its
+           own: its first run without `compaction warm-up`, the warm-up, its first run after it, later runs
   S1  full compaction: 20M records, 4M keys, 100-byte values, 4 partitions
   S5  one hot partition: S1's 20M records and 4M keys in a single partition, with the floors of the phases and
       PySpark SQL as a data engineer writes it (a semi-join on each key's max offset, and row_number() over a
@@ -111,6 +113,9 @@ PEERS = ("duckdb", "duckdb-qualify", "duckdb-argmax", "polars", "polars-unique",
 #: What this run measures besides the job (``--job-only``: nothing, for a before/after of the job alone;
 #: ``--peers``: some of the peers).
 SELECTED: dict[str, tuple[str, ...]] = {"peers": PEERS}
+#: The job on Sail (``--remote sail``, its server started in the job's process): from .venv-sail (``make
+#: sail-setup``), a row of its own in every scenario that compares engines, unless ``--no-sail``.
+SAIL = ROOT / ".venv-sail" / "bin"
 #: The floors of the job's phases (bench/engines.py), each against the tasks' time of its phase, and the goal of
 #: the ratio (issue 36).
 PHASE_FLOORS = ("floor-read", "floor-decide", "floor-write")
@@ -276,9 +281,8 @@ def run_job(work: Path, url: str, extra: list[str] | None = None, command: list[
     report.unlink(missing_ok=True)
     try:
         measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", url, "--conf", str(conf),
-                                "--now", str(NOW), "--allow-future-now", "--report", str(report), "--spark-conf",
-                                "spark.ui.enabled=false", "--spark-conf", "spark.ui.showConsoleProgress=false",
-                                *(extra or [])], env=environ or env(python), cwd=cwd)
+                                "--now", str(NOW), "--allow-future-now", "--report", str(report), *(extra or [])],
+                               env=environ or env(python), cwd=cwd)
     except RuntimeError as err:  # the report, when the run wrote one, says first what failed
         if report.exists():
             raise RuntimeError(f"the job failed partitions: {json.loads(report.read_text())['failures']}") from err
@@ -324,6 +328,12 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
     return measure
 
 
+def sail_job(work: Path, source: str, link: bool = False) -> Measure:
+    """The job on Sail, as :func:`job` runs it on local Spark: ``--remote sail``, the server's start included."""
+    return job(work, source, command=[str(SAIL / "compaction")], python=str(SAIL / "python"),
+               extra=["--remote", "sail"], link=link)
+
+
 def engine(work: Path, name: str, source: str, survivors: Path | None = None) -> Measure:
     """An engine's formulation on the store's segment files; ``extra["survivors"]`` is what it wrote (a file, or
     Spark's folder of files, per partition). A phase's floor adds ``floor_seconds`` (its own clock) and
@@ -363,7 +373,7 @@ def check_output(name: str, measure: Measure, expected: tuple[int, str]) -> None
 
 
 def spark_startup() -> Measure:
-    code = ("import time; from compaction.clean.session import spark_session; t = time.perf_counter(); "
+    code = ("import time; from compaction.engine.session import spark_session; t = time.perf_counter(); "
             "s = spark_session('local[*]', conf={'spark.ui.enabled': 'false'}); "
             "print(time.perf_counter() - t); s.stop()")
     measure = run_measured([PYTHON, "-c", code], env=env())
@@ -410,7 +420,8 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
     rows: dict[str, Any] = {"input_records": records, "input_bytes": size}
     peers = SELECTED["peers"]
     others = (*peers, "floor", *also) if peers else ()
-    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *others)}
+    sail = ("sail",) if SELECTED.get("sail") else ()
+    measured: dict[str, list[Measure]] = {name: [] for name in ("job", *sail, *others)}
     survivors = work / "survivors.parquet"
     expected: tuple[int, str] | None = None
     stopped: dict[str, str] = {}  # the engines stopped at the memory cap (not run again)
@@ -425,6 +436,10 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
                 "offset": np.concatenate(list(kept.values()))}), survivors)
         check_output("the job", ran, expected)
         measured["job"].append(ran)
+        if sail:
+            on_sail = sail_job(work, job_source or source, link=link)
+            check_output("the job on Sail", on_sail, expected)
+            measured["sail"].append(on_sail)
         for name in others:
             if name in stopped:
                 continue
@@ -459,7 +474,7 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
         raise RuntimeError(f"every peer was stopped: {'; '.join(stopped.values())}")
     fastest = min(finished, key=lambda name: rows[name]["seconds"])
     rows["fastest_peer"] = fastest
-    for name in ("job", *finished, "floor"):
+    for name in ("job", *sail, *finished, "floor"):
         if name in stopped:
             continue
         rows[name]["x_fastest"] = round(rows[name]["seconds"] / rows[fastest]["seconds"], 2)
@@ -796,35 +811,37 @@ def plan_commit(work: Path, partitions: int) -> dict[str, Any]:
 
 
 def startup(work: Path, runs: int) -> dict[str, Any]:
-    """A run of a small store as users start the job: from this checkout (``make setup`` made Spark's class-data
-    archive) and from the wheel installed in a virtualenv of its own (``pip install``), taking turns. The
-    wheel's first run, which dumps the archive that its later runs map, is a row of its own."""
-    from compaction.clean.session import ARCHIVE_SETTLE_S
+    """A run of a small store as users start the job: from this checkout (``make setup`` ran ``compaction warm-up``)
+    and from the wheel installed in a fresh virtualenv of its own as the README installs it (``pip install``, then
+    ``compaction warm-up``), taking turns. Rows of their own: the wheel's first run without the warm-up, the
+    warm-up itself, and the wheel's first run after it (the first a user of the README meets)."""
     from tests.helpers.jobenv import build_wheel, job_environment
 
     small = generated(work, "startup", GenerateSpec(records=10_000, keys=2_000, partitions=1, segment_records=2_500,
                                                     end_time_ms=WRITTEN, seed=7))
     installed = work / "wheel-venv"
-    if not (installed / "bin" / "compaction").exists():
-        shutil.rmtree(installed, ignore_errors=True)
-        job_environment(installed, build_wheel(work / "dist"))
-    commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON),
-                "installed wheel": ([str(installed / "bin" / "compaction")], str(installed / "bin" / "python"))}
-    archive = Path(subprocess.run([str(installed / "bin" / "python"), "-c", "from compaction.clean.session import "
-                                   "class_archive; print(class_archive())"], check=True, capture_output=True,
-                                  text=True).stdout.strip())
-    for stale in archive.parent.glob(f"{archive.name}*"):  # the first run is the first since installing
-        stale.unlink()
-    first = job(work, small, command=commands["installed wheel"][0], python=commands["installed wheel"][1])
-    time.sleep(ARCHIVE_SETTLE_S + 1)  # its dump becomes the archive in the next run
+    shutil.rmtree(installed, ignore_errors=True)  # a fresh environment of the code measured, and no archive
+    shutil.rmtree(work / "dist", ignore_errors=True)
+    job_environment(installed, build_wheel(work / "dist"))
+    wheel = ([str(installed / "bin" / "compaction")], str(installed / "bin" / "python"))
+    commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON), "installed wheel": wheel}
+    if SELECTED.get("sail"):
+        commands["sail"] = ([str(SAIL / "compaction")], str(SAIL / "python"))
+    rows: dict[str, Any] = {"installed wheel, no warm-up": median([job(work, small, command=wheel[0],
+                                                                       python=wheel[1])])}
+    warm_up = run_measured([*wheel[0], "warm-up"], env=env(wheel[1]))
+    rows["installed wheel, first run"] = median([job(work, small, command=wheel[0], python=wheel[1])])
     measured: dict[str, list[Measure]] = {where: [] for where in commands}
     for _ in range(runs):
         for where, (command, python) in commands.items():
-            measured[where].append(job(work, small, command=command, python=python))
-    rows = {where: median(measures) for where, measures in measured.items()}
-    rows["installed wheel, first run"] = median([first])
+            measured[where].append(job(work, small, command=command, python=python,
+                                       extra=["--remote", "sail"] if where == "sail" else None))
+    rows.update({where: median(measures) for where, measures in measured.items()})
     for row in rows.values():
         row["session_seconds"] = row["phases_ms"].get("startup", 0) / 1000
+    rows["installed wheel"]["x_first_run"] = round(rows["installed wheel, first run"]["seconds"]
+                                                   / rows["installed wheel"]["seconds"], 2)
+    rows["warm-up"] = {"seconds": round(warm_up.seconds, 2), "peak_rss_mb": round(warm_up.peak_rss / 2**20)}
     return rows
 
 
@@ -836,6 +853,9 @@ def scaling(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
         source = generated(work, f"s1-{size}", spec)
         row = median([job(work, source) for _ in range(runs)])
         row["run_records_per_second"] = int(row["records_read"] / row["run_seconds"])
+        if SELECTED.get("sail"):
+            on_sail = median([sail_job(work, source) for _ in range(runs)])
+            row["sail"] = {**on_sail, "run_records_per_second": int(on_sail["records_read"] / on_sail["run_seconds"])}
         result[str(size)] = row
     return result
 
@@ -894,7 +914,7 @@ def table(results: dict[str, Any]) -> str:
         lines += [header, "-" * len(header)]
     for name in compared:
         rows = scenarios[name]
-        for engine_name in ("job", *PEERS, "floor", *SPARK_SQL, *PHASE_FLOORS):
+        for engine_name in ("job", "sail", *PEERS, "floor", *SPARK_SQL, *PHASE_FLOORS):
             row = rows.get(engine_name)
             if row and "error" in row:
                 lines.append(f"{name:<9} {engine_name:<15} {row['error']}")
@@ -910,8 +930,9 @@ def table(results: dict[str, Any]) -> str:
                      "collected from them; floor-*: wall time of the process, their own figures below)")
     for name in compared:
         rows = scenarios[name]
-        if rows["job"].get("phases_ms"):
-            lines.append(f"{name} job phases (s): {phases(rows['job'])}")
+        for engine_name in ("job", "sail"):
+            if rows.get(engine_name, {}).get("phases_ms"):
+                lines.append(f"{name} {engine_name} phases (s): {phases(rows[engine_name])}")
         if rows.get("phase_floors"):
             lines.append(f"{name} phases against their floors (the job's task-s, summed over tasks / the floor's s, "
                          "one thread): " + "; ".join(
@@ -992,8 +1013,12 @@ def table(results: dict[str, Any]) -> str:
     startup = results["scenarios"].get("startup")
     if startup:
         lines.append("start-up (a run of a 10,000-record store; wall, and the Spark session's part): " + "; ".join(
-            f"{where} {row['seconds']:.1f} s (session {row['session_seconds']:.1f} s)"
+            f"{where} {row['seconds']:.1f} s" + (f" (session {row['session_seconds']:.1f} s)"
+                                                 if "session_seconds" in row else "")
             for where, row in startup.items()))
+        if "x_first_run" in startup.get("installed wheel", {}):
+            lines.append(f"start-up: the wheel's first run after its warm-up takes "
+                         f"{startup['installed wheel']['x_first_run']}x a later run's time")
     reads = results["scenarios"].get("read")
     if reads:
         lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(
@@ -1010,6 +1035,11 @@ def table(results: dict[str, Any]) -> str:
             f"peak RSS {row['peak_rss_mb']:,} MB)" for size, row in scale.items())
             + f"; time per record varies {max(rates) / min(rates) - 1:.0%} and peak RSS "
               f"{max(memory) / min(memory) - 1:.0%} across sizes")
+        if all("sail" in row for row in scale.values()):
+            lines.append("scaling on Sail (run time without start-up): " + "; ".join(
+                f"{int(size):,} records {row['sail']['run_seconds']:.1f} s "
+                f"({row['sail']['run_records_per_second']:,} records/s, peak RSS {row['sail']['peak_rss_mb']:,} MB)"
+                for size, row in scale.items()))
     return "\n".join(lines)
 
 
@@ -1052,6 +1082,8 @@ def main() -> int:
     parser.add_argument("--scenarios", default=None, help=f"comma list (default: {','.join(DEFAULT)}; with --quick "
                                                           f"{','.join(QUICK)})")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-sail", action="store_true", help="leave out the job on Sail (run from .venv-sail, "
+                                                                 "made by make sail-setup)")
     parser.add_argument("--job-only", action="store_true", help="time the job alone (no peers, no floor): a "
                                                                   "before/after of a change")
     parser.add_argument("--peers", default=None, help=f"comma list of the peers' formulations to run (default: all, "
@@ -1090,6 +1122,10 @@ def main() -> int:
         SELECTED["peers"] = tuple(args.peers.split(","))
         if not set(SELECTED["peers"]) <= set(PEERS):
             parser.error(f"--peers takes some of {', '.join(PEERS)}")
+    if not args.no_sail:
+        if not (SAIL / "compaction").exists():
+            parser.error(f"no Sail at {SAIL}: run `make sail-setup`, or give --no-sail")
+        SELECTED["sail"] = ("sail",)
     if args.job_only:
         SELECTED["peers"] = ()
     work.mkdir(parents=True, exist_ok=True)

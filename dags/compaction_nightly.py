@@ -3,7 +3,9 @@
 The worker needs no checkout of this project: the job is the ``compaction`` command of the project's wheel,
 installed in a virtualenv of its own on the workers (never into Airflow's environment, whose pins would change
 the job's dependencies), and this file is the only thing copied to the DAGs folder. Airflow's environment
-needs neither pyspark nor this project.
+needs neither pyspark nor this project. Install it as docs/first-week.md does, ending with ``compaction warm-up``
+(once per environment: it builds Spark's class archive, so that the first night's run starts as quickly as the
+next; in an image, a ``RUN compaction warm-up`` after the install).
 
 - ``compact`` runs ``compaction run STORE --conf CONFIG --now <logical time> --run-id <run id> --report ...``, so
   a retry or a backfill decides exactly as the first attempt would. Its exit code decides what happens next:
@@ -26,7 +28,8 @@ Settings, each a run parameter (``params``) or else an Airflow Variable of the s
 - ``store`` (required): the store URL;
 - ``config`` (required): the configuration file on the worker, TOML or Kafka's ``server.properties``;
 - ``master``: the Spark master (default ``local[*]``); a cluster's executors need the wheel too;
-- ``remote``: a Spark Connect server (``sc://HOST:15002``) to run on instead of a master;
+- ``remote``: a Spark Connect server (``sc://HOST:15002``) to run on instead of a master, or ``sail`` (a Sail server
+  in the job's process: the worker's virtualenv then has ``compaction[sail]``, with its pyspark 4.0-4.2);
 - ``report_dir``: where reports go, a path or a URL like the store's (default ``$AIRFLOW_HOME/compaction-reports``;
   ``check_report`` reads it with fsspec, so an ``s3://`` folder needs s3fs in Airflow's environment);
 - ``run_options``: more flags for ``compaction run``, e.g. ``--topics orders,payments --spark-conf
@@ -97,7 +100,7 @@ with DAG(
         "store": "store URL (Variable compaction_store)",
         "config": "configuration file on the worker, TOML or server.properties (Variable compaction_config)",
         "master": "Spark master (Variable compaction_master; default local[*])",
-        "remote": "Spark Connect server sc://HOST:PORT, instead of a master (Variable compaction_remote)",
+        "remote": "Spark Connect server sc://HOST:PORT, or sail, instead of a master (Variable compaction_remote)",
         "report_dir": "folder or URL for the run reports (Variable compaction_report_dir)",
         "run_options": "more `compaction run` flags (Variable compaction_run_options)",
     }.items()},

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from compaction.clean.cleaner import Cleaner
-from compaction.clean.session import spark_session
 from compaction.config import Settings
+from compaction.engine.session import spark_session
 from compaction.store import Store, TopicPartition, Writer
 from compaction.store.gc import collect_store
 from compaction.store.segment import records

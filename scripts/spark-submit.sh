@@ -175,11 +175,13 @@ fi
 # Quiet by default, as `compaction run` is: a driver on this machine logs Spark's warnings only (a later
 # --conf spark.driver.extraJavaOptions=... of the user's replaces this).
 [ "$deploy_mode" = client ] \
-  && args+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$root/compaction/clean/log4j2.properties")
+  && args+=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$root/compaction/engine/session/log4j2.properties")
 # In cluster mode the driver runs elsewhere and finds the configuration among the shipped files.
 job_config=$config
 [ "$deploy_mode" = cluster ] && job_config=$(basename "$config")
-case "$master" in local*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
+# A local master talks only to itself (loopback, whatever the host name resolves to) and has no use for the web UI,
+# whose port another Spark on the machine may hold; a --conf spark.ui.enabled=true given to the script wins.
+case "$master" in local*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}; args+=(--conf spark.ui.enabled=false) ;; esac
 export PYSPARK_PYTHON=$python PYSPARK_DRIVER_PYTHON=$driver_python
 
 command=("$submit" "${args[@]}" "${spark_confs[@]}" "$root/jobs/compact.py" "${job_args[@]}" --conf "$job_config")
@@ -187,4 +189,9 @@ if $print_only; then
   printf '%q ' "${command[@]}"; echo
   exit 0
 fi
-exec "${command[@]}"
+# The JVM announces the incubator module Spark's launcher adds (jdk.incubator.vector) at every start, and no option
+# stops it: its stderr passes through a filter that leaves out that one line and passes everything else.
+jvm_notice='^WARNING: Using incubator modules: '
+status=0
+{ "${command[@]}" 2>&1 1>&3 3>&- | { grep --line-buffered -v -e "$jvm_notice" || true; } >&2 3>&-; } 3>&1 || status=$?
+exit $status

@@ -48,6 +48,8 @@ log = logging.getLogger("compaction.clean.cleaner")
 
 Progress = Callable[[str], None]
 
+#: The modules a pass's tasks run: the Python workers' warm-up imports them while the driver plans.
+TASK_MODULES = ("compaction.clean.tasks.apply", "compaction.clean.dedupe")
 #: Partitions committed at once: each commit is an exclusive create of its own partition's next manifest, and
 #: on an object store most of its time is the request's round trip.
 COMMIT_THREADS = 32

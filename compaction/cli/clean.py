@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Decision
-from compaction.clean.session import remote_url, spark_session
 from compaction.cli import common
 from compaction.cli.common import EXIT_OK, Command, Parser
 from compaction.cli.output import Output
 from compaction.cli.types import parse_spark_conf
 from compaction.config import Settings
 from compaction.display import format_duration, human_bytes
+from compaction.engine.session import remote_url, running_sessions, spark_session, started_anew
 from compaction.job import JobOptions, check_selection, run_job
 from compaction.rules import Plan
 from compaction.store import Store
+
+log = logging.getLogger(__name__)
 
 
 def selected_store(args: argparse.Namespace, settings: Settings, *, strict: bool) -> Store:
@@ -60,12 +66,33 @@ def print_plan(result: CompactionPlan, out: Output) -> None:
                 f"{result.max_compaction_delay_ms // 1000}"])
 
 
-def spark_factory(args: argparse.Namespace, settings: Settings) -> Callable[[], SparkSession]:
+@contextlib.contextmanager
+def spark_on_demand(args: argparse.Namespace, settings: Settings) -> Iterator[Callable[[], SparkSession]]:
+    """The run's session, started when the pass first needs Spark, and stopped when the run is over if the run
+    started it (not one this process ran already): a driver that exits with its session running leaves the JVM
+    to stop Spark as the Python side goes, finishing tasks (a losing speculative attempt's) whose accumulators it
+    can no longer report."""
     conf = common.spark_properties(args)
     remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
     arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
-    return lambda: spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
-                                 ship=args.ship_package)
+    started: list[SparkSession] = []
+
+    def start() -> SparkSession:
+        before = running_sessions()
+        session = spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote,
+                                ship=args.ship_package)
+        if started_anew(session, before):
+            started.append(session)
+        return session
+
+    try:
+        yield start
+    finally:
+        for session in started:
+            try:
+                session.stop()
+            except (PySparkException, Py4JError, OSError) as err:  # the run's outcome is already decided
+                log.debug("stopping the Spark session failed: %s", err)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -79,7 +106,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = selected_store(args, settings, strict=True)
     options = JobOptions(now_ms=now, wall_ms=clock, topics=common.topic_patterns(args), dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
-    code, outcome = run_job(store, options, settings, spark_factory(args, settings))
+    with spark_on_demand(args, settings) as spark:
+        code, outcome = run_job(store, options, settings, spark)
     out = Output()
     if isinstance(outcome, CompactionPlan):
         print_plan(outcome, out)
@@ -104,11 +132,12 @@ def add_run_options(parser: Parser) -> None:
     parser.add_argument("--master", default=None,
                         help="classic Spark's master (default: local[*], or spark-submit's)")
     parser.add_argument("--remote", metavar="URL", default=None,
-                        help="run on a Spark Connect server, sc://HOST:PORT (or local[N], one started in this "
-                             "process); default: Spark's SPARK_REMOTE when set. Not with --master")
+                        help="run on a Spark Connect server, sc://HOST:PORT (or local[N], a Spark server started "
+                             "in this process; or sail, a Sail server started in this process, which needs "
+                             "compaction[sail]); default: Spark's SPARK_REMOTE when set. Not with --master")
     parser.add_argument("--no-ship-package", dest="ship_package", action="store_false",
                         help="with --remote: do not send this package to the server as an artifact (it is installed "
-                             "on the server's Python)")
+                             "on the server's Python, which is checked before any work)")
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", type=parse_spark_conf,
                         help="extra Spark setting, repeatable (also accepted as --conf spark.KEY=VALUE)")
     parser.add_argument("--run-id", default=None, help="recorded in manifests and the report (default: random)")

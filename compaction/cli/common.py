@@ -39,9 +39,10 @@ def wall_clock_ms() -> int:
 
 
 def add_command(sub: argparse._SubParsersAction[Parser], command: Command, help: str) -> Parser:
-    """The parser of ``command`` (a function ``cmd_NAME``): ``help`` in the list of commands, the function's
-    docstring as its description, the function run when it is chosen."""
-    parser = sub.add_parser(command.__name__.removeprefix("cmd_"), help=help, description=inspect.getdoc(command))
+    """The parser of ``command`` (a function ``cmd_NAME``; ``cmd_warm_up`` is ``warm-up``): ``help`` in the list of
+    commands, the function's docstring as its description, the function run when it is chosen."""
+    parser = sub.add_parser(command.__name__.removeprefix("cmd_").replace("_", "-"), help=help,
+                            description=inspect.getdoc(command))
     parser.set_defaults(func=command)
     return parser
 

@@ -12,10 +12,10 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 
 from compaction import __version__, logs
-from compaction.clean.session import remote_url
-from compaction.cli import clean, common, erasure, kafka, read, store
+from compaction.cli import clean, common, environment, erasure, kafka, read, store
 from compaction.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 from compaction.cli.output import Output
+from compaction.engine.session import remote_url
 from compaction.errors import (
     CompactionError,
     ConfigError,
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log debug details; -vv also the storage clients' requests (credentials are masked "
                              "at every level)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (clean, store, kafka, read, erasure):
+    for group in (clean, store, kafka, read, erasure, environment):
         group.add_commands(sub)
     return parser
 

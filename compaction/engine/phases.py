@@ -16,8 +16,9 @@ from contextlib import contextmanager
 
 
 class _Counting(threading.local):
-    """Per thread (the units of a packed task may run on threads of one worker): the phases of the running unit,
-    name -> seconds, and those open now, innermost last."""
+    """Per thread (the units of a packed task may run on threads of one worker, and Sail runs its tasks on threads of
+    one interpreter: their phases must not mix): the phases of the running unit, name -> seconds, and those open now,
+    innermost last."""
 
     def __init__(self) -> None:
         self.current: dict[str, float] = {}

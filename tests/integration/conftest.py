@@ -48,7 +48,7 @@ def spark(spark_connect_port: int) -> Iterator[Any]:
 
     Its JVM also serves Spark Connect on a loopback port (as ``SparkSession.builder.remote("local[2]")`` does), so
     the ``connect`` fixture's session runs on the same executors."""
-    from compaction.clean.session import spark_session
+    from compaction.engine.session import spark_session
 
     session = spark_session("local[2]", "compaction-tests", conf={
         "spark.ui.enabled": "false",
@@ -67,7 +67,7 @@ def spark(spark_connect_port: int) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def connect_session(spark: Any, spark_connect_port: int) -> Iterator[Any]:
     """A Spark Connect session of the shared session's server: no SparkContext, no RDDs, as on Databricks."""
-    from compaction.clean.session import spark_session
+    from compaction.engine.session import spark_session
 
     session = spark_session(remote=f"sc://127.0.0.1:{spark_connect_port}", ship=False)
     assert is_connect(session)

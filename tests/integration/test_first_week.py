@@ -1,7 +1,7 @@
-"""README's "Your first week", followed step by step: its shell blocks run as written, one after the other in
-one bash, with the reader's values (the bucket, server.properties, /opt/compaction, /etc/compaction, the
-Pushgateway) pointing at a moto S3 server, files of the test's own, a Pushgateway stand-in, and an Airflow
-home like a worker's (the Airflow of .venv-airflow, its database migrated, a DAGS folder)."""
+"""docs/first-week.md, followed step by step: its shell blocks run as written, one after the other in one bash,
+with the reader's values (the bucket, server.properties, /opt/compaction, /etc/compaction, the Pushgateway)
+pointing at a moto S3 server, files of the test's own, a Pushgateway stand-in, and an Airflow home like a worker's
+(the Airflow of .venv-airflow, its database migrated, a DAGS folder)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.s3, pytest.mark.slow]
 
 AIRFLOW_PYTHON = Path(os.environ.get("COMPACTION_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python"))
 AIRFLOW = AIRFLOW_PYTHON.parent / "airflow"
-SECTION = "## Your first week"
-WRITTEN_MS = 1_767_225_600_000  # 2026-01-01, before the section's logical date (2026-01-02)
+PAGE = ROOT / "docs" / "first-week.md"
+WRITTEN_MS = 1_767_225_600_000  # 2026-01-01, before the page's logical date (2026-01-02)
 SERVER_PROPERTIES = """\
 # A broker's configuration, as Kafka ships it and an operator edits it.
 broker.id=0
@@ -43,16 +43,15 @@ zookeeper.connect=localhost:2181
 """
 
 
-def shell_blocks(readme: str) -> list[str]:
-    """The ```bash blocks of the section, in order."""
-    start = readme.index(SECTION)
-    end = readme.index("\n## ", start + len(SECTION))
-    return re.findall(r"^```bash\n(.*?)^```$", readme[start:end], re.MULTILINE | re.DOTALL)
+def shell_blocks(page: str) -> list[str]:
+    """The ```bash blocks of the page, in order."""
+    return re.findall(r"^```bash\n(.*?)^```$", page, re.MULTILINE | re.DOTALL)
 
 
-def test_the_readme_section_has_the_three_days() -> None:
-    blocks = shell_blocks((ROOT / "README.md").read_text())
+def test_the_page_has_the_three_days() -> None:
+    blocks = shell_blocks(PAGE.read_text())
     assert len(blocks) == 3
+    assert "compaction warm-up" in blocks[0], "a new environment is prepared once, before its first run"
     assert "compaction plan s3://my-bucket/topics --conf /etc/kafka/server.properties" in blocks[1]
     assert "airflow dags test compaction_nightly" in blocks[2]
 
@@ -85,7 +84,7 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
         values = {"s3://my-bucket": bucket, "/etc/kafka/server.properties": str(kafka / "server.properties"),
                   "/opt/compaction": str(tmp_path / "opt-compaction"), "/etc/compaction": str(tmp_path / "etc"),
                   "http://pushgateway:9091": pushgateway.url}
-        script = "\n".join(shell_blocks((ROOT / "README.md").read_text()))
+        script = "\n".join(shell_blocks(PAGE.read_text()))
         for written, here in values.items():
             script = script.replace(written, here)
         # The one step a test cannot take as written: pip fetching the wheel's dependencies (pyspark and the

@@ -124,7 +124,7 @@ DRIVER = """
 import sys
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
-from compaction.clean.session import spark_session
+from compaction.engine.session import spark_session
 from compaction.report import write_report
 from compaction.store import Store
 from tests.helpers.task_faults import faulty

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from compaction.engine import phases
@@ -27,3 +28,30 @@ def _nested() -> None:
         time.sleep(0.02)
         with phases.phase("read"):
             time.sleep(0.05)
+
+
+def test_tasks_on_threads_of_one_process_keep_their_phases_apart() -> None:
+    """Sail runs tasks on threads of one interpreter: one task's phases never reach another's."""
+    opened, finished = threading.Event(), threading.Event()
+    seen: dict[str, dict[str, float]] = {}
+
+    def first() -> None:
+        with phases.task_phases() as found, phases.phase("decide"):
+            opened.set()
+            finished.wait(10)
+        seen["first"] = found
+
+    def second() -> None:
+        opened.wait(10)
+        with phases.task_phases() as found, phases.phase("read"):
+            pass
+        seen["second"] = found
+        finished.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert set(seen["first"]) == {"decide"} and seen["first"]["decide"] >= 0
+    assert set(seen["second"]) == {"read"} and seen["second"]["read"] >= 0

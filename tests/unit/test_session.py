@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from compaction.clean.session import check_master, with_task_retries
+from compaction.engine.session import check_master, with_task_retries
 from compaction.errors import CompactionError
 
 
@@ -40,39 +40,45 @@ def test_a_local_cluster_master_keeps_its_own_task_attempts() -> None:
         "a local cluster schedules like a standalone one: spark.task.maxFailures applies"
 
 
-def test_a_run_without_a_class_archive_dumps_one_that_a_later_run_maps(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """An installed wheel has no archive from `make setup`: its first run has the JVM dump one under a name of its
-    own, and a run after that dump has settled maps it; a dump still fresh is left alone."""
-    import os
-    import time
+def test_a_run_maps_the_environments_class_archive_and_never_dumps_one(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dumping an archive costs a run 15-20 s at its JVM's exit: only `compaction warm-up` dumps one; a run maps it
+    when there is one, else starts as Spark always does."""
+    from compaction.engine.session import archive
 
-    from compaction.clean import session
-
-    archive = tmp_path / "share" / "spark.jsa"
-    monkeypatch.setattr(session, "class_archive", lambda: archive)
-    first = session.class_archive_option()
-    assert first is not None and first.startswith(f"-XX:ArchiveClassesAtExit={archive}.") and first.endswith(".dump")
-    dump = first.split("=", 1)[1]
-    with open(dump, "wb") as written:
-        written.write(b"classes")  # as the JVM leaves it at its exit
-    again = session.class_archive_option()
-    assert again is not None and again.startswith("-XX:ArchiveClassesAtExit=") and again != first, \
-        "a dump that may still be being written is not mapped"
-    settled = time.time() - session.ARCHIVE_SETTLE_S - 1
-    os.utime(dump, (settled, settled))
-    assert session.class_archive_option() == f"-XX:SharedArchiveFile={archive}"
-    assert archive.read_bytes() == b"classes" and not os.path.exists(dump)
-    assert session.class_archive_option() == f"-XX:SharedArchiveFile={archive}"
+    path = tmp_path / "share" / "spark.jsa"
+    monkeypatch.setattr(archive, "class_archive", lambda: path)
+    monkeypatch.delenv(archive.DUMP_VARIABLE, raising=False)
+    assert archive.class_archive_option() is None
+    path.parent.mkdir()
+    path.write_bytes(b"classes")
+    assert archive.class_archive_option() == f"-XX:SharedArchiveFile={path}"
+    monkeypatch.setenv(archive.DUMP_VARIABLE, str(tmp_path / "dump"))
+    assert archive.class_archive_option() == f"-XX:ArchiveClassesAtExit={tmp_path / 'dump'}", "the warm-up's own run"
 
 
-def test_no_archive_is_dumped_where_the_folder_cannot_be_written(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from compaction.clean import session
+def test_the_warm_up_keeps_an_archive_that_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from compaction.engine.session import archive
+
+    path = tmp_path / "spark.jsa"
+    path.write_bytes(b"classes")
+    monkeypatch.setattr(archive, "class_archive", lambda: path)
+    monkeypatch.setattr(archive.subprocess, "run", lambda *a, **k: pytest.fail("no pass runs for an archive there"))
+    built = archive.build_class_archive(["true"])
+    assert (built.archive, built.built, built.size_bytes) == (path, False, 7)
+
+
+def test_the_warm_up_names_a_folder_it_cannot_write_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from compaction.engine.session import archive
 
     folder = tmp_path / "read-only"
     folder.mkdir()
-    folder.chmod(0o555)
-    monkeypatch.setattr(session, "class_archive", lambda: folder / "spark.jsa")
-    monkeypatch.setattr(session.os, "access", lambda path, mode: False)  # root writes anywhere: ask as a user would
-    assert session.class_archive_option() is None
+    monkeypatch.setattr(archive, "class_archive", lambda: folder / "spark.jsa")
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "touch", refuse)  # root writes anywhere: refuse as a user's folder would
+    with pytest.raises(CompactionError, match=f"cannot write the class archive in {folder} .Permission denied.: "
+                                              "run `compaction warm-up` as the owner"):
+        archive.build_class_archive(["true"])
