@@ -52,7 +52,7 @@ Progress = Callable[[str], None]
 TASK_MODULES = ("compaction.clean.tasks.apply", "compaction.clean.dedupe")
 #: Partitions committed at once: each commit is an exclusive create of its own partition's next manifest, and
 #: on an object store most of its time is the request's round trip.
-COMMIT_THREADS = 32
+COMMIT_THREADS = 64
 
 
 def _elapsed_ms(started: float) -> int:

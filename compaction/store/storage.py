@@ -279,6 +279,25 @@ class Storage:
                                     is_dir=entry.get("type") == "directory"))
         return infos
 
+    def find(self, rel: str, prefix: str = "") -> list[str]:
+        """Every object below the folder ``rel`` whose path under it starts with ``prefix``, as paths relative to
+        ``rel``, from one paginated listing (fresh, never from a listing cache); a missing folder has none. On S3 the
+        prefix filters on the server: the listings of several prefixes can run side by side."""
+        full = self.path(rel)
+        self.fs.invalidate_cache(full)
+        try:
+            if self.is_s3:
+                found = self._call("list", rel, lambda: self.fs.find(full, prefix=prefix))
+            else:
+                found = [name for name in self._call("list", rel, lambda: self.fs.find(full))
+                         if name[len(full) + 1:].startswith(prefix)]
+        except FileNotFoundError:
+            return []
+        finally:
+            self.fs.invalidate_cache(full)
+        root = self.fs._strip_protocol(full).rstrip("/") + "/"
+        return [name[len(root):] for name in (self.fs._strip_protocol(n) for n in found) if name.startswith(root)]
+
     def open_output(self, rel: str) -> Any:
         """Open a new object for a streaming write (exports, never the store's own objects); the caller closes
         it. Local folders are created as needed."""

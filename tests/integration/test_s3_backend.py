@@ -35,6 +35,7 @@ from tests.unit.test_store import (  # noqa: F401
     test_deletion_vector_hides_offsets_from_readers,
     test_explicit_offsets_overlapping_the_log_are_rejected_and_nothing_changes,
     test_listing_topics_and_partitions,
+    test_many_partitions_on_an_object_store_have_their_versions_listed_by_topic,
     test_missing_partition_is_a_typed_error,
     test_open_transactions_bound_the_last_stable_offset,
     test_read_returns_an_offset_range_from_the_overlapping_segments_only,

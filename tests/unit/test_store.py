@@ -245,3 +245,25 @@ def test_an_objects_bytes_are_read_by_python_threads_only(memory_store: Store, m
     assert sum(b.num_rows for b in read_batches(memory_store, "orders", columns=["offset", "key"])) == 4
     assert readers, "the reads went through the object store's file objects"
     assert not [t for t in readers if isinstance(t, threading._DummyThread)]
+
+
+def test_many_partitions_on_an_object_store_have_their_versions_listed_by_topic(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From FLAT_LISTING_PARTITIONS partitions of a topic, their newest versions come from ten listings of the topic
+    (by the partition number's first digit), not one listing of each partition's _manifests folder: the newest
+    manifest of every partition, and nothing else, as the partitions' own listings give them."""
+    from compaction.store import log
+
+    partitions = [TopicPartition("orders", p) for p in range(23)] + [TopicPartition("pay", 0)]
+    for tp in partitions:
+        for _ in range(1 + tp.partition % 3):  # versions 1 to 3
+            store.append(tp, keyed("a=1"), now_ms=1)
+    expected = {tp: store.manifest(tp).version for tp in partitions}
+    monkeypatch.setattr(log, "FLAT_LISTING_PARTITIONS", 20)
+    monkeypatch.setattr(store.storage, "outcomes_are_certain", False)  # as on an object store
+    recorder = RecordingStorage(store)
+    found = log.read_manifests(store, [*partitions, TopicPartition("orders", 99)])
+    assert {tp: m.version for tp, m in found.items() if not isinstance(m, Exception)} == expected
+    assert isinstance(found[TopicPartition("orders", 99)], StoreNotFoundError)
+    listings = [rel for op, rel in recorder.calls if op == "list"]
+    assert sorted(listings) == sorted(["orders"] * 10 + ["pay/0/_manifests", "orders/99/_manifests"]), listings
