@@ -99,17 +99,21 @@ class Runner:
         """The one place outcomes meet their partitions: a failure is the partition's, a value is taken by it; with
         ``complete`` (every unit returns an outcome), a unit that returned nothing fails its partition as a bug."""
         seen = set()
+        stray: Failure | None = None  # a task's failure no unit is named in (its units could not be read)
         for outcome in outcomes:
             with self._lock:
                 add(self.seconds, outcome.phases)
-            item = owners[outcome.ident]
+            item = owners.get(outcome.ident)
+            if item is None:
+                stray = stray or (outcome.failure if isinstance(outcome, Failed) else None)
+                continue
             seen.add(outcome.ident)
             if isinstance(outcome, Failed):
                 item.fail(outcome.failure)
             elif item.failure is None:
                 take(item, outcome.value)
         for ident in (owners.keys() - seen) if complete else ():
-            owners[ident].fail(Failure(f"{ident} produced no result", internal=True))
+            owners[ident].fail(stray or Failure(f"{ident} produced no result", internal=True))
 
 
 def _by_partition(units: Sequence[Any], owners: dict[str, PartitionWork]) -> list[list[Any]]:

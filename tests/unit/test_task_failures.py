@@ -42,3 +42,20 @@ def test_running_out_of_memory_is_one_line_naming_the_setting_that_governs_it() 
     assert spark_failure(Exception(executor)).startswith(
         "a Spark task ran out of memory (java.lang.OutOfMemoryError: Java heap space): give executors more memory "
         "(spark.executor.memory; in local mode spark.driver.memory) or lower task.max.records")
+
+
+def test_a_task_whose_units_cannot_be_read_fails_each_of_them_with_the_reason(memory_store) -> None:
+    """A bin another build of this library packed (its payload refused as it unpickles) names no unit: every unit
+    of it that returned nothing fails with that reason, not as a result that went missing."""
+    from compaction.clean.commit import PartitionWork
+    from compaction.clean.paths import Runner
+    from compaction.engine.isolation import Failed, Ok
+    from compaction.engine.stages import LocalStages
+
+    owners = {"t-0": PartitionWork(None, None), "t-1": PartitionWork(None, None)}  # type: ignore[arg-type]
+    taken: list[object] = []
+    refused = Failure("PayloadVersionError: CleanTask payload of version 3 cannot be read by this library")
+    Runner(LocalStages(), 1_000).gather([Ok("t-0", "done"), Failed("task 1", refused)], owners,
+                                        lambda item, value: taken.append(value))
+    assert taken == ["done"] and owners["t-0"].failure is None
+    assert owners["t-1"].failure == refused
