@@ -25,7 +25,10 @@ def test_the_job_and_the_publish_package_import_no_pyiceberg() -> None:
 
 def test_publishing_without_pyiceberg_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch,
                                                                  memory_store: Store) -> None:
-    monkeypatch.setitem(sys.modules, "pyiceberg", None)  # an import of it, or of any module of it, fails
+    # An import of it, or of any module of it, fails (those other tests imported are dropped too: Python takes a
+    # module already imported without looking at its package).
+    for module in ["pyiceberg", *(m for m in sys.modules if m.startswith("pyiceberg."))]:
+        monkeypatch.setitem(sys.modules, module, None)
     for module in [m for m in sys.modules if m.startswith("compaction.publish.")]:
         if module != "compaction.publish.target":
             monkeypatch.delitem(sys.modules, module)
