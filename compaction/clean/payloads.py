@@ -128,12 +128,12 @@ class ApplyJob(Payload):
 
 @dataclass(frozen=True)
 class Piece:
-    """One run's rows of a key range, handed over through the store: the pieces object and the row group holding
+    """One run's rows of a key range, handed over through the store: the pieces object and the record batch holding
     them (None: the range has no row in the run); the live rows of each segment of the run as read, and of those
     the range's."""
 
     path: str
-    row_group: int | None
+    batch: int | None
     read_lengths: tuple[int, ...]
     lengths: tuple[int, ...]
 
@@ -151,17 +151,17 @@ class RunRead(Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class HandedRun(Payload):
-    """A run read once, its rows handed over in the pieces object at ``path``: per key range its row group (None:
+    """A run read once, its rows handed over in the pieces object at ``path``: per key range its record batch (None:
     no row) and its rows of each segment (``lengths[range]``), and each segment's live rows as read."""
 
     first_segment: int
     path: str
-    row_groups: tuple[int | None, ...]
+    batches: tuple[int | None, ...]
     read_lengths: tuple[int, ...]
     lengths: tuple[tuple[int, ...], ...]
 
     def piece(self, key_range: int) -> Piece:
-        return Piece(self.path, self.row_groups[key_range], self.read_lengths, self.lengths[key_range])
+        return Piece(self.path, self.batches[key_range], self.read_lengths, self.lengths[key_range])
 
 
 @dataclass(frozen=True)

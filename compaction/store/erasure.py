@@ -27,7 +27,7 @@ from compaction.errors import CommitConflictError, StoreError
 from compaction.store.commit import Writer, unchanged
 from compaction.store.deletes import DELETES_SCHEMA
 from compaction.store.formats import decode_log
-from compaction.store.handover import PIECES_NAME, VERDICTS_NAME, VERDICTS_SCHEMA, is_pieces
+from compaction.store.handover import PIECES_NAME, VERDICTS_NAME, VERDICTS_SCHEMA, read_all_pieces
 from compaction.store.log import Store
 from compaction.store.manifest import (
     DELETES_NAME,
@@ -208,8 +208,6 @@ def _parquet(source: Any, where: str, match: KeyMatch, with_values: bool) -> tup
     file = parquet_file(source, checked=False)
     if file.schema_arrow.equals(DELETES_SCHEMA) or file.schema_arrow.equals(VERDICTS_SCHEMA):
         return ()
-    if is_pieces(file.schema_arrow):  # a pass's key range pieces: keys and offsets, no values
-        return _records(file.read(columns=["offset", "key"], use_threads=False), match, None)
     check_schema(file.schema_arrow, where)  # a Parquet file that is neither: a SegmentSchemaError
     found = _records(file.read(columns=["offset", "key"], use_threads=False), match, None)
     if found and with_values:
@@ -236,14 +234,16 @@ def inspect(storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, 
             else:
                 parse_manifest(data, where)  # key digests at most, never a key
             return _finding(path, kind, entry, (), data if whole else None)
-        if not whole and kind in ("segment", "deletion-vector", "verdicts", "pieces") and not path.endswith(".log"):
+        if not whole and kind in ("segment", "deletion-vector", "verdicts") and not path.endswith(".log"):
             source, _ = storage.open_input(rel)
             try:
                 return _finding(path, kind, entry, _parquet(source, where, match, False), None)
             finally:
                 source.close()
         data = storage.read_buffer(rel)
-        if bytes(memoryview(data)[:4]) == _PARQUET_MAGIC:
+        if kind == "pieces":  # a pass's rows handed to its key ranges: keys and offsets, no values
+            found = _records(read_all_pieces(data), match, None)
+        elif bytes(memoryview(data)[:4]) == _PARQUET_MAGIC:
             found = _parquet(pa.BufferReader(data), where, match, whole)
         else:
             records = decode_log(data, where).records  # Kafka's record batches, or a CorruptBatchError

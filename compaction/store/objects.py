@@ -142,11 +142,11 @@ class Objects:
 
     def write_pieces(self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table],
                      object_id: str) -> tuple[str, tuple[int | None, ...]]:
-        """Hand a run's rows to the next stage, a row group per key range (see :mod:`.handover`)."""
+        """Hand a run's rows to the next stage, a record batch per key range (see :mod:`.handover`)."""
         return handover.write_pieces(self.storage, tp, base_offset, parts, object_id)
 
-    def read_piece(self, tp: TopicPartition, path: str, row_group: int) -> pa.Table:
-        return handover.read_piece(self.storage, tp, path, row_group)
+    def read_piece(self, tp: TopicPartition, path: str, batch: int) -> pa.Table:
+        return handover.read_piece(self.storage, tp, path, batch)
 
     def delete_handed(self, tp: TopicPartition, paths: Sequence[str]) -> None:
         """Delete the hand-over objects a pass is done with (others wait for gc)."""

@@ -129,6 +129,26 @@ def test_the_scanner_reads_objects_by_what_they_hold_and_names_what_it_cannot_re
     assert found[orphan.path].sha256 == hashlib.sha256(whole).hexdigest()
 
 
+def test_a_passs_hand_over_objects_left_behind_are_read_for_what_they_hold_and_collected(local_store: Store) -> None:
+    """A pass that crashed between its stages leaves its hand-over objects: pieces hold keys (and offsets, never
+    values), so a scan counts them as holding an erased key; verdicts hold positions only. Both are the store's own
+    objects, which gc removes after its grace period."""
+    local_store.append(TP, keyed("alice=1 bob=2"), now_ms=T0)
+    rows = pa.table({"offset": pa.array([0, 1], pa.int64()), "key": [b"alice", b"bob"],
+                     "delete_horizon_ms": pa.nulls(2, pa.int64()), "position": pa.array([0, 1], pa.int32())})
+    pieces, batches = local_store.objects.write_pieces(TP, 0, [rows.slice(0, 1), rows.slice(1, 1)], "crashed")
+    assert batches == (0, 1)
+    verdicts, _ = local_store.objects.write_verdicts(TP, 0, [pa.table({
+        "position": pa.array([1], pa.int32()), "listed": [True], "stamp": [False]})], "crashed")
+    assert local_store.objects.read_piece(TP, pieces, 1).column("key").to_pylist() == [b"bob"]
+    found = {f.path: f for f in scan(local_store.storage, TP, KeyMatch.of_keys([b"alice"]), whole=True)}
+    assert (found[pieces].kind, [r.offset for r in found[pieces].records], found[pieces].problem) == \
+        ("pieces", [0], None)
+    assert (found[verdicts].kind, found[verdicts].records, found[verdicts].problem) == ("verdicts", (), None)
+    assert {pieces, verdicts} <= set(collect_garbage(local_store, TP, wall_ms=int(time.time() * 1000) + DAY,
+                                                     grace_ms=0).deleted_objects)
+
+
 # gc's part -----------------------------------------------------------------------------------------------
 
 

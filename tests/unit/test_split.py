@@ -113,7 +113,7 @@ def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fai
     segments = segment_runs(task.segments, 3_000)
     assert [len(run) for run in segments] == [2, 2, 2, 2]
     runs = [hand_out(RunRead(task=replace(task, segments=run))) for run in segments]
-    assert all(len(run.row_groups) == task.key_ranges == 4 for run in runs), "every run hands each range its rows"
+    assert all(len(run.batches) == task.key_ranges == 4 for run in runs), "every run hands each range its rows"
     assert sum(sum(lengths) for run in runs for lengths in run.lengths) == sum(sum(run.read_lengths) for run in runs)
     ranged = replace(task, key_range=2, pieces=tuple(run.piece(2) for run in runs))
     verdicts = decide_handed(ranged)

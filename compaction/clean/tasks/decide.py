@@ -95,8 +95,8 @@ def decide_handed(task: CleanTask) -> Verdicts:
                            f"{sum(len(p.read_lengths) for p in task.pieces)} segment(s) for a range of "
                            f"{len(task.segments)}")
     with phase("read"):
-        tables = [task.store.objects.read_piece(task.tp, p.path, p.row_group) for p in task.pieces
-                  if p.row_group is not None]
+        tables = [task.store.objects.read_piece(task.tp, p.path, p.batch) for p in task.pieces
+                  if p.batch is not None]
     with phase("decide"):
         read_lengths = np.array([n for p in task.pieces for n in p.read_lengths], dtype=np.int64)
         lengths = np.array([n for p in task.pieces for n in p.lengths], dtype=np.int64)

@@ -331,7 +331,7 @@ def hand_out(run: RunRead) -> HandedRun:
         path, groups = task.store.objects.write_pieces(task.tp, task.segments[0].base_offset, [
             rows.slice(int(end - size), int(size)) for end, size in zip(ends, counts.sum(axis=0), strict=True)],
             f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
-    return HandedRun(first_segment=task.segments[0].base_offset, path=path, row_groups=groups,
+    return HandedRun(first_segment=task.segments[0].base_offset, path=path, batches=groups,
                      read_lengths=tuple(int(n) for n in read_lengths),
                      lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.key_ranges)))
 
