@@ -7,22 +7,28 @@ back under any strategy) and T56's horizon stamping.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from compaction.cli import EXIT_OK
+from compaction.cli import EXIT_OK, common
 from tests.helpers.builders import rec
 from tests.helpers.cli import run
 
 pytestmark = pytest.mark.spark
 
-# Runs start an hour ahead of the wall clock, so their horizons come from --now alone (a --now behind the
-# wall clock stamps them from the wall clock); the calls allow a future --now.
-NOW = (int(time.time()) + 3600) * 1000
+#: The command line's wall clock in these tests, whenever they run: runs start an hour ahead of it, so their
+#: horizons come from --now alone (a --now behind the wall clock stamps them from the wall clock); the calls allow a
+#: future --now.
+WALL = 1_800_000_000_000
+NOW = WALL + 3_600_000
 DAY = 86_400_000
+
+
+@pytest.fixture(autouse=True)
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "wall_clock_ms", lambda: WALL)
 
 
 class Cli:
@@ -184,13 +190,12 @@ def test_an_expired_tombstone_that_lost_on_version_goes_and_the_next_plan_select
 
 
 def test_a_backdated_run_never_shortens_a_tombstones_life_in_real_time(cli: Cli) -> None:
-    wall = int(time.time() * 1000)
-    backfill = wall - 30 * DAY  # a replay of a night a month ago
+    backfill = WALL - 30 * DAY  # a replay of a night a month ago
     cli.append(rec("k", "v"), rec("k", None), now=backfill)
     cli.append(rec("active"), now=backfill)
     cli.run(backfill)
     horizon = next(r["delete_horizon_ms"] for r in cli.read() if r.get("key") == "k")
-    assert horizon >= wall + DAY, "stamped from the wall clock, not from the backdated now"
+    assert horizon == WALL + DAY, "stamped from the wall clock, not from the backdated now"
     cli.append(rec("active-2"))
     cli.run(None)  # tonight's run, minutes after the replay: the delete has lived minutes, not a day
     assert [r["value"] for r in cli.read() if r.get("key") == "k"] == [None]
