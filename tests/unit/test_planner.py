@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 
 import hypothesis.strategies as st
 from hypothesis import given, settings
@@ -287,44 +288,64 @@ def test_topic_configuration_comes_from_settings() -> None:
 
 @st.composite
 def partitions(draw: st.DrawFn) -> tuple[Manifest, TopicConfig, int]:
-    count = draw(st.integers(1, 8))
+    count = draw(st.integers(2, 8))
     lengths = draw(st.lists(st.integers(1, 50), min_size=count, max_size=count))
+    # Older segments first, as a log is written (each one's records within two hours of its first).
+    ages = sorted(draw(st.lists(st.sampled_from(range(41)), min_size=count, max_size=count)), reverse=True)
     now = 100 * HOUR
     segments, base = [], draw(st.integers(0, 1000))
-    for length in lengths:
-        first = draw(st.integers(now - 20 * HOUR, now))
-        last = draw(st.integers(first, now + HOUR))
+    for length, age in zip(lengths, ages, strict=True):
+        first = now - age * HOUR - draw(st.integers(0, HOUR))
+        last = draw(st.integers(first, min(first + 2 * HOUR, now + HOUR)))
         segments.append(seg(base, base + length, size=draw(st.integers(0, 10_000)), first_ts=first, max_ts=last))
         base += length
     start, end = segments[0].base_offset, base
-    lso = draw(st.integers(start, end))
-    checkpoint = draw(st.integers(max(0, start - 10), end + 10))
-    min_lag = draw(st.sampled_from([0, HOUR, 5 * HOUR]))
-    config = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=draw(st.sampled_from([0.0, 0.5, 1.0])),
+    # Mostly no open transaction and a checkpoint early in the log, so that most examples have a range to check.
+    lso = draw(st.one_of(st.just(end), st.integers(start, end)))
+    checkpoint = draw(st.one_of(st.just(start), st.integers(start, end), st.integers(max(0, start - 10), end + 10)))
+    min_lag = draw(st.sampled_from([0, 0, HOUR, 5 * HOUR]))
+    config = TopicConfig(cleanup_policy=("compact",),
+                         min_cleanable_dirty_ratio=draw(st.sampled_from([0.0, 0.0, 0.5, 1.0])),
                          min_compaction_lag_ms=min_lag,
                          max_compaction_lag_ms=draw(st.sampled_from([LONG_MAX, 10 * HOUR, min_lag or 1])),
                          segment_ms=draw(st.sampled_from([604_800_000, 2 * HOUR])))
     return log(segments, checkpoint=checkpoint, lso=lso), config, now
 
 
-@settings(max_examples=400, deadline=None)
-@given(partitions())
-def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_within_the_min_lag(case) -> None:
-    manifest, config, now = case
-    p = one(manifest, config, now)
-    if p.decision is not Decision.CLEAN or p.cleanable_bytes == 0:
-        return
-    first_dirty, end = p.first_dirty_offset, p.first_uncleanable_offset
-    assert first_dirty is not None and end is not None
-    if end <= first_dirty:
-        return
-    assert end <= manifest.last_stable_offset
-    if not p.active_rolled:
-        assert end <= manifest.segments[-1].base_offset
-    for s in p.segments:
-        assert s.base_offset < end
-        if s.next_offset > first_dirty and config.min_compaction_lag_ms > 0:
-            assert s.max_timestamp is not None and s.max_timestamp <= now - config.min_compaction_lag_ms
+#: Of PLANNER_EXAMPLES random partitions, at least this many must be selected with a range to clean and so reach the
+#: assertions: the test cannot pass having checked next to nothing (193 to 239 of 400 did in runs when this was
+#: written; the floor is some 8 standard deviations below that).
+PLANNER_EXAMPLES = 400
+PLANNER_CHECKED_FLOOR = 120
+
+
+def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_within_the_min_lag() -> None:
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=PLANNER_EXAMPLES, deadline=None, database=None)
+    @given(partitions())
+    def check(case: tuple[Manifest, TopicConfig, int]) -> None:
+        manifest, config, now = case
+        p = one(manifest, config, now)
+        if p.decision is not Decision.CLEAN or p.cleanable_bytes == 0:
+            outcomes["not selected"] += 1
+            return
+        first_dirty, end = p.first_dirty_offset, p.first_uncleanable_offset
+        assert first_dirty is not None and end is not None
+        if end <= first_dirty:
+            outcomes["nothing dirty in range"] += 1
+            return
+        assert end <= manifest.last_stable_offset
+        if not p.active_rolled:
+            assert end <= manifest.segments[-1].base_offset
+        for s in p.segments:
+            assert s.base_offset < end
+            if s.next_offset > first_dirty and config.min_compaction_lag_ms > 0:
+                assert s.max_timestamp is not None and s.max_timestamp <= now - config.min_compaction_lag_ms
+        outcomes["checked"] += 1
+
+    check()
+    assert outcomes["checked"] >= PLANNER_CHECKED_FLOOR, outcomes
 
 
 def test_segment_runs_hold_at_most_the_limit_and_a_larger_segment_alone() -> None:
