@@ -24,6 +24,7 @@ pytestmark = pytest.mark.spark
 WALL = 1_800_000_000_000
 NOW = WALL + 3_600_000
 DAY = 86_400_000
+HOUR = 3_600_000
 
 
 @pytest.fixture(autouse=True)
@@ -133,6 +134,19 @@ def test_t28_a_data_key_equal_to_a_marker_key_supersedes_nothing(cli: Cli) -> No
     cli.append(rec("active"))
     cli.run()
     assert cli.offsets() == [0, 1, 2, 3, 4]
+
+
+def test_records_within_the_min_compaction_lag_survive_a_run_until_they_are_older(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    cli = Cli(tmp_path, capsys, f'"log.cleaner.min.compaction.lag.ms" = {HOUR}\n')
+    cli.append(rec("a", "o1", timestamp=NOW - 3 * HOUR), rec("a", "o2", timestamp=NOW - 3 * HOUR))  # past the lag
+    cli.append(rec("a", "y1", timestamp=NOW - HOUR // 2), rec("a", "y2", timestamp=NOW - HOUR // 2))  # within it
+    cli.append(rec("z", "active", timestamp=NOW), now=NOW)
+    cli.run(NOW)
+    assert [(r["offset"], r["value"]) for r in cli.read()] == [(1, "o2"), (2, "y1"), (3, "y2"), (4, "active")], \
+        "only the segment past the lag was cleaned: y1 survives though y2 supersedes it, and o2 though y1 does"
+    cli.run(NOW + HOUR)  # half an hour past the lag for the second segment
+    assert [(r["offset"], r["value"]) for r in cli.read()] == [(3, "y2"), (4, "active")]
 
 
 def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path,
