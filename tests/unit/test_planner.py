@@ -352,3 +352,47 @@ def test_segment_runs_hold_at_most_the_limit_and_a_larger_segment_alone() -> Non
     segments = [seg(0, 3), seg(3, 6), seg(6, 16), seg(16, 17), seg(17, 19)]
     assert [[s.base_offset for s in run] for run in segment_runs(segments, 6)] == [[0, 3], [6], [16, 17]]
     assert segment_runs([], 6) == []
+
+
+def test_the_plan_as_json_names_every_figure_of_every_partition() -> None:
+    """What ``plan --json`` prints, written out by hand: a partition selected by its dirty ratio once retention
+    dropped its first segment, one past max.compaction.lag.ms by one second (first in the budget), and one whose
+    manifest could not be read."""
+    now = 3 * HOUR + 1
+    configs = {"a": TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR, min_cleanable_dirty_ratio=0.5),
+               "b": TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.5, max_compaction_lag_ms=HOUR)}
+    dirty_first = now - HOUR - 1000  # the dirty segment's first record: due one second ago
+    manifests: dict[TopicPartition, Manifest | Exception] = {
+        TopicPartition("a", 0): log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=150 * 60_000),
+                                     seg(20, 30, first_ts=3 * HOUR)], checkpoint=10, topic="a"),
+        TopicPartition("b", 0): log([seg(0, 10, size=1000, first_ts=0), seg(10, 20, size=1000, first_ts=0),
+                                     seg(20, 30, size=1000, first_ts=dirty_first), seg(30, 31, first_ts=now)],
+                                    checkpoint=20, topic="b"),
+        TopicPartition("c", 0): CorruptManifestError("manifest c/0/_manifests/1.json is not valid JSON"),
+    }
+    path = "segments/{:020d}-s.parquet".format
+    assert plan(manifests, configs.__getitem__, now_ms=now, byte_budget=10_000).to_dict() == {
+        "now_ms": now, "max_dirty_percent": 100, "max_compaction_delay_secs": 1, "delayed_partitions": 1,
+        "byte_budget": 10_000,
+        "partitions": [
+            {"partition": "b-0", "decision": "clean",
+             "reason": "max.compaction.lag.ms exceeded by 1s; overdue, so first in the per-run byte budget",
+             "version": 1, "checkpoint": 20, "first_dirty_offset": 20, "checkpoint_reset": None,
+             "first_uncleanable_offset": 30, "log_start_offset": 0, "clean_bytes": 2000, "cleanable_bytes": 1000,
+             "cleanable_ratio": 0.333333, "compaction_delay_ms": 1000, "active_rolled": False,
+             "tombstone_purge": False, "overdue_ms": 1000, "expired_segments": [], "erasures": [],
+             "clean_range": [0, 30], "segments": [path(0), path(10), path(20)]},
+            {"partition": "a-0", "decision": "clean",
+             "reason": "dirty ratio 1.00 > 0.50; retention: 1 segment(s) expired",
+             "version": 1, "checkpoint": 10, "first_dirty_offset": 10, "checkpoint_reset": None,
+             "first_uncleanable_offset": 20, "log_start_offset": 10, "clean_bytes": 0, "cleanable_bytes": 700,
+             "cleanable_ratio": 1.0, "compaction_delay_ms": 0, "active_rolled": False, "tombstone_purge": False,
+             "overdue_ms": None, "expired_segments": [path(0)], "erasures": [], "clean_range": [10, 20],
+             "segments": [path(10)]},
+            {"partition": "c-0", "decision": "uncleanable",
+             "reason": "manifest c/0/_manifests/1.json is not valid JSON",
+             "version": None, "checkpoint": None, "first_dirty_offset": None, "checkpoint_reset": None,
+             "first_uncleanable_offset": None, "log_start_offset": None, "clean_bytes": 0, "cleanable_bytes": 0,
+             "cleanable_ratio": 0.0, "compaction_delay_ms": 0, "active_rolled": False, "tombstone_purge": False,
+             "overdue_ms": None, "expired_segments": [], "erasures": [], "clean_range": None, "segments": []},
+        ]}
