@@ -146,14 +146,14 @@ def test_a_pass_that_carries_out_an_erasure_marks_it_rewritten_and_names_what_he
 def test_a_retention_pass_moves_the_log_start_but_not_the_time_of_the_last_clean(store: Store) -> None:
     config = TopicConfig(cleanup_policy=("compact", "delete"), min_cleanable_dirty_ratio=1.0, retention_bytes=0,
                          retention_ms=-1)
-    store.replace(TP, Replacement((), (), 0, 3, 0, 0, clean_keys_unique=True, last_clean_ms=7, next_horizon_ms=9),
-                  writer=WRITER, now_ms=NOW)  # a pass cleaned [0, 3) at 7
+    store.replace(TP, Replacement((), (), 0, 3, 0, 0, clean_keys_unique=False, last_clean_ms=7, next_horizon_ms=9),
+                  writer=WRITER, now_ms=NOW)  # a pass cleaned [0, 3) at 7 (keys left unique or not: as it was)
     p = planned(store, config).to_clean()
     assert (p.needs_dedupe, [s.base_offset for s in p.expired_segments]) == (False, [0, 2])
     result = done_cleaning(store, work(store, p), WRITER, NOW, elapsed_ms=0)
     manifest = store.manifest(TP)
     assert (result.status, manifest.log_start_offset, manifest.first_dirty_offset) == (Status.CLEANED, 3, 3)
-    assert (manifest.clean_keys_unique, manifest.last_clean_ms, manifest.next_horizon_ms) == (True, 7, 9)
+    assert (manifest.clean_keys_unique, manifest.last_clean_ms, manifest.next_horizon_ms) == (False, 7, 9)
     assert result.stats.dropped == {"retention": 3}
 
 

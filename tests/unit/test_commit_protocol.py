@@ -90,7 +90,7 @@ def test_the_erasures_a_replacement_carries_out_are_marked_rewritten_in_the_vers
                         held=(HeldObject(path="segments/x.parquet", found_ms=7),))
     assert (b, c) == (request("b", 1), done_before), "one it did not carry out, and one already rewritten"
     assert Replacement((), (), 0, 0, 0, 0).apply(latest, "t-0")["erasures"] == latest.erasures
-    with pytest.raises(ValueError, match="needs their time"):
+    with pytest.raises(ValueError, match=r"^a replacement that carries out erasure requests needs their time$"):
         Replacement((), (), 0, 0, 0, 0, erased=change.erased).apply(latest, "t-0")
 
 
@@ -141,8 +141,8 @@ def test_a_partition_at_the_last_version_a_name_holds_takes_no_more_commits(stor
         built.append(latest)
         return as_it_is(latest)
 
-    with pytest.raises(StoreError, match=f"is at manifest version {MAX_VERSION}, the last a 20-digit manifest name "
-                                         "holds"):
+    with pytest.raises(StoreError, match=rf"^partition {store.storage.describe(TP.prefix)} is at manifest version "
+                                         rf"{MAX_VERSION}, the last a 20-digit manifest name holds"):
         protocol.commit(store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3)
     assert built == [], "refused before the change is built (it may write objects)"
 
@@ -200,11 +200,131 @@ def test_an_outcome_that_stays_unknown_past_the_retry_budget_says_which_versions
 
 def test_a_version_that_reads_back_corrupt_is_not_taken_for_anyones(store: Store,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    Flaky(store, fail=1, lands=False, certain=False)
+    flaky = Flaky(store, fail=1, lands=False, certain=False)
+    next_version = store.manifest(TP).model_copy(update={"version": 3})
 
     def corrupt(storage: Any, tp: TopicPartition, version: int | None = None) -> Any:
+        assert version == 3
         raise CorruptManifestError("manifest t/0/_manifests/00000000000000000003.json is not valid JSON")
 
     monkeypatch.setattr(protocol, "read_manifest", corrupt)
     with pytest.raises(CorruptManifestError, match="not valid JSON"):
-        protocol._publish(store.storage, TP, store.manifest(TP).model_copy(update={"version": 3}), random.Random(0))
+        protocol._publish(store.storage, TP, next_version, random.Random(0))
+    assert flaky.calls == 1, "not sent again"
+
+
+def test_what_a_change_does_not_set_carries_over_from_the_version_before(store: Store) -> None:
+    done = request("c", 0, rewritten_ms=3, rewritten_version=2)
+    store.commit(TP, lambda latest: {**as_it_is(latest), "clean_keys_unique": True, "last_clean_ms": 5,
+                                     "next_horizon_ms": 9, "erasures": (done,)},
+                 writer=WRITER, operation="clean", now_ms=5)
+    log_only = ("log_start_offset", "log_end_offset", "last_stable_offset", "first_dirty_offset",
+                "open_transactions", "segments")
+    committed = store.commit(TP, lambda latest: {k: v for k, v in as_it_is(latest).items() if k in log_only},
+                             writer=WRITER, operation="append", now_ms=6)
+    assert (committed.clean_keys_unique, committed.last_clean_ms, committed.next_horizon_ms, committed.erasures) == (
+        True, 5, 9, (done,))
+
+
+class Clock:
+    """time.monotonic and time.sleep for the protocol: the clock moves only by the pauses it takes, which it
+    records (and a run of pauses that does not end is a failure, not a hang)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.pauses: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert len(self.pauses) < 50, f"no end to the pauses: {self.pauses[:10]}..."
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+class Highest(random.Random):
+    """Jitter that always draws the top of its range, and says which ranges it was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.ranges: list[tuple[float, float]] = []
+
+    def uniform(self, a: float, b: float) -> float:
+        self.ranges.append((a, b))
+        return b
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(protocol, "time", fake)
+    return fake
+
+
+def test_a_writer_that_keeps_losing_backs_off_exponentially_up_to_half_a_second(store: Store, clock: Clock) -> None:
+    def build(latest: Manifest | None) -> dict[str, Any]:
+        store.append(TP, keyed("x=1"), now_ms=3)
+        return as_it_is(latest)
+
+    rng = Highest()
+    with pytest.raises(CommitConflictError):
+        protocol.commit(store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3, max_attempts=9,
+                        rng=rng)
+    assert rng.ranges == [(0, 0.005 * 2**n) for n in range(7)] + [(0, 0.5)] * 2
+    assert clock.pauses == [0.005 * 2**n for n in range(7)] + [0.5] * 2
+
+
+def test_an_unknown_outcome_is_sent_again_after_growing_pauses_until_the_budget_is_spent(store: Store,
+                                                                                       clock: Clock) -> None:
+    Flaky(store, fail=10**6, lands=False, certain=False)
+    store.storage.retry_budget_ms = 1000
+    rng = Highest()
+    with pytest.raises(StoreError, match=r"retry budget of 1 s \(connection reset\)"):
+        protocol._publish(store.storage, TP, store.manifest(TP).model_copy(update={"version": 3}), rng)
+    # 0.05 s doubling, up to what is left of the second: then the outcome is reported unknown, on the deadline
+    assert rng.ranges == [(0, 0.05), (0, 0.1), (0, 0.2), (0, 0.4), (0, 0.8)]
+    assert clock.pauses == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.25])
+    assert clock.now == pytest.approx(1001.0)
+
+
+def test_long_pauses_are_capped_at_two_seconds(store: Store, clock: Clock) -> None:
+    Flaky(store, fail=10**6, lands=False, certain=False)
+    store.storage.retry_budget_ms = 10_000
+    rng = Highest()
+    with pytest.raises(StoreError, match="retry budget of 10 s"):
+        protocol._publish(store.storage, TP, store.manifest(TP).model_copy(update={"version": 3}), rng)
+    assert [b for _, b in rng.ranges] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0, 2.0]
+    assert sum(clock.pauses) == pytest.approx(10.0)
+
+
+def test_a_create_refused_for_a_version_that_is_not_there_is_an_unknown_outcome(store: Store, clock: Clock) -> None:
+    store.storage.create_exclusive = lambda rel, data: False  # type: ignore[method-assign]
+    store.storage.retry_budget_ms = 0
+    with pytest.raises(StoreError, match=r"\(refused, yet absent when read back\); readers see version 2 or 3$"):
+        protocol._publish(store.storage, TP, store.manifest(TP).model_copy(update={"version": 3}), Highest())
+
+
+def test_the_last_error_reading_back_is_the_one_reported(store: Store, clock: Clock,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    Flaky(store, fail=10**6, lands=False, certain=False)
+    store.storage.retry_budget_ms = 0
+    next_version = store.manifest(TP).model_copy(update={"version": 3})
+
+    def unreadable(storage: Any, tp: TopicPartition, version: int | None = None) -> Any:
+        raise OSError("read timed out")
+
+    monkeypatch.setattr(protocol, "read_manifest", unreadable)
+    with pytest.raises(StoreError, match=r"\(read timed out\); readers see version 2 or 3$"):
+        protocol._publish(store.storage, TP, next_version, Highest())
+
+
+def test_a_manifest_that_names_another_version_or_is_not_json_is_corrupt(store: Store) -> None:
+    where = store.storage.describe(f"{TP.prefix}/_manifests/00000000000000000009.json")
+    store.storage.write_bytes(f"{TP.prefix}/_manifests/00000000000000000009.json", store.manifest(TP, 2).to_json())
+    with pytest.raises(CorruptManifestError, match=rf"^manifest {where} describes t-0 version 2, expected t-0 version "
+                                                   r"9$"):
+        protocol.read_manifest(store.storage, TP, 9)
+    store.storage.write_bytes(f"{TP.prefix}/_manifests/00000000000000000009.json", b"{")
+    with pytest.raises(CorruptManifestError, match=rf"^manifest {where} is not valid JSON"):
+        protocol.read_manifest(store.storage, TP, 9)

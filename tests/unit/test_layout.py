@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from compaction.clean.layout import WRITE_COST, ApplyPolicy, SegmentOutcome, plan_jobs
+from compaction.schema import LONG_MAX
 from compaction.store.manifest import DeletionVector, SegmentMeta
 
 
@@ -131,3 +134,14 @@ def test_a_segment_no_decision_speaks_of_read_and_lost_nothing() -> None:
     assert SegmentOutcome.empty() == SegmentOutcome(records=0, kept=0, stamped=0, dropped={})
     assert SegmentOutcome.empty().estimated_bytes(meta(0, 10, 1000)) == 0
     assert SegmentOutcome(records=3, kept=1, stamped=0, dropped={}).estimated_bytes(meta(0, 3, 1000)) == 333
+
+
+def test_a_decisions_counts_for_one_segment() -> None:
+    code = np.array([0, 1, 0, 0], dtype=np.int8)
+    stamp = np.array([False, False, True, False])
+    outcome = SegmentOutcome.from_decision(code, stamp, np.array([500, LONG_MAX, 300, LONG_MAX]), frozenset({"k"}))
+    assert outcome == SegmentOutcome(records=4, kept=3, stamped=1, dropped={"superseded": 1}, next_horizon_ms=300,
+                                     erased_keys=frozenset({"k"}))
+    nothing_to_come = SegmentOutcome.from_decision(code, stamp, np.full(4, LONG_MAX))
+    assert (nothing_to_come.next_horizon_ms, nothing_to_come.erased_keys) == (None, frozenset())
+    assert SegmentOutcome.from_decision(code[:0], stamp[:0], np.array([], dtype=np.int64)) == SegmentOutcome.empty()

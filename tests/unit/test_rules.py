@@ -230,3 +230,26 @@ def test_a_record_with_a_null_control_flag_is_data_when_its_horizon_is_decided()
     table = records([{"offset": 0, "key": "a", "value": None}, {"offset": 1, "key": "b", "value": "x"}])
     table = table.set_column(table.column_names.index("is_control"), "is_control", pa.nulls(2, pa.bool_()))
     assert rules.needs_horizon(table, np.array([], dtype=np.int64)).to_pylist() == [True, False]
+
+
+def test_each_strategy_reads_its_version_from_its_own_column() -> None:
+    assert [rules.strategy_columns(s) for s in (Strategy.OFFSET, Strategy.TIMESTAMP, Strategy.HEADER)] == [
+        [], ["timestamp"], ["headers"]]
+
+
+def test_upcoming_horizons_are_those_of_kept_records_still_to_come_as_exact_longs() -> None:
+    table = facts({"offset": 0, "key": "a", "delete_horizon_ms": 2**53 + 1},  # kept, to come
+                  {"offset": 1, "key": "b", "delete_horizon_ms": NOW + 5},  # dropped: its horizon no longer counts
+                  {"offset": 2, "key": "c", "delete_horizon_ms": NOW},  # kept, due now: not to come
+                  {"offset": 3, "key": "d"})  # kept, no horizon
+    code = np.array([rules.KEPT, Reason.SUPERSEDED.code, rules.KEPT, rules.KEPT], dtype=np.int8)
+    upcoming = rules.upcoming_horizons(table, code, NOW)
+    assert (upcoming.dtype, upcoming.tolist()) == (np.dtype(np.int64), [2**53 + 1, LONG_MAX, LONG_MAX, LONG_MAX])
+
+
+def test_a_bound_equal_to_the_one_before_does_not_take_its_name() -> None:
+    # The active segment's base, the last stable offset and the min-lag bound all at 30: the active segment bounds.
+    assert rules.uncleanable_offset(first_dirty_offset=0, active_base=30, last_stable_offset=30, lag_bound=30) == (
+        30, "active segment")
+    assert rules.uncleanable_offset(first_dirty_offset=0, active_base=40, last_stable_offset=30, lag_bound=30) == (
+        30, "last stable offset")
