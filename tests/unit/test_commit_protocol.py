@@ -119,6 +119,19 @@ def test_a_writer_that_loses_the_race_rebuilds_on_the_version_that_won(store: St
     assert committed.log_end_offset == 5
 
 
+def test_a_writer_that_lost_reads_the_versions_after_the_winner_not_a_listing_that_lags(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object store's listing may not show a version created a moment ago: the version a writer lost to is
+    known, and it probes the ones after it."""
+    listed = store.storage.list_dir
+    monkeypatch.setattr(store.storage, "list_dir", lambda rel, detail=True: [
+        e for e in listed(rel, detail) if not e.name.endswith("00000000000000000003.json")])
+    store.commit(TP, as_it_is, writer=Writer(id="other"), operation="erasure", now_ms=3)  # version 3: not listed
+    committed = store.commit(TP, as_it_is, writer=WRITER, operation="erasure", now_ms=4)
+    assert (committed.version, committed.writer.id) == (4, "test")
+    assert protocol.read_manifest(store.storage, TP, 3).writer.id == "other"
+
+
 def test_a_writer_gives_up_after_its_attempts_all_lose(store: Store) -> None:
     def build(latest: Any) -> dict[str, Any]:
         store.append(TP, keyed("x=1"), now_ms=3)  # every time, someone else wins

@@ -452,9 +452,10 @@ def test_retention_and_segments_below_the_log_start_are_both_named() -> None:
 
 def test_a_log_without_segments_is_cleaned_only_to_carry_out_its_erasure_requests() -> None:
     pending = one(bare(10, (erasure(5),)))
-    assert (pending.decision, pending.reason, pending.first_dirty_offset, pending.first_uncleanable_offset,
-            pending.log_start_offset, pending.erasures) == (
-        Decision.CLEAN, "erasure requested: no segment is left to rewrite", 10, 10, 10, (erasure(5),))
+    assert (pending.partition, pending.decision, pending.reason, pending.first_dirty_offset,
+            pending.first_uncleanable_offset, pending.log_start_offset, pending.erasures) == (
+        TopicPartition("t", 0), Decision.CLEAN, "erasure requested: no segment is left to rewrite", 10, 10, 10,
+        (erasure(5),))
     empty = one(bare(10))
     assert (empty.partition, empty.decision, empty.reason, empty.log_start_offset, empty.first_dirty_offset) == (
         TopicPartition("t", 0), Decision.SKIP, "empty log", 10, None)

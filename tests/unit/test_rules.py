@@ -196,7 +196,7 @@ def test_versions_are_exact_longs_with_validity_as_bytes() -> None:
         valid, version = rules.versions(table, strategy, "v")
         assert (valid.dtype, version.dtype) == (np.int8, np.int64), strategy
     assert versions(big, Strategy.HEADER, "v") == [(1, 2**53 + 1), (1, -(2**53) - 1), (0, -1)]
-    assert versions([(0, 2**53 + 1, None)], Strategy.TIMESTAMP) == [(1, 2**53 + 1)]
+    assert versions([(0, 2**53 + 1, None), (1, None, None)], Strategy.TIMESTAMP) == [(1, 2**53 + 1), (0, -1)]
     no_match = rules.versions(pa.table({"headers": pa.array([[("w", be(1))]], HEADER_TYPE)}), Strategy.HEADER, "v")
     no_headers = rules.versions(pa.table({"headers": pa.array([None], HEADER_TYPE)}), Strategy.HEADER, "v")
     for valid, version in (no_match, no_headers):
