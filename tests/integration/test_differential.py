@@ -407,7 +407,7 @@ def on_spark(session: Any, plan: str, setup: Setup, *, kafka: bool = False, spli
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("plan", ["arrow", "arrow-split", "window", "aggregate"])
-@settings(max_examples=6, deadline=None,
+@settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(setup=setups(), history=HISTORY)
 def test_every_plan_on_spark_plans_and_keeps_exactly_what_the_reference_model_does(
@@ -425,7 +425,7 @@ def test_every_plan_on_spark_plans_and_keeps_exactly_what_the_reference_model_do
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("plan", ["arrow", "arrow-split", "window"])
-@settings(max_examples=3, deadline=None,
+@settings(max_examples=4, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(setup=setups(), history=HISTORY)
 def test_log_segments_on_spark_keep_exactly_what_the_reference_model_keeps(any_spark, plan: str, setup: Setup,
