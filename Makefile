@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup sail-setup dist run test test-unit cluster-test soak bench bench-quick bench-codec lint clean
+.PHONY: help setup airflow-setup sail-setup dist run test test-unit cluster-test mutation soak bench bench-quick bench-codec lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -68,6 +68,17 @@ test-unit: setup ## the fast part, tests/unit: no Spark, no server (well under a
 cluster-test: setup ## only the standalone-cluster test (master + 2 workers and S3 on 127.0.0.1)
 	$(BIN)/python -m pytest -m cluster -s
 
+$(BIN)/.mutation-installed: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,mutation]'
+	@touch $@
+
+MUTATION_FLOOR ?= 0.90
+mutation: $(BIN)/.mutation-installed ## mutation score of the rules, planner, layout and commits against the unit tests (mutmut; slow)
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children 2
+	$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python tests/mutation/score.py mutants/mutmut-cicd-stats.json --floor $(MUTATION_FLOOR)
+
 SOAK_MINUTES ?= 30
 soak: setup ## appenders and the cleaner side by side for SOAK_MINUTES (default 30), verify after each cycle
 	$(BIN)/python scripts/soak.py --minutes $(SOAK_MINUTES)
@@ -89,4 +100,4 @@ lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vul
 	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
 
 clean: ## remove the demo store, reports, packages and caches (keeps the virtualenvs)
-	rm -rf $(STORE) out dist build compaction.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(STORE) out dist build compaction.egg-info .pytest_cache .mypy_cache .ruff_cache mutants

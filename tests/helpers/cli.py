@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stderr, redirect_stdout
 from typing import NamedTuple
 
 import pytest
@@ -29,3 +31,15 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     """Run the command: its exit code and all it printed (stdout, then stderr)."""
     ran = invoke(capsys, *argv)
     return ran.code, ran.out + ran.err
+
+
+def call(*argv: str) -> Ran:
+    """Run the command with its output captured here, for a test that has no capsys (Hypothesis runs many examples
+    in one test call)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    return Ran(code, out.getvalue(), err.getvalue())

@@ -92,6 +92,8 @@ class FaultProxy:
         self.delay_s = delay_s
         self.requests: list[str] = []  # "METHOD /path?query" of every request, in arrival order
         self.hits: list[str] = []  # "action METHOD /path?query" of every fault applied
+        self.stalled: list[str] = []  # "METHOD /path?query" of every stalled request once it reached upstream
+        self._stalled_changed = threading.Condition()
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -114,6 +116,19 @@ class FaultProxy:
             self._faults.clear()
             self.requests.clear()
             self.hits.clear()
+        with self._stalled_changed:
+            self.stalled.clear()
+
+    def wait_for_stalled(self, count: int, timeout_s: float = MAX_STALL_S + UPSTREAM_TIMEOUT_S) -> bool:
+        """Wait until ``count`` stalled requests have reached the upstream server (and taken effect there); false
+        if they have not within ``timeout_s``, which only bounds a run that goes wrong."""
+        with self._stalled_changed:
+            return self._stalled_changed.wait_for(lambda: len(self.stalled) >= count, timeout=timeout_s)
+
+    def _reached_upstream(self, method: str, path: str) -> None:
+        with self._stalled_changed:
+            self.stalled.append(f"{method} {path}")
+            self._stalled_changed.notify_all()
 
     def _decide(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -221,7 +236,9 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     self._drop()
                 else:
                     proxy._stopping.wait(fault.stall_s)
-                    self._answer(*self._forward(body))
+                    answer = self._forward(body)
+                    proxy._reached_upstream(self.command, self.path)
+                    self._answer(*answer)
             except OSError:
                 self.close_connection = True  # the client went away (it gave up on a stall): nothing to answer
 

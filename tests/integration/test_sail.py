@@ -33,14 +33,7 @@ from compaction.read.scan import scan
 from compaction.store import Store, TopicPartition
 from tests.helpers import ROOT, SPARK_NOISE
 from tests.helpers.settings import settings_with
-from tests.integration.test_differential import (
-    HISTORY,
-    KAFKA_SPLIT,
-    KAFKA_WHOLE,
-    SPLIT,
-    WHOLE,
-    check_history,
-)
+from tests.integration.test_differential import HISTORY, Setup, check_history, setups, through_cleaner
 
 pytestmark = [pytest.mark.sail, pytest.mark.slow]
 
@@ -122,25 +115,28 @@ def sail(sail_session: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.mark.parametrize("plan", ["arrow", "arrow-split", "window", "aggregate"])
-@settings(max_examples=3, deadline=None, derandomize=True,
+@settings(max_examples=3, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(history=HISTORY)
-def test_every_plan_on_sail_keeps_exactly_what_the_reference_model_keeps(sail: Any, plan: str, history: list[Any],
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Split partitions (with and without transactions) take their payloads in their rows, joined by broadcast."""
+@given(setup=setups(), history=HISTORY)
+def test_every_plan_on_sail_plans_and_keeps_exactly_what_the_reference_model_does(
+        sail: Any, plan: str, setup: Setup, history: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split partitions (with and without transactions) take their payloads in their rows."""
     split = plan == "arrow-split"
     if plan in ("arrow-split", "aggregate"):
         monkeypatch.setattr(stages, "CARRIED_BYTES", 0)
-    check_history(sail, "arrow" if split else plan, SPLIT if split else WHOLE, history)
+    runner = through_cleaner(sail, "arrow" if split else plan, setup.settings(split=split))
+    check_history(setup, lambda _: runner, history, split=split)
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
-@settings(max_examples=2, deadline=None, derandomize=True,
+@settings(max_examples=2, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(history=HISTORY)
-def test_log_segments_on_sail_keep_exactly_what_the_reference_model_keeps(sail: Any, split: bool,
+@given(setup=setups(), history=HISTORY)
+def test_log_segments_on_sail_keep_exactly_what_the_reference_model_keeps(sail: Any, split: bool, setup: Setup,
                                                                           history: list[Any]) -> None:
-    check_history(sail, "arrow", KAFKA_SPLIT if split else KAFKA_WHOLE, history, kafka=True)
+    """kafka-python's batches, parsed by kafka-python after every run."""
+    runner = through_cleaner(sail, "arrow", setup.settings(kafka=True, split=split))
+    check_history(setup, lambda _: runner, history, kafka=True, split=split)
 
 
 def _generate(path: Path) -> None:

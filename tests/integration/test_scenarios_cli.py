@@ -7,22 +7,29 @@ back under any strategy) and T56's horizon stamping.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from compaction.cli import EXIT_OK
+from compaction.cli import EXIT_OK, common
 from tests.helpers.builders import rec
 from tests.helpers.cli import run
 
 pytestmark = pytest.mark.spark
 
-# Runs start an hour ahead of the wall clock, so their horizons come from --now alone (a --now behind the
-# wall clock stamps them from the wall clock); the calls allow a future --now.
-NOW = (int(time.time()) + 3600) * 1000
+#: The command line's wall clock in these tests, whenever they run: runs start an hour ahead of it, so their
+#: horizons come from --now alone (a --now behind the wall clock stamps them from the wall clock); the calls allow a
+#: future --now.
+WALL = 1_800_000_000_000
+NOW = WALL + 3_600_000
 DAY = 86_400_000
+HOUR = 3_600_000
+
+
+@pytest.fixture(autouse=True)
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "wall_clock_ms", lambda: WALL)
 
 
 class Cli:
@@ -129,6 +136,19 @@ def test_t28_a_data_key_equal_to_a_marker_key_supersedes_nothing(cli: Cli) -> No
     assert cli.offsets() == [0, 1, 2, 3, 4]
 
 
+def test_records_within_the_min_compaction_lag_survive_a_run_until_they_are_older(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    cli = Cli(tmp_path, capsys, f'"log.cleaner.min.compaction.lag.ms" = {HOUR}\n')
+    cli.append(rec("a", "o1", timestamp=NOW - 3 * HOUR), rec("a", "o2", timestamp=NOW - 3 * HOUR))  # past the lag
+    cli.append(rec("a", "y1", timestamp=NOW - HOUR // 2), rec("a", "y2", timestamp=NOW - HOUR // 2))  # within it
+    cli.append(rec("z", "active", timestamp=NOW), now=NOW)
+    cli.run(NOW)
+    assert [(r["offset"], r["value"]) for r in cli.read()] == [(1, "o2"), (2, "y1"), (3, "y2"), (4, "active")], \
+        "only the segment past the lag was cleaned: y1 survives though y2 supersedes it, and o2 though y1 does"
+    cli.run(NOW + HOUR)  # half an hour past the lag for the second segment
+    assert [(r["offset"], r["value"]) for r in cli.read()] == [(3, "y2"), (4, "active")]
+
+
 def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str], spark) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.delete.retention.ms" = 1\n')
@@ -184,13 +204,12 @@ def test_an_expired_tombstone_that_lost_on_version_goes_and_the_next_plan_select
 
 
 def test_a_backdated_run_never_shortens_a_tombstones_life_in_real_time(cli: Cli) -> None:
-    wall = int(time.time() * 1000)
-    backfill = wall - 30 * DAY  # a replay of a night a month ago
+    backfill = WALL - 30 * DAY  # a replay of a night a month ago
     cli.append(rec("k", "v"), rec("k", None), now=backfill)
     cli.append(rec("active"), now=backfill)
     cli.run(backfill)
     horizon = next(r["delete_horizon_ms"] for r in cli.read() if r.get("key") == "k")
-    assert horizon >= wall + DAY, "stamped from the wall clock, not from the backdated now"
+    assert horizon == WALL + DAY, "stamped from the wall clock, not from the backdated now"
     cli.append(rec("active-2"))
     cli.run(None)  # tonight's run, minutes after the replay: the delete has lived minutes, not a day
     assert [r["value"] for r in cli.read() if r.get("key") == "k"] == [None]

@@ -5,20 +5,15 @@ model keeps."""
 
 from __future__ import annotations
 
-import struct
 import tempfile
 from pathlib import Path
-from typing import Any
-
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
-from kafka.record.util import calc_crc32c
 
 from compaction.clean.cleaner import Cleaner
 from compaction.interop import export_partition
 from compaction.store import Store, TopicPartition
 from tests.helpers.inline import InlineSession
-from tests.helpers.model import Model, Rec
+from tests.helpers.kafka_python import ParsedBatch, build_batch, marker_batch, parse
+from tests.helpers.model import Config, Model, Rec, Segment
 from tests.helpers.settings import settings_with
 
 TP = TopicPartition("t", 0)
@@ -26,31 +21,24 @@ T0 = 1_800_000_000_000
 RETENTION = 1000
 SETTINGS = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                           "log.cleaner.delete.retention.ms": RETENTION, "producer.id.expiration.ms": 1})
-COMMIT_KEY, ABORT_KEY = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"
-MARKER_VALUE = b"\x00\x00\x00\x00\x00\x00"
 
 
 def kafka_python_batch(base: int, records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]], *,
-                       codec: int = 0, producer: int = -1, sequence: int = -1, transactional: bool = False,
-                       control: bool = False) -> bytes:
-    """One batch from kafka-python's builder, its base offset set as a broker assigns it (outside the CRC); a
-    control batch gets the control bit and a fresh CRC (kafka-python's producer writes none)."""
-    builder = DefaultRecordBatchBuilder(2, codec, transactional, producer, 0 if producer >= 0 else -1, sequence,
-                                        1 << 30)
-    for delta, (key, value, headers) in enumerate(records):
-        builder.append(delta, T0 + base + delta, key, value, headers)
-    built = builder.build()
-    struct.pack_into(">q", built, 0, base)
-    if control:
-        (attributes,) = struct.unpack_from(">h", built, 21)
-        struct.pack_into(">h", built, 21, attributes | 0x20)
-        struct.pack_into(">I", built, 17, calc_crc32c(memoryview(built)[21:]))
-    return bytes(built)
+                       codec: str = "none", producer: int = -1, sequence: int = -1,
+                       transactional: bool = False) -> bytes:
+    """One batch from kafka-python's builder, each record written at ``T0`` plus its offset."""
+    return build_batch(base, [(T0 + base + delta, key, value, headers) for delta, (key, value, headers)
+                              in enumerate(records)], codec=codec, producer=producer,
+                       epoch=0 if producer >= 0 else -1, sequence=sequence, transactional=transactional)
+
+
+def marker(offset: int, producer: int, commit: bool) -> bytes:
+    return marker_batch(offset, producer=producer, epoch=0, commit=commit, timestamp=T0 + offset)
 
 
 def history() -> tuple[list[bytes], list[list[Rec]]]:
     """Three appends of kafka-python batches, and the same records for the reference model."""
-    gzip = 1
+    gzip = "gzip"
     appends: list[bytes] = []
     recs: list[list[Rec]] = []
     h = [("trace", b"1"), ("v", b"\x00" * 8)]
@@ -58,11 +46,11 @@ def history() -> tuple[list[bytes], list[list[Rec]]]:
     appends.append(b"".join([
         kafka_python_batch(0, [(b"a", b"a0", h), (b"b", b"b0", [])], codec=gzip, producer=7, sequence=0,
                            transactional=True),
-        kafka_python_batch(2, [(COMMIT_KEY, MARKER_VALUE, [])], producer=7, transactional=True, control=True),
+        marker(2, 7, commit=True),
         kafka_python_batch(3, [(b"a", b"a1", h), (b"b", None, []), (None, b"keyless", [])], codec=gzip),
         kafka_python_batch(6, [(b"c", b"c0", []), (b"a", b"a-aborted", [])], producer=8, sequence=0,
                            transactional=True),
-        kafka_python_batch(8, [(ABORT_KEY, MARKER_VALUE, [])], producer=8, transactional=True, control=True),
+        marker(8, 8, commit=False),
     ]))
     recs.append([Rec(0, "a", "a0", producer=7, transactional=True), Rec(1, "b", "b0", producer=7, transactional=True),
                  Rec(2, None, None, producer=7, transactional=True, control="commit"),
@@ -79,18 +67,6 @@ def history() -> tuple[list[bytes], list[list[Rec]]]:
     return appends, recs
 
 
-def parse(data: bytes) -> list[dict[str, Any]]:
-    """Every batch as kafka-python reads it, after checking its CRC."""
-    found = []
-    reader = MemoryRecords(data)
-    while (read := reader.next_batch()) is not None:
-        assert read.validate_crc(), f"batch at {read.base_offset} fails its CRC in kafka-python"
-        found.append({"base": read.base_offset, "last": read.base_offset + read.last_offset_delta,
-                      "control": read.is_control_batch, "codec": read.compression_type,
-                      "records": [(r.offset, r.key, r.value, list(r.headers)) for r in read]})
-    return found
-
-
 def test_kafka_python_batches_cleaned_and_read_back_by_kafka_python() -> None:
     store = Store.open(tempfile.mkdtemp(prefix="interop-"))
     model = Model("offset")
@@ -101,18 +77,20 @@ def test_kafka_python_batches_cleaned_and_read_back_by_kafka_python() -> None:
     for now in (T0 + 10, T0 + 10 + RETENTION):  # the second pass purges the tombstone and the abort marker
         report = Cleaner(InlineSession(), store, SETTINGS).run(now)
         assert not report.failed, [r.error for r in report.failed]
-        model.run(now)
-        parsed = [b for s in store.manifest(TP).segments
-                  for b in parse(store.storage.read_buffer(f"{TP.prefix}/{s.path}").to_pybytes())]
-        survivors = [r[0] for b in parsed for r in b["records"]]
+        model.run(now, [Segment.of(s.model_dump()) for s in store.manifest(TP).segments],
+                  Config(delete_retention_ms=RETENTION))
+        parsed: list[ParsedBatch] = [b for s in store.manifest(TP).segments
+                                     for b in parse(store.storage.read_buffer(f"{TP.prefix}/{s.path}").to_pybytes())]
+        survivors = [r["offset"] for b in parsed for r in b.records]
         assert survivors == [r.offset for r in model.log]
-        assert all(b["codec"] in (0, 1) for b in parsed)
-        by_offset = {r[0]: r for b in parsed for r in b["records"]}
+        assert all(b.codec in (0, 1) for b in parsed)
+        by_offset = {r["offset"]: r for b in parsed for r in b.records}
         if 3 in by_offset:
-            assert by_offset[3][1:] == (b"a", b"a1", [("trace", b"1"), ("v", b"\x00" * 8)]), "headers survive"
+            assert (by_offset[3]["key"], by_offset[3]["value"], by_offset[3]["headers"]) == (
+                b"a", b"a1", [("trace", b"1"), ("v", b"\x00" * 8)]), "headers survive"
     assert survivors == [2, 3, 5, 8, 9, 10, 11], "the tombstone went; the markers wait for their horizon"
     exported = Path(tempfile.mkdtemp(prefix="interop-export-")) / "t-0"
     export_partition(store, TP, exported)
     read_back = [b for path in sorted(exported.glob("*.log")) for b in parse(path.read_bytes())]
-    assert [r[0] for b in read_back for r in b["records"]] == survivors
-    assert [(b["base"], b["last"]) for b in read_back] == [(b["base"], b["last"]) for b in parsed]
+    assert [r["offset"] for b in read_back for r in b.records] == survivors
+    assert [(b.base, b.last) for b in read_back] == [(b.base, b.last) for b in parsed]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from compaction.clean.layout import WRITE_COST, ApplyPolicy, SegmentOutcome, lay_out
+from compaction.schema import LONG_MAX
 from compaction.store.manifest import DeletionVector, SegmentMeta
 
 
@@ -71,3 +74,74 @@ def test_a_deletion_vector_past_its_age_is_folded_in_and_merges_stop_at_the_task
     for share in (29, 30):  # every record read: its share of the work is all of it, exactly (no rounding)
         policy = replace(policy, max_group_records=share)
         assert jobs(segments, outcomes, first_dirty=30, policy=policy) == [([0, 10, 20], False)]
+
+
+def test_a_deletion_vector_takes_up_to_its_ratio_of_the_records_counting_those_it_already_deletes() -> None:
+    policy = ApplyPolicy(segment_bytes=100, now_ms=0)  # deletion.vector.max.ratio 0.2: 2 of 10 records
+    assert jobs([meta(0, 10, 1000)], [kept(10, lost=2)], first_dirty=10, policy=policy) == [([0], True)]
+    assert jobs([meta(0, 10, 1000)], [kept(10, lost=3)], first_dirty=10, policy=policy) == [([0], False)]
+    older = DeletionVector(path="segments/_00000000000000000000-d.deletes.parquet", count=2, size_bytes=10,
+                           checksum="sha256:0", created_ms=0)
+    assert jobs([meta(0, 10, 1000, deletes=older)], [kept(8, lost=1)], first_dirty=10, policy=policy) == [
+        ([0], False)], "two deleted before and one now are more than two"
+
+
+def test_a_small_segment_that_only_loses_a_few_records_alone_takes_a_deletion_vector() -> None:
+    policy = ApplyPolicy(segment_bytes=8000, now_ms=0)
+    assert jobs([meta(0, 10, 100)], [kept(10, lost=1)], first_dirty=10, policy=policy) == [([0], True)]
+
+
+def test_a_segment_of_exactly_an_eighth_of_segment_bytes_is_large() -> None:
+    # 801 // 8 = 100: the unchanged clean segment of 100 bytes stands alone; the one that loses its record is
+    # rewritten without it.
+    policy = ApplyPolicy(segment_bytes=801, now_ms=0)
+    segments = [meta(0, 10, 100), meta(10, 11, 50)]
+    assert jobs(segments, [kept(10), kept(1, lost=1)], first_dirty=11, policy=policy) == [([10], False)]
+
+
+def test_merged_rewrites_fill_segment_bytes_exactly_and_start_afresh_after_a_large_segment() -> None:
+    # A large unchanged segment, then three rewrites of 500 estimated bytes each (556 * 9 // 10) within 1000.
+    segments = [meta(0, 10, 5000), meta(10, 20, 556), meta(20, 30, 556), meta(30, 40, 556)]
+    outcomes = [kept(10), kept(10, lost=1), kept(10, lost=1), kept(10, lost=1)]
+    policy = ApplyPolicy(segment_bytes=1000, now_ms=0, deletion_vector_max_ratio=0)
+    assert jobs(segments, outcomes, first_dirty=40, policy=policy) == [([10, 20], False), ([30], False)]
+
+
+def test_the_work_of_a_rewrite_adds_up_over_its_sources_and_starts_afresh_after_each_rewrite() -> None:
+    # Four rewrites of 10 records read and 5 kept: work 10 + 2 * 5 = 20 each, 80 in all; a share of 20 of the 40
+    # records read is 40 of the work: two segments a rewrite.
+    segments = [meta(b, b + 10, 1000) for b in range(0, 40, 10)]
+    policy = ApplyPolicy(segment_bytes=10_000, now_ms=0, max_group_records=20)
+    assert jobs(segments, [kept(10, lost=5)] * 4, first_dirty=40, policy=policy) == [
+        ([0, 10], False), ([20, 30], False)]
+
+
+def test_segment_outcomes_of_two_key_ranges_add_up() -> None:
+    first = SegmentOutcome(records=3, kept=2, stamped=1, dropped={"superseded": 1}, next_horizon_ms=50,
+                           erased_keys=frozenset({"x"}))
+    second = SegmentOutcome(records=4, kept=1, stamped=2, dropped={"superseded": 2, "aborted": 1},
+                            erased_keys=frozenset({"y"}))
+    both = SegmentOutcome(records=7, kept=3, stamped=3, dropped={"superseded": 3, "aborted": 1}, next_horizon_ms=50,
+                          erased_keys=frozenset({"x", "y"}))
+    assert first.merge(second) == both and second.merge(first) == both
+    assert first.merge(replace(second, next_horizon_ms=40)).next_horizon_ms == 40
+    assert second.merge(second).next_horizon_ms is None
+    assert (both.lost, both.with_hidden_erased(frozenset({"z"})).erased_keys) == (4, frozenset({"x", "y", "z"}))
+    assert both.with_hidden_erased(frozenset()) is both
+
+
+def test_a_segment_no_decision_speaks_of_read_and_lost_nothing() -> None:
+    assert SegmentOutcome.empty() == SegmentOutcome(records=0, kept=0, stamped=0, dropped={})
+    assert SegmentOutcome.empty().estimated_bytes(meta(0, 10, 1000)) == 0
+    assert SegmentOutcome(records=3, kept=1, stamped=0, dropped={}).estimated_bytes(meta(0, 3, 1000)) == 333
+
+
+def test_verdicts_count_for_one_segment() -> None:
+    code = np.array([0, 1, 0, 0], dtype=np.int8)
+    stamp = np.array([False, False, True, False])
+    outcome = SegmentOutcome.from_verdicts(code, stamp, np.array([500, LONG_MAX, 300, LONG_MAX]), frozenset({"k"}))
+    assert outcome == SegmentOutcome(records=4, kept=3, stamped=1, dropped={"superseded": 1}, next_horizon_ms=300,
+                                     erased_keys=frozenset({"k"}))
+    nothing_to_come = SegmentOutcome.from_verdicts(code, stamp, np.full(4, LONG_MAX))
+    assert (nothing_to_come.next_horizon_ms, nothing_to_come.erased_keys) == (None, frozenset())
+    assert SegmentOutcome.from_verdicts(code[:0], stamp[:0], np.array([], dtype=np.int64)) == SegmentOutcome.empty()

@@ -3,31 +3,56 @@
 from __future__ import annotations
 
 import threading
-import time
+import types
+
+import pytest
 
 from compaction.engine import phases
 
 
-def test_a_phase_inside_another_counts_its_own_time_only() -> None:
+class Clock:
+    """A perf_counter that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.seconds = 100.0
+
+    def perf_counter(self) -> float:
+        return self.seconds
+
+    def advance(self, seconds: float) -> None:
+        self.seconds += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(phases, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
+    return fake
+
+
+def test_a_phase_inside_another_counts_its_own_time_only(clock: Clock) -> None:
+    with phases.task_phases() as seen, phases.phase("write"):
+        clock.advance(2.0)
+        with phases.phase("read"):
+            clock.advance(5.0)
+        clock.advance(0.5)
+    assert seen == {"write": 2.5, "read": 5.0}, "the nested read is not counted towards write"
+
+
+def test_a_phase_entered_twice_adds_up(clock: Clock) -> None:
     with phases.task_phases() as seen:
-        _nested()
-    assert seen["read"] >= 0.05 and seen["write"] >= 0.02
-    assert seen["write"] < 0.05, "the nested read is not counted towards write"
+        for seconds in (1.0, 3.0):
+            with phases.phase("decide"):
+                clock.advance(seconds)
+    assert seen == {"decide": 4.0}
 
 
-def test_each_task_starts_from_nothing() -> None:
+def test_each_task_starts_from_nothing(clock: Clock) -> None:
     with phases.phase("decide"):
-        pass  # outside a task body: left for the next task to clear
+        clock.advance(1.0)  # outside a task body: left for the next task to clear
     with phases.task_phases() as seen:
         pass
     assert seen == {}
-
-
-def _nested() -> None:
-    with phases.phase("write"):
-        time.sleep(0.02)
-        with phases.phase("read"):
-            time.sleep(0.05)
 
 
 def test_tasks_on_threads_of_one_process_keep_their_phases_apart() -> None:

@@ -182,3 +182,74 @@ def test_first_uncleanable_offset_is_kafkas_minimum_rounded_to_a_segment(dirty: 
     offset, bound = rules.uncleanable_offset(first_dirty_offset=dirty, active_base=30, last_stable_offset=lso,
                                              lag_bound=lag)
     assert (rules.first_uncleanable_offset(offset, [0, 10, 20, 25], [10, 20, 22, 30], 30), bound) == expected
+
+
+def test_versions_are_exact_longs_with_validity_as_bytes() -> None:
+    """A version is a Kafka long: 2^53 + 1 is not rounded (as a float would round it)."""
+    big: list[tuple[int, int | None, Any]] = [(0, None, [("v", be(2**53 + 1))]), (1, None, [("v", be(-(2**53) - 1))]),
+                                              (2, None, [("w", be(1))])]
+    for strategy, rows in ((Strategy.HEADER, big), (Strategy.TIMESTAMP, [(0, 2**53 + 1, None), (1, None, None)]),
+                           (Strategy.OFFSET, [(2**53 + 1, None, None)])):
+        table = pa.table({"offset": pa.array([r[0] for r in rows], pa.int64()),
+                          "timestamp": pa.array([r[1] for r in rows], pa.int64()),
+                          "headers": pa.array([r[2] for r in rows], HEADER_TYPE)})
+        valid, version = rules.versions(table, strategy, "v")
+        assert (valid.dtype, version.dtype) == (np.int8, np.int64), strategy
+    assert versions(big, Strategy.HEADER, "v") == [(1, 2**53 + 1), (1, -(2**53) - 1), (0, -1)]
+    assert versions([(0, 2**53 + 1, None), (1, None, None)], Strategy.TIMESTAMP) == [(1, 2**53 + 1), (0, -1)]
+    no_match = rules.versions(pa.table({"headers": pa.array([[("w", be(1))]], HEADER_TYPE)}), Strategy.HEADER, "v")
+    no_headers = rules.versions(pa.table({"headers": pa.array([None], HEADER_TYPE)}), Strategy.HEADER, "v")
+    for valid, version in (no_match, no_headers):
+        assert (valid.dtype, version.dtype, valid.tolist(), version.tolist()) == (np.int8, np.int64, [0], [-1])
+
+
+def test_transaction_facts_are_booleans_and_a_null_flag_counts_as_false() -> None:
+    table = pa.table({"offset": pa.array([0, 1, 2], pa.int64()), "producer_id": pa.array([1, 1, 1], pa.int64()),
+                      "is_transactional": pa.array([True, None, None], pa.bool_()),
+                      "is_control": pa.array([None, None, True], pa.bool_()),
+                      "control_type": pa.array([None, None, "abort"], pa.string())})
+    found = rules.transaction_facts(table)
+    assert (found.aborted.dtype, found.marker_pending.dtype) == (np.dtype(bool), np.dtype(bool))
+    assert (found.aborted.tolist(), found.marker_pending.tolist()) == ([True, False, False], [False, False, True])
+    plain = rules.transaction_facts(table.slice(1, 1))  # one record, no transaction: nothing to look at
+    assert (plain.aborted.tolist(), plain.marker_pending.tolist()) == ([False], [False])
+    assert (plain.aborted.dtype, plain.marker_pending.dtype) == (np.dtype(bool), np.dtype(bool))
+
+
+def test_one_stale_record_beyond_the_range_is_enough_to_guard_and_no_candidate_is_guarded_by_nothing() -> None:
+    table = facts({"offset": 0, "key": "a", "version": 50}, {"offset": 1, "key": "b", "version": 50})
+    tail = pa.table({"key": pa.array([b"a"]), "version_valid": pa.array([1], pa.int8()),
+                     "version": pa.array([10], pa.int64())})
+    guarded = rules.guarded_by_tail(table, np.ones(2, dtype=bool), tail)
+    assert (guarded.dtype, guarded.tolist()) == (np.dtype(bool), [True, False])
+    assert rules.guarded_by_tail(table, np.zeros(2, dtype=bool), tail).tolist() == [False, False]
+    assert rules.guarded_by_tail(table, np.ones(2, dtype=bool), tail.slice(0, 0)).tolist() == [False, False]
+
+
+def test_a_record_with_a_null_control_flag_is_data_when_its_horizon_is_decided() -> None:
+    table = records([{"offset": 0, "key": "a", "value": None}, {"offset": 1, "key": "b", "value": "x"}])
+    table = table.set_column(table.column_names.index("is_control"), "is_control", pa.nulls(2, pa.bool_()))
+    assert rules.needs_horizon(table, np.array([], dtype=np.int64)).to_pylist() == [True, False]
+
+
+def test_each_strategy_reads_its_version_from_its_own_column() -> None:
+    assert [rules.strategy_columns(s) for s in (Strategy.OFFSET, Strategy.TIMESTAMP, Strategy.HEADER)] == [
+        [], ["timestamp"], ["headers"]]
+
+
+def test_upcoming_horizons_are_those_of_kept_records_still_to_come_as_exact_longs() -> None:
+    table = facts({"offset": 0, "key": "a", "delete_horizon_ms": 2**53 + 1},  # kept, to come
+                  {"offset": 1, "key": "b", "delete_horizon_ms": NOW + 5},  # dropped: its horizon no longer counts
+                  {"offset": 2, "key": "c", "delete_horizon_ms": NOW},  # kept, due now: not to come
+                  {"offset": 3, "key": "d"})  # kept, no horizon
+    code = np.array([rules.KEPT, Reason.SUPERSEDED.code, rules.KEPT, rules.KEPT], dtype=np.int8)
+    upcoming = rules.upcoming_horizons(table, code, NOW)
+    assert (upcoming.dtype, upcoming.tolist()) == (np.dtype(np.int64), [2**53 + 1, LONG_MAX, LONG_MAX, LONG_MAX])
+
+
+def test_a_bound_equal_to_the_one_before_does_not_take_its_name() -> None:
+    # The active segment's base, the last stable offset and the min-lag bound all at 30: the active segment bounds.
+    assert rules.uncleanable_offset(first_dirty_offset=0, active_base=30, last_stable_offset=30, lag_bound=30) == (
+        30, "active segment")
+    assert rules.uncleanable_offset(first_dirty_offset=0, active_base=40, last_stable_offset=30, lag_bound=30) == (
+        30, "last stable offset")

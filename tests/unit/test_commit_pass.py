@@ -1,0 +1,212 @@
+"""The end of a pass (clean/commit.py): the one place a partition's checkpoint moves, and what it refuses to commit.
+
+The pass's results are stated by hand here (an object written, the decision's counts), so that each test says
+exactly what the commit makes of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import pytest
+from compaction.engine.isolation import Failure
+
+from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
+from compaction.clean.layout import SegmentOutcome
+from compaction.clean.outcome import Status
+from compaction.clean.payloads import AppliedJob
+from compaction.clean.planner import LogToClean, PartitionPlan, plan
+from compaction.clean.settings import TopicConfig
+from compaction.erasure import request_erasure
+from compaction.store import Replacement, Store, TopicPartition, Writer
+from compaction.store.segment import records
+from tests.helpers.builders import clean_task, keyed, rec
+
+TP = TopicPartition("t", 0)
+NOW = 10_000
+HORIZON = NOW + 1000  # the horizon the pass stamps
+COMPACT = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.0)
+WRITER = Writer(id="compaction-run", run_id="r")
+
+
+@pytest.fixture
+def store() -> Store:
+    """``a=1 b=2 | a=3 | c=4``: versions 1 to 3, the last segment active."""
+    store = Store.open(f"memory://commit-{uuid.uuid4().hex}")
+    for pairs in ("a=1 b=2", "a=3", "c=4"):
+        store.append(TP, keyed(pairs), now_ms=NOW)
+    return store
+
+
+def planned(store: Store, config: TopicConfig = COMPACT) -> PartitionPlan:
+    (p,) = plan({TP: store.manifest(TP)}, lambda _: config, NOW).partitions
+    return p
+
+
+def work(store: Store, p: LogToClean) -> PartitionWork:
+    return PartitionWork(p, clean_task(TP, store, p.segments, now_ms=NOW, horizon_ms=HORIZON,
+                                       first_dirty_offset=p.first_dirty_offset))
+
+
+def rewritten(store: Store, w: PartitionWork, *rows: dict, stamped: int = 0) -> None:
+    """The pass's one rewrite of the whole range into an object of ``rows``."""
+    job = w.task.job(0, w.log.segments, False)
+    segment = store.objects.write_segment(TP, records(rows), job.base_offset, job.next_offset, created_ms=NOW)
+    w.jobs.append(job)
+    w.add(AppliedJob.of(job, segment=segment, records_written=len(rows), bytes_written=segment.size_bytes,
+                        stamped=stamped))
+
+
+def outcome(records: int, kept: int, next_horizon: int | None = None, erased: frozenset[str] = frozenset()
+            ) -> SegmentOutcome:
+    return SegmentOutcome(records=records, kept=kept, stamped=0, dropped={"superseded": records - kept},
+                          next_horizon_ms=next_horizon, erased_keys=erased)
+
+
+def test_a_pass_commits_its_objects_its_checkpoint_and_when_it_cleaned(store: Store) -> None:
+    p = planned(store).to_clean()
+    w = work(store, p)
+    w.outcomes = {0: outcome(2, 1, next_horizon=12_000), 2: outcome(1, 1, next_horizon=11_500)}
+    rewritten(store, w, rec("b", "2", 1), rec("a", "3", 2))
+    result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=5)
+    manifest = store.manifest(TP)
+    assert (result.status, result.version_before, result.version_after, result.checkpoint_before,
+            result.checkpoint_after, result.clean_range, result.elapsed_ms) == (
+        Status.CLEANED, 3, 4, 0, 3, [0, 3], 5)
+    assert [(s.base_offset, s.next_offset, s.record_count) for s in manifest.segments] == [(0, 3, 2), (3, 4, 1)]
+    assert (manifest.first_dirty_offset, manifest.clean_keys_unique, manifest.last_clean_ms,
+            manifest.next_horizon_ms) == (3, True, NOW, 11_500)
+    assert (result.stats.messages_read, result.stats.messages_written, result.stats.dropped) == (
+        3, 2, {"superseded": 1})
+
+
+def test_the_next_horizon_counts_the_one_the_pass_stamped(store: Store) -> None:
+    w = work(store, planned(store).to_clean())
+    w.outcomes = {0: outcome(2, 2), 2: outcome(1, 1, next_horizon=HORIZON + 1)}
+    rewritten(store, w, rec("a", "1", 0), rec("b", None, 1), rec("a", "3", 2), stamped=1)
+    assert (w.stamped, w.next_horizon_ms()) == (1, HORIZON)
+    done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
+    assert store.manifest(TP).next_horizon_ms == HORIZON
+
+
+def test_a_partition_that_failed_anywhere_commits_nothing_and_keeps_its_error(store: Store) -> None:
+    w = work(store, planned(store).to_clean())
+    rewritten(store, w, rec("a", "3", 2))
+    w.fail(Failure("ValueError: boom", internal=True, trace="Traceback: boom"))
+    w.fail(Failure("OSError: later"))  # the first failure is the one reported
+    result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
+    assert (result.status, result.error, result.internal, result.trace) == (
+        Status.FAILED, "ValueError: boom", True, "Traceback: boom")
+    assert store.versions(TP) == [1, 2, 3]
+
+
+def test_an_apply_job_without_a_result_is_a_bug_and_commits_nothing(store: Store) -> None:
+    w = work(store, planned(store).to_clean())
+    w.jobs.append(w.task.job(0, w.log.segments, False))
+    result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
+    assert (result.status, result.error, result.internal) == (
+        Status.FAILED, "apply job(s) [0] produced no output", True)
+    assert store.versions(TP) == [1, 2, 3]
+
+
+def test_a_segment_holding_an_erased_key_that_was_not_rewritten_is_a_bug_and_commits_nothing(store: Store) -> None:
+    p = planned(store).to_clean()
+    w = work(store, p)
+    w.outcomes = {0: outcome(2, 2, erased=frozenset({"d" * 64})), 2: outcome(1, 1)}
+    result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
+    assert (result.status, result.internal) == (Status.FAILED, True)
+    assert result.error == f"segment(s) {[p.segments[0].path]} hold records of erased keys but were not rewritten"
+    assert store.versions(TP) == [1, 2, 3]
+
+
+def test_a_segment_no_outcome_speaks_of_holds_no_erased_key(store: Store) -> None:
+    w = work(store, planned(store).to_clean())
+    w.outcomes = {2: outcome(1, 1)}  # segment 0: no row of it was decided
+    assert done_cleaning(store, w, WRITER, NOW, elapsed_ms=0).status is Status.CLEANED
+
+
+def test_a_pass_that_carries_out_an_erasure_marks_it_rewritten_and_names_what_held_the_key(store: Store) -> None:
+    (tombstone,) = request_erasure(store, TP, [b"a"], now_ms=NOW, deadline_ms=NOW + 1000)
+    p = planned(store).to_clean()
+    digest = hashlib.sha256(b"a").hexdigest()
+    assert [(r.key_sha256, r.tombstone_offset) for r in p.erasures] == [(digest, tombstone)]
+    w = work(store, p)
+    holders = [s for s in p.segments if s.base_offset in (0, 2)]
+    w.outcomes = {s.base_offset: outcome(1, 0, erased=frozenset({digest})) for s in holders}
+    job = w.task.job(0, p.segments, False)
+    w.jobs.append(job)
+    w.add(AppliedJob.of(job, segment=None))
+    assert done_cleaning(store, w, WRITER, NOW, elapsed_ms=0).status is Status.CLEANED
+    (request,) = store.manifest(TP).erasures
+    assert (request.state, request.rewritten_ms, request.rewritten_version) == ("rewritten", NOW, 5)
+    assert [(h.path, h.found_ms) for h in request.held] == [(s.path, NOW) for s in holders]
+
+
+def test_a_retention_pass_moves_the_log_start_but_not_the_time_of_the_last_clean(store: Store) -> None:
+    config = TopicConfig(cleanup_policy=("compact", "delete"), min_cleanable_dirty_ratio=1.0, retention_bytes=0,
+                         retention_ms=-1)
+    store.replace(TP, Replacement((), (), 0, 3, 0, 0, clean_keys_unique=False, last_clean_ms=7, next_horizon_ms=9),
+                  writer=WRITER, now_ms=NOW)  # a pass cleaned [0, 3) at 7 (keys left unique or not: as it was)
+    p = planned(store, config).to_clean()
+    assert (p.needs_dedupe, [s.base_offset for s in p.expired_segments]) == (False, [0, 2])
+    result = done_cleaning(store, work(store, p), WRITER, NOW, elapsed_ms=0)
+    manifest = store.manifest(TP)
+    assert (result.status, manifest.log_start_offset, manifest.first_dirty_offset) == (Status.CLEANED, 3, 3)
+    assert (manifest.clean_keys_unique, manifest.last_clean_ms, manifest.next_horizon_ms) == (False, 7, 9)
+    assert result.stats.dropped == {"retention": 3}
+
+
+def test_a_commit_that_conflicts_fails_the_partition_with_the_reason(store: Store) -> None:
+    w = work(store, planned(store).to_clean())
+    rewritten(store, w, rec("b", "2", 1), rec("a", "3", 2))
+    store.replace(TP, Replacement((), (), 0, 1, 0, 0), writer=WRITER, now_ms=NOW)  # another cleaner moved it
+    result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
+    assert (result.status, result.internal) == (Status.FAILED, False)
+    assert result.error is not None and result.error.startswith("CommitConflictError: partition t-0: manifest "
+                                                                "version 4 moved the checkpoint from 0 to 1")
+
+
+def past_the_end() -> Store:
+    """``a=1 | a=2``, its checkpoint at 5: past the log end (a checkpoint written by hand, or for a lost log)."""
+    store = Store.open(f"memory://commit-{uuid.uuid4().hex}")
+    store.append(TP, keyed("a=1"), now_ms=NOW)
+    store.append(TP, keyed("a=2"), now_ms=NOW)
+    store.replace(TP, Replacement((), (), 0, 5, 0, 0), writer=WRITER, now_ms=NOW)
+    return store
+
+
+SKIPPING = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=1.0)
+
+
+def test_a_reset_checkpoint_is_committed_at_once() -> None:
+    store = past_the_end()
+    p = planned(store, SKIPPING)
+    assert (p.decision.value, p.checkpoint, p.first_dirty_offset, p.checkpoint_reset) == (
+        "skip", 5, 0, "checkpoint 5 is past the log end 2")
+    result = reset_checkpoint(store, p, WRITER, NOW)
+    manifest = store.manifest(TP)
+    assert (result.status, manifest.first_dirty_offset, manifest.log_start_offset) == (Status.SKIPPED, 0, 0)
+    assert (manifest.version, manifest.writer.run_id, manifest.writer.time_ms) == (4, "r", NOW)
+
+
+def test_a_reset_that_cannot_be_committed_fails_the_partition() -> None:
+    store = past_the_end()
+    p = planned(store, SKIPPING)
+    store.replace(TP, Replacement((), (), 5, 1, 0, 0), writer=WRITER, now_ms=NOW)  # another writer, first
+    result = reset_checkpoint(store, p, WRITER, NOW)
+    assert (result.status, result.internal) == (Status.FAILED, False)
+    assert result.error is not None and result.error.startswith(
+        "could not reset the checkpoint (checkpoint 5 is past the log end 2): CommitConflictError: ")
+    assert store.manifest(TP).first_dirty_offset == 1
+
+
+def test_apply_results_add_up() -> None:
+    store = Store.open(f"memory://commit-{uuid.uuid4().hex}")
+    for pairs in ("a=1 b=2", "a=3", "c=4"):
+        store.append(TP, keyed(pairs), now_ms=NOW)
+    w = work(store, planned(store).to_clean())
+    for job_id, (written, size, stamped) in enumerate([(2, 100, 1), (3, 50, 2)]):
+        job = w.task.job(job_id, w.log.segments, False)
+        w.add(AppliedJob.of(job, segment=None, records_written=written, bytes_written=size, stamped=stamped))
+    assert (w.records_written, w.bytes_written, w.stamped, sorted(w.results)) == (5, 150, 3, [0, 1])
