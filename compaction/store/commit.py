@@ -230,6 +230,7 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
                     "commit_id": commit_id},
             **state,
         )
+        storage.flush(f"{tp.prefix}/{rel}" for rel in sorted(_objects(manifest) - _objects(latest)))
         holder = _publish(storage, tp, manifest, rng)
         if holder.writer.commit_id == commit_id:
             return holder
@@ -238,6 +239,13 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
         time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
     raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
                               "concurrent writers")
+
+
+def _objects(manifest: Manifest | None) -> set[str]:
+    """The objects a manifest names: its segments and their deletion vectors."""
+    if manifest is None:
+        return set()
+    return {s.path for s in manifest.segments} | {s.deletes.path for s in manifest.segments if s.deletes}
 
 
 def _publish(storage: Storage, tp: TopicPartition, manifest: Manifest, rng: random.Random) -> Manifest:

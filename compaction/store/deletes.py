@@ -35,7 +35,7 @@ def write_deletes(storage: Storage, tp: TopicPartition, segment: SegmentMeta, of
     pq.write_table(pa.table([offsets], schema=DELETES_SCHEMA), sink, compression="zstd")
     data = sink.getvalue().to_pybytes()
     rel = deletes_name(segment.base_offset, object_id or uuid.uuid4().hex)
-    storage.write_bytes(f"{tp.prefix}/{rel}", data)
+    storage.write_bytes(f"{tp.prefix}/{rel}", data, flush=False)  # the commit naming it flushes it
     return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
                           created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms,
                           live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp)

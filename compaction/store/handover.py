@@ -70,7 +70,7 @@ def _write_groups(storage: Storage, tp: TopicPartition, rel: str, schema: pa.Sch
                 continue
             groups.append(sum(g is not None for g in groups))
             writer.write_table(part.cast(schema), row_group_size=part.num_rows)
-    storage.write_bytes(f"{tp.prefix}/{rel}", memoryview(sink.getvalue()))
+    storage.write_bytes(f"{tp.prefix}/{rel}", memoryview(sink.getvalue()), flush=False)  # no manifest names it
     return tuple(groups)
 
 
@@ -98,7 +98,7 @@ def write_pieces(storage: Storage, tp: TopicPartition, base_offset: int, parts: 
                 continue
             batches.append(sum(b is not None for b in batches))
             writer.write_batch(part.combine_chunks().to_batches()[0])
-    storage.write_bytes(f"{tp.prefix}/{rel}", memoryview(sink.getvalue()))
+    storage.write_bytes(f"{tp.prefix}/{rel}", memoryview(sink.getvalue()), flush=False)  # no manifest names it
     return rel, tuple(batches)
 
 

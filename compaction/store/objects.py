@@ -109,7 +109,7 @@ class Objects:
                      stats: SegmentStats, producers: list[dict[str, Any]], empty_batches: tuple[EmptyBatch, ...],
                      base_offset: int, next_offset: int, created_ms: int, object_id: str | None) -> SegmentMeta:
         rel = segment_name(base_offset, object_id or uuid.uuid4().hex, fmt.extension)
-        self.storage.write_bytes(f"{tp.prefix}/{rel}", data)
+        self.storage.write_bytes(f"{tp.prefix}/{rel}", data, flush=False)  # the commit naming it flushes it
         return SegmentMeta(
             path=rel, format=fmt, base_offset=base_offset, next_offset=next_offset,
             record_count=stats.record_count,

@@ -6,7 +6,7 @@ import contextlib
 import errno
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -107,11 +107,20 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _write_durably(path: str, data: bytes | memoryview) -> None:
+def _write(path: str, data: bytes | memoryview, flush: bool = True) -> None:
     with open(path, "wb") as stream:
         stream.write(data)
-        stream.flush()
-        os.fdatasync(stream.fileno())  # the data and what reading it needs (its size), not its times
+        if flush:
+            stream.flush()
+            os.fdatasync(stream.fileno())  # the data and what reading it needs (its size), not its times
+
+
+def _flush_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def _make_folders_durably(folder: str) -> None:
@@ -214,20 +223,36 @@ class Storage:
         except FileNotFoundError as err:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 
-    def write_bytes(self, rel: str, data: bytes | memoryview) -> None:
+    def write_bytes(self, rel: str, data: bytes | memoryview, *, flush: bool = True) -> None:
         """Write a new object (any buffer); callers only write fresh unique names, so overwriting never happens.
 
-        On local disk the object and its folder are flushed to the device (``fsync``) before this returns,
-        so a manifest published afterwards never names an object a power cut could take back.
+        On local disk the object and its folder are flushed to the device (``fsync``) before this returns, so
+        that what names it afterwards never names an object a power cut could take back; unless not ``flush``:
+        objects a manifest will name are flushed by the commit that publishes it (:meth:`flush`), and objects
+        no manifest names (a pass's hand-over) need not be. A flush waits for whatever else the device holds in
+        its journal at that moment: a task that flushed each object it wrote waited for every other task's too.
         """
         if self.is_local:
             path = self.path(rel)
             self._call("mkdir", rel, lambda: _make_folders_durably(os.path.dirname(path)))
-            self._call("write", rel, lambda: _write_durably(path, data))
-            self._call("sync", rel, lambda: _fsync(os.path.dirname(path)))
+            self._call("write", rel, lambda: _write(path, data, flush))
+            if flush:
+                self._call("sync", rel, lambda: _fsync(os.path.dirname(path)))
             return
         payload = data if isinstance(data, bytes) else bytes(data)  # what every fsspec client takes
         self._call("write", rel, lambda: self.fs.pipe_file(self.path(rel), payload))
+
+    def flush(self, rels: Iterable[str]) -> None:
+        """Flush objects written with ``flush=False`` and their folders to the device (local disk; elsewhere an
+        object is durable once written): a commit does so before its manifest names them."""
+        if not self.is_local:
+            return
+        folders = {}
+        for rel in rels:
+            self._call("sync", rel, lambda rel=rel: _flush_file(self.path(rel)))
+            folders.setdefault(os.path.dirname(self.path(rel)), rel)
+        for folder, rel in folders.items():
+            self._call("sync", rel, lambda folder=folder: _fsync(folder))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Publish ``data`` at ``rel`` only if nothing is there yet; return False if it already exists.
@@ -241,7 +266,7 @@ class Storage:
             folder = os.path.dirname(self.path(rel))
             temp = f"{os.path.dirname(rel)}/{TEMP_PREFIX}{uuid.uuid4().hex}"
             self._call("mkdir", rel, lambda: _make_folders_durably(folder))
-            self._call("write", temp, lambda: _write_durably(self.path(temp), data))
+            self._call("write", temp, lambda: _write(self.path(temp), data))
             try:
                 self._call("link", rel, lambda: os.link(self.path(temp), self.path(rel)))
             except FileExistsError:

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from compaction.clean.cleaner import Cleaner
 from compaction.errors import StoreError
 from compaction.store import Store, TopicPartition
 from tests.helpers.builders import keyed
+from tests.helpers.inline import InlineSession
+from tests.helpers.settings import settings_with
 
 TP = TopicPartition("orders", 0)
 
@@ -64,6 +67,43 @@ def test_an_append_flushes_its_segment_before_the_manifest_and_the_manifest_befo
         ("link", str(partition / "_manifests" / "00000000000000000002.json")),
         ("fsync", str(partition / "_manifests")),
     ]
+
+
+def test_a_pass_flushes_the_objects_its_tasks_wrote_in_the_commit_that_names_them(
+        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    """A task writes its objects without waiting for the device (a flush waits for every other task's writes too);
+    the commit flushes them, and their folder, before the manifest that names them is published."""
+    store = Store.open(str(tmp_path / "store"))
+    for n in range(3):
+        store.append(TP, keyed("a=1 b=2 a=3"), now_ms=n)
+    before = {s.path for s in store.manifest(TP).segments}
+    disk_events.clear()
+
+    report = Cleaner(InlineSession(), store, settings_with({"log.cleanup.policy": "compact"})).run(10_000)
+
+    assert [p.status for p in report.partitions] == ["cleaned"]
+    partition = tmp_path / "store" / "orders" / "0"
+    new = [str(partition / s.path) for s in store.manifest(TP).segments if s.path not in before]
+    assert new, "the pass wrote an object"
+    published = disk_events.index(("link", str(partition / "_manifests" / "00000000000000000004.json")))
+    flushed = [path for kind, path in disk_events if kind == "fsync"]
+    assert set(new) | {str(partition / "segments")} <= set(flushed[:published])
+    written = min(flushed.index(path) for path in new)
+    assert flushed[written:published] and all(
+        path in new or path in (str(partition / "segments"), str(partition / "_manifests")) or ".tmp-" in path
+        for path in flushed[written:published])
+
+
+def test_an_object_written_unflushed_waits_for_nothing_until_flushed(
+        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    store = Store.open(str(tmp_path / "store"))
+    store.append(TP, keyed("a=1"), now_ms=1)  # the folders exist
+    disk_events.clear()
+    store.storage.write_bytes("orders/0/segments/x.bin", b"bytes", flush=False)
+    assert disk_events == []
+    store.storage.flush(["orders/0/segments/x.bin"])
+    segments = tmp_path / "store" / "orders" / "0" / "segments"
+    assert disk_events == [("fsync", str(segments / "x.bin")), ("fsync", str(segments))]
 
 
 def test_folders_a_first_append_creates_are_flushed_into_their_parents_before_the_manifest(
