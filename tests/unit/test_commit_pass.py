@@ -10,7 +10,6 @@ import hashlib
 import uuid
 
 import pytest
-from compaction.engine.isolation import Failure
 
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
 from compaction.clean.layout import SegmentOutcome
@@ -18,6 +17,7 @@ from compaction.clean.outcome import Status
 from compaction.clean.payloads import AppliedJob
 from compaction.clean.planner import LogToClean, PartitionPlan, plan
 from compaction.clean.settings import TopicConfig
+from compaction.engine.isolation import Failure
 from compaction.erasure import request_erasure
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
