@@ -34,9 +34,9 @@ A pass
 - **pass**: one run of the cleaner over a store: the plan, then for each selected partition the winner search,
   the verdicts, the layout and the new objects, then one commit per partition (Kafka's ``doClean``).
 - **plan**: the pass's choice, a pure function of the manifests, the configuration and ``now``
-  (:class:`CompactionPlan`, one :class:`PartitionPlan` per partition): a **decision** (:class:`Decision`:
-  clean, skip or uncleanable) with its reason and, to clean, the range (``LogToClean``); ``compaction plan``
-  prints it. "Decision" is this word only.
+  (:class:`CompactionPlan`, one :class:`PartitionPlan` per partition: :class:`Selected`, :class:`Skipped` or
+  :class:`Uncleanable`): a **decision** (:class:`Decision`: clean, skip or uncleanable) with its reasons and, to
+  clean, the range (``LogToClean``); ``compaction plan`` prints it. "Decision" is this word only.
 - **key range**: a split partition's keys between two sampled bounds, ``[bound, next bound)``; a partition too
   large for one task is cleaned as key ranges, a task each (``task.max.records``).
 - **winner search**: finding each key's **winner**, the greatest of its records that compete under the
@@ -75,7 +75,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # the public API: one name per import, from the module that defines it
     from compaction.clean.cleaner import Cleaner, plan_store
     from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
-    from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan
+    from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan, Selected, Skipped, Uncleanable
     from compaction.clean.settings import CleanerSettings, TopicConfig
     from compaction.config import Settings
     from compaction.erasure import attest, erasure_status, forget

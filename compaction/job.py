@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from compaction import logs
 from compaction.clean.cleaner import TASK_MODULES, Cleaner, plan_store
 from compaction.clean.outcome import GcOutcome, RunReport
-from compaction.clean.planner import CompactionPlan
+from compaction.clean.planner import CompactionPlan, Uncleanable
 from compaction.config import Settings, did_you_mean
 from compaction.engine.session import warm_workers
 from compaction.erasure import overdue_requests
@@ -97,7 +97,8 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
         report.gc = collect(store, options, settings, say)
     # After gc, which completes requests: what is still late as the run ends, in the partitions the plan found
     # requests in (the plan read every manifest; a request made during the run counts next run).
-    requested = {p.partition: p.manifest for p in the_plan.partitions if p.manifest is not None and p.manifest.erasures}
+    requested = {p.partition: p.manifest for p in the_plan.partitions
+                 if not isinstance(p, Uncleanable) and p.manifest.erasures}
     report.erasure_overdue_requests = overdue_requests(store, requested, options.now_ms, settings.cleaner.erasure_grace)
     if report.erasure_overdue_requests:
         say(f"{report.erasure_overdue_requests} erasure request(s) late: 'compaction erasure' says what each waits for")

@@ -36,7 +36,16 @@ from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoi
 from compaction.clean.outcome import PartitionResult, RunReport
 from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, path_of
 from compaction.clean.payloads import CleanTask
-from compaction.clean.planner import CompactionPlan, Decision, LogToClean, apply_policy, key_buckets, plan
+from compaction.clean.planner import (
+    CompactionPlan,
+    LogToClean,
+    Selected,
+    Skipped,
+    Uncleanable,
+    apply_policy,
+    key_range_count,
+    plan,
+)
 from compaction.clean.settings import CleanerConfig
 from compaction.engine.phases import as_ms
 from compaction.engine.stages import SparkStages, Stages
@@ -120,9 +129,13 @@ class Cleaner:
         committing = time.perf_counter()
         results = self.commit(work, now_ms, started)
         for p in the_plan.partitions:
-            if p.decision is not Decision.CLEAN:
-                results.append(reset_checkpoint(self.store, p, self.writer, now_ms) if p.checkpoint_reset
-                               else PartitionResult.from_plan(p))
+            match p:
+                case Selected():
+                    pass  # committed above
+                case Skipped(checkpoint_reset=reset) if reset is not None:
+                    results.append(reset_checkpoint(self.store, p, reset, self.writer, now_ms))
+                case Skipped() | Uncleanable():
+                    results.append(PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
         report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.winner_search, the_plan, results,
                                  elapsed_ms=_elapsed_ms(started))
@@ -178,7 +191,7 @@ class Cleaner:
         """The partition's task in this pass, every field set: the one place its parameters are put together."""
         cleaner = self.settings.cleaner
         # The Spark SQL winner searches shuffle by key: only the Arrow one splits a large partition into key ranges.
-        key_ranges = key_buckets(p, cleaner.task_max_records) if self.winner_search is rules.Plan.ARROW else 1
+        key_ranges = key_range_count(p, cleaner.task_max_records) if self.winner_search is rules.Plan.ARROW else 1
         # The horizon this pass stamps: from ``now``, or from the wall clock if that is later (SPEC §3).
         horizon = rules.delete_horizon(max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms),
                                        p.config.delete_retention_ms)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.outcome import PartitionResult
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanTask, SourceVerdicts, Verdicts, lists_kept
-from compaction.clean.planner import LogToClean, PartitionPlan
+from compaction.clean.planner import CheckpointReset, LogToClean, Skipped
 from compaction.engine.isolation import Failure
 from compaction.errors import SegmentChangedError, StoreError
 from compaction.store import Replacement, Store, Writer
@@ -116,16 +116,15 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
                                    work.bytes_written, elapsed_ms=elapsed_ms)
 
 
-def reset_checkpoint(store: Store, p: PartitionPlan, writer: Writer, now_ms: int) -> PartitionResult:
+def reset_checkpoint(store: Store, p: Skipped, reset: CheckpointReset, writer: Writer, now_ms: int
+                     ) -> PartitionResult:
     """Write a checkpoint the planner reset (below the log start or past the log end) at once, as Kafka does
     even for a partition it does not clean; a reset that cannot be committed is a failure of the partition."""
-    assert p.manifest is not None and p.first_dirty_offset is not None  # the planner resets only what it read
     manifest = p.manifest
-    change = Replacement((), (), manifest.first_dirty_offset, p.first_dirty_offset, manifest.log_start_offset,
+    change = Replacement((), (), manifest.first_dirty_offset, reset.first_dirty_offset, manifest.log_start_offset,
                          manifest.log_start_offset)
     try:
         store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=manifest)
     except StoreError as err:
-        return PartitionResult.failed(p, f"could not reset the checkpoint ({p.checkpoint_reset}): "
-                                         f"{type(err).__name__}: {err}")
+        return PartitionResult.failed(p, f"could not reset the checkpoint ({reset}): {type(err).__name__}: {err}")
     return PartitionResult.from_plan(p)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from compaction.clean.layout import SegmentOutcome
-from compaction.clean.planner import CompactionPlan, Decision, LogToClean, PartitionPlan
+from compaction.clean.planner import CompactionPlan, Figures, LogToClean, Retention, Selected, Skipped, Uncleanable
 from compaction.display import human_bytes
 from compaction.store.manifest import Manifest, SegmentMeta
 
@@ -79,25 +79,37 @@ class PartitionResult:
     elapsed_ms: int = 0
 
     @classmethod
-    def from_plan(cls, p: PartitionPlan) -> PartitionResult:
-        status = Status.UNCLEANABLE if p.decision is Decision.UNCLEANABLE else Status.SKIPPED
-        return cls(str(p.partition), status, p.reason, error=p.reason if status is Status.UNCLEANABLE else None,
-                   version_before=p.manifest.version if p.manifest else None, checkpoint_before=p.checkpoint)
+    def from_plan(cls, p: Skipped | Uncleanable) -> PartitionResult:
+        match p:
+            case Uncleanable():
+                return cls(str(p.partition), Status.UNCLEANABLE, str(p.reason), error=str(p.reason))
+            case Skipped():
+                # The checkpoint the planner read: none for a topic it did not look into (not compacted).
+                checkpoint = p.manifest.first_dirty_offset if p.retention is not None else None
+                return cls(str(p.partition), Status.SKIPPED, str(p.reason), version_before=p.manifest.version,
+                           checkpoint_before=checkpoint)
 
     @classmethod
-    def failed(cls, p: PartitionPlan, error: str, *, internal: bool = False, trace: str | None = None
+    def failed(cls, p: Selected | Skipped, error: str, *, internal: bool = False, trace: str | None = None
                ) -> PartitionResult:
+        """A selected partition whose pass or commit failed, or a skipped one whose checkpoint reset failed."""
         log.warning("partition %s is uncleanable: %s%s", p.partition, "internal error: " if internal else "", error)
-        return cls(str(p.partition), Status.FAILED, p.reason, error=error, internal=internal, trace=trace,
-                   version_before=p.manifest.version if p.manifest else None, checkpoint_before=p.checkpoint,
-                   clean_range=[p.log_start_offset or 0, p.first_uncleanable_offset or 0],
-                   stats=CleanerStats(cleanable_bytes=p.cleanable_bytes))
+        match p:
+            case Selected(retention=retention, figures=figures) | Skipped(retention=Retention() as retention,
+                                                                          figures=Figures() as figures):
+                clean_range = [retention.log_start_offset, figures.offsets.first_uncleanable_offset]
+                cleanable_bytes = figures.cleanable_bytes
+            case _:  # (the planner resets only a checkpoint it measured the log for)
+                clean_range, cleanable_bytes = [0, 0], 0
+        return cls(str(p.partition), Status.FAILED, str(p.reason), error=error, internal=internal, trace=trace,
+                   version_before=p.manifest.version, checkpoint_before=p.manifest.first_dirty_offset,
+                   clean_range=clean_range, stats=CleanerStats(cleanable_bytes=cleanable_bytes))
 
     @classmethod
     def cleaned(cls, target: LogToClean, committed: Manifest, outcomes: dict[int, SegmentOutcome],
                 jobs: Sequence[ApplyJob], added: list[SegmentMeta], records_written: int, bytes_written: int,
                 elapsed_ms: int) -> PartitionResult:
-        p = target.plan
+        p = target
         dropped: dict[str, int] = {}
         for outcome in outcomes.values():
             for reason, count in outcome.dropped.items():
@@ -130,9 +142,9 @@ class PartitionResult:
             records_before=sum(s.live_records for s in range_before),
             records_after=sum(s.live_records for s in range_after),
         )
-        return cls(str(p.partition), Status.CLEANED, p.reason,
+        return cls(str(p.partition), Status.CLEANED, str(target.plan.reason),
                    version_before=target.manifest.version, version_after=committed.version,
-                   checkpoint_before=p.checkpoint, checkpoint_after=committed.first_dirty_offset,
+                   checkpoint_before=target.manifest.first_dirty_offset, checkpoint_after=committed.first_dirty_offset,
                    clean_range=[target.log_start_offset, target.first_uncleanable_offset], stats=stats,
                    elapsed_ms=elapsed_ms)
 

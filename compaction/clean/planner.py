@@ -1,9 +1,15 @@
 """The planner: which partitions to clean and over which offsets, as Kafka's LogCleanerManager decides.
 
 A pure function of (manifests, configuration, now): no Spark, no filesystem, no clock. Offsets follow
-Kafka's arithmetic (reference §2): the validated checkpoint, the segment-aligned first uncleanable offset,
-clean/cleanable bytes (with Kafka's double count of a segment holding a mid-segment checkpoint), the dirty
-ratio, ``max.compaction.lag.ms``, tombstone purges and retention for ``compact,delete``.
+Kafka's arithmetic (reference §2): the validated checkpoint, the segment-aligned first uncleanable offset
+(:func:`cleanable_offsets`), clean/cleanable bytes (:func:`calculate_cleanable_bytes`, with Kafka's double count
+of a segment holding a mid-segment checkpoint), the dirty ratio, ``max.compaction.lag.ms``
+(:func:`max_compaction_delay`), tombstone purges (:func:`is_purge_due`) and retention for ``compact,delete``
+(:func:`delete_old_segments`).
+
+A partition's plan is one of three shapes, each with the fields it has: :class:`Selected` (to clean: it gives
+the pass its :class:`LogToClean`), :class:`Skipped` (not this pass) and :class:`Uncleanable` (its manifest could
+not be read). Why is a value (:class:`Reasons`), written out as text only where it is shown.
 """
 
 from __future__ import annotations
@@ -12,8 +18,8 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Any, ClassVar
 
 from compaction import rules
 from compaction.clean.layout import ApplyPolicy
@@ -24,93 +30,408 @@ from compaction.store.manifest import ErasureRequest, Manifest, SegmentMeta
 
 
 class Decision(StrEnum):
+    """What the plan does with a partition, as ``plan`` prints it: the tag of :data:`PartitionPlan`."""
+
     CLEAN = "clean"
     SKIP = "skip"
     UNCLEANABLE = "uncleanable"
 
 
+class UncleanableBound(StrEnum):
+    """Which of Kafka's bounds set the uncleanable offset (``cleanableOffsets``): the smallest of them."""
+
+    ACTIVE_SEGMENT = "active segment"
+    LAST_STABLE_OFFSET = "last stable offset"
+    MIN_COMPACTION_LAG = "min.compaction.lag.ms"
+
+
+class Roll(Enum):
+    """Whether the active segment is cleaned this pass, and why: Kafka rolls a segment older than
+    ``min(segment.ms, max.compaction.lag.ms)`` (KIP-354's forced roll, here offline); a pending erasure request rolls
+    it for cleaning only, so that the pass covers its tombstone, while retention still waits for it to age out."""
+
+    NONE = "none"
+    AGED = "aged"
+    FOR_ERASURE = "for erasure"
+
+
+# Reasons ------------------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class PartitionPlan:
-    """The planner's verdict on one partition; offsets are Kafka's, ``*_end``/``first_uncleanable`` exclusive.
+class Reason:
+    """One reason of the planner's. Each kind is a class of its own with the figures it names; its text (``str``)
+    is what ``plan``, the run's report and ``compaction erasure`` print, and is part of their published output."""
 
-    A selected partition is cleaned over ``[log_start_offset, first_uncleanable_offset)`` (after retention
-    has dropped ``expired_segments``), and its checkpoint then becomes ``first_uncleanable_offset``.
-    """
+    def __str__(self) -> str:
+        raise NotImplementedError
 
-    partition: TopicPartition
-    decision: Decision
-    reason: str
-    manifest: Manifest | None = field(default=None, repr=False, compare=False)
-    config: TopicConfig | None = None
-    checkpoint: int | None = None
-    first_dirty_offset: int | None = None
-    checkpoint_reset: str | None = None
-    uncleanable_offset: int | None = None  # before rounding down to a segment boundary
-    first_uncleanable_offset: int | None = None
-    log_start_offset: int | None = None
-    clean_bytes: int = 0
-    cleanable_bytes: int = 0
-    cleanable_ratio: float = 0.0
-    compaction_delay_ms: int = 0
-    active_rolled: bool = False
-    #: Rolled only because an erasure request's tombstone lies in the active segment: the pass rewrites that segment
-    #: apart from the others, so that it is the log's last segment again and the rest is not held in it.
-    rolled_for_erasure: bool = False
-    tombstone_purge: bool = False
+
+@dataclass(frozen=True)
+class ManifestUnreadable(Reason):
+    error: str
+
+    def __str__(self) -> str:
+        return self.error
+
+
+@dataclass(frozen=True)
+class NotCompacted(Reason):
+    cleanup_policy: tuple[str, ...]
+    #: Pending erasure requests, which a tombstone cannot carry out where the log is not compacted.
+    stranded_erasures: int
+
+    def __str__(self) -> str:
+        stranded = (f"; {self.stranded_erasures} erasure request(s) cannot be carried out (a tombstone deletes "
+                    "nothing there)") if self.stranded_erasures else ""
+        return f"cleanup.policy={','.join(self.cleanup_policy)}: not compacted{stranded}"
+
+
+@dataclass(frozen=True)
+class EmptyLog(Reason):
+    def __str__(self) -> str:
+        return "empty log"
+
+
+@dataclass(frozen=True)
+class NoDirtyRecords(Reason):
+    def __str__(self) -> str:
+        return "no dirty records"
+
+
+@dataclass(frozen=True)
+class NothingCleanable(Reason):
+    """Dirty records, none of them below the first uncleanable offset: the bound that holds them says why."""
+
+    bound: UncleanableBound
+    last_stable_offset: int
+
+    def __str__(self) -> str:
+        match self.bound:
+            case UncleanableBound.ACTIVE_SEGMENT:
+                return "active segment only"
+            case UncleanableBound.LAST_STABLE_OFFSET:
+                return f"nothing cleanable below the last stable offset {self.last_stable_offset} (open transaction)"
+            case UncleanableBound.MIN_COMPACTION_LAG:
+                return "dirty segments are newer than min.compaction.lag.ms"
+
+
+@dataclass(frozen=True)
+class DirtyRatio(Reason):
+    """The dirty ratio against ``min.cleanable.dirty.ratio``: above it (strictly, as Kafka) selects."""
+
+    ratio: float
+    min_ratio: float
+
+    def __str__(self) -> str:
+        return f"dirty ratio {self.ratio:.2f} {'>' if self.ratio > self.min_ratio else '<='} {self.min_ratio:.2f}"
+
+
+@dataclass(frozen=True)
+class MaxLagExceeded(Reason):
+    delay_ms: int
+
+    def __str__(self) -> str:
+        return f"max.compaction.lag.ms exceeded by {format_duration(self.delay_ms)}"
+
+
+@dataclass(frozen=True)
+class TombstonesExpired(Reason):
+    def __str__(self) -> str:
+        return "tombstones expired: delete horizon passed"
+
+
+@dataclass(frozen=True)
+class DeletionVectorsAged(Reason):
+    overdue_ms: int  # past deletion.vector.max.age.ms (0: due just now)
+
+    def __str__(self) -> str:
+        due = f"due for {format_duration(self.overdue_ms)}" if self.overdue_ms > 0 else "due now"
+        return f"deletion vectors at least deletion.vector.max.age.ms old ({due}): rewrite to remove records physically"
+
+
+@dataclass(frozen=True)
+class RetentionExpired(Reason):
+    """Segments that go before cleaning: past retention (``compact,delete``), or wholly below the log start."""
+
+    past_retention: int
+    below_log_start: int
+
+    def __str__(self) -> str:
+        notes = ((self.past_retention, f"retention: {self.past_retention} segment(s) expired"),
+                 (self.below_log_start, f"{self.below_log_start} segment(s) below the log start"))
+        return "; ".join(note for count, note in notes if count)
+
+
+@dataclass(frozen=True)
+class ErasureRequested(Reason):
+    keys: int
+    past_deadline_ms: int  # 0 or less: within the deadline
+
+    def __str__(self) -> str:
+        late = f", past the deadline by {format_duration(self.past_deadline_ms)}" if self.past_deadline_ms > 0 else ""
+        return f"erasure requested for {self.keys} key(s){late}"
+
+
+@dataclass(frozen=True)
+class NothingLeftToRewrite(Reason):
+    def __str__(self) -> str:
+        return "erasure requested: no segment is left to rewrite"
+
+
+@dataclass(frozen=True)
+class ErasuresWait(Reason):
+    """Pending erasure requests whose tombstones lie past the cleaned range, and the bound they wait for."""
+
+    requests: int
+    bound: UncleanableBound
+    last_stable_offset: int
+
+    def __str__(self) -> str:
+        match self.bound:
+            case UncleanableBound.ACTIVE_SEGMENT:
+                bound = "the active segment"
+            case UncleanableBound.LAST_STABLE_OFFSET:
+                bound = f"an open transaction (the last stable offset {self.last_stable_offset})"
+            case UncleanableBound.MIN_COMPACTION_LAG:
+                bound = "min.compaction.lag.ms"
+        return f"{self.requests} erasure request(s) wait for {bound}"
+
+
+@dataclass(frozen=True)
+class OverdueFirstInBudget(Reason):
+    def __str__(self) -> str:
+        return "overdue, so first in the per-run byte budget"
+
+
+@dataclass(frozen=True)
+class Reasons:
+    """Why the plan decided as it did: the reason that decided, then the others that also hold, in that order."""
+
+    first: Reason
+    also: tuple[Reason, ...] = ()
+
+    def __str__(self) -> str:
+        return "; ".join(str(reason) for reason in (self.first, *self.also))
+
+    def adding(self, *more: Reason) -> Reasons:
+        return Reasons(self.first, (*self.also, *more))
+
+
+@dataclass(frozen=True)
+class Deferred(Reason):
+    """Selected, then left for a later run: the per-run byte budget was spent on partitions before it."""
+
+    budget: int
+    selected_for: Reasons
+
+    def __str__(self) -> str:
+        return f"deferred: per-run byte budget {self.budget} exhausted ({self.selected_for})"
+
+
+# Figures -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What goes before cleaning (Kafka's ``deleteOldSegments``), and the log start it leaves: the segments wholly
+    below the log start, then (``compact,delete``) the leading ones past ``retention.ms`` or ``retention.bytes``."""
+
+    log_start_offset: int
+    expired_segments: tuple[SegmentMeta, ...]
+    below_log_start: int  # how many of the expired segments lay wholly below the manifest's log start
+    past_retention: int  # how many retention expired
+
+    @property
+    def reason(self) -> RetentionExpired:
+        return RetentionExpired(self.past_retention, self.below_log_start)
+
+
+@dataclass(frozen=True)
+class CheckpointReset:
+    """A checkpoint outside the log, below its start or past its end, which Kafka resets to the log start (and
+    writes at once, whether or not it cleans the partition)."""
+
+    checkpoint: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """The checkpoint it is reset to."""
+        return self.log_start_offset
+
+    def __str__(self) -> str:
+        if self.checkpoint < self.log_start_offset:
+            return f"checkpoint {self.checkpoint} is below the log start {self.log_start_offset}"
+        return f"checkpoint {self.checkpoint} is past the log end {self.log_end_offset}"
+
+
+@dataclass(frozen=True)
+class CleanableOffsets:
+    """Kafka's ``cleanableOffsets``: where the dirty section starts (the validated checkpoint) and where cleaning
+    must stop, before (``uncleanable_offset``) and after rounding down to a segment boundary (exclusive)."""
+
+    first_dirty_offset: int
+    checkpoint_reset: CheckpointReset | None  # None: the checkpoint lies in the log, as it is
+    uncleanable_offset: int
+    first_uncleanable_offset: int
+    bound: UncleanableBound
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the planner measured of a partition with segments left after retention (Kafka's ``LogToClean`` and
+    ``maxCompactionDelay``): what ``plan`` prints of it and what the selection decides on."""
+
+    offsets: CleanableOffsets
+    clean_bytes: int
+    cleanable_bytes: int
+    cleanable_ratio: float
+    compaction_delay_ms: int
+    roll: Roll
+    #: Tombstones and markers whose delete horizon has passed lie in the range.
+    tombstones_due: bool
+    #: How long the oldest deletion vector in range has been due for its rewrite (-1: none is due).
+    deletion_vectors_overdue_ms: int
+    #: How far the latest of ``erasures`` is past its deadline (0: within it; -1: no erasure request).
+    erasures_overdue_ms: int
     #: How far past a bound on physical removal the partition is: its compaction delay past
-    #: ``max.compaction.lag.ms`` or its oldest deletion vector's age past ``deletion.vector.max.age.ms``,
-    #: the larger (0: due just now). None while within both. Such a partition goes first in the budget.
-    overdue_ms: int | None = None
-    dedupe: bool = False
-    expired_segments: tuple[SegmentMeta, ...] = ()
-    segments: tuple[SegmentMeta, ...] = ()
-    #: The pending erasure requests whose tombstones lie in the cleaned range: the pass carries them out.
-    erasures: tuple[ErasureRequest, ...] = ()
+    #: ``max.compaction.lag.ms``, its oldest deletion vector's age past ``deletion.vector.max.age.ms`` or an erasure
+    #: request's deadline, the largest (0: due just now). None while within all. Such a partition goes first.
+    overdue_ms: int | None
+    #: The range to clean, ``[log start, first uncleanable offset)``.
+    segments: tuple[SegmentMeta, ...]
+    #: The pending erasure requests whose tombstones lie in the range: the pass carries them out.
+    erasures: tuple[ErasureRequest, ...]
+
+    @classmethod
+    def nothing_left(cls, log_end_offset: int, erasures: tuple[ErasureRequest, ...]) -> Figures:
+        """A log whose every segment goes: nothing to measure, the range ends at the log end, where the active
+        segment's base would be."""
+        return cls(CleanableOffsets(log_end_offset, None, log_end_offset, log_end_offset,
+                                    UncleanableBound.ACTIVE_SEGMENT), 0, 0, 0.0, 0, Roll.NONE, False, -1, -1, None,
+                   (), erasures)
+
+    @property
+    def active_segment_rolled(self) -> bool:
+        return self.roll is not Roll.NONE
+
+    @property
+    def lagging(self) -> bool:
+        """Past ``max.compaction.lag.ms`` with something to clean (Kafka's ``needCompactionNow``, which still
+        needs cleanable bytes)."""
+        return self.compaction_delay_ms > 0 and self.cleanable_bytes > 0
+
+    @property
+    def tombstone_purge(self) -> bool:
+        """Records to remove physically though nothing is dirty: expired tombstones, or aged deletion vectors."""
+        return self.tombstones_due or self.deletion_vectors_overdue_ms >= 0
+
+
+# Plans -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A partition the pass cleans: over ``[log start, first uncleanable offset)`` once retention has dropped its
+    expired segments, after which its checkpoint becomes the first uncleanable offset."""
+
+    decision: ClassVar[Decision] = Decision.CLEAN
+    partition: TopicPartition
+    manifest: Manifest = field(repr=False, compare=False)
+    config: TopicConfig
+    reason: Reasons
+    retention: Retention
+    figures: Figures
+    #: Records must be read: selected for cleaning or a purge, not for retention alone (metadata).
+    dedupe: bool
 
     @property
     def needs_dedupe(self) -> bool:
-        """Whether records must be read: selected for cleaning or a purge (retention alone is metadata)."""
-        return self.decision is Decision.CLEAN and self.dedupe and bool(self.segments)
+        return self.dedupe and bool(self.figures.segments)
 
     @property
     def work_bytes(self) -> int:
-        return sum(s.live_size_bytes for s in self.segments)
+        return sum(s.live_size_bytes for s in self.figures.segments)
 
     def to_clean(self) -> LogToClean:
-        """The selected partition as a clean pass takes it, every field set."""
-        if (self.decision is not Decision.CLEAN or self.manifest is None or self.config is None
-                or self.first_dirty_offset is None or self.first_uncleanable_offset is None
-                or self.log_start_offset is None):
-            raise ValueError(f"partition {self.partition} is not selected for cleaning "
-                             f"({self.decision}: {self.reason})")
-        return LogToClean(self, self.partition, self.manifest, self.config, self.log_start_offset,
-                          self.first_dirty_offset, self.first_uncleanable_offset, self.segments,
-                          self.expired_segments, self.needs_dedupe, self.erasures)
+        """The partition as a clean pass takes it."""
+        offsets = self.figures.offsets
+        return LogToClean(self, self.partition, self.manifest, self.config, self.retention.log_start_offset,
+                          offsets.first_dirty_offset, offsets.first_uncleanable_offset, self.figures.segments,
+                          self.retention.expired_segments, self.needs_dedupe, self.figures.erasures)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "partition": str(self.partition),
-            "decision": self.decision.value,
-            "reason": self.reason,
-            "version": self.manifest.version if self.manifest else None,
-            "checkpoint": self.checkpoint,
-            "first_dirty_offset": self.first_dirty_offset,
-            "checkpoint_reset": self.checkpoint_reset,
-            "first_uncleanable_offset": self.first_uncleanable_offset,
-            "log_start_offset": self.log_start_offset,
-            "clean_bytes": self.clean_bytes,
-            "cleanable_bytes": self.cleanable_bytes,
-            "cleanable_ratio": round(self.cleanable_ratio, 6),
-            "compaction_delay_ms": self.compaction_delay_ms,
-            "active_rolled": self.active_rolled,
-            "tombstone_purge": self.tombstone_purge,
-            "overdue_ms": self.overdue_ms,
-            "expired_segments": [s.path for s in self.expired_segments],
-            "erasures": [r.key_sha256 for r in self.erasures],
-            "clean_range": [self.log_start_offset, self.first_uncleanable_offset]
-            if self.decision is Decision.CLEAN else None,
-            "segments": [s.path for s in self.segments],
-        }
+        return _as_dict(self, self.manifest, self.retention, self.figures)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A partition this pass leaves as it is. ``retention`` and ``figures`` are what the planner got to before it
+    stopped: neither for a topic that is not compacted, no figures for a log without segments."""
+
+    decision: ClassVar[Decision] = Decision.SKIP
+    partition: TopicPartition
+    manifest: Manifest = field(repr=False, compare=False)
+    config: TopicConfig
+    reason: Reasons
+    retention: Retention | None = None
+    figures: Figures | None = None
+
+    @property
+    def checkpoint_reset(self) -> CheckpointReset | None:
+        """A checkpoint the planner reset, which the run writes though it does not clean the partition (as Kafka)."""
+        return self.figures.offsets.checkpoint_reset if self.figures is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self, self.manifest, self.retention, self.figures)
+
+
+@dataclass(frozen=True)
+class Uncleanable:
+    """A partition that cannot be planned: its manifest could not be read (the reason says why)."""
+
+    decision: ClassVar[Decision] = Decision.UNCLEANABLE
+    partition: TopicPartition
+    reason: Reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self, None, None, None)
+
+
+#: One partition's plan: the tag is the class (and its ``decision``).
+PartitionPlan = Selected | Skipped | Uncleanable
+
+
+def _as_dict(p: PartitionPlan, manifest: Manifest | None, retention: Retention | None,
+             figures: Figures | None) -> dict[str, Any]:
+    """A partition's plan as ``plan --json`` prints it (docs/commands.md): every field for every shape, null or
+    zero where the planner measured nothing."""
+    offsets = figures.offsets if figures is not None else None
+    return {
+        "partition": str(p.partition),
+        "decision": p.decision.value,
+        "reason": str(p.reason),
+        "version": manifest.version if manifest else None,
+        "checkpoint": manifest.first_dirty_offset if manifest is not None and retention is not None else None,
+        "first_dirty_offset": offsets.first_dirty_offset if offsets else None,
+        "checkpoint_reset": str(offsets.checkpoint_reset) if offsets and offsets.checkpoint_reset else None,
+        "first_uncleanable_offset": offsets.first_uncleanable_offset if offsets else None,
+        "log_start_offset": retention.log_start_offset if retention else None,
+        "clean_bytes": figures.clean_bytes if figures else 0,
+        "cleanable_bytes": figures.cleanable_bytes if figures else 0,
+        "cleanable_ratio": round(figures.cleanable_ratio if figures else 0.0, 6),
+        "compaction_delay_ms": figures.compaction_delay_ms if figures else 0,
+        "active_rolled": figures.active_segment_rolled if figures else False,
+        "tombstone_purge": figures.tombstone_purge if figures else False,
+        "overdue_ms": figures.overdue_ms if figures else None,
+        "expired_segments": [s.path for s in retention.expired_segments] if retention else [],
+        "erasures": [r.key_sha256 for r in figures.erasures] if figures else [],
+        "clean_range": [retention.log_start_offset, offsets.first_uncleanable_offset]
+        if isinstance(p, Selected) and retention and offsets else None,
+        "segments": [s.path for s in figures.segments] if figures else [],
+    }
 
 
 @dataclass(frozen=True)
@@ -122,7 +443,7 @@ class LogToClean:
     (retention alone) it reads no record. It carries out ``erasures``, whose tombstones lie in the range.
     """
 
-    plan: PartitionPlan = field(repr=False)  # the planner's verdict: its reason and figures, for the report
+    plan: Selected = field(repr=False)  # the planner's choice: its reason and figures, for the report
     partition: TopicPartition
     manifest: Manifest = field(repr=False)
     config: TopicConfig
@@ -176,16 +497,16 @@ class CompactionPlan:
     byte_budget: int | None
 
     @property
-    def selected(self) -> list[PartitionPlan]:
-        return [p for p in self.partitions if p.decision is Decision.CLEAN]
+    def selected(self) -> list[Selected]:
+        return [p for p in self.partitions if isinstance(p, Selected)]
 
     @property
     def to_clean(self) -> list[LogToClean]:
         return [p.to_clean() for p in self.selected]
 
     @property
-    def uncleanable(self) -> list[PartitionPlan]:
-        return [p for p in self.partitions if p.decision is Decision.UNCLEANABLE]
+    def uncleanable(self) -> list[Uncleanable]:
+        return [p for p in self.partitions if isinstance(p, Uncleanable)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -198,6 +519,9 @@ class CompactionPlan:
         }
 
 
+# One partition: LogCleanerManager's steps -------------------------------------------------------------------------
+
+
 def _floor_index(segments: Sequence[SegmentMeta], offset: int) -> int:
     """Index of the segment containing ``offset``, or of the next one after a gap (Kafka's floor);
     len(segments) if past the last one."""
@@ -207,11 +531,20 @@ def _floor_index(segments: Sequence[SegmentMeta], offset: int) -> int:
     return len(segments)
 
 
-def active_rolled(segment: SegmentMeta, config: TopicConfig, now_ms: int) -> bool:
-    """Whether the last segment counts as rolled: its first record is older than ``min(segment.ms,
+def active_segment_rolled(segment: SegmentMeta, config: TopicConfig, now_ms: int) -> bool:
+    """Whether the last segment counts as rolled by its age: its first record is older than ``min(segment.ms,
     max.compaction.lag.ms)`` (the offline form of KIP-354's forced roll)."""
     first = segment.live_first_timestamp if segment.live_first_timestamp is not None else segment.created_ms
     return now_ms - first > min(config.segment_ms, config.max_compaction_lag_ms)
+
+
+def roll(manifest: Manifest, config: TopicConfig, now_ms: int, pending: Sequence[ErasureRequest]) -> Roll:
+    """Whether this pass cleans the active segment: rolled by age, or (only for cleaning) for an erasure request."""
+    if not manifest.segments:
+        return Roll.NONE
+    if active_segment_rolled(manifest.segments[-1], config, now_ms):
+        return Roll.AGED
+    return Roll.FOR_ERASURE if pending else Roll.NONE
 
 
 def expired_by_retention(segments: Sequence[SegmentMeta], config: TopicConfig, now_ms: int,
@@ -237,8 +570,163 @@ def expired_by_retention(segments: Sequence[SegmentMeta], config: TopicConfig, n
     return tuple(candidates[:expired])
 
 
+def delete_old_segments(manifest: Manifest, config: TopicConfig, now_ms: int, rolled: Roll) -> Retention:
+    """What goes before cleaning and the log start it leaves: segments wholly below the log start go, as Kafka
+    deletes them for every compacted log, then those :func:`expired_by_retention` (an active segment rolled only
+    for an erasure request still waits to age out)."""
+    below = len(list(itertools.takewhile(lambda s: s.next_offset <= manifest.log_start_offset, manifest.segments)))
+    retained = expired_by_retention(manifest.segments[below:], config, now_ms, rolled is Roll.AGED)
+    expired = (*manifest.segments[:below], *retained)
+    left = manifest.segments[len(expired):]
+    log_start = (left[0].base_offset if left else manifest.log_end_offset) if retained else manifest.log_start_offset
+    return Retention(log_start, expired, below, len(retained))
+
+
+def validated_checkpoint(manifest: Manifest, log_start: int) -> tuple[int, CheckpointReset | None]:
+    """The first dirty offset from the checkpoint, reset to the log start when it lies outside the log."""
+    checkpoint, log_end = manifest.first_dirty_offset, manifest.log_end_offset
+    if checkpoint < log_start or checkpoint > log_end:
+        reset = CheckpointReset(checkpoint, log_start, log_end)
+        return reset.first_dirty_offset, reset
+    return checkpoint, None
+
+
+def non_active_segments(segments: Sequence[SegmentMeta], rolled: Roll) -> Sequence[SegmentMeta]:
+    """The segments Kafka may clean (``nonActiveLogSegmentsFrom``): all but the last, unless it has rolled."""
+    return segments if rolled is not Roll.NONE else segments[:-1]
+
+
+def cleanable_offsets(manifest: Manifest, segments: Sequence[SegmentMeta], log_start: int, rolled: Roll,
+                      config: TopicConfig, now_ms: int) -> CleanableOffsets:
+    """Kafka's ``cleanableOffsets``: the validated checkpoint, and the first uncleanable offset, the least of the
+    active segment's base, the last stable offset and the first dirty segment newer than ``min.compaction.lag.ms``
+    (``max``'d with the first dirty offset), rounded down to a segment boundary."""
+    first_dirty, reset = validated_checkpoint(manifest, log_start)
+    active_base = manifest.log_end_offset if rolled is not Roll.NONE else segments[-1].base_offset
+    non_active = non_active_segments(segments, rolled)
+    lag_bound = None
+    if config.min_compaction_lag_ms > 0:
+        min_lag_cutoff_ms = now_ms - config.min_compaction_lag_ms  # a segment with a record after it is too new
+        lag_bound = next((s.base_offset for s in non_active[_floor_index(non_active, first_dirty):]
+                          if s.time_ms > min_lag_cutoff_ms), None)
+    uncleanable, bound = rules.uncleanable_offset(first_dirty_offset=first_dirty, active_base=active_base,
+                                                  last_stable_offset=manifest.last_stable_offset, lag_bound=lag_bound)
+    first_uncleanable = rules.first_uncleanable_offset(uncleanable, [s.base_offset for s in non_active],
+                                                       [s.next_offset for s in non_active], active_base)
+    return CleanableOffsets(first_dirty, reset, uncleanable, first_uncleanable, UncleanableBound(bound))
+
+
+def calculate_cleanable_bytes(segments: Sequence[SegmentMeta], offsets: CleanableOffsets) -> tuple[int, int]:
+    """Clean and cleanable bytes (LogToClean, ``calculateCleanableBytes``): a segment holding a mid-segment
+    checkpoint counts on both sides, as in Kafka."""
+    first_dirty, first_uncleanable = offsets.first_dirty_offset, offsets.first_uncleanable_offset
+    clean_bytes = sum(s.live_size_bytes for s in segments if s.base_offset < first_dirty)
+    start = _floor_index(segments, min(first_dirty, first_uncleanable))
+    cleanable_bytes = sum(s.live_size_bytes for s in segments[start:] if s.base_offset < first_uncleanable)
+    return clean_bytes, cleanable_bytes
+
+
+def dirty_ratio(clean_bytes: int, cleanable_bytes: int) -> float:
+    """Kafka's ``cleanableRatio``: the cleanable share of the clean and cleanable bytes (0 without bytes)."""
+    total = clean_bytes + cleanable_bytes
+    return cleanable_bytes / total if total else 0.0
+
+
+def max_compaction_delay(dirty: Sequence[SegmentMeta], config: TopicConfig, now_ms: int) -> int:
+    """Kafka's ``maxCompactionDelay``: how long past ``max.compaction.lag.ms`` the earliest first record of the
+    dirty non-active segments is (0 if within it; first timestamps of 0 or less do not count)."""
+    first_times = [s.live_first_timestamp for s in dirty
+                   if s.live_first_timestamp is not None and s.live_first_timestamp > 0]
+    earliest = min(first_times, default=None)
+    clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
+    return clean_until - earliest if earliest is not None and earliest < clean_until else 0
+
+
+def is_purge_due(manifest: Manifest, in_range: Sequence[SegmentMeta], cleanable_bytes: int, now_ms: int) -> bool:
+    """Whether tombstones and markers in range are due to go: the last pass says when its earliest pending delete
+    horizon is due; the horizons that had passed by then and stayed are guarded until the range grows (or, for a
+    log no pass has recorded that for, any passed horizon counts)."""
+    if manifest.last_clean_ms is None or cleanable_bytes > 0:
+        return any(s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms
+                   for s in in_range)
+    # (the last pass's range may have held the active segment, rolled for an erasure: not this one's)
+    return bool(in_range) and manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
+
+
+def deletion_vectors_overdue(in_range: Sequence[SegmentMeta], max_age_ms: int | None, now_ms: int) -> int:
+    """How long the oldest deletion vector in range has been due for its rewrite under
+    ``deletion.vector.max.age.ms`` (-1: none is due, or no maximum age)."""
+    if max_age_ms is None:
+        return -1
+    return max((now_ms - rules.saturating_add(s.deletes.created_ms, max_age_ms)
+                for s in in_range if s.deletes is not None), default=-1)
+
+
+def measure(manifest: Manifest, segments: Sequence[SegmentMeta], retention: Retention, rolled: Roll,
+            config: TopicConfig, now_ms: int, deletion_vector_max_age_ms: int | None) -> Figures:
+    """Kafka's figures of a partition with ``segments`` left after retention, and the erasure requests the range
+    covers: these are carried out now, due at once, overdue past their deadline."""
+    offsets = cleanable_offsets(manifest, segments, retention.log_start_offset, rolled, config, now_ms)
+    clean_bytes, cleanable_bytes = calculate_cleanable_bytes(segments, offsets)
+    non_active = non_active_segments(segments, rolled)
+    delay = max_compaction_delay(non_active[_floor_index(non_active, offsets.first_dirty_offset):], config, now_ms)
+    in_range = tuple(s for s in segments if s.base_offset < offsets.first_uncleanable_offset)
+    vectors_overdue = deletion_vectors_overdue(in_range, deletion_vector_max_age_ms, now_ms)
+    erasures = tuple(r for r in manifest.erasures
+                     if r.state == "pending" and r.tombstone_offset < offsets.first_uncleanable_offset)
+    erasing = max((max(now_ms - r.deadline_ms, 0) for r in erasures), default=-1)
+    overdue = max(delay if delay > 0 and cleanable_bytes > 0 else -1, vectors_overdue, erasing)
+    return Figures(offsets, clean_bytes, cleanable_bytes, dirty_ratio(clean_bytes, cleanable_bytes), delay, rolled,
+                   is_purge_due(manifest, in_range, cleanable_bytes, now_ms), vectors_overdue, erasing,
+                   overdue if overdue >= 0 else None, in_range, erasures)
+
+
+def grounds(figures: Figures, retention: Retention, config: TopicConfig) -> Reason | None:
+    """What selects a measured partition, the first that holds in Kafka's order and then this cleaner's (None:
+    nothing does): erasure requests in range, ``max.compaction.lag.ms``, the dirty ratio, expired tombstones, aged
+    deletion vectors, and retention alone."""
+    if figures.erasures:
+        return ErasureRequested(len(figures.erasures), figures.erasures_overdue_ms)
+    if figures.lagging:
+        return MaxLagExceeded(figures.compaction_delay_ms)
+    if figures.cleanable_ratio > config.min_cleanable_dirty_ratio:
+        return DirtyRatio(figures.cleanable_ratio, config.min_cleanable_dirty_ratio)
+    if figures.tombstones_due:
+        return TombstonesExpired()
+    if figures.deletion_vectors_overdue_ms >= 0:
+        return DeletionVectorsAged(figures.deletion_vectors_overdue_ms)
+    if retention.expired_segments:
+        return retention.reason
+    return None
+
+
+def choose(tp: TopicPartition, manifest: Manifest, config: TopicConfig, retention: Retention,
+           figures: Figures) -> Selected | Skipped:
+    """Select a measured partition with its reasons, or skip it with why nothing selects it; either way the pending
+    erasure requests past the range say what they wait for."""
+    waiting = sum(1 for r in manifest.erasures if r.state == "pending") - len(figures.erasures)
+    wait = (ErasuresWait(waiting, figures.offsets.bound, manifest.last_stable_offset),) if waiting else ()
+    first = grounds(figures, retention, config)
+    if first is None:
+        if figures.cleanable_bytes > 0:
+            why: Reason = DirtyRatio(figures.cleanable_ratio, config.min_cleanable_dirty_ratio)
+        elif figures.offsets.first_dirty_offset >= manifest.log_end_offset:
+            why = NoDirtyRecords()
+        else:
+            why = NothingCleanable(figures.offsets.bound, manifest.last_stable_offset)
+        return Skipped(tp, manifest, config, Reasons(why, wait), retention, figures)
+    # Aged deletion vectors and retention are named after the rest unless they decided; after a wait note, the text
+    # names the one that decided again (as it always has: "retention: ...; ... wait for ...; retention: ...").
+    aged = () if figures.deletion_vectors_overdue_ms < 0 or (isinstance(first, DeletionVectorsAged) and not wait) \
+        else (DeletionVectorsAged(figures.deletion_vectors_overdue_ms),)
+    expired = () if not retention.expired_segments or (isinstance(first, RetentionExpired) and not wait) \
+        else (retention.reason,)
+    return Selected(tp, manifest, config, Reasons(first, (*wait, *aged, *expired)), retention, figures,
+                    dedupe=not isinstance(first, RetentionExpired))
+
+
 def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int,
-                   deletion_vector_max_age_ms: int | None = None) -> PartitionPlan:
+                   deletion_vector_max_age_ms: int | None = None) -> Selected | Skipped:
     """Kafka's selection arithmetic for one partition (no budget, no ordering), and its erasure requests'.
 
     A pending erasure request selects the partition at once, whatever its dirty ratio, and rolls the active
@@ -247,139 +735,22 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     """
     pending = tuple(r for r in manifest.erasures if r.state == "pending")
     if not config.compact:
-        waiting = f"; {len(pending)} erasure request(s) cannot be carried out (a tombstone deletes nothing there)" \
-            if pending else ""
-        return PartitionPlan(tp, Decision.SKIP, f"cleanup.policy={','.join(config.cleanup_policy)}: not compacted"
-                                                f"{waiting}", manifest, config)
-    aged_out = bool(manifest.segments) and active_rolled(manifest.segments[-1], config, now_ms)
-    # An erasure rolls the active segment for cleaning only: retention still waits for it to age out.
-    rolled = aged_out or (bool(manifest.segments) and bool(pending))
-    # Segments wholly below the log start go, as Kafka deletes them for every compacted log.
-    below = len(list(itertools.takewhile(lambda s: s.next_offset <= manifest.log_start_offset, manifest.segments)))
-    retained = expired_by_retention(manifest.segments[below:], config, now_ms, aged_out)
-    expired = (*manifest.segments[:below], *retained)
-    segments = manifest.segments[len(expired):]
-    log_end = manifest.log_end_offset
-    log_start = (segments[0].base_offset if segments else log_end) if retained else manifest.log_start_offset
-    dropped = "; ".join(note for count, note in ((len(retained), f"retention: {len(retained)} segment(s) expired"),
-                                                 (below, f"{below} segment(s) below the log start")) if count)
-    base = dict(manifest=manifest, config=config, checkpoint=manifest.first_dirty_offset, log_start_offset=log_start,
-                expired_segments=expired)
-    if not segments:
-        if expired or pending:  # every record below the requests' tombstones goes with its segment
-            return PartitionPlan(tp, Decision.CLEAN, dropped or "erasure requested: no segment is left to rewrite",
-                                 first_dirty_offset=log_end, first_uncleanable_offset=log_end, erasures=pending,
-                                 **base)  # type: ignore[arg-type]
-        return PartitionPlan(tp, Decision.SKIP, "empty log", **base)  # type: ignore[arg-type]
+        return Skipped(tp, manifest, config, Reasons(NotCompacted(config.cleanup_policy, len(pending))))
+    rolled = roll(manifest, config, now_ms, pending)
+    retention = delete_old_segments(manifest, config, now_ms, rolled)
+    segments = manifest.segments[len(retention.expired_segments):]
+    if segments:
+        figures = measure(manifest, segments, retention, rolled, config, now_ms, deletion_vector_max_age_ms)
+        return choose(tp, manifest, config, retention, figures)
+    if not retention.expired_segments and not pending:
+        return Skipped(tp, manifest, config, Reasons(EmptyLog()), retention)
+    # Every record below the requests' tombstones goes with its segment.
+    reason = retention.reason if retention.expired_segments else NothingLeftToRewrite()
+    return Selected(tp, manifest, config, Reasons(reason), retention,
+                    Figures.nothing_left(manifest.log_end_offset, pending), dedupe=False)
 
-    # Checkpoint validation (LogCleanerManager.cleanableOffsets).
-    first_dirty = manifest.first_dirty_offset
-    reset = None
-    if first_dirty < log_start:
-        reset = f"checkpoint {first_dirty} is below the log start {log_start}"
-        first_dirty = log_start
-    elif first_dirty > log_end:
-        reset = f"checkpoint {first_dirty} is past the log end {log_end}"
-        first_dirty = log_start
 
-    active_base = log_end if rolled else segments[-1].base_offset
-    non_active = segments if rolled else segments[:-1]
-    lag_bound = None
-    if config.min_compaction_lag_ms > 0:
-        horizon = now_ms - config.min_compaction_lag_ms
-        lag_bound = next((s.base_offset for s in non_active[_floor_index(non_active, first_dirty):]
-                          if s.time_ms > horizon), None)
-    uncleanable, bound_name = rules.uncleanable_offset(first_dirty_offset=first_dirty, active_base=active_base,
-                                                       last_stable_offset=manifest.last_stable_offset,
-                                                       lag_bound=lag_bound)
-    first_uncleanable = rules.first_uncleanable_offset(uncleanable, [s.base_offset for s in non_active],
-                                                       [s.next_offset for s in non_active], active_base)
-
-    # Bytes (LogToClean): a segment holding a mid-segment checkpoint counts on both sides, as in Kafka.
-    clean_bytes = sum(s.live_size_bytes for s in segments if s.base_offset < first_dirty)
-    start = _floor_index(segments, min(first_dirty, first_uncleanable))
-    cleanable_bytes = sum(s.live_size_bytes for s in segments[start:] if s.base_offset < first_uncleanable)
-    total = clean_bytes + cleanable_bytes
-    ratio = cleanable_bytes / total if total else 0.0
-
-    # max.compaction.lag.ms (LogCleanerManager.maxCompactionDelay).
-    dirty = non_active[_floor_index(non_active, first_dirty):]
-    first_times = [s.live_first_timestamp for s in dirty
-                   if s.live_first_timestamp is not None and s.live_first_timestamp > 0]
-    earliest = min(first_times, default=None)
-    clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
-    delay = clean_until - earliest if earliest is not None and earliest < clean_until else 0
-
-    in_range = tuple(s for s in segments if s.base_offset < first_uncleanable)
-    # Tombstones and markers to purge: the last pass says when its earliest pending horizon is due; the
-    # horizons that had passed by then and stayed are guarded until the range grows (or, for a log no
-    # pass has recorded that for, any passed horizon counts).
-    passed = any(s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms
-                 for s in in_range)
-    if manifest.last_clean_ms is None or cleanable_bytes > 0:
-        purge = passed
-    else:  # (the last pass's range may have held the active segment, rolled for an erasure: not this one's)
-        purge = bool(in_range) and manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
-    # deletion.vector.max.age.ms: how long the oldest deletion vector in range has been due for its rewrite.
-    vectors_overdue = max((now_ms - rules.saturating_add(s.deletes.created_ms, deletion_vector_max_age_ms)
-                           for s in in_range if s.deletes is not None), default=-1) \
-        if deletion_vector_max_age_ms is not None else -1
-    aged = vectors_overdue >= 0
-    lagging = delay > 0 and cleanable_bytes > 0
-    # Erasure requests whose tombstones the range covers are carried out now: due at once, overdue past deadline.
-    erasures = tuple(r for r in pending if r.tombstone_offset < first_uncleanable)
-    erasing = max((max(now_ms - r.deadline_ms, 0) for r in erasures), default=-1)
-    overdue = max(delay if lagging else -1, vectors_overdue, erasing)
-    fields = dict(base, first_dirty_offset=first_dirty, checkpoint_reset=reset, uncleanable_offset=uncleanable,
-                  first_uncleanable_offset=first_uncleanable, clean_bytes=clean_bytes,
-                  cleanable_bytes=cleanable_bytes, cleanable_ratio=ratio, compaction_delay_ms=delay,
-                  active_rolled=rolled, rolled_for_erasure=rolled and not aged_out, tombstone_purge=purge or aged,
-                  segments=in_range,
-                  overdue_ms=overdue if overdue >= 0 else None, erasures=erasures)
-    left = len(pending) - len(erasures)
-    bound = {"active segment": "the active segment", "min.compaction.lag.ms": "min.compaction.lag.ms",
-             "last stable offset": f"an open transaction (the last stable offset {manifest.last_stable_offset})"}
-    wait_note = f"{left} erasure request(s) wait for {bound[bound_name]}" if left else ""
-
-    fields["dedupe"] = True
-    due = f"due for {format_duration(vectors_overdue)}" if vectors_overdue > 0 else "due now"
-    aged_reason = (f"deletion vectors at least deletion.vector.max.age.ms old ({due}): rewrite to remove records "
-                   "physically")
-    if erasures:
-        reason = f"erasure requested for {len(erasures)} key(s)"
-        if erasing > 0:
-            reason += f", past the deadline by {format_duration(erasing)}"
-    elif lagging:
-        reason = f"max.compaction.lag.ms exceeded by {format_duration(delay)}"
-    elif ratio > config.min_cleanable_dirty_ratio:
-        reason = f"dirty ratio {ratio:.2f} > {config.min_cleanable_dirty_ratio:.2f}"
-    elif purge:
-        reason = "tombstones expired: delete horizon passed"
-    elif aged:
-        reason = aged_reason
-    elif expired:
-        fields["dedupe"] = False
-        reason = dropped
-    else:
-        if cleanable_bytes == 0:
-            reason = {"active segment": "active segment only",
-                      "last stable offset": f"nothing cleanable below the last stable offset "
-                                            f"{manifest.last_stable_offset} (open transaction)",
-                      "min.compaction.lag.ms": "dirty segments are newer than min.compaction.lag.ms"}[bound_name]
-            if first_dirty >= log_end:
-                reason = "no dirty records"
-        else:
-            reason = f"dirty ratio {ratio:.2f} <= {config.min_cleanable_dirty_ratio:.2f}"
-        fields["dedupe"] = False
-        return PartitionPlan(tp, Decision.SKIP, f"{reason}; {wait_note}" if wait_note else reason,
-                             **fields)  # type: ignore[arg-type]
-    if wait_note:
-        reason += f"; {wait_note}"
-    if aged and reason != aged_reason:
-        reason += f"; {aged_reason}"
-    if expired and reason != dropped:
-        reason += f"; {dropped}"
-    return PartitionPlan(tp, Decision.CLEAN, reason, **fields)  # type: ignore[arg-type]
+# The run ----------------------------------------------------------------------------------------------------------
 
 
 def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Callable[[str], TopicConfig], now_ms: int,
@@ -394,39 +765,43 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
     bounds the bytes read by the run; the first selected partition is always taken, so every run makes
     progress.
     """
-    plans: list[PartitionPlan] = []
+    plans: list[Selected | Skipped] = []
     uncleanable: list[PartitionPlan] = []
     for tp in sorted(manifests, key=lambda tp: (tp.topic, tp.partition)):
         manifest = manifests[tp]
         if isinstance(manifest, Exception):
-            uncleanable.append(PartitionPlan(tp, Decision.UNCLEANABLE, str(manifest)))
+            uncleanable.append(Uncleanable(tp, Reasons(ManifestUnreadable(str(manifest)))))
             continue
         plans.append(plan_partition(tp, manifest, config(tp.topic), now_ms, deletion_vector_max_age_ms))
 
-    candidates = [p for p in plans if p.clean_bytes + p.cleanable_bytes > 0]
-    max_dirty = int(100 * max((p.cleanable_ratio for p in candidates), default=0.0))
-    max_delay = max((p.compaction_delay_ms for p in plans), default=0)
-    delayed = sum(1 for p in plans if p.compaction_delay_ms > 0)
+    measured = [p.figures for p in plans if p.figures is not None]
+    candidates = [f for f in measured if f.clean_bytes + f.cleanable_bytes > 0]
+    max_dirty = int(100 * max((f.cleanable_ratio for f in candidates), default=0.0))
+    max_delay = max((f.compaction_delay_ms for f in measured), default=0)
+    delayed = sum(1 for f in measured if f.compaction_delay_ms > 0)
 
-    selected = sorted((p for p in plans if p.decision is Decision.CLEAN),
-                      key=lambda p: (p.overdue_ms is None, -(p.overdue_ms or 0), -p.cleanable_ratio))
-    skipped = [p for p in plans if p.decision is not Decision.CLEAN]
+    selected = sorted((p for p in plans if isinstance(p, Selected)), key=lambda p: (
+        p.figures.overdue_ms is None, -(p.figures.overdue_ms or 0), -p.figures.cleanable_ratio))
+    skipped: list[PartitionPlan] = [p for p in plans if isinstance(p, Skipped)]
     if byte_budget is not None:
-        within: list[PartitionPlan] = []
+        within: list[Selected] = []
         spent = 0
         for p in selected:
             if within and spent + p.work_bytes > byte_budget:
                 skipped.append(_deferred(p, byte_budget))
                 continue
-            within.append(p if p.overdue_ms is None else replace(p, reason=f"{p.reason}; overdue, so first in the "
-                                                                        "per-run byte budget"))
+            within.append(p if p.figures.overdue_ms is None
+                          else replace(p, reason=p.reason.adding(OverdueFirstInBudget())))
             spent += p.work_bytes
         selected = within
     return CompactionPlan(now_ms, tuple(selected + skipped + uncleanable), max_dirty, max_delay, delayed, byte_budget)
 
 
-def _deferred(p: PartitionPlan, budget: int) -> PartitionPlan:
-    return replace(p, decision=Decision.SKIP, reason=f"deferred: per-run byte budget {budget} exhausted ({p.reason})")
+def _deferred(p: Selected, budget: int) -> Skipped:
+    return Skipped(p.partition, p.manifest, p.config, Reasons(Deferred(budget, p.reason)), p.retention, p.figures)
+
+
+# Key ranges and rewrites ------------------------------------------------------------------------------------------
 
 
 #: A task reads a clean segment's decision columns only, about a quarter of the cost of a dirty segment read
@@ -434,8 +809,8 @@ def _deferred(p: PartitionPlan, budget: int) -> PartitionPlan:
 CLEAN_SEGMENT_COST_DIVISOR = 4
 
 
-def key_buckets(p: LogToClean, task_max_records: int) -> int:
-    """Key buckets (tasks) a partition's cleaned range is split into, so that no task decides too much.
+def key_range_count(p: LogToClean, task_max_records: int) -> int:
+    """Key ranges (a task each) a partition's cleaned range is split into, so that no task decides too much.
 
     A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
     columns of clean ones (up to :data:`CLEAN_SEGMENT_COST_DIVISOR` times as many records in all).
@@ -448,7 +823,7 @@ def key_buckets(p: LogToClean, task_max_records: int) -> int:
 
 def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tuple[SegmentMeta, ...]]:
     """Consecutive segments in runs of at most ``max_records`` live records (a larger segment alone): what
-    one task of a split partition reads once for every key bucket."""
+    one task of a split partition reads once for every key range."""
     runs: list[tuple[SegmentMeta, ...]] = []
     run: list[SegmentMeta] = []
     records = 0
@@ -461,10 +836,10 @@ def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tupl
     return [*runs, tuple(run)] if run else runs
 
 
-def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, buckets: int) -> ApplyPolicy:
-    """How a partition's decisions become objects; a split partition's rewrites each read no more records
-    than one of its decision tasks."""
-    share = math.ceil(p.records / buckets)
-    apart = p.segments[-1].base_offset if p.plan.rolled_for_erasure and p.segments else None
+def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, key_ranges: int) -> ApplyPolicy:
+    """How a partition's verdicts become objects; a split partition's rewrites each read no more records
+    than one of its key ranges' tasks."""
+    share = math.ceil(p.records / key_ranges)
+    apart = p.segments[-1].base_offset if p.plan.figures.roll is Roll.FOR_ERASURE and p.segments else None
     return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
                        cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)), apart)

@@ -6,13 +6,14 @@ import argparse
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import plan_store
-from compaction.clean.planner import CompactionPlan, Decision
+from compaction.clean.planner import CompactionPlan, Figures, PartitionPlan, Selected, Skipped, Uncleanable
 from compaction.cli import common
 from compaction.cli.common import EXIT_OK, Command, Parser
 from compaction.cli.output import Output
@@ -50,14 +51,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def plan_row(p: PartitionPlan) -> list[Any]:
+    """One partition's line of ``plan``: its figures where the planner measured the log, zeros where it did not."""
+    match p:
+        case Selected(figures=figures) | Skipped(figures=Figures() as figures):
+            clean_range = f"[{p.retention.log_start_offset}, {figures.offsets.first_uncleanable_offset})" \
+                if isinstance(p, Selected) else "-"
+            reset = figures.offsets.checkpoint_reset
+            return [str(p.partition), p.decision.value, human_bytes(figures.clean_bytes),
+                    human_bytes(figures.cleanable_bytes), f"{figures.cleanable_ratio:.2f}",
+                    format_duration(figures.compaction_delay_ms) if figures.compaction_delay_ms else "-", clean_range,
+                    len(figures.segments), str(p.reason) + (f" ({reset}: reset)" if reset else "")]
+        case Skipped() | Uncleanable():  # a topic not compacted, a log without segments, a manifest not read
+            return [str(p.partition), p.decision.value, human_bytes(0), human_bytes(0), f"{0.0:.2f}", "-", "-", 0,
+                    str(p.reason)]
+
+
 def print_plan(result: CompactionPlan, out: Output) -> None:
-    rows = []
-    for p in result.partitions:
-        clean_range = f"[{p.log_start_offset}, {p.first_uncleanable_offset})" if p.decision is Decision.CLEAN else "-"
-        reason = p.reason + (f" ({p.checkpoint_reset}: reset)" if p.checkpoint_reset else "")
-        rows.append([str(p.partition), p.decision.value, human_bytes(p.clean_bytes), human_bytes(p.cleanable_bytes),
-                     f"{p.cleanable_ratio:.2f}", format_duration(p.compaction_delay_ms) if p.compaction_delay_ms
-                     else "-", clean_range, len(p.segments), reason])
+    rows = [plan_row(p) for p in result.partitions]
     skipped = len(result.partitions) - len(result.selected) - len(result.uncleanable)
     out.result(result.to_dict(), ["partition", "decision", "clean", "cleanable", "ratio", "delay", "clean range",
                                   "segments", "reason"], rows,

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compaction.clean.planner import plan_partition
+from compaction.clean.planner import Selected, plan_partition
 from compaction.clean.settings import TopicConfig
 from compaction.errors import StoreError
 from compaction.store import Store, TopicPartition, read_manifests
@@ -58,7 +58,7 @@ def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicCo
     """What each request of the partition waits for: a run (and why the planner would not carry it out yet), or gc
     (the objects still holding the key, and the pins that keep versions from before the rewrite)."""
     plan = plan_partition(tp, manifest, config, now_ms)
-    chosen = {r.ident for r in plan.erasures}
+    chosen = {r.ident for r in plan.figures.erasures} if isinstance(plan, Selected) else set()
     pins = store.objects.pins(tp)
 
     def waits(request: ErasureRequest) -> tuple[str, ...]:

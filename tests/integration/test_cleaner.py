@@ -481,7 +481,7 @@ def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_s
     retention = settings_with({**sized, "log.cleanup.policy": "compact,delete", "log.retention.ms": 5 * DAY,
                                "log.cleaner.min.cleanable.ratio": 1.0})
     the_plan = plan_store(local_store, retention, NOW)
-    assert [s.base_offset for s in the_plan.partitions[0].expired_segments] == [0], \
+    assert [s.base_offset for s in the_plan.to_clean[0].expired_segments] == [0], \
         "retention sees the live records' age, not the deleted one's"
 
 

@@ -15,7 +15,7 @@ from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoi
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.outcome import Status
 from compaction.clean.payloads import AppliedJob
-from compaction.clean.planner import LogToClean, PartitionPlan, plan
+from compaction.clean.planner import LogToClean, Selected, Skipped, plan
 from compaction.clean.settings import TopicConfig
 from compaction.engine.isolation import Failure
 from compaction.erasure import request_erasure
@@ -39,8 +39,15 @@ def store() -> Store:
     return store
 
 
-def planned(store: Store, config: TopicConfig = COMPACT) -> PartitionPlan:
+def planned(store: Store, config: TopicConfig = COMPACT) -> Selected:
     (p,) = plan({TP: store.manifest(TP)}, lambda _: config, NOW).partitions
+    assert isinstance(p, Selected)
+    return p
+
+
+def skipped(store: Store, config: TopicConfig) -> Skipped:
+    (p,) = plan({TP: store.manifest(TP)}, lambda _: config, NOW).partitions
+    assert isinstance(p, Skipped)
     return p
 
 
@@ -181,10 +188,12 @@ SKIPPING = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=1.
 
 def test_a_reset_checkpoint_is_committed_at_once() -> None:
     store = past_the_end()
-    p = planned(store, SKIPPING)
-    assert (p.decision.value, p.checkpoint, p.first_dirty_offset, p.checkpoint_reset) == (
-        "skip", 5, 0, "checkpoint 5 is past the log end 2")
-    result = reset_checkpoint(store, p, WRITER, NOW)
+    p = skipped(store, SKIPPING)
+    reset = p.checkpoint_reset
+    assert reset is not None
+    assert (p.manifest.first_dirty_offset, reset.first_dirty_offset, str(reset)) == (
+        5, 0, "checkpoint 5 is past the log end 2")
+    result = reset_checkpoint(store, p, reset, WRITER, NOW)
     manifest = store.manifest(TP)
     assert (result.status, manifest.first_dirty_offset, manifest.log_start_offset) == (Status.SKIPPED, 0, 0)
     assert (manifest.version, manifest.writer.run_id, manifest.writer.time_ms) == (4, "r", NOW)
@@ -192,9 +201,10 @@ def test_a_reset_checkpoint_is_committed_at_once() -> None:
 
 def test_a_reset_that_cannot_be_committed_fails_the_partition() -> None:
     store = past_the_end()
-    p = planned(store, SKIPPING)
+    p = skipped(store, SKIPPING)
+    assert p.checkpoint_reset is not None
     store.replace(TP, Replacement((), (), 5, 1, 0, 0), writer=WRITER, now_ms=NOW)  # another writer, first
-    result = reset_checkpoint(store, p, WRITER, NOW)
+    result = reset_checkpoint(store, p, p.checkpoint_reset, WRITER, NOW)
     assert (result.status, result.internal) == (Status.FAILED, False)
     assert result.error is not None and result.error.startswith(
         "could not reset the checkpoint (checkpoint 5 is past the log end 2): CommitConflictError: ")

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from compaction import winners
 from compaction.clean.layout import ApplyPolicy, SegmentOutcome, lay_out
-from compaction.clean.planner import Decision, apply_policy, plan, plan_partition
+from compaction.clean.planner import Decision, Roll, Selected, apply_policy, plan, plan_partition
 from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.rules import KEPT, Reason
 from compaction.store import TopicPartition
@@ -108,9 +108,10 @@ def test_a_pending_request_selects_its_partition_at_once_and_rolls_the_active_se
     without = plan_partition(TopicPartition("t", 0), log.model_copy(update={"erasures": ()}), COMPACT, HOUR)
     assert without.decision is Decision.SKIP
     chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
-    assert chosen.decision is Decision.CLEAN and chosen.active_rolled
-    assert (chosen.first_uncleanable_offset, chosen.reason) == (102, "erasure requested for 1 key(s)")
-    assert chosen.erasures == log.erasures and chosen.overdue_ms == 0
+    assert isinstance(chosen, Selected) and chosen.figures.active_segment_rolled
+    assert (chosen.figures.offsets.first_uncleanable_offset, str(chosen.reason)) == (
+        102, "erasure requested for 1 key(s)")
+    assert chosen.figures.erasures == log.erasures and chosen.figures.overdue_ms == 0
     assert chosen.to_clean().erasures == log.erasures
 
 
@@ -121,37 +122,38 @@ def test_a_request_past_its_deadline_says_so_and_goes_first_in_the_byte_budget()
     result = plan(logs, lambda _: TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.1),
                   now_ms=3 * HOUR, byte_budget=1)
     assert [str(p.partition) for p in result.selected] == ["t-1"]
-    assert result.selected[0].reason.startswith("erasure requested for 1 key(s), past the deadline by 2h")
-    assert result.selected[0].overdue_ms == 2 * HOUR
+    assert str(result.selected[0].reason).startswith("erasure requested for 1 key(s), past the deadline by 2h")
+    assert result.selected[0].figures.overdue_ms == 2 * HOUR
 
 
 def test_a_request_waits_for_an_open_transaction_and_the_plan_says_so() -> None:
     log = manifest([seg(0, 100), seg(100, 110)], (request(109),), checkpoint=100, lso=105)
     chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
-    assert chosen.erasures == ()
-    assert "1 erasure request(s) wait for an open transaction (the last stable offset 105)" in chosen.reason
+    assert chosen.figures is not None and chosen.figures.erasures == ()
+    assert "1 erasure request(s) wait for an open transaction (the last stable offset 105)" in str(chosen.reason)
 
 
 def test_a_request_in_a_topic_that_is_not_compacted_cannot_be_carried_out() -> None:
     log = manifest([seg(0, 2)], (request(1),))
     result = plan_partition(TopicPartition("t", 0), log, TopicConfig(cleanup_policy=("delete",)), HOUR)
     assert result.decision is Decision.SKIP
-    assert result.reason == ("cleanup.policy=delete: not compacted; 1 erasure request(s) cannot be carried out (a "
-                             "tombstone deletes nothing there)")
+    assert str(result.reason) == ("cleanup.policy=delete: not compacted; 1 erasure request(s) cannot be carried out "
+                                  "(a tombstone deletes nothing there)")
 
 
 def test_a_request_a_pass_carried_out_selects_nothing() -> None:
     done = request(101, rewritten_ms=5, rewritten_version=3)
     log = manifest([seg(0, 100), seg(100, 102)], (done,), checkpoint=100)
     chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
-    assert chosen.decision is Decision.SKIP and not chosen.active_rolled and chosen.erasures == ()
+    assert chosen.decision is Decision.SKIP and chosen.figures is not None
+    assert not chosen.figures.active_segment_rolled and chosen.figures.erasures == ()
 
 
 def test_the_active_segment_an_erasure_rolled_is_rewritten_apart_so_that_it_stays_the_last() -> None:
     log = manifest([seg(0, 100), seg(100, 102)], (request(101),))
     chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
-    assert chosen.rolled_for_erasure
-    policy = apply_policy(chosen.to_clean(), HOUR, CleanerSettings.model_validate({}), buckets=1)
+    assert isinstance(chosen, Selected) and chosen.figures.roll is Roll.FOR_ERASURE
+    policy = apply_policy(chosen.to_clean(), HOUR, CleanerSettings.model_validate({}), key_ranges=1)
     assert policy.apart == 100
     lost = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
     stamped = SegmentOutcome(records=2, kept=2, stamped=1, dropped={})  # its tombstone gets its horizon
@@ -162,4 +164,4 @@ def test_the_active_segment_an_erasure_rolled_is_rewritten_apart_so_that_it_stay
     assert [[s.base_offset for s in sources] for sources, _ in apart] == [[0], [100]]
     # Retention still waits for the active segment to age out: the roll is for cleaning only.
     aged = plan_partition(TopicPartition("t", 0), log, replace(COMPACT, segment_ms=HOUR // 2), HOUR)
-    assert aged.active_rolled and not aged.rolled_for_erasure
+    assert isinstance(aged, Selected) and aged.figures.roll is Roll.AGED

@@ -13,8 +13,12 @@ from hypothesis import given, settings
 from compaction.clean.layout import ApplyPolicy
 from compaction.clean.planner import (
     Decision,
+    Roll,
+    Selected,
+    Skipped,
+    Uncleanable,
     apply_policy,
-    key_buckets,
+    key_range_count,
     plan,
     plan_partition,
     segment_runs,
@@ -63,7 +67,7 @@ def test_t42_dirtiest_log_is_selected_first_and_a_log_without_cleanable_bytes_is
     logs = {TopicPartition("t", i): filthy(n, 20, partition=i) for i, n in enumerate((20, 25, 30))}
     result = plan(logs, lambda _: COMPACT, now_ms=0)
     assert [str(p.partition) for p in result.selected] == ["t-2", "t-1"]
-    assert result.selected[0].cleanable_bytes == (5 + 5 + 4) * BATCH
+    assert result.selected[0].figures.cleanable_bytes == (5 + 5 + 4) * BATCH
     assert next(p for p in result.partitions if str(p.partition) == "t-0").decision is Decision.SKIP
 
 
@@ -73,44 +77,46 @@ def test_t42_an_uncleanable_partition_is_listed_and_the_next_dirtiest_is_selecte
     logs[TopicPartition("t", 2)] = CorruptManifestError("manifest t/2/_manifests/1.json is not valid JSON")
     result = plan(logs, lambda _: COMPACT, now_ms=0)
     assert [str(p.partition) for p in result.selected] == ["t-1"]
-    assert [(str(p.partition), p.reason) for p in result.uncleanable] == [
+    assert [(str(p.partition), str(p.reason)) for p in result.uncleanable] == [
         ("t-2", "manifest t/2/_manifests/1.json is not valid JSON")]
 
 
 def test_t43_invalid_checkpoint_is_reset_to_the_log_start() -> None:
     past_end = one(filthy(20, checkpoint=200))
-    assert (past_end.decision, past_end.first_dirty_offset) == (Decision.CLEAN, 0)
-    assert past_end.checkpoint_reset == "checkpoint 200 is past the log end 21"
+    assert (past_end.decision, past_end.figures.offsets.first_dirty_offset) == (Decision.CLEAN, 0)
+    assert str(past_end.figures.offsets.checkpoint_reset) == "checkpoint 200 is past the log end 21"
     below_start = one(filthy(20, checkpoint=0, log_start=10))
-    assert (below_start.decision, below_start.first_dirty_offset) == (Decision.CLEAN, 10)
+    assert (below_start.decision, below_start.figures.offsets.first_dirty_offset) == (Decision.CLEAN, 10)
 
 
 def test_t44_reset_is_recorded_even_when_nothing_is_selected() -> None:
     p = one(filthy(20, checkpoint=15, log_start=20))
-    assert (p.needs_dedupe, p.first_dirty_offset, p.checkpoint_reset) == (
+    assert (p.needs_dedupe, p.figures.offsets.first_dirty_offset, str(p.figures.offsets.checkpoint_reset)) == (
         False, 20, "checkpoint 15 is below the log start 20"), "nothing to clean"
     # Kafka's deleteOldSegments then removes the segments wholly below the log start: here the same plan.
-    assert (p.decision, p.reason, len(p.expired_segments)) == (Decision.CLEAN, "5 segment(s) below the log start", 5)
+    assert (p.decision, str(p.reason), len(p.retention.expired_segments)) == (
+        Decision.CLEAN, "5 segment(s) below the log start", 5)
     logs = {TopicPartition("t", 0): filthy(20, 10, log_start=15), TopicPartition("t", 1): filthy(25, 5, partition=1)}
     result = plan(logs, lambda _: COMPACT, now_ms=0)
     assert str(result.selected[0].partition) == "t-1", "the filthiest log comes first"
     tp0 = next(p for p in result.partitions if p.partition.partition == 0)
-    assert (tp0.first_dirty_offset, tp0.checkpoint_reset is not None) == (15, True)
+    assert not isinstance(tp0, Uncleanable) and tp0.figures is not None
+    assert (tp0.figures.offsets.first_dirty_offset, tp0.figures.offsets.checkpoint_reset is not None) == (15, True)
 
 
 def test_t45_active_segment_is_never_cleaned() -> None:
     assert one(log([seg(0, 9)], checkpoint=0, log_start=2)).decision is Decision.SKIP
     only_active = one(log([seg(0, 6)], checkpoint=3))
-    assert (only_active.decision, only_active.reason, only_active.cleanable_bytes) == (
+    assert (only_active.decision, str(only_active.reason), only_active.figures.cleanable_bytes) == (
         Decision.SKIP, "active segment only", 0)
 
 
 def test_t46_last_stable_offset_bounds_the_cleanable_range_before_segment_alignment() -> None:
     segments = [seg(b, b + 14) for b in range(0, 98, 14)] + [seg(98, 100)]
-    p = one(log(segments, checkpoint=0, lso=50))
-    assert (p.first_dirty_offset, p.uncleanable_offset, p.first_uncleanable_offset) == (0, 50, 42)
-    p = one(log(segments, checkpoint=0))
-    assert (p.first_dirty_offset, p.uncleanable_offset, p.first_uncleanable_offset) == (0, 98, 98)
+    offsets = one(log(segments, checkpoint=0, lso=50)).figures.offsets
+    assert (offsets.first_dirty_offset, offsets.uncleanable_offset, offsets.first_uncleanable_offset) == (0, 50, 42)
+    offsets = one(log(segments, checkpoint=0)).figures.offsets
+    assert (offsets.first_dirty_offset, offsets.uncleanable_offset, offsets.first_uncleanable_offset) == (0, 98, 98)
 
 
 def test_t47_min_compaction_lag_stops_at_the_first_segment_newer_than_the_lag() -> None:
@@ -119,28 +125,28 @@ def test_t47_min_compaction_lag_stops_at_the_first_segment_newer_than_the_lag() 
     segments = [seg(0, 10, first_ts=t0), seg(10, 20, first_ts=t0), seg(20, 30, first_ts=t0),
                 seg(30, 40, first_ts=t0, max_ts=t1), seg(40, 50, first_ts=t1), seg(50, 60, first_ts=t1),
                 seg(60, 70, first_ts=t1), seg(70, 71, first_ts=t1)]
-    assert one(log(segments), config, now=t1).first_uncleanable_offset == 30
+    assert one(log(segments), config, now=t1).figures.offsets.first_uncleanable_offset == 30
     old = [s.model_copy(update={"first_timestamp": t0, "max_timestamp": t0}) for s in segments]
-    assert one(log(old), config, now=t0 + HOUR + 1).first_uncleanable_offset == 70
+    assert one(log(old), config, now=t0 + HOUR + 1).figures.offsets.first_uncleanable_offset == 70
 
 
 def test_t48_undecided_transaction_is_not_cleanable_until_decided_and_past_the_lag() -> None:
     config = dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR)
     t0 = 5 * HOUR
     open_txn = log([seg(0, 3, first_ts=t0), seg(3, 4, first_ts=t0)], lso=0)
-    assert one(open_txn, config, now=t0 + HOUR + 1).uncleanable_offset == 0
+    assert one(open_txn, config, now=t0 + HOUR + 1).figures.offsets.uncleanable_offset == 0
     t1 = t0 + HOUR + 1
     decided = log([seg(0, 3, first_ts=t0), seg(3, 4, first_ts=t1), seg(4, 5, first_ts=t1)])
     p = one(decided, config, now=t1)
-    assert (p.first_dirty_offset, p.uncleanable_offset) == (0, 3)
+    assert (p.figures.offsets.first_dirty_offset, p.figures.offsets.uncleanable_offset) == (0, 3)
     p = one(decided, config, now=t1 + HOUR + 1)
-    assert (p.first_dirty_offset, p.uncleanable_offset) == (0, 4)
+    assert (p.figures.offsets.first_dirty_offset, p.figures.offsets.uncleanable_offset) == (0, 4)
 
 
 def test_t49_checkpoint_reset_only_when_below_log_start_or_past_log_end() -> None:
-    assert one(filthy(20, checkpoint=15, log_start=10)).checkpoint_reset is None
-    assert one(filthy(20, checkpoint=15, log_start=20)).checkpoint_reset is not None
-    assert one(filthy(20, checkpoint=25)).checkpoint_reset is not None
+    assert one(filthy(20, checkpoint=15, log_start=10)).figures.offsets.checkpoint_reset is None
+    assert one(filthy(20, checkpoint=15, log_start=20)).figures.offsets.checkpoint_reset is not None
+    assert one(filthy(20, checkpoint=25)).figures.offsets.checkpoint_reset is not None
 
 
 def _lag_log(b_first: int = 5000, b_max: int | None = None) -> Manifest:
@@ -151,28 +157,32 @@ def _lag_log(b_first: int = 5000, b_max: int | None = None) -> Manifest:
 def test_t57_max_compaction_lag_arithmetic() -> None:
     config = TopicConfig(cleanup_policy=("compact",), max_compaction_lag_ms=1000)
     p = one(_lag_log(), config, now=6500)
-    assert (p.decision, p.compaction_delay_ms, round(p.cleanable_ratio, 3)) == (Decision.CLEAN, 500, 0.182)
-    assert p.reason == "max.compaction.lag.ms exceeded by 500ms"
+    assert (p.decision, p.figures.compaction_delay_ms, round(p.figures.cleanable_ratio, 3)) == (
+        Decision.CLEAN, 500, 0.182)
+    assert str(p.reason) == "max.compaction.lag.ms exceeded by 500ms"
     assert one(_lag_log(), config, now=6000).decision is Decision.SKIP
     blocked = one(_lag_log(b_max=6000), dataclasses.replace(config, min_compaction_lag_ms=1000), now=6500)
-    assert (blocked.decision, blocked.compaction_delay_ms, blocked.cleanable_bytes) == (Decision.SKIP, 500, 0)
-    assert one(_lag_log(b_first=0), config, now=6500).compaction_delay_ms == 0
+    assert (blocked.decision, blocked.figures.compaction_delay_ms, blocked.figures.cleanable_bytes) == (
+        Decision.SKIP, 500, 0)
+    assert one(_lag_log(b_first=0), config, now=6500).figures.compaction_delay_ms == 0
 
 
 def test_t58_mid_segment_checkpoint_counts_its_segment_on_both_sides() -> None:
     manifest = log([seg(0, 10, size=1000), seg(10, 20, size=1000), seg(20, 30, size=1000), seg(30, 31, size=5)],
                    checkpoint=15)
     p = one(manifest, TopicConfig(cleanup_policy=("compact",)))
-    assert (p.clean_bytes, p.cleanable_bytes, p.cleanable_ratio, p.decision) == (2000, 2000, 0.5, Decision.SKIP)
+    assert (p.figures.clean_bytes, p.figures.cleanable_bytes, p.figures.cleanable_ratio, p.decision) == (
+        2000, 2000, 0.5, Decision.SKIP)
 
 
 def test_an_old_active_segment_counts_as_rolled() -> None:
     config = TopicConfig(cleanup_policy=("compact",), segment_ms=HOUR)
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=HOUR)], checkpoint=0)
     fresh = one(manifest, config, now=HOUR + 10)
-    assert (fresh.active_rolled, fresh.first_uncleanable_offset) == (False, 10)
+    assert (fresh.figures.active_segment_rolled, fresh.figures.offsets.first_uncleanable_offset) == (False, 10)
     old = one(manifest, config, now=2 * HOUR + 1)
-    assert (old.active_rolled, old.first_uncleanable_offset, old.decision) == (True, 20, Decision.CLEAN)
+    assert (old.figures.active_segment_rolled, old.figures.offsets.first_uncleanable_offset, old.decision) == (
+        True, 20, Decision.CLEAN)
 
 
 def test_a_partition_selected_only_by_max_lag_with_ratio_one() -> None:
@@ -181,18 +191,18 @@ def test_a_partition_selected_only_by_max_lag_with_ratio_one() -> None:
     manifest = log([seg(0, 100, first_ts=1), seg(100, 101, first_ts=6 * HOUR)], checkpoint=0)
     assert one(manifest, config, now=3 * HOUR).decision is Decision.SKIP
     p = one(manifest, config, now=6 * HOUR + 2)
-    assert (p.decision, p.cleanable_ratio, p.compaction_delay_ms) == (Decision.CLEAN, 1.0, 1)
+    assert (p.decision, p.figures.cleanable_ratio, p.figures.compaction_delay_ms) == (Decision.CLEAN, 1.0, 1)
 
 
 def test_a_tombstone_purge_only_partition_is_selected() -> None:
     manifest = log([seg(0, 10, horizon=5000), seg(10, 11)], checkpoint=10)
     config = TopicConfig(cleanup_policy=("compact",))
     waiting = one(manifest, config, now=4999)
-    assert (waiting.decision, waiting.reason) == (Decision.SKIP, "active segment only")
+    assert (waiting.decision, str(waiting.reason)) == (Decision.SKIP, "active segment only")
     due = one(manifest, config, now=5000)
-    assert (due.decision, due.tombstone_purge, due.cleanable_bytes) == (Decision.CLEAN, True, 0)
-    assert due.reason == "tombstones expired: delete horizon passed"
-    assert [s.base_offset for s in due.segments] == [0]
+    assert (due.decision, due.figures.tombstone_purge, due.figures.cleanable_bytes) == (Decision.CLEAN, True, 0)
+    assert str(due.reason) == "tombstones expired: delete horizon passed"
+    assert [s.base_offset for s in due.figures.segments] == [0]
 
 
 def test_tombstone_purge_looks_only_at_records_a_deletion_vector_leaves_visible() -> None:
@@ -207,7 +217,7 @@ def test_tombstone_purge_looks_only_at_records_a_deletion_vector_leaves_visible(
     assert one(log([hidden, seg(10, 11)], checkpoint=10), config, now=6000).decision is Decision.SKIP
     shown = seg(0, 10, horizon=5000).model_copy(update={"deletes": vector(5500)})
     assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5499).decision is Decision.SKIP
-    assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5500).tombstone_purge
+    assert one(log([shown, seg(10, 11)], checkpoint=10), config, now=5500).figures.tombstone_purge
 
 
 def test_retention_drops_whole_leading_segments_for_compact_delete() -> None:
@@ -215,15 +225,15 @@ def test_retention_drops_whole_leading_segments_for_compact_delete() -> None:
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=HOUR), seg(20, 30, first_ts=3 * HOUR)],
                    checkpoint=20)
     p = one(manifest, config, now=2 * HOUR - 1)
-    assert [s.base_offset for s in p.expired_segments] == [0]
-    assert (p.log_start_offset, p.decision) == (10, Decision.CLEAN)
+    assert [s.base_offset for s in p.retention.expired_segments] == [0]
+    assert (p.retention.log_start_offset, p.decision) == (10, Decision.CLEAN)
     by_size = one(manifest, dataclasses.replace(config, retention_ms=-1, retention_bytes=BATCH * 15), now=0)
-    assert [s.base_offset for s in by_size.expired_segments] == [0]
+    assert [s.base_offset for s in by_size.retention.expired_segments] == [0]
 
 
 def test_delete_only_topics_are_skipped() -> None:
     p = one(filthy(30, 0), TopicConfig())
-    assert (p.decision, p.reason) == (Decision.SKIP, "cleanup.policy=delete: not compacted")
+    assert (p.decision, str(p.reason)) == (Decision.SKIP, "cleanup.policy=delete: not compacted")
 
 
 def test_byte_budget_keeps_the_dirtiest_and_defers_the_rest() -> None:
@@ -231,7 +241,7 @@ def test_byte_budget_keeps_the_dirtiest_and_defers_the_rest() -> None:
     result = plan(logs, lambda _: COMPACT, now_ms=0, byte_budget=100)
     assert [str(p.partition) for p in result.selected] == ["t-1"]
     deferred = next(p for p in result.partitions if p.partition.partition == 0)
-    assert deferred.reason.startswith("deferred: per-run byte budget 100 exhausted")
+    assert str(deferred.reason).startswith("deferred: per-run byte budget 100 exhausted")
 
 
 def _with_vector(segment: SegmentMeta, created_ms: int) -> SegmentMeta:
@@ -257,17 +267,17 @@ def test_partitions_past_a_bound_go_first_in_the_budget_most_overdue_first() -> 
     lag_reason = "max.compaction.lag.ms exceeded by 2h"
 
     result = plan(logs, configs.__getitem__, now_ms=5 * HOUR, deletion_vector_max_age_ms=HOUR)
-    assert [(str(p.partition), p.overdue_ms, p.reason) for p in result.selected] == [
+    assert [(str(p.partition), p.figures.overdue_ms, str(p.reason)) for p in result.selected] == [
         ("dv-0", 4 * HOUR, dv_reason), ("lag-0", 2 * HOUR, lag_reason), ("hot-0", None, "dirty ratio 1.00 > 0.05")]
 
     budgeted = plan(logs, configs.__getitem__, now_ms=5 * HOUR, byte_budget=1, deletion_vector_max_age_ms=HOUR)
-    assert [(str(p.partition), p.decision, p.reason) for p in budgeted.partitions] == [
+    assert [(str(p.partition), p.decision, str(p.reason)) for p in budgeted.partitions] == [
         ("dv-0", Decision.CLEAN, f"{dv_reason}; overdue, so first in the per-run byte budget"),
         ("lag-0", Decision.SKIP, f"deferred: per-run byte budget 1 exhausted ({lag_reason})"),
         ("hot-0", Decision.SKIP, "deferred: per-run byte budget 1 exhausted (dirty ratio 1.00 > 0.05)")]
     roomy = plan(logs, configs.__getitem__, now_ms=5 * HOUR, byte_budget=2 * BATCH * 11,
                  deletion_vector_max_age_ms=HOUR)
-    assert [(str(p.partition), p.reason) for p in roomy.selected] == [
+    assert [(str(p.partition), str(p.reason)) for p in roomy.selected] == [
         ("dv-0", f"{dv_reason}; overdue, so first in the per-run byte budget"),
         ("lag-0", f"{lag_reason}; overdue, so first in the per-run byte budget")]
 
@@ -275,10 +285,11 @@ def test_partitions_past_a_bound_go_first_in_the_budget_most_overdue_first() -> 
 def test_a_dirty_partition_with_an_aged_deletion_vector_says_both() -> None:
     manifest = log([_with_vector(seg(0, 10, first_ts=0), 0), seg(10, 40), seg(40, 41)], checkpoint=10)
     p = plan_partition(TopicPartition("t", 0), manifest, COMPACT, 3 * HOUR, deletion_vector_max_age_ms=HOUR)
-    assert p.overdue_ms == 2 * HOUR
+    assert isinstance(p, Selected)
+    assert p.figures.overdue_ms == 2 * HOUR
     # clean: 9 live records of 10 (630 bytes), cleanable 30 records (2100): 2100 / 2730 = 0.77
-    assert p.reason == ("dirty ratio 0.77 > 0.05; deletion vectors at least deletion.vector.max.age.ms old (due for "
-                        "2h): rewrite to remove records physically")
+    assert str(p.reason) == ("dirty ratio 0.77 > 0.05; deletion vectors at least deletion.vector.max.age.ms old (due "
+                             "for 2h): rewrite to remove records physically")
 
 
 def test_plan_metrics_use_kafka_gauges() -> None:
@@ -292,7 +303,8 @@ def test_topic_configuration_comes_from_settings() -> None:
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=0)])
     result = plan({TopicPartition("t", 0): manifest, TopicPartition("u", 0): log([seg(0, 10), seg(10, 20)], topic="u")},
                   settings.topic_config, now_ms=HOUR + 1)
-    assert {str(p.partition): p.active_rolled for p in result.partitions} == {"t-0": True, "u-0": False}
+    rolled = {str(p.partition): p.figures.active_segment_rolled for p in result.partitions if isinstance(p, Selected)}
+    assert rolled == {"t-0": True, "u-0": False}
 
 
 @st.composite
@@ -336,18 +348,18 @@ def test_cleaned_range_never_reaches_the_active_segment_the_lso_or_a_segment_wit
     def check(case: tuple[Manifest, TopicConfig, int]) -> None:
         manifest, config, now = case
         p = one(manifest, config, now)
-        if p.decision is not Decision.CLEAN or p.cleanable_bytes == 0:
+        if p.decision is not Decision.CLEAN or p.figures.cleanable_bytes == 0:
             outcomes["not selected"] += 1
             return
-        first_dirty, end = p.first_dirty_offset, p.first_uncleanable_offset
+        first_dirty, end = p.figures.offsets.first_dirty_offset, p.figures.offsets.first_uncleanable_offset
         assert first_dirty is not None and end is not None
         if end <= first_dirty:
             outcomes["nothing dirty in range"] += 1
             return
         assert end <= manifest.last_stable_offset
-        if not p.active_rolled:
+        if not p.figures.active_segment_rolled:
             assert end <= manifest.segments[-1].base_offset
-        for s in p.segments:
+        for s in p.figures.segments:
             assert s.base_offset < end
             if s.next_offset > first_dirty and config.min_compaction_lag_ms > 0:
                 assert s.max_timestamp is not None and s.max_timestamp <= now - config.min_compaction_lag_ms
@@ -428,15 +440,16 @@ def test_a_partition_that_is_not_compacted_is_skipped_naming_the_erasures_it_can
     manifest = log([seg(0, 6)]).model_copy(update={"erasures": (erasure(5),)})
     p = one(manifest, config)
     assert (p.partition, p.decision, p.manifest, p.config) == (TopicPartition("t", 0), Decision.SKIP, manifest, config)
-    assert p.reason == ("cleanup.policy=delete: not compacted; 1 erasure request(s) cannot be carried out (a "
-                        "tombstone deletes nothing there)")
+    assert str(p.reason) == ("cleanup.policy=delete: not compacted; 1 erasure request(s) cannot be carried out (a "
+                             "tombstone deletes nothing there)")
 
 
 def test_retention_takes_a_rolled_active_segment_too_and_leaves_the_log_start_at_its_end() -> None:
     config = TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR, segment_ms=HOUR)
     p = one(log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=0)]), config, now=2 * HOUR)
-    assert (p.decision, p.reason, p.log_start_offset, p.first_dirty_offset, p.first_uncleanable_offset,
-            len(p.expired_segments), p.needs_dedupe, p.erasures) == (
+    assert (p.decision, str(p.reason), p.retention.log_start_offset, p.figures.offsets.first_dirty_offset,
+            p.figures.offsets.first_uncleanable_offset, len(p.retention.expired_segments), p.needs_dedupe,
+            p.figures.erasures) == (
         Decision.CLEAN, "retention: 2 segment(s) expired", 20, 20, 20, 2, False, ())
 
 
@@ -445,34 +458,39 @@ def test_retention_and_segments_below_the_log_start_are_both_named() -> None:
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=0), seg(20, 30, first_ts=2 * HOUR)], checkpoint=10,
                    log_start=10)
     p = one(manifest, config, now=2 * HOUR)
-    assert (p.decision, p.reason, p.log_start_offset, p.checkpoint_reset, p.dedupe) == (
+    assert (p.decision, str(p.reason), p.retention.log_start_offset, str(p.figures.offsets.checkpoint_reset),
+            p.dedupe) == (
         Decision.CLEAN, "retention: 1 segment(s) expired; 1 segment(s) below the log start", 20,
         "checkpoint 10 is below the log start 20", False)
 
 
 def test_a_log_without_segments_is_cleaned_only_to_carry_out_its_erasure_requests() -> None:
     pending = one(bare(10, (erasure(5),)))
-    assert (pending.partition, pending.decision, pending.reason, pending.first_dirty_offset,
-            pending.first_uncleanable_offset, pending.log_start_offset, pending.erasures) == (
-        TopicPartition("t", 0), Decision.CLEAN, "erasure requested: no segment is left to rewrite", 10, 10, 10,
+    assert isinstance(pending, Selected)
+    assert (pending.partition, str(pending.reason), pending.figures.offsets.first_dirty_offset,
+            pending.figures.offsets.first_uncleanable_offset, pending.retention.log_start_offset,
+            pending.figures.erasures) == (
+        TopicPartition("t", 0), "erasure requested: no segment is left to rewrite", 10, 10, 10,
         (erasure(5),))
     empty = one(bare(10))
-    assert (empty.partition, empty.decision, empty.reason, empty.log_start_offset, empty.first_dirty_offset) == (
-        TopicPartition("t", 0), Decision.SKIP, "empty log", 10, None)
+    assert isinstance(empty, Skipped) and empty.retention is not None
+    assert (empty.partition, str(empty.reason), empty.retention.log_start_offset, empty.figures) == (
+        TopicPartition("t", 0), "empty log", 10, None)
 
 
 def test_a_checkpoint_at_the_log_end_is_valid_and_leaves_no_dirty_records() -> None:
     p = one(log([seg(0, 10), seg(10, 11)], checkpoint=11))
-    assert (p.decision, p.reason, p.first_dirty_offset, p.checkpoint_reset, p.dedupe) == (
-        Decision.SKIP, "no dirty records", 11, None, False)
+    assert (p.decision, str(p.reason), p.figures.offsets.first_dirty_offset, p.figures.offsets.checkpoint_reset) == (
+        Decision.SKIP, "no dirty records", 11, None)
 
 
 def test_a_min_lag_of_one_millisecond_holds_back_a_segment_written_now_and_not_one_exactly_that_old() -> None:
     segments = [seg(0, 10, first_ts=0), seg(10, 20, first_ts=NOW), seg(20, 21, first_ts=NOW)]
-    assert one(log(segments), dataclasses.replace(COMPACT, min_compaction_lag_ms=1), NOW).first_uncleanable_offset == 10
+    p = one(log(segments), dataclasses.replace(COMPACT, min_compaction_lag_ms=1), NOW)
+    assert p.figures.offsets.first_uncleanable_offset == 10
     segments[1] = seg(10, 20, first_ts=NOW - HOUR)  # its time is exactly now - min.compaction.lag.ms
     p = one(log(segments), dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR), NOW)
-    assert p.first_uncleanable_offset == 20
+    assert p.figures.offsets.first_uncleanable_offset == 20
 
 
 def test_skipped_partitions_say_what_bounds_them() -> None:
@@ -481,10 +499,10 @@ def test_skipped_partitions_say_what_bounds_them() -> None:
               dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR), NOW)
     ratio = one(log([seg(0, 10, size=1000), seg(10, 20, size=1000), seg(20, 30, size=1000), seg(30, 31)],
                     checkpoint=20), dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.5))
-    assert [(p.decision, p.reason, p.dedupe) for p in (lso, lag, ratio)] == [
-        (Decision.SKIP, "nothing cleanable below the last stable offset 0 (open transaction)", False),
-        (Decision.SKIP, "dirty segments are newer than min.compaction.lag.ms", False),
-        (Decision.SKIP, "dirty ratio 0.33 <= 0.50", False)]
+    assert [(p.decision, str(p.reason)) for p in (lso, lag, ratio)] == [
+        (Decision.SKIP, "nothing cleanable below the last stable offset 0 (open transaction)"),
+        (Decision.SKIP, "dirty segments are newer than min.compaction.lag.ms"),
+        (Decision.SKIP, "dirty ratio 0.33 <= 0.50")]
 
 
 def test_a_horizon_that_passed_and_stayed_does_not_select_the_log_again_until_more_is_cleanable() -> None:
@@ -502,14 +520,16 @@ def test_a_horizon_that_passed_and_stayed_does_not_select_the_log_again_until_mo
     grown = log([seg(0, 10, size=700, horizon=500), seg(10, 11, size=1), seg(11, 12)], checkpoint=10).model_copy(
         update={"last_clean_ms": 100})
     p = one(grown, dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=1.0), now=1000)
-    assert (p.decision, p.reason, p.cleanable_bytes) == (Decision.CLEAN, "tombstones expired: delete horizon passed", 1)
+    assert (p.decision, str(p.reason), p.figures.cleanable_bytes) == (
+        Decision.CLEAN, "tombstones expired: delete horizon passed", 1)
 
 
 @pytest.mark.parametrize(("age", "due"), [(HOUR, "due now"), (HOUR + 1, "due for 1ms")])
 def test_a_deletion_vector_is_due_once_exactly_its_maximum_age(age: int, due: str) -> None:
     manifest = log([_with_vector(seg(0, 10, first_ts=0), NOW - age), seg(10, 11, first_ts=NOW)], checkpoint=10)
     p = plan_partition(TopicPartition("t", 0), manifest, COMPACT, NOW, deletion_vector_max_age_ms=HOUR)
-    assert (p.decision, p.overdue_ms, p.reason) == (
+    assert isinstance(p, Selected)
+    assert (p.decision, p.figures.overdue_ms, str(p.reason)) == (
         Decision.CLEAN, age - HOUR, f"deletion vectors at least deletion.vector.max.age.ms old ({due}): rewrite to "
                                     "remove records physically")
     young = log([_with_vector(seg(0, 10, first_ts=0), NOW - HOUR + 1), seg(10, 11, first_ts=NOW)], checkpoint=10)
@@ -522,9 +542,9 @@ def test_one_byte_past_max_lag_is_enough_to_clean() -> None:
     manifest = log([seg(0, 10, size=700, first_ts=1), seg(10, 11, size=1, first_ts=1), seg(11, 12, first_ts=NOW)],
                    checkpoint=10)
     p = one(manifest, config, now=2 * HOUR)
-    assert (p.decision, p.cleanable_bytes, p.compaction_delay_ms, p.overdue_ms) == (
+    assert (p.decision, p.figures.cleanable_bytes, p.figures.compaction_delay_ms, p.figures.overdue_ms) == (
         Decision.CLEAN, 1, HOUR - 1, HOUR - 1)
-    assert p.reason == "max.compaction.lag.ms exceeded by 59m59s"
+    assert str(p.reason) == "max.compaction.lag.ms exceeded by 59m59s"
 
 
 def test_an_erasure_whose_tombstone_is_at_the_uncleanable_offset_waits_and_the_reason_says_for_what() -> None:
@@ -532,15 +552,16 @@ def test_an_erasure_whose_tombstone_is_at_the_uncleanable_offset_waits_and_the_r
     manifest = log([seg(0, 10, first_ts=0), seg(10, 11, first_ts=NOW)]).model_copy(
         update={"erasures": (erasure(10),)})
     p = one(manifest, dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR), NOW)
-    assert (p.decision, p.first_uncleanable_offset, p.erasures, p.rolled_for_erasure) == (Decision.CLEAN, 10, (), True)
-    assert p.reason == "dirty ratio 1.00 > 0.05; 1 erasure request(s) wait for min.compaction.lag.ms"
+    assert (p.decision, p.figures.offsets.first_uncleanable_offset, p.figures.erasures, p.figures.roll) == (
+        Decision.CLEAN, 10, (), Roll.FOR_ERASURE)
+    assert str(p.reason) == "dirty ratio 1.00 > 0.05; 1 erasure request(s) wait for min.compaction.lag.ms"
 
 
 def test_an_erasure_past_its_deadline_says_by_how_much() -> None:
     manifest = log([seg(0, 10, first_ts=0), seg(10, 11, first_ts=NOW)], checkpoint=10).model_copy(
         update={"erasures": (erasure(5, deadline=NOW - 1),)})
     p = one(manifest, COMPACT, NOW)
-    assert (p.decision, p.reason, p.overdue_ms) == (
+    assert (p.decision, str(p.reason), p.figures.overdue_ms) == (
         Decision.CLEAN, "erasure requested for 1 key(s), past the deadline by 1ms", 1)
 
 
@@ -548,7 +569,7 @@ def test_retention_alone_reads_no_record_even_with_a_range_to_clean() -> None:
     config = TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR, min_cleanable_dirty_ratio=1.0)
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=NOW), seg(20, 21, first_ts=NOW)])
     p = one(manifest, config, NOW)
-    assert (p.decision, p.reason, [s.base_offset for s in p.segments], p.dedupe, p.needs_dedupe) == (
+    assert (p.decision, str(p.reason), [s.base_offset for s in p.figures.segments], p.dedupe, p.needs_dedupe) == (
         Decision.CLEAN, "retention: 1 segment(s) expired", [10], False, False)
     assert p.to_clean().checkpoint_after == 10
 
@@ -556,7 +577,7 @@ def test_retention_alone_reads_no_record_even_with_a_range_to_clean() -> None:
 def test_an_active_segment_exactly_as_old_as_the_bound_has_not_rolled() -> None:
     config = dataclasses.replace(COMPACT, segment_ms=HOUR)
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=NOW - HOUR)])
-    assert (one(manifest, config, NOW).active_rolled, one(manifest, config, NOW + 1).active_rolled) == (False, True)
+    assert [one(manifest, config, now).figures.roll for now in (NOW, NOW + 1)] == [Roll.NONE, Roll.AGED]
 
 
 def test_retention_by_time_and_by_bytes_at_their_edges() -> None:
@@ -564,31 +585,25 @@ def test_retention_by_time_and_by_bytes_at_their_edges() -> None:
     segments = [seg(0, 10, first_ts=NOW - 3 * HOUR), seg(10, 20, first_ts=NOW - 2 * HOUR),
                 seg(20, 30, first_ts=NOW - HOUR), seg(30, 31, first_ts=NOW)]
     # exactly retention.ms old is not past it
-    assert [len(one(log(segments), by_time, now).expired_segments) for now in (NOW, NOW + 1)] == [2, 3]
-    assert len(one(log(segments), dataclasses.replace(by_time, retention_ms=0), NOW).expired_segments) == 3
+    assert [len(one(log(segments), by_time, now).retention.expired_segments) for now in (NOW, NOW + 1)] == [2, 3]
+    assert len(one(log(segments), dataclasses.replace(by_time, retention_ms=0), NOW).retention.expired_segments) == 3
     fresh = [seg(0, 10, first_ts=NOW), seg(10, 20, first_ts=NOW), seg(20, 21, first_ts=NOW)]
-    assert one(log(fresh), by_time, NOW).expired_segments == ()
+    assert one(log(fresh), by_time, NOW).retention.expired_segments == ()
     by_bytes = dataclasses.replace(by_time, retention_ms=-1, retention_bytes=BATCH * 11)
     # 21 records of BATCH bytes, 10 over the bound: exactly the first segment goes
-    assert [s.base_offset for s in one(log(fresh), by_bytes, NOW).expired_segments] == [0]
+    assert [s.base_offset for s in one(log(fresh), by_bytes, NOW).retention.expired_segments] == [0]
     over = dataclasses.replace(by_bytes, retention_bytes=BATCH * 11 + 1)
-    assert one(log(fresh), over, NOW).expired_segments == ()
+    assert one(log(fresh), over, NOW).retention.expired_segments == ()
 
 
-@pytest.mark.parametrize("missing", ["manifest", "config", "first_dirty_offset", "first_uncleanable_offset",
-                                     "log_start_offset"])
-def test_a_plan_without_every_field_is_not_a_log_to_clean(missing: str) -> None:
-    complete = one(log([seg(0, 10), seg(10, 11)]))
-    assert complete.decision is Decision.CLEAN
-    broken = dataclasses.replace(complete, **{missing: None})
-    with pytest.raises(ValueError, match=r"^partition t-0 is not selected for cleaning \(clean: dirty ratio 1.00 > "
-                                         r"0.05\)$"):
-        broken.to_clean()
-
-
-def test_a_skipped_partition_is_not_a_log_to_clean() -> None:
-    with pytest.raises(ValueError, match=r"^partition t-0 is not selected for cleaning \(skip: active segment only\)$"):
-        one(log([seg(0, 10)])).to_clean()
+def test_only_a_selected_partition_is_a_log_to_clean() -> None:
+    selected = one(log([seg(0, 10), seg(10, 11)]))
+    assert isinstance(selected, Selected)
+    to_clean = selected.to_clean()
+    assert (to_clean.plan, to_clean.log_start_offset, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset,
+            [s.base_offset for s in to_clean.segments]) == (selected, 0, 0, 10, [0])
+    skipped = one(log([seg(0, 10)]))
+    assert isinstance(skipped, Skipped) and not hasattr(skipped, "to_clean")
 
 
 def test_a_manifest_that_could_not_be_read_stops_only_its_own_partition() -> None:
@@ -618,13 +633,13 @@ def test_overdue_by_one_millisecond_goes_before_due_just_now_whatever_the_ratios
             TopicPartition("y", 0): log([seg(0, 10, first_ts=NOW - HOUR - 1), seg(10, 11, first_ts=NOW)], topic="y")}
     result = plan(logs, lambda _: config, now_ms=NOW)
     # x's first record is exactly max.compaction.lag.ms old: a delay of 0 is none; y is 1 ms past it
-    assert [(str(p.partition), p.overdue_ms) for p in result.selected] == [("y-0", 1), ("x-0", None)]
+    assert [(str(p.partition), p.figures.overdue_ms) for p in result.selected] == [("y-0", 1), ("x-0", None)]
     vectors = {TopicPartition("x", 0): log([_with_vector(seg(0, 10), NOW - HOUR), seg(10, 11)], checkpoint=10,
                                            topic="x"),
                TopicPartition("y", 0): log([_with_vector(seg(0, 10), NOW - HOUR - 1), seg(10, 11)], checkpoint=10,
                                            topic="y")}
     ordered = plan(vectors, lambda _: COMPACT, now_ms=NOW, deletion_vector_max_age_ms=HOUR)
-    assert [(str(p.partition), p.overdue_ms) for p in ordered.selected] == [("y-0", 1), ("x-0", 0)]
+    assert [(str(p.partition), p.figures.overdue_ms) for p in ordered.selected] == [("y-0", 1), ("x-0", 0)]
 
 
 def test_a_byte_budget_takes_partitions_while_they_fit_it_exactly() -> None:
@@ -637,9 +652,9 @@ def test_a_byte_budget_takes_partitions_while_they_fit_it_exactly() -> None:
 def test_a_range_is_split_by_its_dirty_records_and_by_its_clean_ones_at_a_quarter_of_the_cost() -> None:
     clean_heavy = one(log([seg(0, 100), seg(100, 110), seg(110, 111)], checkpoint=100)).to_clean()
     # dirty: 10 records (the segment ending at the checkpoint is clean); all: 110, at 4 x 10 a task
-    assert [key_buckets(clean_heavy, n) for n in (10, 5, 1000)] == [3, 6, 1]
+    assert [key_range_count(clean_heavy, n) for n in (10, 5, 1000)] == [3, 6, 1]
     nothing = dataclasses.replace(clean_heavy, segments=())
-    assert key_buckets(nothing, 10) == 1
+    assert key_range_count(nothing, 10) == 1
 
 
 def test_the_apply_policy_of_a_pass() -> None:
@@ -647,7 +662,7 @@ def test_the_apply_policy_of_a_pass() -> None:
                                          "deletion.vector.max.age.ms": 77}}).cleaner
     manifest = log([seg(0, 10), seg(10, 12), seg(12, 13)]).model_copy(update={"erasures": (erasure(12),)})
     p = one(manifest, dataclasses.replace(COMPACT, segment_bytes=5000), NOW).to_clean()
-    assert p.plan.rolled_for_erasure and [s.base_offset for s in p.segments] == [0, 10, 12]
+    assert p.plan.figures.roll is Roll.FOR_ERASURE and [s.base_offset for s in p.segments] == [0, 10, 12]
     # 13 records in 5 key ranges: a share of 3; the rolled active segment stays apart
     assert apply_policy(p, NOW, cleaner, 5) == ApplyPolicy(5000, NOW, 0.1, 77, 3, 12)
     assert apply_policy(p, NOW, cleaner, 1).max_group_records == 4  # never more than task.max.records
