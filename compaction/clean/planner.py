@@ -715,12 +715,10 @@ def choose(tp: TopicPartition, manifest: Manifest, config: TopicConfig, retentio
         else:
             why = NothingCleanable(figures.offsets.bound, manifest.last_stable_offset)
         return Skipped(tp, manifest, config, Reasons(why, wait), retention, figures)
-    # Aged deletion vectors and retention are named after the rest unless they decided; after a wait note, the text
-    # names the one that decided again (as it always has: "retention: ...; ... wait for ...; retention: ...").
-    aged = () if figures.deletion_vectors_overdue_ms < 0 or (isinstance(first, DeletionVectorsAged) and not wait) \
+    # Aged deletion vectors and retention are named after the rest, unless they decided (then they come first).
+    aged = () if figures.deletion_vectors_overdue_ms < 0 or isinstance(first, DeletionVectorsAged) \
         else (DeletionVectorsAged(figures.deletion_vectors_overdue_ms),)
-    expired = () if not retention.expired_segments or (isinstance(first, RetentionExpired) and not wait) \
-        else (retention.reason,)
+    expired = () if not retention.expired_segments or isinstance(first, RetentionExpired) else (retention.reason,)
     return Selected(tp, manifest, config, Reasons(first, (*wait, *aged, *expired)), retention, figures,
                     dedupe=not isinstance(first, RetentionExpired))
 

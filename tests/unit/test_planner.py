@@ -574,6 +574,16 @@ def test_retention_alone_reads_no_record_even_with_a_range_to_clean() -> None:
     assert p.to_clean().checkpoint_after == 10
 
 
+def test_a_deciding_reason_is_named_once_beside_erasures_that_wait() -> None:
+    config = TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR, min_cleanable_dirty_ratio=1.0,
+                         min_compaction_lag_ms=HOUR)
+    manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=NOW), seg(20, 21, first_ts=NOW)]).model_copy(
+        update={"erasures": (erasure(15),)})
+    p = one(manifest, config, NOW)
+    assert (p.decision, str(p.reason)) == (
+        Decision.CLEAN, "retention: 1 segment(s) expired; 1 erasure request(s) wait for min.compaction.lag.ms")
+
+
 def test_an_active_segment_exactly_as_old_as_the_bound_has_not_rolled() -> None:
     config = dataclasses.replace(COMPACT, segment_ms=HOUR)
     manifest = log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=NOW - HOUR)])
