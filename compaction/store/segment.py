@@ -175,23 +175,46 @@ def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> b
     return sink.getvalue().to_pybytes()
 
 
+#: Small pieces are held until they make this many bytes (in memory) or the object ends, then written as one row
+#: group: a row group has a fixed cost to write and to read, and a small partition's rewrite comes as a small piece
+#: from each of its sources. A larger piece is written as it comes.
+ROW_GROUP_BYTES = 8 << 20
+
+
 def encode_parquet_pieces(pieces: Iterable[pa.Table], compression: str = PARQUET_COMPRESSION
                           ) -> tuple[pa.Buffer, pa.Table] | None:
     """Serialise records that come in pieces (each in the segment schema, in offset order) as one Parquet
-    object, each piece encoded as it comes (a row group or more): only the encoded bytes are held, not the
-    records. Returns the object and :func:`summary_columns` of its records; None when no piece has a record."""
+    object, encoded as they come (small pieces together, in row groups of about :data:`ROW_GROUP_BYTES`): only the
+    encoded bytes and one row group's records are held. Returns the object and :func:`summary_columns` of its
+    records; None when no piece has a record."""
     sink = pa.BufferOutputStream()
     writer = None
-    summaries = []
+    held: list[pa.Table] = []
+    held_bytes = 0
+    summaries: list[pa.Table] = []
+
+    def flush() -> None:
+        nonlocal held_bytes
+        group = held[0] if len(held) == 1 else pa.concat_tables(held)
+        held.clear()
+        held_bytes = 0
+        assert writer is not None
+        writer.write_table(group)
+        summaries.append(summary_columns(group))
+
     for piece in pieces:
         if not piece.num_rows:
             continue
         if writer is None:
             writer = pq.ParquetWriter(sink, piece.schema, compression=compression, **PARQUET_WRITE_OPTIONS)
-        writer.write_table(piece)
-        summaries.append(summary_columns(piece))
+        held.append(piece)
+        held_bytes += piece.nbytes
+        if held_bytes >= ROW_GROUP_BYTES:
+            flush()
     if writer is None:
         return None
+    if held:
+        flush()
     writer.close()
     return sink.getvalue(), pa.concat_tables(summaries)
 
@@ -227,7 +250,7 @@ def decode_parquet(source: Any, where: str, columns: Sequence[str] | None = None
         raise
     except (pa.ArrowException, OSError, ValueError) as err:
         raise CorruptSegmentError(f"segment {where} is not a readable Parquet file: {err}") from err
-    if columns is None:
+    if columns is None and not table.schema.equals(SEGMENT_SCHEMA):
         table = table.cast(SEGMENT_SCHEMA)
     return table
 
