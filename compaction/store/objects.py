@@ -229,7 +229,8 @@ class Objects:
         ``hidden``, the records it holds that no reader sees)."""
         wanted = _asked(columns)
         schema = pa.schema([SEGMENT_SCHEMA.field(c) for c in wanted])
-        batches = [b.cast(schema) for b in self.live_batches(tp, segment, columns, start=start, hidden=hidden)]
+        batches = [b if b.schema.equals(schema) else b.cast(schema)
+                   for b in self.live_batches(tp, segment, columns, start=start, hidden=hidden)]
         return pa.Table.from_batches(batches, schema=schema)
 
     def deleted_offsets(self, tp: TopicPartition, segment: SegmentMeta) -> np.ndarray | None:
