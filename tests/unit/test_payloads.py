@@ -19,7 +19,7 @@ from compaction.clean.payloads import (
     SourceVerdicts,
     Verdicts,
 )
-from compaction.engine.codec import PAYLOAD_VERSION, Payload
+from compaction.engine.codec import PAYLOAD_VERSION, Payload, dumps, loads
 from compaction.errors import PayloadVersionError
 from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.segment import records
@@ -30,7 +30,7 @@ TP = TopicPartition("t", 0)
 
 def shipped(payload: Payload) -> Payload:
     """The payload as the other side of a Spark task receives it."""
-    return pickle.loads(pickle.dumps(payload))
+    return cast(Payload, loads(dumps(payload)))
 
 
 def one_of_each(store: Store) -> list[Payload]:
@@ -76,3 +76,16 @@ def test_a_payload_from_a_build_before_versions_is_refused() -> None:
     received = Verdicts.__new__(Verdicts)
     with pytest.raises(PayloadVersionError, match=r"^Verdicts payload of version none cannot be read"):
         received.__setstate__({"tp": TP, "path": None})
+
+
+def test_a_payload_framed_otherwise_is_refused_naming_the_framing(memory_store: Store) -> None:
+    """A plain pickle (as builds before compressed payloads sent) is refused before anything unpickles it."""
+    with pytest.raises(PayloadVersionError, match=r"^a payload framed as b'\\x80\\x05\\x95' cannot be read by this "
+                                                  r"library, which reads b'cz1' \(payload version \d+\)"):
+        loads(pickle.dumps(one_of_each(memory_store)[0], protocol=5))
+
+
+def test_payloads_travel_compressed(memory_store: Store) -> None:
+    task = one_of_each(memory_store)[0]
+    tasks = [pickle.loads(pickle.dumps(task)) for _ in range(50)]  # alike, as a bin's tasks are, but not shared
+    assert len(dumps(tasks)) < len(pickle.dumps(tasks, protocol=5)) / 3
