@@ -190,6 +190,10 @@ def _newest_from(storage: Storage, tp: TopicPartition, newest: Manifest) -> Mani
 # Publishing -------------------------------------------------------------------------------------------
 
 
+#: The jitter of commits' back-offs (one generator: seeding one per commit costs more than the commit's own work).
+_JITTER = random.Random()
+
+
 def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer, operation: str, now_ms: int,
            max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None,
            expected: Manifest | None = None) -> Manifest:
@@ -205,7 +209,7 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
     through as it is. Who holds a version is decided by :func:`_publish`, which reads it back whenever the
     create's outcome is not a plain success.
     """
-    rng = rng or random.Random()
+    rng = rng or _JITTER
     lost: Manifest | None = None  # the version that another writer won, as read back
     for attempt in range(max_attempts):
         if attempt == 0 and expected is not None:

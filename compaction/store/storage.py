@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -247,12 +248,13 @@ class Storage:
         object is durable once written): a commit does so before its manifest names them."""
         if not self.is_local:
             return
-        folders = {}
+        folders: dict[str, str] = {}  # a folder to flush, and an object of it to name in an error
         for rel in rels:
-            self._call("sync", rel, lambda rel=rel: _flush_file(self.path(rel)))
-            folders.setdefault(os.path.dirname(self.path(rel)), rel)
+            path = self.path(rel)
+            self._call("sync", rel, partial(_flush_file, path))
+            folders.setdefault(os.path.dirname(path), rel)
         for folder, rel in folders.items():
-            self._call("sync", rel, lambda folder=folder: _fsync(folder))
+            self._call("sync", rel, partial(_fsync, folder))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Publish ``data`` at ``rel`` only if nothing is there yet; return False if it already exists.
@@ -272,7 +274,7 @@ class Storage:
             except FileExistsError:
                 return False
             finally:
-                self._call("delete", temp, lambda: self.fs.rm_file(self.path(temp)))
+                self._call("delete", temp, lambda: os.unlink(self.path(temp)))
             self._call("sync", rel, lambda: _fsync(folder))
             return True
         try:
