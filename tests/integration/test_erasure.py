@@ -283,10 +283,10 @@ class FailingWrites(Storage):
         super().__setstate__(state)
         self.failing = state["failing"]
 
-    def write_bytes(self, rel: str, data: bytes | memoryview) -> None:
+    def write_bytes(self, rel: str, data: bytes | memoryview, *, flush: bool = True) -> None:
         if f"/segments/{self.failing}" in rel:
             raise OSError(f"connection reset writing {rel}")
-        super().write_bytes(rel, data)
+        super().write_bytes(rel, data, flush=flush)
 
 
 def test_a_run_that_fails_midway_leaves_the_request_pending_never_complete(tmp_path: Path,
