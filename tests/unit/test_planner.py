@@ -17,6 +17,7 @@ from compaction.clean.planner import (
     Selected,
     Skipped,
     Uncleanable,
+    UncleanableBound,
     apply_policy,
     key_range_count,
     plan,
@@ -164,6 +165,7 @@ def test_t57_max_compaction_lag_arithmetic() -> None:
     blocked = one(_lag_log(b_max=6000), dataclasses.replace(config, min_compaction_lag_ms=1000), now=6500)
     assert (blocked.decision, blocked.figures.compaction_delay_ms, blocked.figures.cleanable_bytes) == (
         Decision.SKIP, 500, 0)
+    assert blocked.figures.overdue_ms is None, "past max.compaction.lag.ms with nothing cleanable is not overdue"
     assert one(_lag_log(b_first=0), config, now=6500).figures.compaction_delay_ms == 0
 
 
@@ -173,6 +175,7 @@ def test_t58_mid_segment_checkpoint_counts_its_segment_on_both_sides() -> None:
     p = one(manifest, TopicConfig(cleanup_policy=("compact",)))
     assert (p.figures.clean_bytes, p.figures.cleanable_bytes, p.figures.cleanable_ratio, p.decision) == (
         2000, 2000, 0.5, Decision.SKIP)
+    assert str(p.reason) == "dirty ratio 0.50 <= 0.50", "a ratio at min.cleanable.dirty.ratio is not above it"
 
 
 def test_an_old_active_segment_counts_as_rolled() -> None:
@@ -290,6 +293,11 @@ def test_a_dirty_partition_with_an_aged_deletion_vector_says_both() -> None:
     # clean: 9 live records of 10 (630 bytes), cleanable 30 records (2100): 2100 / 2730 = 0.77
     assert str(p.reason) == ("dirty ratio 0.77 > 0.05; deletion vectors at least deletion.vector.max.age.ms old (due "
                              "for 2h): rewrite to remove records physically")
+    just_due = plan_partition(TopicPartition("t", 0), manifest, COMPACT, HOUR, deletion_vector_max_age_ms=HOUR)
+    assert isinstance(just_due, Selected)
+    assert (just_due.figures.overdue_ms, str(just_due.reason)) == (
+        0, "dirty ratio 0.77 > 0.05; deletion vectors at least deletion.vector.max.age.ms old (due now): rewrite to "
+           "remove records physically")
 
 
 def test_plan_metrics_use_kafka_gauges() -> None:
@@ -467,11 +475,12 @@ def test_retention_and_segments_below_the_log_start_are_both_named() -> None:
 def test_a_log_without_segments_is_cleaned_only_to_carry_out_its_erasure_requests() -> None:
     pending = one(bare(10, (erasure(5),)))
     assert isinstance(pending, Selected)
-    assert (pending.partition, str(pending.reason), pending.figures.offsets.first_dirty_offset,
-            pending.figures.offsets.first_uncleanable_offset, pending.retention.log_start_offset,
+    offsets = pending.figures.offsets
+    assert (pending.partition, str(pending.reason), offsets.first_dirty_offset, offsets.uncleanable_offset,
+            offsets.first_uncleanable_offset, offsets.bound, pending.retention.log_start_offset,
             pending.figures.erasures) == (
         TopicPartition("t", 0), "erasure requested: no segment is left to rewrite", 10, 10, 10,
-        (erasure(5),))
+        UncleanableBound.ACTIVE_SEGMENT, 10, (erasure(5),))
     empty = one(bare(10))
     assert isinstance(empty, Skipped) and empty.retention is not None
     assert (empty.partition, str(empty.reason), empty.retention.log_start_offset, empty.figures) == (
@@ -499,10 +508,13 @@ def test_skipped_partitions_say_what_bounds_them() -> None:
               dataclasses.replace(COMPACT, min_compaction_lag_ms=HOUR), NOW)
     ratio = one(log([seg(0, 10, size=1000), seg(10, 20, size=1000), seg(20, 30, size=1000), seg(30, 31)],
                     checkpoint=20), dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.5))
-    assert [(p.decision, str(p.reason)) for p in (lso, lag, ratio)] == [
+    one_byte = one(log([seg(0, 10, size=1000), seg(10, 11, size=1), seg(11, 12)], checkpoint=10),
+                   dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.5))
+    assert [(p.decision, str(p.reason)) for p in (lso, lag, ratio, one_byte)] == [
         (Decision.SKIP, "nothing cleanable below the last stable offset 0 (open transaction)"),
         (Decision.SKIP, "dirty segments are newer than min.compaction.lag.ms"),
-        (Decision.SKIP, "dirty ratio 0.33 <= 0.50")]
+        (Decision.SKIP, "dirty ratio 0.33 <= 0.50"),
+        (Decision.SKIP, "dirty ratio 0.00 <= 0.50")]
 
 
 def test_a_horizon_that_passed_and_stayed_does_not_select_the_log_again_until_more_is_cleanable() -> None:
@@ -679,3 +691,62 @@ def test_the_apply_policy_of_a_pass() -> None:
     assert apply_policy(p, NOW, cleaner, 100).max_group_records == 1
     plain = one(log([seg(0, 10), seg(10, 11)]), COMPACT, NOW).to_clean()
     assert apply_policy(plain, NOW, cleaner, 1).apart is None
+
+
+def test_the_plan_as_json_of_the_partitions_it_does_not_clean_and_of_a_log_left_without_segments() -> None:
+    """What ``plan --json`` prints of every other shape, written out by hand: a log without segments cleaned only to
+    carry out an erasure request, one with none (an empty log), a topic that is not compacted, a partition skipped
+    by its ratio whose checkpoint past the log end is reset, and one selected for its expired tombstones, then
+    deferred by the byte budget (listed last): its figures stay, the clean range goes."""
+    at_ratio_one = dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=1.0)
+    configs = {"gone": COMPACT, "empty": COMPACT, "deleted": TopicConfig(cleanup_policy=("delete",)),
+               "reset": at_ratio_one, "purge": at_ratio_one}
+    manifests: dict[TopicPartition, Manifest | Exception] = {
+        TopicPartition("gone", 0): bare(10, (erasure(5),)).model_copy(update={"topic": "gone"}),
+        TopicPartition("empty", 0): bare(10).model_copy(update={"topic": "empty"}),
+        TopicPartition("deleted", 0): log([seg(0, 6)], checkpoint=3, topic="deleted"),
+        TopicPartition("reset", 0): log([seg(0, 10), seg(10, 20), seg(20, 21)], checkpoint=40, topic="reset"),
+        TopicPartition("purge", 0): log([seg(0, 10, horizon=NOW), seg(10, 11)], checkpoint=10, topic="purge"),
+    }
+    path = "segments/{:020d}-s.parquet".format
+    unmeasured: dict[str, object] = {
+        "first_dirty_offset": None, "checkpoint_reset": None, "first_uncleanable_offset": None, "clean_bytes": 0,
+        "cleanable_bytes": 0, "cleanable_ratio": 0.0, "compaction_delay_ms": 0, "active_rolled": False,
+        "tombstone_purge": False, "overdue_ms": None, "expired_segments": [], "erasures": [], "clean_range": None,
+        "segments": []}
+    result = plan(manifests, configs.__getitem__, now_ms=NOW, byte_budget=1).to_dict()
+    assert result["partitions"] == [
+        {**unmeasured, "partition": "gone-0", "decision": "clean",
+         "reason": "erasure requested: no segment is left to rewrite", "version": 3, "checkpoint": 10,
+         "first_dirty_offset": 10, "first_uncleanable_offset": 10, "log_start_offset": 10, "erasures": ["a" * 64],
+         "clean_range": [10, 10]},
+        {**unmeasured, "partition": "deleted-0", "decision": "skip", "reason": "cleanup.policy=delete: not compacted",
+         "version": 1, "checkpoint": None, "log_start_offset": None},
+        {**unmeasured, "partition": "empty-0", "decision": "skip", "reason": "empty log", "version": 3,
+         "checkpoint": 10, "log_start_offset": 10},
+        {**unmeasured, "partition": "reset-0", "decision": "skip", "reason": "dirty ratio 1.00 <= 1.00",
+         "version": 1, "checkpoint": 40, "first_dirty_offset": 0, "checkpoint_reset": "checkpoint 40 is past the "
+         "log end 21", "first_uncleanable_offset": 20, "log_start_offset": 0, "cleanable_bytes": 1400,
+         "cleanable_ratio": 1.0, "segments": [path(0), path(10)]},
+        {**unmeasured, "partition": "purge-0", "decision": "skip",
+         "reason": "deferred: per-run byte budget 1 exhausted (tombstones expired: delete horizon passed)",
+         "version": 1, "checkpoint": 10, "first_dirty_offset": 10, "first_uncleanable_offset": 10,
+         "log_start_offset": 0, "clean_bytes": 700, "tombstone_purge": True, "segments": [path(0)]},
+    ]
+
+
+def test_every_plan_carries_the_manifest_and_topic_configuration_it_was_planned_with() -> None:
+    """The pass reads a selected partition's configuration (its delete.retention.ms, its segment.bytes), and resets
+    a skipped partition's checkpoint on the manifest it was planned on: whatever the shape, deferred too."""
+    config = dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.5, segment_bytes=5000)
+    gone, empty = bare(10, (erasure(5),)), bare(10).model_copy(update={"topic": "empty"})
+    by_ratio = log([seg(0, 10, size=1000), seg(10, 11, size=1), seg(11, 12)], checkpoint=10, topic="ratio")
+    plans = [one(gone, config), one(empty, config), one(by_ratio, config)]
+    assert [(type(p), p.manifest, p.config) for p in plans] == [
+        (Selected, gone, config), (Skipped, empty, config), (Skipped, by_ratio, config)]
+    dirty = {TopicPartition("t", i): log([seg(0, 10), seg(10, 11)], partition=i) for i in range(2)}
+    deferred = plan(dirty, lambda _: config, now_ms=0, byte_budget=1).partitions[1]
+    assert isinstance(deferred, Skipped)
+    assert (deferred.decision, deferred.manifest, deferred.config) == (
+        Decision.SKIP, dirty[TopicPartition("t", 1)], config)
+    assert plans[0].to_clean().config == config
