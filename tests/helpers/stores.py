@@ -42,3 +42,18 @@ def cleaning_change(store: Store, tp: TopicPartition) -> Replacement:
         expected_first_dirty_offset=base.first_dirty_offset, first_dirty_offset=5,
         expected_log_start_offset=base.log_start_offset, log_start_offset=base.log_start_offset,
     )
+
+
+class RecordingStorage:
+    """Wraps a store's storage and records every filesystem call as (operation, relative path)."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls: list[tuple[str, str]] = []
+        storage = store.storage
+        original = storage._call
+
+        def record(op, rel, fn):
+            self.calls.append((op, rel))
+            return original(op, rel, fn)
+
+        storage._call = record  # type: ignore[method-assign]

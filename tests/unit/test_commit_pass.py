@@ -14,14 +14,16 @@ import pytest
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
 from compaction.clean.layout import SegmentOutcome
 from compaction.clean.outcome import Status
-from compaction.clean.payloads import AppliedJob
+from compaction.clean.payloads import AppliedJob, SegmentVerdicts, SourceVerdicts, Verdicts
 from compaction.clean.planner import LogToClean, Selected, Skipped, plan
 from compaction.clean.settings import TopicConfig
 from compaction.engine.isolation import Failure
 from compaction.erasure import request_erasure
+from compaction.errors import SegmentChangedError
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.segment import records
 from tests.helpers.builders import clean_task, keyed, rec
+from tests.helpers.stores import RecordingStorage
 
 TP = TopicPartition("t", 0)
 NOW = 10_000
@@ -86,6 +88,16 @@ def test_a_pass_commits_its_objects_its_checkpoint_and_when_it_cleaned(store: St
             manifest.next_horizon_ms) == (3, True, NOW, 11_500)
     assert (result.stats.messages_read, result.stats.messages_written, result.stats.dropped) == (
         3, 2, {"superseded": 1})
+
+
+def test_a_pass_commits_on_the_version_its_plan_read_without_listing_or_reading_the_manifests(store: Store) -> None:
+    """On an object store a commit then costs one request when nobody wrote since the plan: the manifest's create."""
+    w = work(store, planned(store).to_clean())
+    rewritten(store, w, rec("b", "2", 1), rec("a", "3", 2))
+    recorder = RecordingStorage(store)
+    assert done_cleaning(store, w, WRITER, NOW, elapsed_ms=0).status is Status.CLEANED
+    assert [op for op, rel in recorder.calls if op in ("list", "read", "open")] == [], "nothing listed or read back"
+    assert store.versions(TP) == [1, 2, 3, 4]
 
 
 def test_the_next_horizon_counts_the_one_the_pass_stamped(store: Store) -> None:
@@ -199,6 +211,16 @@ def test_a_reset_checkpoint_is_committed_at_once() -> None:
     assert (manifest.version, manifest.writer.run_id, manifest.writer.time_ms) == (4, "r", NOW)
 
 
+def test_a_reset_is_committed_on_the_version_the_plan_read_without_listing_or_reading_the_manifests() -> None:
+    store = past_the_end()
+    p = skipped(store, SKIPPING)
+    assert p.checkpoint_reset is not None
+    recorder = RecordingStorage(store)
+    assert reset_checkpoint(store, p, p.checkpoint_reset, WRITER, NOW).status is Status.SKIPPED
+    assert [op for op, rel in recorder.calls if op in ("list", "read", "open")] == [], "nothing listed or read back"
+    assert (store.versions(TP), store.manifest(TP).first_dirty_offset) == ([1, 2, 3, 4], 0)
+
+
 def test_a_reset_that_cannot_be_committed_fails_the_partition() -> None:
     store = past_the_end()
     p = skipped(store, SKIPPING)
@@ -220,3 +242,45 @@ def test_apply_results_add_up() -> None:
         job = w.task.job(job_id, w.log.segments, False)
         w.add(AppliedJob.of(job, segment=None, records_written=written, bytes_written=size, stamped=stamped))
     assert (w.records_written, w.bytes_written, w.stamped, sorted(w.results)) == (5, 150, 3, [0, 1])
+
+
+def verdicts(path: str | None, *found: tuple[int, int, int | None]) -> Verdicts:
+    """What one key range listed in the object at ``path``: per segment, its base, the live rows it read and the
+    row group listing its part."""
+    return Verdicts(tp=TP, path=path, segments=tuple(
+        SegmentVerdicts(segment_base=base, outcome=outcome(rows, rows), rows=rows, row_group=group)
+        for base, rows, group in found))
+
+
+def test_an_apply_job_finds_every_key_ranges_part_of_a_segments_verdicts(store: Store) -> None:
+    p = planned(store).to_clean()
+    w = work(store, p)
+    first, second = p.segments
+    w.decided(verdicts("verdicts/0.parquet", (0, 2, 0), (2, 1, None)))
+    w.decided(verdicts("verdicts/1.parquet", (0, 2, 3)))
+    w.decided(verdicts(None, (2, 1, None)))  # a key range that listed no row of the segment
+    assert w.source_verdicts(first) == SourceVerdicts(rows=2, kept=True, listed=(("verdicts/0.parquet", 0),
+                                                                                 ("verdicts/1.parquet", 3)))
+    assert w.source_verdicts(second) == SourceVerdicts(rows=1, kept=True, listed=())
+    w.handed.add("pieces/0.parquet")
+    assert w.handed_paths() == ["pieces/0.parquet", "verdicts/0.parquet", "verdicts/1.parquet"], \
+        "the pass deletes every hand-over object it wrote once it ends: pieces and verdicts"
+
+
+def test_a_segment_no_key_range_read_has_no_verdicts_to_apply(store: Store) -> None:
+    p = planned(store).to_clean()
+    w = work(store, p)
+    w.decided(verdicts("verdicts/0.parquet", (0, 2, 0)))
+    assert w.source_verdicts(p.segments[1]) == SourceVerdicts(rows=0, kept=True, listed=())
+
+
+def test_key_ranges_that_read_a_segment_with_different_row_counts_fail_the_pass_as_a_change_of_it(
+        store: Store) -> None:
+    p = planned(store).to_clean()
+    w = work(store, p)
+    w.decided(verdicts("verdicts/0.parquet", (0, 2, 0)))
+    w.decided(verdicts("verdicts/1.parquet", (0, 3, 0)))
+    with pytest.raises(SegmentChangedError) as raised:
+        w.source_verdicts(p.segments[0])
+    assert str(raised.value) == (f"the key ranges of t-0 read [2, 3] live rows of segment {p.segments[0].path}: it "
+                                 "changed while they read it")

@@ -17,6 +17,7 @@ from compaction.errors import (
 )
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from tests.helpers.builders import keyed, rec, table
+from tests.helpers.stores import RecordingStorage
 
 TP = TopicPartition("orders", 0)
 
@@ -192,21 +193,6 @@ def test_deletion_vector_hides_offsets_from_readers(store: Store) -> None:
     assert result.segments[0].live_records == 2
     assert offsets(store.read(TP)) == [1, 2]
     assert store.read(TP, columns=["key"]).column("key").to_pylist() == [b"b", b"a"]
-
-
-class RecordingStorage:
-    """Wraps a store's storage and records every filesystem call as (operation, relative path)."""
-
-    def __init__(self, store: Store) -> None:
-        self.calls: list[tuple[str, str]] = []
-        storage = store.storage
-        original = storage._call
-
-        def record(op, rel, fn):
-            self.calls.append((op, rel))
-            return original(op, rel, fn)
-
-        storage._call = record  # type: ignore[method-assign]
 
 
 def test_append_and_read_touch_only_the_partitions_manifests_and_asked_objects(store: Store) -> None:
