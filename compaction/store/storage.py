@@ -99,11 +99,12 @@ def _explain(err: Exception, budget_ms: int) -> str:
     return f"{name}: {err}"
 
 
-def _fsync(path: str) -> None:
-    """Flush a file or a folder (its entries) to the device."""
+def _fsync(path: str, data_only: bool = False) -> None:
+    """Flush a file or a folder (its entries) to the device; ``data_only``: a file's data and what reading it needs
+    (its size), not its times (``fdatasync``)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        (os.fdatasync if data_only else os.fsync)(fd)
     finally:
         os.close(fd)
 
@@ -114,14 +115,6 @@ def _write(path: str, data: bytes | memoryview, flush: bool = True) -> None:
         if flush:
             stream.flush()
             os.fdatasync(stream.fileno())  # the data and what reading it needs (its size), not its times
-
-
-def _flush_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
 
 
 def _make_folders_durably(folder: str) -> None:
@@ -251,7 +244,7 @@ class Storage:
         folders: dict[str, str] = {}  # a folder to flush, and an object of it to name in an error
         for rel in rels:
             path = self.path(rel)
-            self._call("sync", rel, partial(_flush_file, path))
+            self._call("sync", rel, partial(_fsync, path, data_only=True))
             folders.setdefault(os.path.dirname(path), rel)
         for folder, rel in folders.items():
             self._call("sync", rel, partial(_fsync, folder))
