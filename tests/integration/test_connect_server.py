@@ -26,6 +26,7 @@ from compaction.clean.cleaner import Cleaner
 from compaction.read.scan import scan
 from compaction.store import Store
 from tests.helpers import SPARK_NOISE
+from tests.helpers.cluster import free_port
 from tests.helpers.settings import settings_with
 
 NOW = 1_900_000_000_000  # ahead of the wall clock, so that both runs stamp horizons from it
@@ -39,12 +40,6 @@ CONF = '''"log.cleanup.policy" = "compact"
 START_S = 180
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark Connect server process (local[2], task retries) whose Python workers lack this package."""
@@ -54,7 +49,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     worker = folder / "python-without-compaction"
     worker.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no .pth files, no editable install
     worker.chmod(0o755)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYSPARK_PYTHON": str(worker), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYTHONPATH": sysconfig.get_paths()["purelib"]}
     env.pop("SPARK_REMOTE", None)

@@ -32,6 +32,7 @@ from compaction.engine.session import spark_session
 from compaction.read.scan import scan
 from compaction.store import Store, TopicPartition
 from tests.helpers import ROOT, SPARK_NOISE
+from tests.helpers.cluster import free_port
 from tests.helpers.settings import settings_with
 from tests.integration.test_differential import HISTORY, Setup, check_history, setups, through_cleaner
 
@@ -49,17 +50,11 @@ CONF = '''"log.cleanup.policy" = "compact"
 START_S = 60
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _sail_server(folder: Path, *, without_package: bool = False) -> tuple[subprocess.Popen[bytes], str]:
     """A Sail server process on 127.0.0.1 (its Python without this package when ``without_package``)."""
     if not SAIL_PYTHON.exists():
         pytest.fail(f"no Sail at {SAIL_PYTHON}: run `make sail-setup`")
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK", "VIRTUAL_ENV"))}
     command = [str(SAIL_PYTHON), "-m", "pysail", "spark", "server", "--ip", "127.0.0.1", "--port", str(port)]
     if without_package:  # -S: no .pth files, so no editable install of this checkout; the rest of site-packages
