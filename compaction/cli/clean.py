@@ -20,7 +20,7 @@ from compaction.cli.output import Output
 from compaction.cli.types import parse_spark_conf
 from compaction.config import Settings
 from compaction.display import format_duration, human_bytes
-from compaction.engine.session import remote_url, running_sessions, spark_session, started_anew
+from compaction.engine.session import remote_url, running_sessions, spark_session, started_anew, stop_session
 from compaction.job import JobOptions, check_selection, run_job
 from compaction.rules import Plan
 from compaction.store import Store
@@ -101,7 +101,7 @@ def spark_on_demand(args: argparse.Namespace, settings: Settings) -> Iterator[Ca
     finally:
         for session in started:
             try:
-                session.stop()
+                stop_session(session)
             except (PySparkException, Py4JError, OSError) as err:  # the run's outcome is already decided
                 log.debug("stopping the Spark session failed: %s", err)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from compaction.engine.session import check_master, with_task_retries
+from compaction.engine.session import check_master, stop_session, with_task_retries
 from compaction.errors import CompactionError
 
 
@@ -82,3 +85,30 @@ def test_the_warm_up_names_a_folder_it_cannot_write_in(tmp_path: Path, monkeypat
     with pytest.raises(CompactionError, match=f"cannot write the class archive in {folder} .Permission denied.: "
                                               "run `compaction warm-up` as the owner"):
         archive.build_class_archive(["true"])
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+
+    def shutdown(self) -> None:  # pyspark's accumulator server: its handler looks for the stop once a second
+        time.sleep(1)
+        self.stopped.set()
+
+
+def test_stopping_a_session_leaves_the_accumulator_servers_second_to_a_thread() -> None:
+    server = _Server()
+    context = SimpleNamespace(_accumulatorServer=server)
+    calls: list[object] = []
+    session = SimpleNamespace(_sc=context, stop=lambda: calls.append(context._accumulatorServer))
+    started = time.perf_counter()
+    stop_session(session)  # type: ignore[arg-type]
+    assert time.perf_counter() - started < 0.5
+    assert calls == [None]  # Spark stopped without waiting for the server ...
+    assert server.stopped.wait(10)  # ... which stops all the same
+
+
+def test_stopping_a_spark_connect_session_is_its_own_stop() -> None:
+    calls: list[str] = []
+    stop_session(SimpleNamespace(stop=lambda: calls.append("stop")))  # type: ignore[arg-type]
+    assert calls == ["stop"]

@@ -15,11 +15,17 @@ stages on all of them (:mod:`compaction.engine.stages`). A module per concern:
 """
 
 from compaction.engine.session.archive import BuiltArchive, build_class_archive, class_archive, class_archive_option
-from compaction.engine.session.build import DEFAULTS, running_sessions, spark_session, started_anew
+from compaction.engine.session.build import (
+    DEFAULTS,
+    running_sessions,
+    spark_session,
+    started_anew,
+    stop_session,
+)
 from compaction.engine.session.checks import check_java, check_master, remote_url, with_task_retries, without_secrets
 from compaction.engine.session.workers import WarmWorkers, warm_workers
 
 __all__ = ["DEFAULTS", "BuiltArchive", "WarmWorkers", "build_class_archive", "check_java", "check_master",
            "class_archive", "class_archive_option", "remote_url", "running_sessions", "spark_session",
-           "started_anew", "warm_workers",
+           "started_anew", "stop_session", "warm_workers",
            "with_task_retries", "without_secrets"]

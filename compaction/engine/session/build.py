@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import cast
@@ -148,6 +149,21 @@ def started_anew(session: SparkSession, before: list[object]) -> bool:
     :func:`running_sessions`), or a session on a context that did: whoever started that one stops it."""
     context = getattr(session, "_sc", None)  # a classic session's SparkContext
     return not any(session is found or (context is not None and context is found) for found in before)
+
+
+def stop_session(session: SparkSession) -> None:
+    """Stop a session this process started, so that no Spark job outlives the driver.
+
+    PySpark's stop of a classic session ends with its accumulator server, whose handler looks for the stop once a
+    second: up to a second of waiting at the end of every run, after Spark itself has stopped (in some 50 ms).
+    That wait is left to a thread of its own, a daemon, which the process's exit may cut short."""
+    context = getattr(session, "_sc", None)  # a classic session's; a Spark Connect session has none
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        context._accumulatorServer = None  # type: ignore[union-attr]  # not waited for by the stop below
+    session.stop()
+    if server is not None:
+        threading.Thread(target=server.shutdown, name="accumulator-server-stop", daemon=True).start()
 
 
 def start_failure(err: Exception) -> str:
