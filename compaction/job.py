@@ -16,7 +16,7 @@ from compaction.clean.cleaner import TASK_MODULES, Cleaner, plan_store
 from compaction.clean.outcome import GcOutcome, RunReport
 from compaction.clean.planner import CompactionPlan, Uncleanable
 from compaction.config import Settings, did_you_mean
-from compaction.engine.session import warm_workers
+from compaction.engine.stages import SparkStages
 from compaction.erasure import overdue_requests
 from compaction.errors import InvalidArgumentError
 from compaction.publish import Target, check_catalog, publish_topics
@@ -74,14 +74,14 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
     # Spark starts only when some partition needs its records read (retention alone is metadata).
     spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
     started_spark = time.perf_counter()
-    warming = warm_workers(spark, TASK_MODULES) if spark is not None else None
-    cleaner = Cleaner(spark, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say,
+    stages = SparkStages(spark, warm=TASK_MODULES) if spark is not None else None
+    cleaner = Cleaner(stages, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say,
                       wall_ms=options.wall_ms)
     try:
         report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     finally:
-        if warming is not None:  # no Spark job may outlive the run (see WarmWorkers)
-            warming.finish()
+        if stages is not None:
+            stages.finish()
     for failed in report.failed:
         failed.error = logs.redact(failed.error or "", secrets)
         if failed.trace is not None:  # an internal error: its traceback, masked, in the report and with -v

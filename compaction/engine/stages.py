@@ -40,6 +40,7 @@ from compaction.engine.isolation import (
     task_rows,
     with_payloads,
 )
+from compaction.engine.session.workers import WarmWorkers
 
 RESULT_TYPE = from_arrow_schema(RESULT_SCHEMA)
 TASK_TYPE = from_arrow_schema(TASK_SCHEMA)
@@ -132,11 +133,19 @@ def _received(table: pa.Table) -> int:
 
 
 class SparkStages(Stages):
-    """The stages on a SparkSession: classic, Spark Connect or Sail alike."""
+    """The stages on a SparkSession: classic, Spark Connect or Sail alike. With ``warm``, the session's Python
+    workers are started with those modules imported while the driver prepares the first stage
+    (:class:`~compaction.engine.session.WarmWorkers`); :meth:`finish` waits for that at the end of the run."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, warm: Sequence[str] = ()) -> None:
         super().__init__()
         self.spark = spark
+        self.warming = WarmWorkers(spark, warm) if warm else None
+
+    def finish(self) -> None:
+        """The end of the run: no Spark job of these stages may outlive it (see WarmWorkers)."""
+        if self.warming is not None:
+            self.warming.finish()
 
     def frame(self, payloads: Sequence[Any]) -> TaskFrame:
         """The payloads as a stage's task rows (counted as sent)."""
@@ -146,6 +155,8 @@ class SparkStages(Stages):
 
     def collect(self, results: DataFrame) -> list[Outcome]:
         """Run a stage and bring its result rows to the driver (counted as received)."""
+        if self.warming is not None:
+            self.warming.stand_down()
         table = results.toArrow()
         self._count(0, _received(table))
         return [outcome_of(row) for row in table.to_pylist()]

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from compaction.engine.session import check_master, stop_session, with_task_retries
+from compaction.engine.session import WarmWorkers, check_master, stop_session, with_task_retries
 from compaction.errors import CompactionError
 
 
@@ -85,6 +85,44 @@ def test_the_warm_up_names_a_folder_it_cannot_write_in(tmp_path: Path, monkeypat
     with pytest.raises(CompactionError, match=f"cannot write the class archive in {folder} .Permission denied.: "
                                               "run `compaction warm-up` as the owner"):
         archive.build_class_archive(["true"])
+
+
+class _Job:
+    """A warm-up job's stand-in: its build waits for ``release``; ``collect`` records that it ran."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.collected = threading.Event()
+
+    def range(self, *_: object) -> _Job:
+        assert self.release.wait(10)
+        return self
+
+    def mapInArrow(self, *_: object) -> _Job:
+        return self
+
+    def collect(self) -> list[object]:
+        self.collected.set()
+        return []
+
+
+def test_a_pass_that_submits_its_stage_first_leaves_the_warm_up_unsubmitted() -> None:
+    session = _Job(threading.Event())
+    warming = WarmWorkers(session, ["json"])  # type: ignore[arg-type]
+    warming.stand_down()  # the pass's first stage, before the warm-up's job was built
+    session.release.set()
+    warming.finish(10)
+    assert not warming.submitted and not session.collected.is_set()
+
+
+def test_a_warm_up_submitted_before_the_pass_runs_and_is_waited_for() -> None:
+    session = _Job(threading.Event())
+    session.release.set()
+    warming = WarmWorkers(session, ["json"])  # type: ignore[arg-type]
+    assert session.collected.wait(10)
+    warming.stand_down()
+    warming.finish(10)
+    assert warming.submitted
 
 
 class _Server:

@@ -33,31 +33,39 @@ class WarmWorkers:
 
     A fresh worker forks and imports for one to two seconds before its first task runs. This job pays that while
     the driver reads manifests and samples keys, so the first stage's tasks start at once. Its failure is not the
-    run's: a real task would fail the same way, and is handled. When the pass submits its first stage before the
-    warm-up submits its job (a small run), the warm-up runs after the pass; a run must wait for it before the
-    driver exits, or the JVM, finishing its tasks as the Python driver goes, reports their accumulators to a
-    driver that is no longer there (Spark's ``Failed to update accumulator ... Connection reset`` at the end).
+    run's: a real task would fail the same way, and is handled. A pass that submits its first stage first (a small
+    run, with nothing to sample) says so (:meth:`stand_down`), and the job is not submitted: queued behind the
+    pass's stage, it would warm nothing and delay the next stage. A run waits for a job it did submit before the
+    driver exits, or the JVM, finishing its tasks as the Python driver goes, reports their accumulators to a driver
+    that is no longer there (Spark's ``Failed to update accumulator ... Connection reset`` at the end).
     """
 
     def __init__(self, session: SparkSession, modules: Sequence[str]) -> None:
+        self._lock = threading.Lock()
+        self._stood_down = False
+        self.submitted = False
         self._thread = threading.Thread(target=self._run, args=(session, tuple(modules)), name="warm-workers",
                                         daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def _run(session: SparkSession, modules: tuple[str, ...]) -> None:
+    def _run(self, session: SparkSession, modules: tuple[str, ...]) -> None:
         try:
-            session.range(0, WARM_ROWS).mapInArrow(partial(_import_modules, modules), "id long").collect()
+            job = session.range(0, WARM_ROWS).mapInArrow(partial(_import_modules, modules), "id long")
+            with self._lock:
+                if self._stood_down:
+                    return
+                self.submitted = True
+            job.collect()
         except Exception as err:  # only a warm-up
             log.debug("warming the Python workers failed: %s", err)
 
+    def stand_down(self) -> None:
+        """The pass is about to submit a stage: a warm-up job not submitted yet never will be."""
+        with self._lock:
+            self._stood_down = True
+
     def finish(self, timeout: float = FINISH_TIMEOUT_S) -> None:
+        self.stand_down()
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.debug("the Python workers' warm-up is still running after %s s", timeout)
-
-
-def warm_workers(session: SparkSession, modules: Sequence[str]) -> WarmWorkers:
-    """Start a Python worker on every core, with ``modules`` imported (the tasks' code, named by the caller: the
-    engine knows no task), while the driver plans."""
-    return WarmWorkers(session, modules)
