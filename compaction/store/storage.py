@@ -182,8 +182,10 @@ class Storage:
         return cls(fs, root, url, storage_options)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Executors re-resolve the URL themselves; filesystem objects need not travel.
-        return {"url": self.url, "storage_options": self.storage_options}
+        # Executors re-resolve the URL themselves; filesystem objects need not travel. A local store goes as the
+        # absolute path the driver resolved: an executor's working folder is not the driver's (a cluster's worker,
+        # a Spark Connect server), and a relative path would name another folder there.
+        return {"url": self.root if self.is_local else self.url, "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         other = Storage.from_url(state["url"], state["storage_options"])

@@ -5,6 +5,7 @@ A local create that fails wrote nothing, so its failure is final."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import time
 from pathlib import Path
@@ -131,3 +132,15 @@ def test_a_local_commit_that_fails_is_reported_at_once_since_it_wrote_nothing(
         store.append(TP, keyed("b=2"), now_ms=2)
     assert time.monotonic() - started < 1, "no retrying within the retry budget: the outcome is certain"
     assert store.versions(TP) == [1]
+
+
+def test_a_store_opened_by_a_relative_path_names_the_same_folder_in_a_task_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cluster's worker or a Spark Connect server runs tasks in a working folder of its own.
+    (tmp_path / "driver" / "st").mkdir(parents=True)
+    (tmp_path / "worker").mkdir()
+    monkeypatch.chdir(tmp_path / "driver")
+    store = Store.open("st")
+    payload = pickle.dumps(store.storage)
+    monkeypatch.chdir(tmp_path / "worker")
+    assert pickle.loads(payload).root == str(tmp_path / "driver" / "st")
