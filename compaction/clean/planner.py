@@ -175,8 +175,11 @@ class ErasureRequested(Reason):
 
 @dataclass(frozen=True)
 class NothingLeftToRewrite(Reason):
+    past_deadline_ms: int  # 0: within the deadline
+
     def __str__(self) -> str:
-        return "erasure requested: no segment is left to rewrite"
+        late = f", past the deadline by {format_duration(self.past_deadline_ms)}" if self.past_deadline_ms > 0 else ""
+        return f"erasure requested: no segment is left to rewrite{late}"
 
 
 @dataclass(frozen=True)
@@ -306,12 +309,13 @@ class Figures:
     erasures: tuple[ErasureRequest, ...]
 
     @classmethod
-    def nothing_left(cls, log_end_offset: int, erasures: tuple[ErasureRequest, ...]) -> Figures:
+    def nothing_left(cls, log_end_offset: int, erasures: tuple[ErasureRequest, ...], now_ms: int) -> Figures:
         """A log whose every segment goes: nothing to measure, the range ends at the log end, where the active
-        segment's base would be."""
+        segment's base would be; its erasure requests are carried out now, overdue as in a measured log."""
+        erasing = erasures_overdue(erasures, now_ms)
         return cls(CleanableOffsets(log_end_offset, None, log_end_offset, log_end_offset,
-                                    UncleanableBound.ACTIVE_SEGMENT), 0, 0, 0.0, 0, Roll.NONE, False, -1, -1, None,
-                   (), erasures)
+                                    UncleanableBound.ACTIVE_SEGMENT), 0, 0, 0.0, 0, Roll.NONE, False, -1, erasing,
+                   erasing if erasing >= 0 else None, (), erasures)
 
     @property
     def active_segment_rolled(self) -> bool:
@@ -662,6 +666,12 @@ def deletion_vectors_overdue(in_range: Sequence[SegmentMeta], max_age_ms: int | 
                 for s in in_range if s.deletes is not None), default=-1)
 
 
+def erasures_overdue(erasures: Sequence[ErasureRequest], now_ms: int) -> int:
+    """How far the latest of the erasure requests a pass carries out is past its deadline: they are due at once,
+    so 0 within it (-1: no request)."""
+    return max((max(now_ms - r.deadline_ms, 0) for r in erasures), default=-1)
+
+
 def measure(manifest: Manifest, segments: Sequence[SegmentMeta], retention: Retention, rolled: Roll,
             config: TopicConfig, now_ms: int, deletion_vector_max_age_ms: int | None) -> Figures:
     """Kafka's figures of a partition with ``segments`` left after retention, and the erasure requests the range
@@ -674,7 +684,7 @@ def measure(manifest: Manifest, segments: Sequence[SegmentMeta], retention: Rete
     vectors_overdue = deletion_vectors_overdue(in_range, deletion_vector_max_age_ms, now_ms)
     erasures = tuple(r for r in manifest.erasures
                      if r.state == "pending" and r.tombstone_offset < offsets.first_uncleanable_offset)
-    erasing = max((max(now_ms - r.deadline_ms, 0) for r in erasures), default=-1)
+    erasing = erasures_overdue(erasures, now_ms)
     overdue = max(delay if delay > 0 and cleanable_bytes > 0 else -1, vectors_overdue, erasing)
     return Figures(offsets, clean_bytes, cleanable_bytes, dirty_ratio(clean_bytes, cleanable_bytes), delay, rolled,
                    is_purge_due(manifest, in_range, cleanable_bytes, now_ms), vectors_overdue, erasing,
@@ -743,9 +753,9 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     if not retention.expired_segments and not pending:
         return Skipped(tp, manifest, config, Reasons(EmptyLog()), retention)
     # Every record below the requests' tombstones goes with its segment.
-    reason = retention.reason if retention.expired_segments else NothingLeftToRewrite()
-    return Selected(tp, manifest, config, Reasons(reason), retention,
-                    Figures.nothing_left(manifest.log_end_offset, pending), dedupe=False)
+    figures = Figures.nothing_left(manifest.log_end_offset, pending, now_ms)
+    reason = retention.reason if retention.expired_segments else NothingLeftToRewrite(figures.erasures_overdue_ms)
+    return Selected(tp, manifest, config, Reasons(reason), retention, figures, dedupe=False)
 
 
 # The run ----------------------------------------------------------------------------------------------------------

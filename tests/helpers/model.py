@@ -267,8 +267,9 @@ class Model:
         segments = segments[below + retained:]
         log_start = (segments[0].base if segments else self.end) if retained else self.log_start
         if not segments:
-            if below + retained or self.erasures:
-                return Choice(True, "nothing left", log_start, self.end, self.end)
+            if below + retained or self.erasures:  # the requests are carried out now: due at once, or overdue
+                overdue = max((max(now - deadline, 0) for _, _, deadline in self.erasures), default=None)
+                return Choice(True, "nothing left", log_start, self.end, self.end, overdue=overdue)
             return Choice(False, "empty", log_start)
 
         first_dirty, reset = self.checkpoint, False

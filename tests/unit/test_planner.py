@@ -487,6 +487,25 @@ def test_a_log_without_segments_is_cleaned_only_to_carry_out_its_erasure_request
         TopicPartition("t", 0), "empty log", 10, None)
 
 
+def test_an_erasure_on_a_log_retention_empties_is_overdue_past_its_deadline_and_first_in_the_budget() -> None:
+    """Retention drops every segment of one partition, whose erasure request is 1 ms past its deadline; another is
+    all dirty. The erasure goes first, though it has no dirty ratio, and the budget defers the other."""
+    config = TopicConfig(cleanup_policy=("compact", "delete"), retention_ms=HOUR, segment_ms=HOUR)
+    manifests: dict[TopicPartition, Manifest | Exception] = {
+        TopicPartition("t", 0): log([seg(0, 10, first_ts=0), seg(10, 20, first_ts=0)]).model_copy(
+            update={"erasures": (erasure(15, deadline=NOW - 1),)}),
+        TopicPartition("t", 1): log([seg(0, 10, first_ts=NOW), seg(10, 20, first_ts=NOW)], partition=1),
+    }
+    result = plan(manifests, lambda _: config, now_ms=NOW, byte_budget=1)
+    assert [(str(p.partition), p.decision, str(p.reason), p.figures.overdue_ms if isinstance(p, Selected) else None)
+            for p in result.partitions] == [
+        ("t-0", Decision.CLEAN, "retention: 2 segment(s) expired; overdue, so first in the per-run byte budget", 1),
+        ("t-1", Decision.SKIP, "deferred: per-run byte budget 1 exhausted (dirty ratio 1.00 > 0.50)", None)]
+    alone = one(bare(10, (erasure(5, deadline=NOW - HOUR),)), COMPACT, NOW)
+    assert (str(alone.reason), alone.figures.overdue_ms, alone.figures.erasures_overdue_ms) == (
+        "erasure requested: no segment is left to rewrite, past the deadline by 1h", HOUR, HOUR)
+
+
 def test_a_checkpoint_at_the_log_end_is_valid_and_leaves_no_dirty_records() -> None:
     p = one(log([seg(0, 10), seg(10, 11)], checkpoint=11))
     assert (p.decision, str(p.reason), p.figures.offsets.first_dirty_offset, p.figures.offsets.checkpoint_reset) == (
@@ -717,9 +736,9 @@ def test_the_plan_as_json_of_the_partitions_it_does_not_clean_and_of_a_log_left_
     result = plan(manifests, configs.__getitem__, now_ms=NOW, byte_budget=1).to_dict()
     assert result["partitions"] == [
         {**unmeasured, "partition": "gone-0", "decision": "clean",
-         "reason": "erasure requested: no segment is left to rewrite", "version": 3, "checkpoint": 10,
-         "first_dirty_offset": 10, "first_uncleanable_offset": 10, "log_start_offset": 10, "erasures": ["a" * 64],
-         "clean_range": [10, 10]},
+         "reason": "erasure requested: no segment is left to rewrite; overdue, so first in the per-run byte budget",
+         "version": 3, "checkpoint": 10, "first_dirty_offset": 10, "first_uncleanable_offset": 10,
+         "log_start_offset": 10, "overdue_ms": 0, "erasures": ["a" * 64], "clean_range": [10, 10]},
         {**unmeasured, "partition": "deleted-0", "decision": "skip", "reason": "cleanup.policy=delete: not compacted",
          "version": 1, "checkpoint": None, "log_start_offset": None},
         {**unmeasured, "partition": "empty-0", "decision": "skip", "reason": "empty log", "version": 3,
