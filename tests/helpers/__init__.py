@@ -10,3 +10,21 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Python stack trace, a JVM log line.
 SPARK_NOISE = re.compile(r"\b(?:ERROR|WARN|WARNING|FATAL)\b|^\s+at [\w$.]+\(|Exception|Traceback|\[warning\]",
                          re.MULTILINE)
+
+
+def ahead_of_the_wall_clock_ms(days: int = 30) -> int:
+    """A ``--now`` that many days ahead of the wall clock (at midnight UTC), for a test whose runs must stamp delete
+    horizons from ``--now`` rather than from the wall clock: read when the test runs, so the clock never overtakes
+    it as it would a fixed date."""
+    import time
+
+    day = 86_400_000
+    return (int(time.time() * 1000) // day + days) * day
+
+
+def past_every_write_ms() -> int:
+    """A wall clock a minute ahead of the real one: past every object written so far, whatever the filesystem's
+    timestamp resolution, so that a gc with no grace removes what it may without waiting for the clock."""
+    import time
+
+    return int(time.time() * 1000) + 60_000

@@ -7,7 +7,9 @@ Clients talk to :attr:`FaultProxy.endpoint` instead of the S3 server's. :meth:`F
 :attr:`FaultProxy.requests` lists every request seen, so a test can first enumerate the calls an operation
 makes and then hit each one in turn. Faults for different paths (say, different partitions) do not
 disturb each other, so such cases can run at the same time. With ``delay_s``, every request waits that long
-before it is forwarded; requests are served on a thread each, so a client's concurrent requests wait together.
+before it is forwarded; requests are served on a thread each, so a client's concurrent requests wait together
+(:meth:`FaultProxy.hold` keeps every request waiting until :meth:`FaultProxy.release`, so that a test can see how
+many wait at once).
 """
 
 from __future__ import annotations
@@ -94,6 +96,10 @@ class FaultProxy:
         self.hits: list[str] = []  # "action METHOD /path?query" of every fault applied
         self.stalled: list[str] = []  # "METHOD /path?query" of every stalled request once it reached upstream
         self._stalled_changed = threading.Condition()
+        self.waiting = 0  # requests in their delay (or held) now
+        self._waiting_changed = threading.Condition()
+        self._released = threading.Event()
+        self._released.set()
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -125,6 +131,31 @@ class FaultProxy:
         with self._stalled_changed:
             return self._stalled_changed.wait_for(lambda: len(self.stalled) >= count, timeout=timeout_s)
 
+    def hold(self) -> None:
+        """Keep every request from now on waiting, after its delay, until :meth:`release`."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait_for_waiting(self, count: int, timeout_s: float = MAX_STALL_S) -> bool:
+        """Wait until ``count`` requests wait at once; false if they do not within ``timeout_s``, which only bounds
+        a run that goes wrong."""
+        with self._waiting_changed:
+            return self._waiting_changed.wait_for(lambda: self.waiting >= count, timeout=timeout_s)
+
+    def _wait(self) -> None:
+        """A request's delay, and the hold if one is on."""
+        with self._waiting_changed:
+            self.waiting += 1
+            self._waiting_changed.notify_all()
+        try:
+            self._stopping.wait(self.delay_s)
+            self._released.wait(MAX_STALL_S)
+        finally:
+            with self._waiting_changed:
+                self.waiting -= 1
+
     def _reached_upstream(self, method: str, path: str) -> None:
         with self._stalled_changed:
             self.stalled.append(f"{method} {path}")
@@ -144,6 +175,7 @@ class FaultProxy:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
@@ -159,6 +191,20 @@ def fault_proxy(upstream: str, delay_s: float = 0.0) -> Iterator[FaultProxy]:
         yield proxy
     finally:
         proxy.stop()
+
+
+def connections_accepted(sock: socket.socket) -> int:
+    """How many connections the kernel accepted for a listening socket nobody serves (a silent endpoint): one per
+    attempt of a client that gave up on it."""
+    sock.setblocking(False)
+    count = 0
+    while True:
+        try:
+            connection, _ = sock.accept()
+        except OSError:
+            return count
+        connection.close()
+        count += 1
 
 
 def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
@@ -221,8 +267,8 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             body = self._body()
-            if proxy.delay_s:
-                proxy._stopping.wait(proxy.delay_s)
+            if proxy.delay_s or not proxy._released.is_set():
+                proxy._wait()
             fault = proxy._decide(self.command, self.path)
             try:
                 if fault is None:

@@ -1,6 +1,6 @@
 """A store seen and changed from outside: every object it holds, byte for byte (to show that a refused change
 changed nothing), bytes changed behind its back, and the small log and clean-pass change that the crash and fault
-tests commit."""
+tests commit, and a clock for the commit protocol that moves by its pauses alone."""
 
 from __future__ import annotations
 
@@ -57,3 +57,21 @@ class RecordingStorage:
             return original(op, rel, fn)
 
         storage._call = record  # type: ignore[method-assign]
+
+
+class PauseClock:
+    """time.monotonic and time.sleep for the commit protocol (``compaction.store.commit.time``): the clock moves
+    only by the pauses it takes, which it records (and a run of pauses that does not end is a failure, not a
+    hang)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.pauses: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert len(self.pauses) < 50, f"no end to the pauses: {self.pauses[:10]}..."
+        self.pauses.append(seconds)
+        self.now += seconds

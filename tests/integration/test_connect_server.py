@@ -25,11 +25,11 @@ from chispa import assert_df_equality
 from compaction.clean.cleaner import Cleaner
 from compaction.read.scan import scan
 from compaction.store import Store
-from tests.helpers import SPARK_NOISE
+from tests.helpers import SPARK_NOISE, ahead_of_the_wall_clock_ms
 from tests.helpers.cluster import free_port
 from tests.helpers.settings import settings_with
 
-NOW = 1_900_000_000_000  # ahead of the wall clock, so that both runs stamp horizons from it
+NOW = ahead_of_the_wall_clock_ms()  # so that both runs stamp horizons from it
 DAY = 86_400_000
 CONF = '''"log.cleanup.policy" = "compact"
 "log.roll.ms" = 60000

@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from compaction.clean.outcome import RunReport
-from compaction.cli import EXIT_INVALID, EXIT_OK, main
+from compaction.cli import EXIT_INVALID, EXIT_OK, common, main
 from compaction.errors import CatalogError
 from compaction.job import JobOptions, publish_target, run_job
 from compaction.publish import publish_topic, redacted
@@ -41,7 +41,7 @@ from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.gc import collect_store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
-from tests.helpers import readstore
+from tests.helpers import past_every_write_ms, readstore
 from tests.helpers.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
 from tests.helpers.s3server import CREDENTIALS, new_bucket, storage_options
 from tests.helpers.settings import settings_with
@@ -337,8 +337,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     for reader, read in READERS.items():
         assert_reads(reader, read(table, second), after)
     # gc as eager as it gets: the previous snapshot's versions are pinned, so it still reads the previous log.
-    time.sleep(0.01)
-    results, failures = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000) + 1,
+    results, failures = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(),
                                       grace_ms=0, keep_versions=1)
     assert not failures and all(r.pinned_versions == [NEWEST, newest[int(r.partition[-1])]] for r in results)
     assert_reads("polars", READERS["polars"](table, first.snapshot_id), before)
@@ -353,7 +352,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     assert not expired.committed and expired.expired == [first.snapshot_id]
     assert [s.snapshot_id for s in pub.table().snapshots()] == [second]
     assert all(p.holder.endswith(f"-{second}") for p in store.objects.pins(TopicPartition(TOPIC, 0)))
-    results, _ = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000) + 1, grace_ms=0,
+    results, _ = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0,
                                keep_versions=1)
     assert all(r.pruned_versions == [NEWEST] and r.deleted_objects for r in results)
     assert_reads("polars", READERS["polars"](pub.table(), second), after)
@@ -361,13 +360,14 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
 
 
 def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Published, tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copytree(Path(local.url), tmp_path / "store")
     store = Store.open(str(tmp_path / "store"))
     tp = TopicPartition(TOPIC, 1)
     pins = store.objects.pins(tp)
     assert [p.version for p in pins] == [OLDER, NEWEST], "the store learnt what the published snapshots read"
-    time.sleep(0.01)
+    monkeypatch.setattr(common, "wall_clock_ms", past_every_write_ms)
     assert main(["gc", str(tmp_path / "store"), "--grace", "0", "--keep-versions", "1"]) == EXIT_OK
     assert f"{TOPIC}-1: deleted 0 object(s) (0 B), pruned manifest versions [1], 0 within the grace period, kept " \
            f"pinned versions [{OLDER}, {NEWEST}]" in capsys.readouterr().out

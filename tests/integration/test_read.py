@@ -11,7 +11,6 @@ clean pass and gc. ``--latest`` is held to a latest-per-key computation of its o
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from chispa import assert_df_equality
 from compaction.clean.cleaner import Cleaner
 from compaction.store import Store
 from compaction.store.gc import collect_store
-from tests.helpers import readstore
+from tests.helpers import past_every_write_ms, readstore
 from tests.helpers.readstore import (
     HEADER,
     NEWEST,
@@ -66,8 +65,7 @@ def cleaned(spark, local: Built, tmp_path_factory: pytest.TempPathFactory) -> Bu
                               "cleaner": {"deletion.vector.max.ratio": 0.5}})
     report = Cleaner(spark, store, settings).run(readstore.NOW)
     assert [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
-    time.sleep(0.01)
-    _, failures = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000) + 1, grace_ms=0,
+    _, failures = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0,
                                 keep_versions=2)
     assert not failures
     return Built(url, {}, [], local.aborted)

@@ -31,7 +31,7 @@ from compaction.engine import stages
 from compaction.engine.session import spark_session
 from compaction.read.scan import scan
 from compaction.store import Store, TopicPartition
-from tests.helpers import ROOT, SPARK_NOISE
+from tests.helpers import ROOT, SPARK_NOISE, ahead_of_the_wall_clock_ms
 from tests.helpers.cluster import free_port
 from tests.helpers.settings import settings_with
 from tests.integration.test_differential import HISTORY, Setup, check_history, setups, through_cleaner
@@ -39,7 +39,7 @@ from tests.integration.test_differential import HISTORY, Setup, check_history, s
 pytestmark = [pytest.mark.sail, pytest.mark.slow]
 
 SAIL_PYTHON = ROOT / ".venv-sail" / "bin" / "python"
-NOW = 1_900_000_000_000  # ahead of the wall clock, so that every run stamps horizons from it
+NOW = ahead_of_the_wall_clock_ms()  # so that every run stamps horizons from it
 DAY = 86_400_000
 CONF = '''"log.cleanup.policy" = "compact"
 "log.roll.ms" = 60000

@@ -16,6 +16,7 @@ from compaction.store import commit as protocol
 from compaction.store.commit import Erased, unchanged
 from compaction.store.manifest import MAX_VERSION, ErasureRequest, HeldObject, Manifest
 from tests.helpers.builders import keyed
+from tests.helpers.stores import PauseClock as Clock
 
 TP = TopicPartition("t", 0)
 WRITER = Writer(id="test", run_id="r")
@@ -237,23 +238,6 @@ def test_what_a_change_does_not_set_carries_over_from_the_version_before(store: 
                              writer=WRITER, operation="append", now_ms=6)
     assert (committed.clean_keys_unique, committed.last_clean_ms, committed.next_horizon_ms, committed.erasures) == (
         True, 5, 9, (done,))
-
-
-class Clock:
-    """time.monotonic and time.sleep for the protocol: the clock moves only by the pauses it takes, which it
-    records (and a run of pauses that does not end is a failure, not a hang)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.pauses: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert len(self.pauses) < 50, f"no end to the pauses: {self.pauses[:10]}..."
-        self.pauses.append(seconds)
-        self.now += seconds
 
 
 class Highest(random.Random):

@@ -28,7 +28,7 @@ from compaction.read.scan import Scan, scan
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.gc import collect_store
 from compaction.store.jsonl import to_lines
-from tests.helpers import readstore
+from tests.helpers import past_every_write_ms, readstore
 from tests.helpers.readstore import PARTITIONS, TOPIC, Built, cli, cli_table, the_scan
 
 # Stores -------------------------------------------------------------------------------------------------
@@ -156,8 +156,7 @@ def test_a_version_gc_removed_is_refused_naming_the_oldest_readable_one(
     batches, _ = _partly_read(s)
     for p in range(PARTITIONS):
         _drop_last_segment(store, TopicPartition(TOPIC, p))
-    time.sleep(0.01)
-    results, _ = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000) + 1, grace_ms=0,
+    results, _ = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0,
                                keep_versions=1)
     assert all(r.pruned_versions == [1, 2, 3, 4] and len(r.deleted_objects) >= 1 for r in results)
     with pytest.raises(VersionNotFoundError, match=r"version 4 of partition orders-.* was removed by gc while it was "
