@@ -237,8 +237,33 @@ class RunReport:
         """Every selected partition cleaned, and (with --gc) collected, and (with ``after.run``) published."""
         return not self.failed and not (self.gc and self.gc.skipped) and not any("error" in p for p in self.published)
 
+    def topics(self) -> dict[str, dict[str, Any]]:
+        """Per topic, in the order of its partitions: how many partitions were cleaned, failed (or stayed
+        uncleanable) and skipped, the records and bytes of the cleaned ranges before and after, the manifest version
+        each cleaned partition committed, and whether the topic is compacted (a topic that is not has only skipped
+        partitions the planner did not look into: no checkpoint read). What lineage events, orchestrators' assets
+        and the report's ``topics`` say of each topic."""
+        figures: dict[str, dict[str, Any]] = {}
+        for r in self.partitions:
+            topic, _, number = r.partition.rpartition("-")
+            f = figures.setdefault(topic, {"compacted": False, "partitions_cleaned": 0, "partitions_failed": 0,
+                                           "partitions_skipped": 0, "records_before": 0, "records_after": 0,
+                                           "bytes_before": 0, "bytes_after": 0, "versions": {}})
+            f["compacted"] = f["compacted"] or r.status is not Status.SKIPPED or r.checkpoint_before is not None
+            key = {Status.CLEANED: "partitions_cleaned", Status.SKIPPED: "partitions_skipped"}.get(
+                r.status, "partitions_failed")
+            f[key] += 1
+            if r.status is Status.CLEANED:
+                f["records_before"] += r.stats.records_before
+                f["records_after"] += r.stats.records_after
+                f["bytes_before"] += r.stats.size_before
+                f["bytes_after"] += r.stats.size_after
+                f["versions"][number] = r.version_after
+        return figures
+
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
+        doc["topics"] = self.topics()
         doc["failures"] = [{"partition": r.partition, "error": r.error, "internal": r.internal, "trace": r.trace}
                            for r in self.failed] + [
             {"partition": name, "error": f"gc skipped it, nothing deleted: {reason}", "internal": False, "trace": None}

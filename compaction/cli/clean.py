@@ -12,6 +12,7 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from compaction import lineage
 from compaction.clean.cleaner import plan_store
 from compaction.clean.planner import CompactionPlan, Figures, PartitionPlan, Selected, Skipped, Uncleanable
 from compaction.cli import common
@@ -123,6 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if isinstance(outcome, CompactionPlan):
         print_plan(outcome, out)
         return code
+    lineage.ran(args, store, outcome)
     totals = outcome.totals
     out.line(f"{totals['cleaned']} partition(s) cleaned, {totals['failed']} failed, {totals['skipped']} skipped in "
              f"{outcome.elapsed_ms / 1000:.1f} s: {human_bytes(totals['size_before'])} -> "

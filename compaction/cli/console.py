@@ -11,7 +11,7 @@ import argparse
 import os
 from collections.abc import Callable, Iterable, Sequence
 
-from compaction import __version__, logs
+from compaction import __version__, lineage, logs
 from compaction.cli import clean, common, environment, erasure, kafka, read, store
 from compaction.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 from compaction.cli.output import Output
@@ -46,9 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace,
-                secrets: Iterable[str] = ()) -> int:
+                secrets: Iterable[str] = (), told: Callable[[str], None] | None = None) -> int:
+    """``func(args)``, its errors printed (masked) and turned into exit codes; ``told`` hears each error too."""
     def error(text: str) -> None:
         Output().line(f"error: {logs.redact(text, secrets)}", aside=True)
+        if told is not None:
+            told(text)
 
     try:
         return func(args)
@@ -83,4 +86,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     secrets = logs.secrets_in(os.environ, common.storage_options(args))
     logs.install(args.verbose, secrets)
-    return run_command(args.func, args, secrets)
+    return lineage.observe(args, secrets, lambda told: run_command(args.func, args, secrets, told))

@@ -8,7 +8,7 @@ import binascii
 import json
 from pathlib import Path
 
-from compaction import __version__
+from compaction import __version__, lineage
 from compaction.cli import common
 from compaction.cli.common import EXIT_FAILED, EXIT_OK, Parser
 from compaction.cli.output import Output
@@ -62,6 +62,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     max_delay = args.max_delay if args.max_delay is not None else settings.cleaner.erasure_max_delay_ms
     outcomes = forget(store, args.topic, given_keys(args), now_ms=now, max_delay_ms=max_delay,
                       partitions=args.partitions)
+    lineage.forgot(args, store, args.topic, outcomes)
     out = Output.of(args)
     if out.as_json:
         out.result({"topic": args.topic, "requested_ms": now, "deadline_ms": now + max_delay,

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from compaction import job
+from compaction import job, lineage
 from compaction.cli import common
 from compaction.cli.common import EXIT_OK, Parser
 from compaction.cli.output import Output
@@ -167,6 +167,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     target = job.publish_target(settings, args.catalog)
     result = publish_topic(store, args.topic, target, wall_ms=common.wall_clock_ms(), table=args.table,
                            version=common.read_versions(args))
+    lineage.published(args, store, args.topic, target, result)
     Output.of(args).result(result.to_dict(), notes=[describe_publish(args.topic, result)])
     return EXIT_OK
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from compaction import lineage
 from compaction.cli import common
 from compaction.cli.common import EXIT_FAILED, EXIT_OK, Command, Parser
 from compaction.cli.output import Output
@@ -125,6 +126,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         settings.cleaner.erasure_grace if args.grace is None else min(grace, settings.cleaner.erasure_grace)
     results, failures = collect_store(store, partitions, wall_ms=common.wall_clock_ms(), grace_ms=grace,
                                       keep_versions=keep, dry_run=args.dry_run, erasure_grace_ms=erasure_grace)
+    lineage.collected(args, store, results, failures)
     verb = "would delete" if args.dry_run else "deleted"
     out = Output()
     for result in results:
