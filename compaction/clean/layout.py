@@ -69,8 +69,9 @@ class SegmentOutcome:
 
 
 #: A segment whose output is smaller than ``segment.bytes`` divided by this is *small*: it merges with its
-#: small or rewritten neighbours (SPEC §9). Larger segments that do not change are left as they are, so a
-#: nightly pass does not recopy the clean section, and a small one is recopied only until it is not.
+#: small or rewritten neighbours (SPEC §9), unless it takes a deletion vector. Larger segments that do not change
+#: are left as they are, so a nightly pass does not recopy the clean section, and a small one is recopied only
+#: until it is not.
 SMALL_SEGMENT_DIVISOR = 8
 
 #: What writing a kept record costs, in reads of one (encoding and compressing against decoding): a rewrite's
@@ -110,7 +111,8 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
     holds tombstones (their first horizon is stamped when rewritten), or carries a deletion vector past its
     maximum age. A clean
     segment that only loses records, and stays within ``deletion.vector.max.ratio`` deleted, gets a
-    deletion vector; other changed segments are rewritten. Consecutive rewritten and small segments are
+    deletion vector, however small it is (merging it would rewrite its records for the few it loses); other
+    changed segments are rewritten. Consecutive rewritten and small unchanged segments are
     merged into one while the estimated output stays within ``segment.bytes`` and the work (records read, and
     :data:`WRITE_COST` times those kept) within ``max_group_records`` records' share of the range's work (the
     policy's ``apart`` segment never merges); a group of one segment that need not be
@@ -133,8 +135,6 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
         nonlocal group, size, work
         if len(group) > 1 or (group and group[0].base_offset in rewrite):
             jobs.append((tuple(group), False))
-        elif group and group[0].base_offset in vector:
-            jobs.append((tuple(group), True))
         group, size, work = [], 0, 0
 
     for segment in segments:
@@ -152,8 +152,10 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
         elif outcome.lost or outcome.erased_keys or needs_stamp or aged or base in reframe:
             rewrite.add(base)
         estimate = outcome.estimated_bytes(segment)
-        if base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR:
-            flush()  # a large segment that need not be rewritten stands alone
+        if base in vector or (base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR):
+            # A segment that takes a deletion vector, small or not, stands alone, as does a large one that need not
+            # be rewritten: a night's increment never recopies the clean section for a few losers per segment.
+            flush()
             if base in vector:
                 jobs.append(((segment,), True))
             continue

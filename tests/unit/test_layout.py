@@ -145,3 +145,15 @@ def test_verdicts_count_for_one_segment() -> None:
     nothing_to_come = SegmentOutcome.from_verdicts(code, stamp, np.full(4, LONG_MAX))
     assert (nothing_to_come.next_horizon_ms, nothing_to_come.erased_keys) == (None, frozenset())
     assert SegmentOutcome.from_verdicts(code[:0], stamp[:0], np.array([], dtype=np.int64)) == SegmentOutcome.empty()
+
+
+def test_a_small_clean_segment_that_loses_a_few_records_takes_a_deletion_vector_rather_than_merging() -> None:
+    # A nightly increment: the clean section's segments are small (below 8000 / 8) and each loses a record to the
+    # dirty segments' updates; merging them into the rewrite would recopy the whole clean section for two losers.
+    segments = [meta(0, 10, 500), meta(10, 20, 500), meta(20, 21, 50), meta(21, 22, 50)]
+    outcomes = [kept(10, lost=1), kept(10, lost=1), kept(1), kept(1)]
+    policy = ApplyPolicy(segment_bytes=8000, now_ms=0)
+    assert jobs(segments, outcomes, first_dirty=20, policy=policy) == [([0], True), ([10], True), ([20, 21], False)]
+    # An unchanged small clean segment beside the rewrite still merges into it (SPEC §9).
+    unchanged = [kept(10, lost=1), kept(10), kept(1), kept(1)]
+    assert jobs(segments, unchanged, first_dirty=20, policy=policy) == [([0], True), ([10, 20, 21], False)]
