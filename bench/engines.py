@@ -13,6 +13,9 @@ Each formulation keeps, per partition, every keyless record and the record with 
   (PARTITION BY key ORDER BY offset DESC) = 1``; ``duckdb-argmax``: ``arg_max(row, offset) GROUP BY key``.
 - ``polars``: a semi-join on each key's max offset, the fastest of Polars' here; ``polars-unique``:
   ``unique(subset="key", keep="last", maintain_order=True)``; ``polars-window``: ``max().over("key")``.
+- ``duckdb-merge``, ``polars-merge``: what a user keeping a compacted table does each night (S9, S2): the table
+  (the segments below the cleaner's checkpoint, each key once) less the keys the increment (the segments from the
+  checkpoint on) holds, an anti-join, and the increment's latest record per key; written whole, in offset order.
 - ``floor``: what no engine can do with less: read every record of every segment and write the survivors
   (their offsets given in SURVIVORS, a Parquet file of ``partition``, ``offset``), with pyarrow, a segment at a
   time.
@@ -60,13 +63,64 @@ from compaction.store import Store  # noqa: E402
 def live_segments(store_url: str) -> dict[str, list[str]]:
     """Per partition, the paths of its live segment objects (those with deletion vectors are refused)."""
     store = Store.open(store_url)
+    return {str(tp): live_segments_of(store, tp) for tp in store.topic_partitions()}
+
+
+def split_segments(store_url: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Per partition, the paths of its live segments below the cleaner's checkpoint (the compacted table) and
+    from it on (the increment), for the merge formulations."""
+    store = Store.open(store_url)
     result = {}
     for tp in store.topic_partitions():
         manifest = store.manifest(tp)
-        if any(s.deletes is not None for s in manifest.segments):
-            raise SystemExit(f"{tp} has deletion vectors, which the baselines cannot apply")
-        result[str(tp)] = [store.storage.path(f"{tp.prefix}/{s.path}") for s in manifest.segments]
+        paths = live_segments_of(store, tp)
+        clean = [path for segment, path in zip(manifest.segments, paths, strict=True)
+                 if segment.next_offset <= manifest.first_dirty_offset]
+        result[str(tp)] = (clean, paths[len(clean):])
     return result
+
+
+def live_segments_of(store: Store, tp: Any) -> list[str]:
+    manifest = store.manifest(tp)
+    if any(s.deletes is not None for s in manifest.segments):
+        raise SystemExit(f"{tp} has deletion vectors, which the baselines cannot apply")
+    return [store.storage.path(f"{tp.prefix}/{s.path}") for s in manifest.segments]
+
+
+def _listing(files: list[str]) -> str:
+    return "[" + ", ".join(f"'{f}'" for f in files) + "]"
+
+
+def duckdb_merge(inputs: dict[str, tuple[list[str], list[str]]], output: Path) -> None:
+    """The increment merged into the compacted table: the table's rows whose key the increment does not hold, and the
+    increment's latest row per key (and its keyless rows)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {THREADS}")
+    for name, (table, increment) in inputs.items():
+        night = f"read_parquet({_listing(increment)})"
+        kept = (f'SELECT * FROM {night} WHERE key IS NULL OR "offset" IN '
+                f'(SELECT max("offset") FROM {night} GROUP BY key)')
+        if table:
+            kept = (f"SELECT * FROM read_parquet({_listing(table)}) t ANTI JOIN (SELECT DISTINCT key FROM {night} "
+                    f"WHERE key IS NOT NULL) n USING (key) UNION ALL {kept}")
+        con.execute(f"COPY ({kept} ORDER BY \"offset\") TO '{output / name}.parquet' "
+                    "(FORMAT parquet, COMPRESSION zstd)")
+
+
+def polars_merge(inputs: dict[str, tuple[list[str], list[str]]], output: Path) -> None:
+    """As :func:`duckdb_merge`, in Polars: an anti-join of the table on the increment's keys, then the increment's
+    latest rows."""
+    import polars as pl
+
+    for name, (table, increment) in inputs.items():
+        night = pl.scan_parquet(increment)
+        parts = [_polars_semi_join(pl, night)]
+        if table:
+            keys = night.select("key").filter(pl.col("key").is_not_null()).unique()
+            parts.insert(0, pl.scan_parquet(table).join(keys, on="key", how="anti"))
+        pl.concat(parts).sort("offset").sink_parquet(output / f"{name}.parquet", compression="zstd")
 
 
 def _duckdb(query: str) -> Callable[[dict[str, list[str]], Path], None]:
@@ -291,6 +345,11 @@ ENGINES: dict[str, Callable[[dict[str, list[str]], Path], None]] = {
     "polars-unique": _polars(_polars_unique),
     "polars-window": _polars(_polars_window),
 }
+#: The nightly merges of an increment into a compacted table (S9, S2): they take the table and the increment apart.
+MERGES: dict[str, Callable[[dict[str, tuple[list[str], list[str]]], Path], None]] = {
+    "duckdb-merge": duckdb_merge,
+    "polars-merge": polars_merge,
+}
 #: PySpark SQL's formulations, which the job is held to beat (not peers: nobody picks Spark on one machine for speed).
 SPARK_SQL: dict[str, Callable[[dict[str, list[str]], Path], None]] = {
     "spark-semijoin": _spark(_spark_semi_join),
@@ -310,6 +369,11 @@ def main() -> None:
     engine, store = sys.argv[1], sys.argv[2]
     if engine in READERS:
         print(READERS[engine](store))
+        return
+    if engine in MERGES:
+        output = Path(sys.argv[3])
+        output.mkdir(parents=True, exist_ok=True)
+        MERGES[engine](split_segments(store), output)
         return
     inputs = live_segments(store)
     if engine == "floor-read":

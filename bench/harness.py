@@ -40,8 +40,13 @@ Scenarios:
       on disk, generated once in 20 appends and kept; each run cleans a copy made of hard links, so it needs
       about 12 GB free, which it checks before it starts), the job with Spark's default driver memory: against
       the peers (goal <= 1.3x the fastest) with the job's peak RSS (goal <= 4 GB), and the floors of the phases
+  S9  the nightly steady state: S6's store after the job's first run (about 20M live records), then a night of
+      1% new records (1M: about 95% updates, 5% new keys, 5% tombstones) cleaned by a second run, against DuckDB and
+      Polars merging the increment into their compacted table (and recomputing it whole); goals: the second run
+      at least 2x faster than the fastest peer, bytes written at most 2x the increment's, peak RSS at most 2 GB with
+      Spark's default driver (it shares S6's store by hard links, and keeps its own first run)
   S2  nightly incremental: a compacted store (20M records, unique keys) plus 2M new records updating
-      them, against compacting the 2M new records alone
+      them, against compacting the 2M new records alone, and against the peers' merges (S9's goals)
   S3  skew: 20M records, 80% in one partition, one key with 1M versions
   S4  memory: 50M records on a standalone cluster (driver 1 GB, executors 2 GB), with the driver's peak
       RSS at 12.5M, 25M and 50M records
@@ -61,7 +66,7 @@ Scenarios:
            DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
 
 ``--quick``: every scenario but S4 at small sizes, one run each (S1-S3, S5, K1, scaling, read at 1/20 of the
-records; S6 at 1/20, 5M records in 200 segments; S7 100 partitions; S8 20; plan-commit 50), into
+records; S6 and S9 at 1/20, 5M records in 200 segments; S7 100 partitions; S8 20; plan-commit 50), into
 ``<out>/quick.*``.
 """
 
@@ -102,14 +107,18 @@ from compaction.synthetic import GenerateSpec, generate  # noqa: E402
 NOW = 1_800_000_000_000
 WRITTEN = NOW - 3_600_000
 CONFIG = """# The benchmark's configuration: compact everything; an hour-old last segment counts as rolled; a
-# partition whose log is 5% dirty is cleaned (S2's nightly increment is a tenth of its clean section).
+# partition whose log is 1% dirty is cleaned (S9's night is a twentieth of its live log, S2's a tenth).
 "log.cleanup.policy" = "compact"
 "log.roll.ms" = 60000
-"log.cleaner.min.cleanable.ratio" = 0.05
+"log.cleaner.min.cleanable.ratio" = 0.01
 """
 PYTHON = sys.executable
 #: Each peer's formulations (bench/engines.py), the fastest of each engine first; the fastest in a run is the bar.
 PEERS = ("duckdb", "duckdb-qualify", "duckdb-argmax", "polars", "polars-unique", "polars-window")
+#: What a DuckDB or Polars user keeping a compacted table does each night (bench/engines.py): the increment merged
+#: into the table (an anti-join on the increment's keys, and its latest records), the table written whole; the
+#: peers of the nightly scenarios (S9, S2) beside the full formulations.
+MERGES = ("duckdb-merge", "polars-merge")
 #: What this run measures besides the job (``--job-only``: nothing, for a before/after of the job alone;
 #: ``--peers``: some of the peers).
 SELECTED: dict[str, tuple[str, ...]] = {"peers": PEERS}
@@ -128,7 +137,8 @@ SPARK_SQL_GOAL = 3.0
 MANY_GOAL = LATENCY_GOAL = 1.5
 PLAN_COMMIT_GOAL_S = 60
 #: The scenarios a run measures unless told (``--scenarios``), at full size and with ``--quick``.
-DEFAULT = ("startup", "S1", "S5", "S6", "S2", "S3", "S4", "K1", "S7", "S8", "plan-commit", "scaling", "read")
+DEFAULT = ("startup", "S1", "S5", "S6", "S9", "S2", "S3", "S4", "K1", "S7", "S8", "plan-commit", "scaling",
+           "read")
 QUICK = tuple(name for name in DEFAULT if name != "S4")
 #: The latency the proxy adds to every request to the S3 server (real S3 answers in 20-100 ms).
 LATENCY_S = 0.05
@@ -410,15 +420,18 @@ def median(measures: list[Measure]) -> dict[str, Any]:
 
 
 def compare(work: Path, source: str, runs: int, job_source: str | None = None, also: tuple[str, ...] = (),
-            link: bool = False) -> dict[str, Any]:
+            link: bool = False, merges: bool = False) -> dict[str, Any]:
     """The job (on ``job_source``, else ``source``; ``link``: on a copy of hard links) against every peer's
-    formulations and the floor, and the engines named in ``also`` (the phases' floors, PySpark SQL), all on
+    formulations (with ``merges``, the nightly merges too) and the floor, and the engines named in ``also`` (the
+    phases' floors, PySpark SQL), all on
     ``source``, taking turns run by run; every output checked against the job's. The fastest peer's median is
     the bar (``x_fastest``); each phase's floor is set against the job's tasks' time in that phase
     (``phase_floors``), and PySpark SQL against the job (``x_job``)."""
     records, size = store_bytes(source)
     rows: dict[str, Any] = {"input_records": records, "input_bytes": size}
     peers = SELECTED["peers"]
+    if merges and peers:  # a nightly scenario: the merges into a compacted table first, the full formulations after
+        peers = (*MERGES, *(name for name in peers if name not in MERGES))
     others = (*peers, "floor", *also) if peers else ()
     sail = ("sail",) if SELECTED.get("sail") else ()
     measured: dict[str, list[Measure]] = {name: [] for name in ("job", *sail, *others)}
@@ -584,7 +597,8 @@ def s2(work: Path, runs: int, records: int) -> dict[str, Any]:
                          end_time_ms=WRITTEN, seed=3)
     source = generated(work, f"s2-{records}", base, dirty, clean_between=True)
     alone = generated(work, f"s2-alone-{records}", dirty)
-    result = compare(work, source, runs)
+    result = nightly(compare(work, source, runs, merges=True), source)
+    result["goals"] = {"x_fastest": 0.5, "x_bytes_written_vs_increment": 2.0, "peak_rss_mb": 2048}
     result["dirty_alone"] = median([job(work, alone) for _ in range(runs)])
     whole, single = result["job"], result["dirty_alone"]
     result["x_time_vs_alone"] = round(whole["seconds"] / single["seconds"], 2)
@@ -653,27 +667,76 @@ def s6_spec(records: int) -> GenerateSpec:
     return replace(s1_spec(records), partitions=1, segment_records=records // 200, seed=9)
 
 
+def s6_store(work: Path, records: int, scenario: str = "S6", extra_gb: float = 0.0) -> str:
+    """S6's store (generated once and kept), once the disk and the environment are checked: the job runs with
+    Spark's default driver memory, and the scenario needs ``extra_gb`` besides S6's own disk."""
+    for variable in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS"):
+        if os.environ.get(variable):
+            raise Refused(f"{scenario} refused: it runs the job with Spark's default driver memory; unset {variable}")
+    store_gb = records * RECORD_BYTES / 1e9
+    run_gb = 2 * records // 5 * RECORD_BYTES / 1e9 + extra_gb  # the survivors (a fifth), then one engine's at a time
+    kept = (work / "stores" / f"s6-{records}" / ".complete").exists()
+    free_gb = shutil.disk_usage(work).free / 1e9
+    print(f"   {scenario} needs ~{store_gb + run_gb:.1f} GB of disk under {work}: S6's store, {store_gb:.1f} GB "
+          f"(generated once and kept{'; there already' if kept else ''}), and {run_gb:.1f} GB besides; {free_gb:.1f} "
+          "GB free", flush=True)
+    need_gb = run_gb + (0 if kept else store_gb)
+    if free_gb < need_gb * 1.1:
+        raise Refused(f"{scenario} refused: it needs {need_gb:.1f} GB free under {work} and {free_gb:.1f} GB are "
+                      "(free some, or point --work at a bigger disk)")
+    return generated(work, f"s6-{records}", s6_spec(records), parts=S6_PARTS)
+
+
 def s6(work: Path, runs: int, records: int) -> dict[str, Any]:
     """A hot partition of 100M records with Spark's default driver memory, against the peers and the floors of its
     phases. Its store is kept; each run cleans a copy made of hard links (a copy of bytes would double the disk)."""
-    for variable in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS"):
-        if os.environ.get(variable):
-            raise Refused(f"S6 refused: it runs the job with Spark's default driver memory; unset {variable}")
-    store_gb = records * RECORD_BYTES / 1e9
-    run_gb = 2 * records // 5 * RECORD_BYTES / 1e9  # the job's survivors (a fifth), then one engine's at a time
-    kept = (work / "stores" / f"s6-{records}" / ".complete").exists()
-    free_gb = shutil.disk_usage(work).free / 1e9
-    print(f"   S6 needs ~{store_gb + run_gb:.1f} GB of disk under {work}: its store, {store_gb:.1f} GB (generated once "
-          f"and kept{'; there already' if kept else ''}), and {run_gb:.1f} GB while it runs; {free_gb:.1f} GB free",
-          flush=True)
-    need_gb = run_gb + (0 if kept else store_gb)
-    if free_gb < need_gb * 1.1:
-        raise Refused(f"S6 refused: it needs {need_gb:.1f} GB free under {work} and {free_gb:.1f} GB are (free "
-                      "some, or point --work at a bigger disk)")
-    source = generated(work, f"s6-{records}", s6_spec(records), parts=S6_PARTS)
+    source = s6_store(work, records)
     result = compare(work, source, runs, also=PHASE_FLOORS, link=True)
     result["driver_memory"] = "Spark's default driver memory (no spark.driver.memory given)"
     result["goals"] = {"x_fastest": 1.3, "peak_rss_mb": 4096}
+    return result
+
+
+def night_spec(records: int, keys: int, segment_records: int, seed: int) -> GenerateSpec:
+    """A night's new records on a compacted log of ``keys`` keys: keys drawn from a twentieth more than it holds
+    (about 95% updates of existing keys, 5% new ones), 5% tombstones, written over the last day."""
+    return GenerateSpec(records=records, keys=keys * 21 // 20, partitions=1, tombstone_ratio=0.05,
+                        segment_records=segment_records, end_time_ms=WRITTEN, time_span_ms=86_400_000, seed=seed)
+
+
+def s9(work: Path, runs: int, records: int) -> dict[str, Any]:
+    """The nightly steady state: S6's store after the job's first run (its records compacted to about a fifth), then
+    a night of 1% new records (:func:`night_spec`), cleaned by a second run; against DuckDB and Polars merging the
+    increment into their compacted table (and recomputing it whole). Goals: the second run at least twice as fast as
+    the fastest peer, bytes written at most twice the increment's own, peak RSS at most 2 GB with Spark's default
+    driver. The store is kept, made of hard links to S6's objects (the first run writes new objects only)."""
+    spec = s6_spec(records)
+    source6 = s6_store(work, records, "S9", extra_gb=spec.keys * 2 * RECORD_BYTES / 1e9)
+    path = work / "stores" / f"s9-{records}"
+    if not (path / ".complete").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        before = files_of(source6)
+        copy_store(source6, str(path), link=True)
+        job(work, str(path), copy=False)  # the first run
+        unchanged(source6, before)
+        generate(Store.open(str(path)), night_spec(records // 100, spec.keys, spec.segment_records, seed=90),
+                 now_ms=WRITTEN, threads=2)
+        (path / ".complete").touch()
+    result = nightly(compare(work, str(path), runs, link=True, merges=True), str(path))
+    result["driver_memory"] = "Spark's default driver memory (no spark.driver.memory given)"
+    result["goals"] = {"x_fastest": 0.5, "x_bytes_written_vs_increment": 2.0, "peak_rss_mb": 2048}
+    return result
+
+
+def nightly(result: dict[str, Any], source: str) -> dict[str, Any]:
+    """A nightly scenario's figures beside the comparison: the increment's records and bytes (the live segments from
+    the cleaner's checkpoint on) and the job's bytes written against them."""
+    store = Store.open(source)
+    manifests = [store.manifest(tp) for tp in store.topic_partitions()]
+    night = [s for m in manifests for s in m.segments if s.next_offset > m.first_dirty_offset]
+    result["increment_records"] = sum(s.live_records for s in night)
+    result["increment_bytes"] = sum(s.size_bytes for s in night)
+    result["x_bytes_written_vs_increment"] = round(result["job"]["bytes_written"] / result["increment_bytes"], 2)
     return result
 
 
@@ -908,13 +971,13 @@ def table(results: dict[str, Any]) -> str:
     header = (f"{'scenario':<9} {'engine':<15} {'wall s':>7} {'spread':>7} {'records/s':>11} {'peak RSS MB':>11} "
               f"{'x fastest':>9} {'x floor':>8} {'driver MB':>9}")
     scenarios = results["scenarios"]
-    compared = [name for name in ("S1", "S5", "S6", "S3", "K1", "S2") if name in scenarios
+    compared = [name for name in ("S1", "S5", "S6", "S9", "S3", "K1", "S2") if name in scenarios
                 and "job" in scenarios[name]]
     if compared:
         lines += [header, "-" * len(header)]
     for name in compared:
         rows = scenarios[name]
-        for engine_name in ("job", "sail", *PEERS, "floor", *SPARK_SQL, *PHASE_FLOORS):
+        for engine_name in ("job", "sail", *MERGES, *PEERS, "floor", *SPARK_SQL, *PHASE_FLOORS):
             row = rows.get(engine_name)
             if row and "error" in row:
                 lines.append(f"{name:<9} {engine_name:<15} {row['error']}")
@@ -951,6 +1014,18 @@ def table(results: dict[str, Any]) -> str:
                      f"goal <= {s6_rows['goals']['x_fastest']}x); peak RSS of the job's process tree "
                      f"{job_['peak_rss_mb']:,} MB (goal <= {s6_rows['goals']['peak_rss_mb']:,} MB); driver "
                      f"{driver_mb(job_)} MB")
+    for name in ("S9", "S2"):
+        night = scenarios.get(name)
+        if night and "fastest_peer" in night and "goals" in night:
+            job_, goals = night["job"], night["goals"]
+            lines.append(f"\n{name}: a night of {night['increment_records']:,} new records "
+                         f"({night['increment_bytes'] / 2**20:,.1f} MB) on {night['input_records']:,} live records: "
+                         f"job {job_['seconds']:.1f} s = {job_['x_fastest']:.2f}x the fastest peer "
+                         f"({night['fastest_peer']}, {night[night['fastest_peer']]['seconds']:.1f} s; goal <= "
+                         f"{goals['x_fastest']}x); bytes written {job_['bytes_written'] / 2**20:,.1f} MB = "
+                         f"{night['x_bytes_written_vs_increment']}x the increment's (goal <= "
+                         f"{goals['x_bytes_written_vs_increment']}x); peak RSS {job_['peak_rss_mb']:,} MB (goal <= "
+                         f"{goals['peak_rss_mb']:,} MB)")
     s7_rows = scenarios.get("S7")
     if s7_rows and "many" in s7_rows:
         many, few = s7_rows["many"], s7_rows["few"]
@@ -1049,7 +1124,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = [s for s in ("S1", "S5", "S6", "S3", "K1", "S2") if s in results["scenarios"]
+    scenarios = [s for s in ("S1", "S5", "S6", "S9", "S3", "K1", "S2") if s in results["scenarios"]
                  and "fastest_peer" in results["scenarios"][s]]
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.25
@@ -1103,6 +1178,7 @@ def main() -> int:
         "S1": lambda: s1(work, runs, 20_000_000 // scale),
         "S5": lambda: s5(work, runs, 20_000_000 // scale),
         "S6": lambda: s6(work, runs, 100_000_000 // scale),
+        "S9": lambda: s9(work, runs, 100_000_000 // scale),
         "S2": lambda: s2(work, runs, 2_000_000 // scale),
         "S3": lambda: s3(work, runs, 20_000_000 // scale),
         "S4": lambda: s4(work, 50_000_000 // scale),
@@ -1120,8 +1196,8 @@ def main() -> int:
         parser.error(f"no scenario {', '.join(unknown)}; the scenarios are {', '.join(steps)}")
     if args.peers:
         SELECTED["peers"] = tuple(args.peers.split(","))
-        if not set(SELECTED["peers"]) <= set(PEERS):
-            parser.error(f"--peers takes some of {', '.join(PEERS)}")
+        if not set(SELECTED["peers"]) <= {*PEERS, *MERGES}:
+            parser.error(f"--peers takes some of {', '.join((*PEERS, *MERGES))}")
     if not args.no_sail:
         if not (SAIL / "compaction").exists():
             parser.error(f"no Sail at {SAIL}: run `make sail-setup`, or give --no-sail")
