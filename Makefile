@@ -6,13 +6,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
+DAGSTER_VENV ?= .venv-dagster
 SAIL_VENV ?= .venv-sail
 STORE ?= demo-store
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: help setup airflow-setup sail-setup dist run test test-unit cluster-test mutation soak bench bench-quick bench-codec lint clean
+.PHONY: help setup airflow-setup dagster-setup sail-setup dist run test test-unit cluster-test mutation soak bench bench-quick bench-codec lint clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -38,6 +39,14 @@ $(AIRFLOW_VENV)/.installed: dags/requirements.txt
 
 airflow-setup: $(AIRFLOW_VENV)/.installed ## create .venv-airflow with Airflow 3 for the DAG's test (apart from .venv)
 
+$(DAGSTER_VENV)/.installed: dagster-defs/requirements.txt
+	$(PYTHON) -m venv $(DAGSTER_VENV)
+	$(DAGSTER_VENV)/bin/pip install --quiet --upgrade pip
+	$(DAGSTER_VENV)/bin/pip install --quiet -r dagster-defs/requirements.txt
+	@touch $@
+
+dagster-setup: $(DAGSTER_VENV)/.installed ## create .venv-dagster with Dagster for the example definitions' test (apart from .venv)
+
 $(SAIL_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(SAIL_VENV)
 	$(SAIL_VENV)/bin/pip install --quiet --upgrade pip
@@ -59,7 +68,7 @@ run: setup ## generate a demo store under ./demo-store (once), compact it with l
 	@echo "== after"; $(BIN)/compaction status $(STORE)
 	$(BIN)/compaction verify $(STORE) --metadata-only > /dev/null && echo "verify: ok"
 
-test: setup airflow-setup sail-setup ## run every test: unit, Spark, Spark Connect, Sail, S3 (moto), the cluster, the DAG
+test: setup airflow-setup dagster-setup sail-setup ## run every test: unit, Spark, Spark Connect, Sail, S3 (moto), the cluster, the DAG, Dagster
 	$(BIN)/python -m pytest
 
 test-unit: setup ## the fast part, tests/unit: no Spark, no server (well under a minute)
@@ -94,7 +103,7 @@ bench-codec: $(BIN)/.bench-installed ## Kafka batch codec MB/s vs kafka-python, 
 	$(BIN)/python bench/kafka_codec.py --codecs none,gzip,snappy,lz4,zstd
 
 lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vulture)
-	$(BIN)/ruff check compaction tests bench jobs dags scripts
+	$(BIN)/ruff check compaction tests bench jobs dags dagster-defs scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
