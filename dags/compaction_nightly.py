@@ -15,6 +15,15 @@ next; in an image, a ``RUN compaction warm-up`` after the install).
   backoff; 3 (some partitions uncleanable, the others committed) is retried too, since a partition's failure
   can be passing (its task killed, the store throttling) and the partitions committed are not cleaned again,
   and after the last attempt the report goes on to ``check_report``.
+- Each topic the run cleaned is an Airflow asset, its URI the topic's folder under the store's
+  (``s3://bucket/topics/orders``; ``file:///data/topics/orders`` for a path), updated by ``compact`` through the
+  asset alias ``compaction_topics`` (the topics are known once the job has run) with the report's figures of it as
+  the event's extra: a compacted topic none of whose partitions failed. A topic with a failed or uncleanable
+  partition is not marked updated, nor is a topic that is not compacted. A DAG scheduled on such an asset runs once
+  the topic is clean (``compaction_downstream.py`` beside this file is one).
+- With Airflow's OpenLineage provider installed, ``compact`` hands the job its task's run (``OPENLINEAGE_PARENT_ID``,
+  ``OPENLINEAGE_ROOT_PARENT_ID``), so that the job's own lineage events, when OpenLineage is configured on the worker
+  (``OPENLINEAGE_URL``...), nest under the task's.
 - ``check_report`` branches to ``all_cleaned``, or to ``partitions_uncleanable``, which fails the DAG run with the
   partitions and reasons.
 - One run at a time (``max_active_runs=1``); ``compact`` takes a slot of the pool named by the
@@ -43,12 +52,13 @@ import os
 import shlex
 import subprocess
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, Param, Variable, get_current_context, task
+from airflow.sdk import DAG, Asset, AssetAlias, Param, Variable, get_current_context, task
 
 try:
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -56,6 +66,8 @@ except ImportError:  # Airflow 3.0 keeps them in airflow.exceptions
     from airflow.exceptions import AirflowException, AirflowFailException
 
 POOL = os.environ.get("COMPACTION_AIRFLOW_POOL", "default_pool")
+#: The assets of the topics a run cleaned, known once it has: each event names its topic's asset.
+TOPICS = AssetAlias("compaction_topics")
 #: The job's exit codes (``compaction --help``).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INVALID = 0, 1, 2, 3, 4
 #: Settings that have a default when neither the run's params nor a Variable give them.
@@ -75,6 +87,33 @@ def setting(params: dict[str, Any], name: str) -> str:
         raise AirflowFailException(f"no {name}: set the DAG param {name!r} or the Airflow Variable "
                                    f"'compaction_{name}'")
     return str(value)
+
+
+def topic_asset(store: str, topic: str) -> Asset:
+    """A topic's asset: its folder's URI under the store's (a path becomes a ``file://`` URI)."""
+    base = store.rstrip("/") if "://" in store else Path(os.path.abspath(store)).as_uri()
+    return Asset(f"{base}/{topic}")
+
+
+def cleaned_topics(report_path: str) -> dict[str, dict[str, Any]]:
+    """The topics a run's report says are clean: compacted, and no partition failed or stayed uncleanable; each with
+    the report's figures of it."""
+    with fsspec.open(report_path, "rt") as stream:
+        topics = json.load(stream).get("topics", {})
+    return {topic: figures for topic, figures in topics.items()
+            if figures["compacted"] and not figures["partitions_failed"]}
+
+
+def job_environment(ti: Any) -> dict[str, str]:
+    """The job's environment: the worker's, and the task's run as the parent of the job's lineage events when
+    Airflow's OpenLineage provider is installed (its ``lineage_parent_id`` and ``lineage_root_parent_id``)."""
+    env = dict(os.environ)
+    try:
+        from airflow.providers.openlineage.plugins.macros import lineage_parent_id, lineage_root_parent_id
+    except ImportError:
+        return env
+    env.update(OPENLINEAGE_PARENT_ID=lineage_parent_id(ti), OPENLINEAGE_ROOT_PARENT_ID=lineage_root_parent_id(ti))
+    return env
 
 
 def internal_errors(report_path: str) -> list[str]:
@@ -107,23 +146,24 @@ with DAG(
     tags=["compaction"],
 ) as dag:
 
-    @task(task_id="compact", pool=POOL, execution_timeout=timedelta(hours=6))
+    @task(task_id="compact", pool=POOL, execution_timeout=timedelta(hours=6), outlets=[TOPICS])
     def compact() -> str:
-        """Run the job; returns the report's path (the XCom ``check_report`` reads)."""
+        """Run the job and mark each topic it cleaned updated; returns the report's path (the XCom ``check_report``
+        reads)."""
         context = get_current_context()
         params, ti = context["params"], context["ti"]
         run_id = context["run_id"]
         logical = context.get("logical_date") or context["dag_run"].run_after
         report = (f"{setting(params, 'report_dir').rstrip('/')}/{context['dag'].dag_id}/"
                   f"{run_id.replace(':', '').replace('+', '_')}.json")
-        remote = setting(params, "remote")
+        remote, store = setting(params, "remote"), setting(params, "store")
         session = ["--remote", remote] if remote else ["--master", setting(params, "master")]
-        command = [setting(params, "executable"), "run", setting(params, "store"), "--conf", setting(params, "config"),
+        command = [setting(params, "executable"), "run", store, "--conf", setting(params, "config"),
                    *session, "--now", logical.isoformat(), "--run-id", run_id,
                    "--report", report, *shlex.split(setting(params, "run_options"))]
         print("running " + shlex.join(command), flush=True)
         try:
-            code = subprocess.run(command, check=False).returncode
+            code = subprocess.run(command, check=False, env=job_environment(ti)).returncode
         except OSError as err:  # the executable is missing or not executable: no retry makes it appear
             raise AirflowFailException(f"cannot run the job {command[0]!r}: {err}; install the project's wheel on "
                                        "the worker and set the Variable compaction_executable") from err
@@ -140,6 +180,8 @@ with DAG(
                                    f"committed; attempt {ti.try_number} of {ti.max_tries + 1}, retrying")
         if code not in (EXIT_OK, EXIT_PARTIAL):
             raise AirflowException(f"the job failed with exit code {code}")
+        for topic, figures in cleaned_topics(report).items():
+            context["outlet_events"][TOPICS].add(topic_asset(store, topic), extra=figures)
         return report
 
     @task.branch(retries=0)

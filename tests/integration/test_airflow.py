@@ -1,6 +1,7 @@
-"""The Airflow DAG, in its own virtualenv with a real Airflow 3, on a worker as production has it: the DAG file
-alone in a DAGS folder, the job the ``compaction`` command of the project's wheel in a virtualenv of its own
-(tests/helpers/jobenv.py), no checkout on any path. dag.test() runs it."""
+"""The Airflow DAG, in its own virtualenv with a real Airflow 3 and its OpenLineage provider, on a worker as production
+has it: the DAG files alone in a DAGS folder, the job the ``compaction`` command of the project's wheel in a
+virtualenv of its own (tests/helpers/jobenv.py), no checkout on any path, OpenLineage sent to an endpoint on
+127.0.0.1. dag.test() runs it; the downstream DAG, scheduled on a cleaned topic's asset, is then due."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from compaction.store import Store, TopicPartition
 from compaction.synthetic import GenerateSpec, generate
 from tests.helpers import ROOT
 from tests.helpers.jobenv import build_wheel, job_environment
+from tests.helpers.lineage import Receiver, problems
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -24,9 +27,16 @@ AIRFLOW_PYTHON = Path(os.environ.get("COMPACTION_AIRFLOW_PYTHON", ROOT / ".venv-
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment of an Airflow worker: its DAGS folder, the job's virtualenv named by a Variable, and a
-    configuration file named by another."""
+def lineage() -> Iterator[Receiver]:
+    with Receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory, lineage: Receiver) -> dict[str, str]:
+    """The environment of an Airflow worker: its DAGS folder, the job's virtualenv named by a Variable, a
+    configuration file named by another, new DAGs active (the downstream one), and OpenLineage configured, for
+    Airflow's provider and for the job alike."""
     if not AIRFLOW_PYTHON.exists():
         pytest.fail(f"no Airflow virtualenv at {AIRFLOW_PYTHON.parent.parent}: run `make airflow-setup`")
     home = tmp_path_factory.mktemp("worker")
@@ -37,11 +47,12 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     config = home / "compaction.toml"
     config.write_text('"log.cleanup.policy" = "compact"\n')
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION"))}
+           if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION", "OPENLINEAGE"))}
     env.update(AIRFLOW_HOME=str(home / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
                AIRFLOW__CORE__DAGS_FOLDER=str(dags), SPARK_LOCAL_IP="127.0.0.1",
                AIRFLOW_VAR_COMPACTION_EXECUTABLE=str(job), AIRFLOW_VAR_COMPACTION_CONFIG=str(config),
-               AIRFLOW_VAR_COMPACTION_MASTER="local[2]", PATH=os.pathsep.join(
+               AIRFLOW_VAR_COMPACTION_MASTER="local[2]", AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+               OPENLINEAGE_URL=lineage.url, PATH=os.pathsep.join(
                    p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(ROOT))))
     subprocess.run([str(AIRFLOW_PYTHON.parent / "airflow"), "db", "migrate"], env=env, check=True,
                    capture_output=True, timeout=300, cwd=home)
@@ -98,10 +109,15 @@ exit 1
 def dag_runs(worker: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, Store]]:
     """Each scenario's store, prepared, and the DAG run over it (all in one Airflow process: its start-up is slow)."""
     runs, stores = [], {}
+    downstream = (ROOT / "dags" / "compaction_downstream.py").read_text()
     for name, (logical_date, retries) in SCENARIOS.items():
         folder = tmp_path_factory.mktemp(name.replace(" ", "-"))
         store = stores[name] = make_store(folder / "store")
         conf = {"store": store.url, "report_dir": str(folder / "reports")}
+        if name == "cleaned":  # the downstream DAG reads this run's orders
+            assert "s3://my-bucket/topics/orders" in downstream
+            Path(worker["AIRFLOW__CORE__DAGS_FOLDER"], "compaction_downstream.py").write_text(
+                downstream.replace("s3://my-bucket/topics/orders", (folder / "store" / "orders").as_uri()))
         if name == "uncleanable":
             (folder / "store" / "orders" / "1" / "_manifests" / f"{1:020d}.json").write_text("{not json")
         elif name == "invalid configuration":
@@ -121,7 +137,7 @@ def dag_runs(worker: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
 def test_the_installed_job_cleans_the_store_at_the_logical_time(worker: dict[str, str],
                                                                 dag_runs: dict[str, tuple[dict, Store]]) -> None:
     result, store = dag_runs["cleaned"]
-    assert result["import_errors"] == {} and result["dags"] == ["compaction_nightly"]
+    assert result["import_errors"] == {} and result["dags"] == ["compaction_downstream", "compaction_nightly"]
     assert result["state"] == "success", result["log"][-3000:]
     assert result["tasks"] == {"compact": "success", "check_report": "success", "all_cleaned": "success",
                                "partitions_uncleanable": "skipped"}
@@ -131,6 +147,32 @@ def test_the_installed_job_cleans_the_store_at_the_logical_time(worker: dict[str
     assert store.manifest(TopicPartition("orders", 0)).writer.run_id.startswith("manual__")
     assert f"running {worker['AIRFLOW_VAR_COMPACTION_EXECUTABLE']} run {store.url}" in result["log"], \
         "the installed job, named by the Airflow Variable"
+
+
+def test_a_cleaned_topic_is_an_updated_asset_that_makes_the_downstream_dag_due(
+        dag_runs: dict[str, tuple[dict, Store]]) -> None:
+    result, store = dag_runs["cleaned"]
+    report = json.loads(Path(result["report_path"]).read_text())
+    [event] = result["asset_events"]
+    assert event["uri"] == f"file://{store.url}/orders", "the topic's folder under the store's URL"
+    assert event["extra"] == report["topics"]["orders"] and event["extra"]["versions"] == {"0": 2, "1": 2}
+    assert result["due"] == ["compaction_downstream"], "scheduled on the orders asset: the scheduler starts it"
+
+
+def test_the_jobs_lineage_nests_under_the_airflow_task_that_ran_it(dag_runs: dict[str, tuple[dict, Store]],
+                                                                   lineage: Receiver) -> None:
+    """Airflow's OpenLineage provider tells the task's run; the job, handed that run, tells its own under it."""
+    tasks = {e["run"]["runId"] for e in lineage.events if e["job"]["name"] == "compaction_nightly.compact"}
+    ours = [e for e in lineage.events if e["job"]["name"] == "compaction.run"]
+    cleaned = [e for e in ours if e["run"]["facets"].get("nominalTime", {}).get("nominalStartTime", "")
+               .startswith("2026-01-02T02:00")]
+    assert [e["eventType"] for e in cleaned] == ["START", "COMPLETE"]
+    for event in cleaned:
+        assert problems(event) == []
+        parent = event["run"]["facets"]["parent"]
+        assert parent["run"]["runId"] in tasks and parent["job"]["name"] == "compaction_nightly.compact"
+        assert parent["root"]["job"]["name"] == "compaction_nightly"
+    assert [d["name"].rsplit("/", 1)[1] for d in cleaned[1]["outputs"]] == ["orders"]
 
 
 def test_uncleanable_partitions_are_retried_then_end_the_run_in_their_own_failed_task(
@@ -145,6 +187,7 @@ def test_uncleanable_partitions_are_retried_then_end_the_run_in_their_own_failed
                                                                           "orders-1": "uncleanable"}, \
         "the last attempt's report: orders-0 was cleaned by the first"
     assert store.manifest(TopicPartition("orders", 0)).version == 2, "the healthy partition was committed once"
+    assert result["asset_events"] == [] and result["due"] == [], "a topic with a failed partition is not updated"
 
 
 def test_a_bad_configuration_fails_the_task_without_retries(dag_runs: dict[str, tuple[dict, Store]]) -> None:

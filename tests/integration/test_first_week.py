@@ -54,6 +54,8 @@ def test_the_page_has_the_three_days() -> None:
     assert "compaction warm-up" in blocks[0], "a new environment is prepared once, before its first run"
     assert "compaction plan s3://my-bucket/topics --conf /etc/kafka/server.properties" in blocks[1]
     assert "airflow dags test compaction_nightly" in blocks[2]
+    assert 'schedule=[ORDERS]' in blocks[2] and "airflow dags unpause orders_report" in blocks[2], \
+        "a downstream DAG scheduled on a cleaned topic's asset"
 
 
 def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
@@ -116,3 +118,13 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
         [(method, path, body)] = pushgateway.pushes
         assert (method, path) == ("POST", group), "grouped by job and store"
         assert f'kafka_log_cleaner_last_success_time_seconds{{store="{store_url}"}}' in body
+
+    # The night left the orders asset updated, which makes the downstream DAG of the page due; payments is not
+    # compacted, so its asset is not.
+    assets = subprocess.run([str(AIRFLOW_PYTHON), str(ROOT / "tests" / "helpers" / "airflow_runner.py"), "--assets"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    [line] = [line for line in assets.stdout.splitlines() if line.startswith("ASSETS ")] or [assets.stderr[-3000:]]
+    queued = json.loads(line.removeprefix("ASSETS "))
+    assert [e["uri"] for e in queued["asset_events"]] == [f"{store_url}/orders"]
+    assert queued["asset_events"][0]["extra"] == doc["topics"]["orders"]
+    assert queued["due"] == ["orders_report"], "scheduled on the orders asset, and unpaused as the page says"
