@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "storage.",
         epilog=f"exit codes: {EXIT_OK} ok; {EXIT_FAILED} failed or problems found; {EXIT_USAGE} bad arguments; "
                f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
-               "or input (nothing changed)",
+               "or input (nothing changed). run, forget, gc and publish send OpenLineage events when OpenLineage is "
+               "configured (OPENLINEAGE_URL, OPENLINEAGE_CONFIG, openlineage.yml), and a run launched by Dagster "
+               "Pipes reports its topics to Dagster",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
