@@ -19,6 +19,7 @@ import argparse
 import logging
 import os
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -65,6 +66,7 @@ class Invocation:
         self.secrets = set(secrets) | ({api_key} if api_key else set())
         self.outcome: Outcome | None = None
         self.error: str | None = None
+        self.trace: str | None = None
         self.delivery: Delivery | None = None
         self.parent = None
         if openlineage_configured(environ):
@@ -74,9 +76,10 @@ class Invocation:
         self.pipes = _guarded("Dagster Pipes", dagster.open_pipes) \
             if command == "run" and dagster.launched_by_dagster(environ) else None
 
-    def failed(self, message: str) -> None:
-        """The error that ended the command (told in the FAIL event, masked)."""
+    def failed(self, message: str, trace: str | None = None) -> None:
+        """The error that ended the command, and its traceback (told in the FAIL event, masked)."""
         self.error = logs.redact(message, self.secrets)
+        self.trace = logs.redact(trace, self.secrets) if trace else None
 
     def record(self, outcome: Callable[[], Outcome], report: RunReport | None = None) -> None:
         """What the command did: its datasets for the end event, and a run's topics for Dagster."""
@@ -99,19 +102,20 @@ class Invocation:
             internal = [f"{f['partition']}: {f['error']}" for f in (self.outcome.failures if self.outcome else [])
                         if f["internal"]]
             self.error = self.error or "; ".join(internal) or f"{self.command} ended with exit code {code}"
+            self.trace = self.trace or (self.outcome.trace if self.outcome else None)
             self._send("FAIL")
         self.delivery.close()
 
     def _send(self, state: str) -> None:
         assert self.delivery is not None
-        event_ms, outcome, error = _wall_ms(), self.outcome, self.error
+        event_ms, outcome, error, trace = _wall_ms(), self.outcome, self.error, self.trace
 
         def build() -> Any:
             from compaction.lineage.events import run_event
 
             return run_event(state, run_id=self.run_id, namespace=self.namespace, name=self.name, event_ms=event_ms,
                              nominal_ms=self.nominal_ms, parent=self.parent, outcome=outcome,
-                             error=None if state != "FAIL" else error)
+                             error=error if state == "FAIL" else None, trace=trace if state == "FAIL" else None)
 
         self.delivery.send(build)
 
@@ -154,7 +158,7 @@ def observe(args: argparse.Namespace, secrets: Iterable[str], command: Callable[
     try:
         code = command(invocation.failed)
     except BaseException as err:  # a bug, or an interrupt: the run failed, and is told so before it goes on up
-        invocation.failed(f"{type(err).__name__}: {err}")
+        invocation.failed(f"{type(err).__name__}: {err}", traceback.format_exc())
         invocation.end(FAILED)
         raise
     invocation.end(code)

@@ -48,11 +48,13 @@ class Written:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a command read (``inputs``) and wrote (``outputs``), and the partitions it failed on."""
+    """What a command read (``inputs``) and wrote (``outputs``), the partitions it failed on, and the traceback of an
+    internal error that stopped one (masked, as the report has it)."""
 
     inputs: list[Dataset]
     outputs: list[Written]
     failures: list[dict[str, Any]] = field(default_factory=list)
+    trace: str | None = None
 
 
 def _topic(store: Store, topic: str) -> Dataset:
@@ -78,7 +80,8 @@ def of_run(store: Store, report: RunReport) -> Outcome:
         for topic, f in topics.items() if f["partitions_cleaned"]]
     failures = [{"partition": f["partition"], "error": f["error"] or "", "internal": f["internal"]}
                 for f in report.to_dict()["failures"]]
-    return Outcome([_topic(store, topic) for topic in topics], outputs, failures)
+    trace = next((r.trace for r in report.failed if r.internal and r.trace), None)
+    return Outcome([_topic(store, topic) for topic in topics], outputs, failures, trace)
 
 
 def of_forget(store: Store, topic: str, outcomes: Sequence[Forgotten]) -> Outcome:

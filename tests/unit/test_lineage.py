@@ -218,3 +218,27 @@ def test_nothing_is_imported_or_connected_when_nothing_is_configured(tmp_path: P
     assert "cleaned orders-0" in done.stdout and "tombstone appended" in done.stdout, done.stdout
     assert result["connections"] == [], "no connection at all: no Spark was needed, and lineage is off"
     assert result["imported"] == []
+
+
+def test_a_command_that_raises_tells_its_failure_and_traceback_masked_through_the_file_transport(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from compaction import lineage
+
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "file")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__LOG_FILE_PATH", str(events))
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__APPEND", "true")
+
+    def command(told: Any) -> int:
+        raise RuntimeError("a bug, near s3://bucket?secret=hunter2-secret")
+
+    with pytest.raises(RuntimeError):
+        lineage.observe(argparse.Namespace(command="gc"), {"hunter2-secret"}, command)
+    start, fail = (json.loads(line) for line in events.read_text().splitlines())
+    assert (start["eventType"], fail["eventType"]) == ("START", "FAIL")
+    assert problems(fail) == []
+    error = fail["run"]["facets"]["errorMessage"]
+    assert error["message"] == "RuntimeError: a bug, near s3://bucket?secret=****"
+    assert "Traceback" in error["stackTrace"] and "hunter2" not in error["stackTrace"]
