@@ -194,3 +194,22 @@ def test_an_endpoint_that_fails_changes_neither_the_exit_code_nor_the_output(
     assert json.loads((told / "report.json").read_text())["topics"] == \
         json.loads((alone / "report.json").read_text())["topics"]
 
+
+
+def test_publish_tells_the_topic_it_read_and_the_iceberg_table_it_wrote(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver) -> None:
+    store = tmp_path / "store"
+    assert run(capsys, "generate", str(store), "--records", "200", "--keys", "20", "--partitions", "2",
+               "--now", NOW)[0] == EXIT_OK
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[publish]\ncatalog = "lake"\n"type" = "sql"\n"uri" = "sqlite:///{tmp_path}/catalog.db"\n'
+                    f'"warehouse" = "file://{tmp_path}/warehouse"\n')
+    code, out = run(capsys, "publish", str(store), "orders", "--conf", str(conf))
+    assert code == EXIT_OK, out
+    _, complete = delivered(endpoint, 2)
+    assert complete["job"]["name"] == "compaction.publish"
+    assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [("file", f"{store}/orders")]
+    [table] = complete["outputs"]
+    assert (table["namespace"], table["name"]) == ("iceberg://lake", "default.orders")
+    facet = table["outputFacets"]["compaction_publish"]
+    assert facet["committed"] is True and facet["versions"] == {"0": 1, "1": 1} and facet["snapshotId"]

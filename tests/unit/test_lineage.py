@@ -242,3 +242,18 @@ def test_a_command_that_raises_tells_its_failure_and_traceback_masked_through_th
     error = fail["run"]["facets"]["errorMessage"]
     assert error["message"] == "RuntimeError: a bug, near s3://bucket?secret=****"
     assert "Traceback" in error["stackTrace"] and "hunter2" not in error["stackTrace"]
+
+
+def test_the_console_transport_prints_each_event(monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    import argparse
+
+    from compaction import lineage
+
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "console")
+    caplog.set_level(logging.INFO)
+    assert lineage.observe(argparse.Namespace(command="forget"), (), lambda told: 0) == 0
+    printed = [json.loads(r.getMessage()) for r in caplog.records
+               if r.name == "openlineage.client.transport.console"]
+    assert [e["eventType"] for e in printed] == ["START", "COMPLETE"]
+    assert printed[0]["run"]["runId"] == printed[1]["run"]["runId"] and printed[1]["job"]["name"] == "compaction.forget"
