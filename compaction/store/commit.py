@@ -220,11 +220,13 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
             # Checked before build, which may write objects: a version past it could never be listed.
             raise StoreError(f"partition {storage.describe(tp.prefix)} is at manifest version {latest.version}, "
                              f"the last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits")
-        # The cleaner's partition-level state carries over unless the change sets it.
+        # The partition-level state (the cleaner's, erasure requests, streaming writes) carries over unless the change
+        # sets it.
         state = {"clean_keys_unique": latest.clean_keys_unique if latest else False,
                  "last_clean_ms": latest.last_clean_ms if latest else None,
                  "next_horizon_ms": latest.next_horizon_ms if latest else None,
-                 "erasures": latest.erasures if latest else (), **build(latest)}
+                 "erasures": latest.erasures if latest else (), "streams": latest.streams if latest else {},
+                 **build(latest)}
         version = latest.version + 1 if latest else 1
         commit_id = uuid.uuid4().hex
         manifest = new_manifest(

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.errors import CommitConflictError, StoreError
+from compaction.store.claims import CLAIM_NAME
 from compaction.store.commit import Writer, unchanged
 from compaction.store.deletes import DELETES_SCHEMA
 from compaction.store.formats import decode_log
@@ -134,9 +135,10 @@ class Found:
 class Finding:
     """What one object under a partition's folders holds of the keys looked for.
 
-    ``kind``: ``segment``, ``deletion-vector``, ``manifest``, ``pin``, ``temporary`` (a write in progress or
-    abandoned) or ``unknown`` (a name the store does not write). ``problem`` says why it could not be read as such:
-    then it may hold anything. ``sha256`` is the digest of its bytes when they were read whole.
+    ``kind``: ``segment``, ``deletion-vector``, ``verdicts``, ``pieces``, ``claim``, ``manifest``, ``pin``,
+    ``temporary`` (a write in progress or abandoned) or ``unknown`` (a name the store does not write). ``problem``
+    says why it could not be read as such: then it may hold anything. ``sha256`` is the digest of its bytes when they
+    were read whole.
     """
 
     path: str  # relative to the partition's folder
@@ -165,6 +167,8 @@ def kind_of(path: str) -> str:
         return "verdicts"
     if folder == SEGMENT_DIR and PIECES_NAME.match(path):
         return "pieces"
+    if folder == SEGMENT_DIR and CLAIM_NAME.match(path):
+        return "claim"
     if folder == MANIFEST_DIR and MANIFEST_NAME.match(name):
         return "manifest"
     if folder == PIN_DIR and PIN_NAME.match(name):
@@ -227,9 +231,9 @@ def inspect(storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, 
     kind = kind_of(path)
     folder = path.rpartition("/")[0]
     try:
-        if folder in (MANIFEST_DIR, PIN_DIR) and kind != "unknown":
+        if kind == "claim" or (folder in (MANIFEST_DIR, PIN_DIR) and kind != "unknown"):
             data = storage.read_bytes(rel)
-            if kind == "pin":
+            if kind in ("pin", "claim"):  # a claim holds a write's offset range, never a key
                 json.loads(data)
             else:
                 parse_manifest(data, where)  # key digests at most, never a key

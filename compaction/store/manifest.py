@@ -297,6 +297,9 @@ class Manifest(_Frozen):
     segments: tuple[SegmentMeta, ...] = ()
     # Requests to forget a key (compaction forget), pending until physically done (and kept a while after).
     erasures: tuple[ErasureRequest, ...] = ()
+    # Streaming writes this log took: per streaming query's id, the last micro-batch it committed here (carried by
+    # every later commit), so that a batch replayed after a crash finds itself and commits nothing twice.
+    streams: dict[str, NonNegativeLong] = Field(default_factory=dict)
     writer: WriterInfo
 
     @model_validator(mode="after")

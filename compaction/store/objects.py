@@ -1,5 +1,6 @@
 """The objects under a partition's folders besides its manifests: segments (every row, the live rows, new ones),
-deletion vectors, what a pass hands between its stages (:mod:`.handover`), and the pins of readers outside the store.
+deletion vectors, what a pass hands between its stages (:mod:`.handover`), the offset ranges a write's tasks claim
+(:mod:`.claims`), and the pins of readers outside the store.
 
 :class:`Objects` is a store's ``objects``; the :class:`~compaction.store.log.Store` it belongs to lists partitions,
 reads manifests and the live log, and commits. An object written here is not part of the log until a commit names
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 
 from compaction.errors import CorruptSegmentError, InvalidRecordsError
 from compaction.kafka.layout import CONTROL
-from compaction.store import deletes, handover
+from compaction.store import claims, deletes, handover
 from compaction.store import pins as pinning
 from compaction.store.deletes import members
 from compaction.store.formats import (
@@ -61,6 +62,7 @@ class Objects:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        self.claims = claims.Claims(storage)  # the offset ranges a write's tasks take before it commits
 
     # Writing: new objects, not yet committed ---------------------------------------------------------
 

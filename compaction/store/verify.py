@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.errors import CorruptSegmentError, StoreError
+from compaction.store.claims import CLAIM_NAME
 from compaction.store.handover import HANDOVER_NAMES
 from compaction.store.log import Store
 from compaction.store.manifest import (
@@ -212,4 +213,5 @@ def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, che
 
 def is_store_object(name: str) -> bool:
     rel = f"{SEGMENT_DIR}/{name}"
-    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel) or any(n.match(rel) for n in HANDOVER_NAMES))
+    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel) or CLAIM_NAME.match(rel)
+                or any(n.match(rel) for n in HANDOVER_NAMES))

@@ -100,7 +100,7 @@ def test_an_unchanged_state_is_the_log_as_it_is(store: Store) -> None:
     state = unchanged(latest)
     assert set(state) == {"log_start_offset", "log_end_offset", "last_stable_offset", "first_dirty_offset",
                           "clean_keys_unique", "last_clean_ms", "next_horizon_ms", "open_transactions", "segments",
-                          "erasures"}
+                          "erasures", "streams"}
     committed = store.commit(TP, as_it_is, writer=WRITER, operation="erasure", now_ms=3)
     assert committed.model_dump(exclude={"version", "writer"}) == latest.model_dump(exclude={"version", "writer"})
 
@@ -230,14 +230,14 @@ def test_a_version_that_reads_back_corrupt_is_not_taken_for_anyones(store: Store
 def test_what_a_change_does_not_set_carries_over_from_the_version_before(store: Store) -> None:
     done = request("c", 0, rewritten_ms=3, rewritten_version=2)
     store.commit(TP, lambda latest: {**as_it_is(latest), "clean_keys_unique": True, "last_clean_ms": 5,
-                                     "next_horizon_ms": 9, "erasures": (done,)},
+                                     "next_horizon_ms": 9, "erasures": (done,), "streams": {"query-1": 7}},
                  writer=WRITER, operation="clean", now_ms=5)
     log_only = ("log_start_offset", "log_end_offset", "last_stable_offset", "first_dirty_offset",
                 "open_transactions", "segments")
     committed = store.commit(TP, lambda latest: {k: v for k, v in as_it_is(latest).items() if k in log_only},
                              writer=WRITER, operation="append", now_ms=6)
-    assert (committed.clean_keys_unique, committed.last_clean_ms, committed.next_horizon_ms, committed.erasures) == (
-        True, 5, 9, (done,))
+    assert (committed.clean_keys_unique, committed.last_clean_ms, committed.next_horizon_ms, committed.erasures,
+            committed.streams) == (True, 5, 9, (done,), {"query-1": 7})
 
 
 class Highest(random.Random):
