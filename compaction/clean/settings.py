@@ -40,6 +40,8 @@ class TopicConfig:
     segment_format: SegmentFormat | None = None
     # A producer is active (its last batch kept, empty if need be) while its last batch is younger than this.
     producer_id_expiration_ms: int = 86_400_000
+    # The largest record batch the topic takes (Kafka's check on a producer's batch): what a write refuses beyond it.
+    max_message_bytes: int = 1_048_588
 
     @property
     def compact(self) -> bool:
@@ -65,6 +67,7 @@ TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "retention.bytes": ("retention_bytes", "log.retention.bytes"),
     "segment.format": ("segment_format", "log.segment.format"),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", "producer.id.expiration.ms"),
+    "max.message.bytes": ("max_message_bytes", "message.max.bytes"),
 }
 #: Kafka's broker-level name -> its topic-level name.
 BROKER_NAMES = {broker: topic for topic, (_, broker) in TOPIC_KEYS.items()}
@@ -80,6 +83,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "retention.ms": (-1, None),
     "retention.bytes": (-1, None),
     "producer.id.expiration.ms": (1, None),
+    "max.message.bytes": (0, None),
 }
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from compaction.kafka.partitioner import default_partition, murmur2
+from compaction.kafka.partitioner import default_partition, default_partitions, murmur2
 
 
 def _java_int(value: int) -> int:
@@ -44,3 +45,20 @@ def test_the_partition_clears_the_sign_bit_instead_of_taking_the_absolute_value(
 def test_a_topic_has_at_least_one_partition() -> None:
     with pytest.raises(ValueError, match="at least one partition"):
         default_partition(b"k", 0)
+
+
+def test_an_array_of_keys_is_placed_as_each_key_alone() -> None:
+    rng = random.Random(11)
+    keys: list[bytes | None] = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))) for _ in range(2000)]
+    keys[3] = keys[700] = None
+    array = pa.array(keys, pa.binary())
+    for partitions in (1, 3, 64):
+        expected = [-1 if k is None else default_partition(k, partitions) for k in keys]
+        assert default_partitions(array, partitions).tolist() == expected
+        # A sliced chunk and a chunked array read the same keys.
+        chunked = pa.chunked_array([array.slice(0, 999), array.slice(999)])
+        assert default_partitions(chunked, partitions).tolist() == expected
+        assert default_partitions(array.slice(5, 10), partitions).tolist() == expected[5:15]
+    assert default_partitions(pa.array([b"21"]), 1000).tolist() == [340]
+    with pytest.raises(ValueError, match="at least one partition"):
+        default_partitions(array, 0)
