@@ -30,3 +30,10 @@ last_commit_ms  # unused variable (compaction/store/status.py:28)
 _.retries  # unused attribute (compaction/store/storage.py:172)
 driver_bytes  # a report field (compaction/clean/outcome.py)
 LocalStages  # the engine's in-process stages, which the tests run the pass through (compaction/engine/stages.py)
+_.eval  # a Python UDTF's row function, which Spark calls (compaction/spark/functions.py)
+_.pushFilters  # the Python data source API's names, which Spark calls (compaction/spark/)
+_.abort
+_.streamReader
+_.streamWriter
+_.initialOffset
+_.latestOffset

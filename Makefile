@@ -18,10 +18,19 @@ export SPARK_LOCAL_IP := 127.0.0.1
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
+# An editable install serves the package through an import hook, which pkgutil.iter_modules (how Spark discovers a
+# data source: a top-level pyspark_* module) does not see; a folder on the path holding only that module is seen.
+define spark_discovery
+	mkdir -p $(1)/spark-discovery && ln -sf $(CURDIR)/pyspark_compaction.py $(1)/spark-discovery/
+	$(1)/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], \
+		'pyspark_compaction_discovery.pth').write_text('$(abspath $(1))/spark-discovery\n')"
+endef
+
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(call spark_discovery,$(VENV))
 	$(BIN)/compaction warm-up
 	@touch $@
 
@@ -51,6 +60,7 @@ $(SAIL_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(SAIL_VENV)
 	$(SAIL_VENV)/bin/pip install --quiet --upgrade pip
 	$(SAIL_VENV)/bin/pip install --quiet -e '.[sail]'
+	$(call spark_discovery,$(SAIL_VENV))
 	@touch $@
 
 sail-setup: $(SAIL_VENV)/.installed ## create .venv-sail: the project with Sail and the pyspark it runs (4.0-4.2), apart from .venv

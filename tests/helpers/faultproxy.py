@@ -93,6 +93,7 @@ class FaultProxy:
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.delay_s = delay_s
         self.requests: list[str] = []  # "METHOD /path?query" of every request, in arrival order
+        self.ranges: list[tuple[str, str | None]] = []  # (path, Range header) of every GET: the bytes asked for
         self.hits: list[str] = []  # "action METHOD /path?query" of every fault applied
         self.stalled: list[str] = []  # "METHOD /path?query" of every stalled request once it reached upstream
         self._stalled_changed = threading.Condition()
@@ -121,6 +122,7 @@ class FaultProxy:
         with self._lock:
             self._faults.clear()
             self.requests.clear()
+            self.ranges.clear()
             self.hits.clear()
         with self._stalled_changed:
             self.stalled.clear()
@@ -269,6 +271,9 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             body = self._body()
             if proxy.delay_s or not proxy._released.is_set():
                 proxy._wait()
+            if self.command == "GET":
+                with proxy._lock:
+                    proxy.ranges.append((self.path, self.headers.get("Range")))
             fault = proxy._decide(self.command, self.path)
             try:
                 if fault is None:

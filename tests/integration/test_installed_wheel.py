@@ -71,3 +71,24 @@ def test_a_run_of_the_installed_wheel_prints_nothing_of_spark_before_and_after_t
     assert verbose.returncode == 0, verbose.stderr[-4000:]
     assert "the driver's JVM maps the class archive" in verbose.stderr, "the archive the warm-up built is used"
     assert re.search(r" INFO org\.apache\.spark\.SparkContext: ", verbose.stderr), "-v shows Spark's own lines"
+
+
+DISCOVERY = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+print(spark.read.format("compaction").load(sys.argv[1]).count())
+spark.stop()
+"""
+
+
+def test_spark_finds_the_data_source_the_wheel_installs(wheel: Path, tmp_path: Path) -> None:
+    """No registration: Spark lists the installed top-level pyspark_* modules and takes their DefaultSource."""
+    script = tmp_path / "discover.py"
+    script.write_text(DISCOVERY)
+    python = wheel.parent / "python"
+    env = {**user_env(), "PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([str(python), str(script), store(wheel, tmp_path / "found")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split()[-1] == "6000"
