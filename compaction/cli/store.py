@@ -62,6 +62,16 @@ def cmd_append(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_create_topic(args: argparse.Namespace) -> int:
+    """Create a topic of empty partitions (version 1 of each, no segment), as Kafka's kafka-topics --create: writers
+    (append, a Spark write) append to it after. A topic that exists already is refused."""
+    now = common.command_now(args)
+    manifests = common.open_store(args).create_topic(args.topic, args.partitions, now_ms=now,
+                                                     writer=Writer(id="compaction-create-topic"))
+    Output().line(f"created topic {args.topic} with {len(manifests)} partition(s)")
+    return EXIT_OK
+
+
 def selected_partitions(store: Store, args: argparse.Namespace) -> tuple[list[TopicPartition], list[IllegalFolder]]:
     """The partitions --topics selects, and the folders among them that cannot be a topic or a partition."""
     store.require_exists()
@@ -203,6 +213,12 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
                                                 "batches, or JSON Lines")
     p.add_argument("--no-timestamp", action="store_true", help="leave records without timestamp without one")
     common.add_now(p, "append time")
+
+    p = common.add_command(sub, cmd_create_topic, "create a topic of empty partitions, as kafka-topics --create")
+    common.add_store(p)
+    common.add_topic(p)
+    p.add_argument("--partitions", type=positive_int, required=True, help="how many partitions")
+    common.add_now(p, "creation time")
 
     p = _maintenance(sub, cmd_status, "per partition: segments, bytes, records, checkpoint, dirty bytes")
     common.add_json(p)

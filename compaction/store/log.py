@@ -40,7 +40,13 @@ from compaction.store import inputs
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.formats import SegmentFormat, check_batch_offsets, decode_log
 from compaction.store.manifest import MANIFEST_DIR, MANIFEST_NAME, Manifest, SegmentMeta
-from compaction.store.names import IllegalFolder, TopicPartition, partition_name_problem, topic_name_problem
+from compaction.store.names import (
+    MAX_PARTITION,
+    IllegalFolder,
+    TopicPartition,
+    partition_name_problem,
+    topic_name_problem,
+)
 from compaction.store.objects import Objects
 from compaction.store.segment import LONG_MAX, SEGMENT_SCHEMA, check_records, conform, first_set
 from compaction.store.storage import Storage
@@ -273,6 +279,29 @@ class Store:
             return appended_state(latest, written, records, where)
 
         return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)
+
+    def create_topic(self, topic: str, partitions: int, *, now_ms: int, writer: Writer | None = None) -> list[Manifest]:
+        """Create ``topic`` with ``partitions`` empty partitions (version 1 of each, no segment; operation
+        ``create``), as Kafka's ``kafka-topics --create``: writers append to it after. A topic that has partitions
+        already is refused."""
+        existing = self.partitions(topic)
+        if existing:
+            raise InvalidArgumentError(f"topic {topic} already exists in store {self.url} with {len(existing)} "
+                                       "partition(s)")
+        if not 1 <= partitions <= MAX_PARTITION + 1:
+            raise InvalidArgumentError(f"a topic has 1 to {MAX_PARTITION + 1} partitions, not {partitions}")
+        empty = SEGMENT_SCHEMA.empty_table()
+
+        def create(tp: TopicPartition) -> Manifest:
+            def build(latest: Manifest | None) -> dict[str, Any]:
+                if latest is not None:
+                    raise CommitConflictError(f"partition {self.describe(tp)} was created meanwhile by another writer")
+                return appended_state(None, [], empty, f"topic {topic}")
+
+            return self.commit(tp, build, writer=writer or Writer(), operation="create", now_ms=now_ms)
+
+        with ThreadPoolExecutor(max_workers=min(16, partitions)) as pool:
+            return list(pool.map(create, [TopicPartition(topic, p) for p in range(partitions)]))
 
     def append_file(self, tp: TopicPartition, path: str | Path, *, now_ms: int, writer: Writer | None = None,
                     fill_timestamps: bool = True) -> Manifest:

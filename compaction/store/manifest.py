@@ -269,7 +269,7 @@ class WriterInfo(_Frozen):
 
     id: str
     run_id: str
-    operation: Literal["append", "clean", "generate", "forget", "erasure"]
+    operation: Literal["append", "clean", "generate", "forget", "erasure", "create"]
     time_ms: Long
     commit_id: str
 

@@ -10,6 +10,7 @@ import pytest
 
 from compaction.errors import (
     CommitConflictError,
+    InvalidArgumentError,
     InvalidManifestError,
     InvalidRecordsError,
     OffsetOverlapError,
@@ -253,3 +254,16 @@ def test_many_partitions_on_an_object_store_have_their_versions_listed_by_topic(
     assert isinstance(found[TopicPartition("orders", 99)], StoreNotFoundError)
     listings = [rel for op, rel in recorder.calls if op == "list"]
     assert sorted(listings) == sorted(["orders"] * 10 + ["pay/0/_manifests", "orders/99/_manifests"]), listings
+
+
+def test_a_topic_is_created_with_empty_partitions_once(store: Store) -> None:
+    manifests = store.create_topic("orders", 3, now_ms=5)
+    assert [(m.partition, m.version, m.segments, m.log_end_offset, m.writer.operation) for m in manifests] == [
+        (p, 1, (), 0, "create") for p in range(3)]
+    assert store.partitions("orders") == [0, 1, 2]
+    appended = store.append(TopicPartition("orders", 1), keyed("a=1 b=2"), now_ms=6)
+    assert (appended.version, appended.log_end_offset) == (2, 2)
+    with pytest.raises(InvalidArgumentError, match=r"topic orders already exists in store .* with 3 partition"):
+        store.create_topic("orders", 3, now_ms=7)
+    with pytest.raises(InvalidArgumentError, match="a topic has 1 to"):
+        store.create_topic("refunds", 0, now_ms=7)
