@@ -31,4 +31,14 @@ def register(spark: Any) -> None:
     spark.dataSource.register(CompactionDataSource)
     spark.conf.set(PUSHDOWN, "true")
     for name, (function, columns) in FUNCTIONS.items():
-        spark.udtf.register(name, udtf(function, returnType=columns))
+        if not _registered(spark, name):  # registered again, Spark warns that it replaced it
+            spark.udtf.register(name, udtf(function, returnType=columns))
+
+
+def _registered(spark: Any, name: str) -> bool:
+    from pyspark.errors import PySparkException
+
+    try:
+        return bool(spark.catalog.functionExists(name))
+    except PySparkException:  # an engine without the catalog's call (Sail): register it
+        return False

@@ -10,6 +10,7 @@ is written as it is.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,9 +32,16 @@ STORE_COLUMNS = ("producer_id", "producer_epoch", "is_transactional", "is_contro
 CREATE_TIME = 0
 
 
+def timestamp_type() -> pa.DataType:
+    """The Arrow type of a read's ``timestamp`` (Spark's TimestampType): Spark takes it in µs at UTC; Sail, which runs
+    a data source in its own server process, takes it without a zone and refuses a zoned one."""
+    return pa.timestamp("us") if "pysail" in sys.modules else pa.timestamp("us", tz="UTC")
+
+
 def read_schema(include_headers: bool, include_store_columns: bool) -> pa.Schema:
     """The columns a read returns."""
-    fields = [*KAFKA_FIELDS, *([HEADERS_FIELD] if include_headers else []),
+    fields = [*KAFKA_FIELDS[:5], pa.field("timestamp", timestamp_type()), KAFKA_FIELDS[6],
+              *([HEADERS_FIELD] if include_headers else []),
               *([RECORD_SCHEMA.field(c) for c in STORE_COLUMNS] if include_store_columns else [])]
     return pa.schema(fields)
 
@@ -59,11 +67,11 @@ def _constant(value: object, type_: pa.DataType, rows: int) -> pa.Array:
     return pa.array([value], type_).take(pa.array(np.zeros(rows, dtype=np.int32)))
 
 
-def timestamps_of(ms: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+def timestamps_of(ms: pa.Array | pa.ChunkedArray, type_: pa.DataType) -> pa.Array | pa.ChunkedArray:
     """Store timestamps (ms) as Spark's: a negative one (Kafka's -1, no timestamp) is null."""
     valid = pc.greater_equal(ms, 0)
     micros = pc.multiply(pc.if_else(valid, ms, pa.scalar(None, pa.int64())), 1000)
-    return micros.cast(pa.timestamp("us", tz="UTC"))
+    return micros.cast(type_)
 
 
 def to_kafka(batch: pa.RecordBatch, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
@@ -72,7 +80,7 @@ def to_kafka(batch: pa.RecordBatch, topic: str, partition: int, schema: pa.Schem
     columns = {
         "key": batch.column("key"), "value": batch.column("value"), "topic": _constant(topic, pa.string(), rows),
         "partition": _constant(partition, pa.int32(), rows), "offset": batch.column("offset"),
-        "timestamp": timestamps_of(batch.column("timestamp")),
+        "timestamp": timestamps_of(batch.column("timestamp"), schema.field("timestamp").type),
         "timestampType": _constant(CREATE_TIME, pa.int32(), rows),
     }
     arrays = [columns[name] if name in columns else batch.column(name) for name in schema.names]

@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     WriterCommitMessage,
 )
+from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructType
 
 from compaction.errors import InvalidArgumentError
@@ -51,8 +52,16 @@ def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[WriteMessa
     return [m if isinstance(m, WriteMessage) else None for m in messages]
 
 
-def _plan(options: WriteOptions, schema: StructType) -> WritePlan:
-    check_write_schema([(f.name, f.dataType.simpleString()) for f in schema.fields], options.topic is not None)
+def _fields(schema: StructType | pa.Schema) -> list[tuple[str, str]]:
+    """The frame's columns as ``(name, Spark's simpleString type)``: Spark hands a writer a StructType, Sail an Arrow
+    schema."""
+    if isinstance(schema, pa.Schema):
+        return [(f.name, from_arrow_type(f.type).simpleString()) for f in schema]
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _plan(options: WriteOptions, schema: StructType | pa.Schema) -> WritePlan:
+    check_write_schema(_fields(schema), options.topic is not None)
     return WritePlan.of(options.store.open(), options.store.settings(), options.topic, wall_clock_ms())
 
 
