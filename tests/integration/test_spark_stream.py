@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,7 @@ def test_a_streaming_write_killed_between_its_objects_and_its_commit_writes_ever
 # Streaming read ---------------------------------------------------------------------------------------------------
 
 
-def append(store: Store, partition: int, pairs: list[tuple[str | None, str | None]]) -> None:
+def append(store: Store, partition: int, pairs: Sequence[tuple[str | None, str | None]]) -> None:
     store.append(TopicPartition(TOPIC, partition),
                  records([{"key": k, "value": v, "timestamp": NOW - 60_000} for k, v in pairs]), now_ms=NOW)
 
