@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -153,3 +155,12 @@ def test_stopping_a_spark_connect_session_is_its_own_stop() -> None:
     calls: list[str] = []
     stop_session(SimpleNamespace(stop=lambda: calls.append("stop")))  # type: ignore[arg-type]
     assert calls == ["stop"]
+
+
+def test_looking_for_running_sessions_leaves_spark_connect_unimported_unless_it_was() -> None:
+    # A fresh interpreter, as a run starts: Spark Connect's modules (grpc and all, 0.6 s of a core) are imported
+    # only by a run that uses them; one that did not cannot have a Connect session to find.
+    code = ("import sys; from compaction.engine.session import running_sessions; "
+            "print(running_sessions(), 'pyspark.sql.connect.session' in sys.modules, 'grpc' in sys.modules)")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert found == ["[]", "False", "False"]

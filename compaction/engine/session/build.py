@@ -137,11 +137,13 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
 
 
 def running_sessions() -> list[object]:
-    """What this process runs now: the classic SparkContext, Spark Connect's default and active sessions."""
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-    return [found for found in (SparkContext._active_spark_context, ConnectSession._default_session,
-                                ConnectSession.getActiveSession()) if found is not None]
+    """What this process runs now: the classic SparkContext, Spark Connect's default and active sessions (none
+    unless Spark Connect's modules were imported: importing them, grpc and all, only to look costs a local run a
+    few tenths of a second)."""
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    sessions = [] if connect is None else [connect.SparkSession._default_session,
+                                           connect.SparkSession.getActiveSession()]
+    return [found for found in (SparkContext._active_spark_context, *sessions) if found is not None]
 
 
 def started_anew(session: SparkSession, before: list[object]) -> bool:
