@@ -67,6 +67,12 @@ def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:
     return result
 
 
-def decide(facts: pa.Table, *, now_ms: int, keyless_drop: bool, unique_before: int | None = None) -> rules.RowVerdicts:
-    """The rules' verdicts on a partition's (or key range's) facts, rows in offset order."""
-    return rules.classify(facts, winners(facts, unique_before), now_ms=now_ms, keyless_drop=keyless_drop)
+def decide(facts: pa.Table, *, now_ms: int, keyless_drop: bool, unique_before: int | None = None,
+           beaten: np.ndarray | None = None) -> rules.RowVerdicts:
+    """The rules' verdicts on a partition's (or key range's) facts, rows in offset order; ``beaten``: the rows a
+    greater competing record of their key beyond ``facts`` beats (a clean section's rows whose keys the dirty
+    section holds, under the offset strategy)."""
+    won = winners(facts, unique_before)
+    if beaten is not None:
+        won &= ~beaten
+    return rules.classify(facts, won, now_ms=now_ms, keyless_drop=keyless_drop)

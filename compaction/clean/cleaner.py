@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
@@ -34,7 +35,7 @@ from compaction import rules
 from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
 from compaction.clean.outcome import PartitionResult, RunReport
-from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, path_of
+from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, against_dirty_keys, path_of
 from compaction.clean.payloads import CleanTask
 from compaction.clean.planner import (
     CompactionPlan,
@@ -199,7 +200,7 @@ class Cleaner:
         # What keeps a .log batch that loses every record (only a pass that writes .log segments needs it).
         batches = BatchPolicy(p.first_uncleanable_offset, active_producers(
             p.manifest, p.config.producer_id_expiration_ms, now_ms)) if segment_format == SegmentFormat.KAFKA else None
-        return CleanTask(
+        task = CleanTask(
             tp=p.partition, store=self.store, segments=p.segments, tail=p.tail,
             strategy=rules.Strategy(p.config.compaction_strategy), strategy_header=p.config.compaction_strategy_header,
             keyless_drop=cleaner.keyless_records == "drop", now_ms=now_ms, log_start_offset=p.log_start_offset,
@@ -207,3 +208,7 @@ class Cleaner:
             policy=apply_policy(p, now_ms, cleaner, key_ranges), horizon_ms=horizon, segment_format=segment_format,
             batch_policy=batches, pass_id=self.pass_id, erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
             winner_search=self.winner_search, key_ranges=key_ranges)
+        if key_ranges > 1 and against_dirty_keys(task):  # its clean section holds only the rows the dirty keys contest
+            key_ranges = key_range_count(p, cleaner.task_max_records, clean_section=False)
+            task = replace(task, key_ranges=key_ranges, policy=apply_policy(p, now_ms, cleaner, key_ranges))
+        return task

@@ -102,6 +102,29 @@ class ApplyPolicy:
     apart: int | None = None
 
 
+def _needs_stamp(segment: SegmentMeta, outcome: SegmentOutcome, first_dirty_offset: int) -> bool:
+    """Kept markers to stamp, or (a dirty segment) tombstones, whose first horizon a rewrite stamps."""
+    return outcome.stamped > 0 or (segment.next_offset > first_dirty_offset and segment.tombstone_count > 0)
+
+
+def _aged(segment: SegmentMeta, policy: ApplyPolicy) -> bool:
+    """A deletion vector past ``deletion.vector.max.age.ms``: its records go physically."""
+    old = segment.deletes
+    return old is not None and saturating_add(old.created_ms, policy.deletion_vector_max_age_ms) <= policy.now_ms
+
+
+def takes_vector(segment: SegmentMeta, outcome: SegmentOutcome, first_dirty_offset: int, policy: ApplyPolicy) -> bool:
+    """Whether :func:`lay_out` gives a segment a deletion vector (and nothing else): a clean segment that only loses
+    records, within ``deletion.vector.max.ratio`` deleted in all; its own outcome decides, whatever its neighbours'
+    (a segment that takes a deletion vector stands alone)."""
+    old = segment.deletes
+    deleted = (old.count if old else 0) + outcome.lost
+    changed = (segment.next_offset > first_dirty_offset or bool(outcome.erased_keys)
+               or _needs_stamp(segment, outcome, first_dirty_offset) or _aged(segment, policy))
+    return bool(outcome.lost) and not changed and policy.deletion_vector_max_ratio > 0 \
+        and deleted <= policy.deletion_vector_max_ratio * segment.record_count
+
+
 def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
               policy: ApplyPolicy, reframe: frozenset[int] = frozenset()) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
@@ -140,16 +163,10 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
     for segment in segments:
         base = segment.base_offset
         outcome = outcomes[base]
-        dirty = segment.next_offset > first_dirty_offset
-        needs_stamp = outcome.stamped > 0 or (dirty and segment.tombstone_count > 0)
-        old = segment.deletes
-        aged = old is not None and saturating_add(old.created_ms, policy.deletion_vector_max_age_ms) <= policy.now_ms
-        deleted = (old.count if old else 0) + outcome.lost
-        if outcome.lost and not (dirty or needs_stamp or aged or outcome.erased_keys) \
-                and policy.deletion_vector_max_ratio > 0 \
-                and deleted <= policy.deletion_vector_max_ratio * segment.record_count:
+        if takes_vector(segment, outcome, first_dirty_offset, policy):
             vector.add(base)
-        elif outcome.lost or outcome.erased_keys or needs_stamp or aged or base in reframe:
+        elif outcome.lost or outcome.erased_keys or _needs_stamp(segment, outcome, first_dirty_offset) \
+                or _aged(segment, policy) or base in reframe:
             rewrite.add(base)
         estimate = outcome.estimated_bytes(segment)
         if base in vector or (base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR):

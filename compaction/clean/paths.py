@@ -11,6 +11,9 @@ rules (:mod:`compaction.rules`); they differ in where the work runs:
   repeated reads cost less than a shuffle).
 - :data:`RANGES_HANDED`: key ranges fed by one read of each run of segments, its rows handed to the ranges in the
   store.
+- :data:`AGAINST_DIRTY_KEYS`: a partition whose clean section is large, unique-keyed and under the offset strategy
+  (a nightly increment on a compacted log): runs of its clean segments each checked against its dirty section's keys,
+  their deletion vectors written at once, as Kafka's cleaner maps the dirty keys and scans the clean segments.
 - :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL winner searches, which shuffle the facts by key.
 
 A path that decides in one stage and applies in another hands its verdicts over through the store (as the key
@@ -32,11 +35,11 @@ from compaction.clean.batches import stale_empty_batches
 from compaction.clean.commit import PartitionWork
 from compaction.clean.dedupe import decide_with_sql
 from compaction.clean.layout import SegmentOutcome, lay_out
-from compaction.clean.payloads import ApplyJob, CleanedPartition, CleanTask, HandedRun, RunRead
+from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanRun, CleanTask, HandedRun, RunRead
 from compaction.clean.planner import segment_runs
-from compaction.clean.tasks.apply import apply_listed, clean_in_task
+from compaction.clean.tasks.apply import SHARED_READ_BYTES, apply_listed, clean_in_task, clean_run
 from compaction.clean.tasks.decide import decide_handed, decide_range
-from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased
+from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased, reads_clean_sparsely
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.engine.isolation import Failed, Failure, Outcome
 from compaction.engine.phases import add
@@ -193,7 +196,13 @@ class Staged(Path):
             except CompactionError as err:
                 item.fail(Failure.of(err))
                 continue
-            jobs.extend((job, item) for job in item.jobs)
+            written = {s.segment_base: s.vector for v in item.verdicts for s in v.segments if s.vector is not None}
+            for job in item.jobs:
+                vector = written.get(job.base_offset) if job.deletes_only else None
+                if vector is not None and vector.deletes is not None:  # its deciding task wrote it
+                    item.add(AppliedJob.of(job, segment=vector, bytes_written=vector.deletes.size_bytes))
+                else:
+                    jobs.append((job, item))
         if not jobs:
             return
         rewrites = [job for job, _ in jobs if not job.deletes_only]
@@ -263,6 +272,30 @@ class RangesHanded(Ranges):
         runner.tasks(decide_handed, chosen, owners, _take_verdicts, lambda task: runner.task_max_records)
 
 
+class AgainstDirtyKeys(Staged):
+    """A partition's dirty segments decided in one task, and runs of its clean segments each in a task of its own
+    against the dirty section's keys (:func:`~compaction.clean.tasks.apply.clean_run`); then the apply stage, for
+    what the deciding tasks did not write themselves."""
+
+    name = "clean runs against the dirty keys"
+
+    def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
+        runs, owners = [], {}
+        for item in items:
+            task = item.task
+            dirty = tuple(s for s in task.segments if s.next_offset > task.first_dirty_offset)
+            clean = task.segments[:len(task.segments) - len(dirty)]
+            mine = [CleanRun(task=replace(task, segments=run), dirty=dirty)
+                    for run in segment_runs(clean, runner.task_max_records)]
+            if dirty:
+                mine.append(CleanRun(task=replace(task, segments=dirty)))
+            runs += mine
+            owners.update({run.ident: item for run in mine})
+        runner.progress(f"deciding survivors in {len(items)} partition(s) in {len(runs)} run(s), {extent(items)} "
+                        f"({self.name})")
+        runner.tasks(clean_run, runs, owners, _take_verdicts, lambda run: run.records)
+
+
 @dataclass(frozen=True, eq=False)
 class SqlWinnerSearch(Staged):
     """The Spark SQL winner searches: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
@@ -291,6 +324,7 @@ class SqlWinnerSearch(Staged):
 
 
 WHOLE = Whole()
+AGAINST_DIRTY_KEYS = AgainstDirtyKeys()
 RANGES_READ = RangesRead()
 RANGES_HANDED = RangesHanded()
 WINDOW = SqlWinnerSearch(rules.Plan.WINDOW)
@@ -304,12 +338,29 @@ def reads_whole_ranges(task: CleanTask) -> bool:
     return has_transactions(task) or task.key_ranges < SHUFFLE_FROM_RANGES
 
 
+#: A partition whose clean section holds more live bytes than this is cleaned against its dirty keys, when it can be
+#: (:func:`against_dirty_keys`); a smaller one is read whole once by one task (``tasks.apply.SHARED_READ_BYTES``).
+DIRTY_KEYS_FROM_BYTES = SHARED_READ_BYTES
+
+
+def against_dirty_keys(task: CleanTask) -> bool:
+    """Whether a partition can be cleaned against its dirty section's keys (:data:`AGAINST_DIRTY_KEYS`): the Arrow
+    winner search under the offset strategy (a dirty record then beats every clean record of its key), a unique clean
+    section read sparsely (no transactions, no erasure requests: ``facts.reads_clean_sparsely``) holding more than
+    :data:`DIRTY_KEYS_FROM_BYTES`. Its key ranges are then counted by its dirty section alone."""
+    return (task.winner_search is rules.Plan.ARROW and task.strategy is rules.Strategy.OFFSET
+            and reads_clean_sparsely(task) and sum(s.live_size_bytes for s in task.segments
+                                                   if s.next_offset <= task.first_dirty_offset) > DIRTY_KEYS_FROM_BYTES)
+
+
 def path_of(task: CleanTask) -> Path:
     """The way a partition's task is cleaned: the one place that chooses."""
     if task.winner_search is rules.Plan.WINDOW:
         return WINDOW
     if task.winner_search is rules.Plan.AGGREGATE:
         return AGGREGATE
+    if task.key_ranges == 1 and against_dirty_keys(task):
+        return AGAINST_DIRTY_KEYS
     if task.key_ranges == 1:
         return WHOLE
     return RANGES_READ if reads_whole_ranges(task) else RANGES_HANDED

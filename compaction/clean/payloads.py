@@ -150,6 +150,23 @@ class RunRead(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CleanRun(Payload):
+    """A run of a partition's clean segments (``task.segments`` narrowed to it) decided against the keys of its dirty
+    segments ``dirty``; or, with no ``dirty``, the dirty segments themselves (see ``paths.AGAINST_DIRTY_KEYS``)."""
+
+    task: CleanTask
+    dirty: tuple[SegmentMeta, ...] = ()
+
+    @property
+    def ident(self) -> str:
+        return f"{self.task.tp} run {self.task.segments[0].base_offset}"
+
+    @property
+    def records(self) -> int:
+        return self.task.records
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandedRun(Payload):
     """A run read once, its rows handed over in the pieces object at ``path``: per key range its record batch (None:
     no row) and its rows of each segment (``lengths[range]``), and each segment's live rows as read."""
@@ -168,12 +185,14 @@ class HandedRun(Payload):
 class SegmentVerdicts:
     """What one key range (or a Spark SQL winner search) decided of one segment: the counts, the live rows it read
     (all of the segment's, its own and other ranges'), and the row group of ``Verdicts.path`` listing its part
-    (None: its part lists no row)."""
+    (None: its part lists no row); ``vector``: the segment with the deletion vector the deciding task already wrote
+    (a task that decided the whole segment, which the layout gives a deletion vector on its own outcome)."""
 
     segment_base: int
     outcome: SegmentOutcome
     rows: int
     row_group: int | None
+    vector: SegmentMeta | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -817,14 +817,16 @@ def _deferred(p: Selected, budget: int) -> Skipped:
 CLEAN_SEGMENT_COST_DIVISOR = 4
 
 
-def key_range_count(p: LogToClean, task_max_records: int) -> int:
+def key_range_count(p: LogToClean, task_max_records: int, clean_section: bool = True) -> int:
     """Key ranges (a task each) a partition's cleaned range is split into, so that no task decides too much.
 
     A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
-    columns of clean ones (up to :data:`CLEAN_SEGMENT_COST_DIVISOR` times as many records in all).
+    columns of clean ones (up to :data:`CLEAN_SEGMENT_COST_DIVISOR` times as many records in all); without
+    ``clean_section``, the dirty segments alone count (a clean section checked against the dirty keys holds only
+    the rows they contest).
     """
     dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
-    total = p.records
+    total = p.records if clean_section else 0
     return max(1, math.ceil(dirty / task_max_records),
                math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
 

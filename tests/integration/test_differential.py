@@ -34,6 +34,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from compaction.clean import paths
 from compaction.clean.cleaner import Cleaner
 from compaction.cli import common
 from compaction.engine import stages
@@ -67,12 +68,12 @@ AGES = st.one_of(st.none(), st.sampled_from([500 * k for k in range(-1, 13)]))
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> dict[str, Any]:
+def batches(draw: st.DrawFn, transactions: bool = True) -> dict[str, Any]:
     """One append: plain records, or a transaction's records with (usually) its marker, in one codec."""
     n = draw(st.integers(1, 4))
     rows = [{"key": draw(KEYS), "tombstone": draw(st.integers(0, 3)) == 0, "age": draw(AGES),
              "headers": draw(HEADERS)} for _ in range(n)]
-    producer = draw(st.sampled_from([None, None, 1, 2]))
+    producer = draw(st.sampled_from([None, None, 1, 2] if transactions else [None]))
     marker = draw(st.sampled_from(["commit", "abort", "commit", None])) if producer is not None else None
     codec = draw(st.sampled_from(["none", "none", "gzip", "snappy", "lz4", "zstd"]))
     return {"rows": rows, "producer": producer, "marker": marker, "codec": codec}
@@ -128,6 +129,9 @@ def setups(draw: st.DrawFn) -> Setup:
 ELAPSED = st.sampled_from([1, 300, RETENTION + 1, 2600, 7000])
 APPENDS = st.lists(st.lists(batches(), max_size=3), min_size=6, max_size=6)
 HISTORY = st.lists(st.tuples(ELAPSED, APPENDS), min_size=2, max_size=5)
+#: The same without transactions.
+PLAIN_HISTORY = st.lists(st.tuples(ELAPSED, st.lists(st.lists(batches(transactions=False), max_size=3), min_size=6,
+                                                     max_size=6)), min_size=2, max_size=5)
 #: The same, and per partition the key an erasure request forgets after the appends (mostly none).
 FORGETTING = st.lists(st.tuples(ELAPSED, APPENDS, st.lists(st.sampled_from([None, None, "a", "b"]), min_size=6,
                                                            max_size=6)),
@@ -377,6 +381,19 @@ def test_the_arrow_plan_plans_and_keeps_exactly_what_the_reference_model_does(sp
 
 
 @pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups(), history=PLAIN_HISTORY)
+def test_partitions_cleaned_against_their_dirty_keys_keep_exactly_what_the_reference_model_does(
+        setup: Setup, history: list[Any]) -> None:
+    """Histories without transactions, whose clean sections are unique-keyed after a run: every partition that can
+    be (the offset strategy) is cleaned against its dirty keys on later runs, however small
+    (:data:`compaction.clean.paths.DIRTY_KEYS_FROM_BYTES`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", -1)
+        check_history(setup, inline(setup), history, memory=True)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("split", "kafka"), [(False, False), (True, False), (True, True)],
                          ids=["whole", "split", "log-split"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -415,10 +432,13 @@ def test_every_plan_on_spark_plans_and_keeps_exactly_what_the_reference_model_do
     """On a classic session and on Spark Connect; the histories hold transactions in some partitions and not in
     others, and few records or many, so a split partition takes each of its ways (its ranges reading the whole
     range, or its runs read once and shuffled). The split and aggregate plans' stages take their payloads in
-    their rows, the others with their functions (:data:`compaction.engine.stages.CARRIED_BYTES`)."""
+    their rows, the others with their functions (:data:`compaction.engine.stages.CARRIED_BYTES`). The Arrow plan
+    cleans every partition that can be against its dirty keys (:data:`compaction.clean.paths.DIRTY_KEYS_FROM_BYTES`)."""
     split = plan == "arrow-split"
     if plan in ("arrow-split", "aggregate"):
         monkeypatch.setattr(stages, "CARRIED_BYTES", 0)
+    if plan == "arrow":  # a partition that can be is cleaned against its dirty keys, however small
+        monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", -1)
     check_history(setup, on_spark(any_spark, "arrow" if split else plan, setup, split=split), history, split=split)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from compaction.clean import paths
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.paths import SHUFFLE_FROM_RANGES
 from compaction.clean.payloads import RunRead
@@ -36,8 +37,8 @@ TP = TopicPartition("orders", 0)
 SIZED = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.bytes": 131_072}
 
 
-def settings(task_max_records: int) -> Settings:
-    return settings_with({**SIZED, "cleaner": {"task.max.records": task_max_records}})
+def settings(task_max_records: int, **kafka: Any) -> Settings:
+    return settings_with({**SIZED, **kafka, "cleaner": {"task.max.records": task_max_records}})
 
 
 def store_of(path: Path, **spec: Any) -> Store:
@@ -123,3 +124,39 @@ def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fai
         decide_handed(replace(ranged, pieces=ranged.pieces[1:]))  # one run's piece lost
     lost = run(hand_out, RunRead(task=replace(task, segments=segments[0], store=Store.open(str(tmp_path / "nowhere")))))
     assert isinstance(lost, Failed) and not lost.failure.internal, "a missing object is the store's failure, not a bug"
+
+
+def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_the_dirty_keys_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compacted partition (a unique clean section of several segments, tombstones with their horizons, keyless
+    # records), then a night of updates, new keys and tombstones: cleaned against its dirty keys, or in one task.
+    spec = {"records": 12_000, "keys": 6_000}
+    night = GenerateSpec(records=600, keys=6_300, partitions=1, segment_records=300, tombstone_ratio=0.05,
+                         keyless_ratio=0.01, seed=4, end_time_ms=NOW - DAY // 2)
+    stores = {}
+    for name in ("whole", "mapped"):
+        stores[name] = store_of(tmp_path / name, **spec)
+        assert not Cleaner(InlineSession(), stores[name], settings(1_000_000)).run(NOW - DAY // 2).failed
+        generate(stores[name], night, now_ms=NOW - DAY // 2)
+    compacted = stores["mapped"].manifest(TP)
+    clean = [s for s in compacted.segments if s.next_offset <= compacted.first_dirty_offset]
+    assert compacted.clean_keys_unique and len(clean) >= 3
+    monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 0)
+    nightly = {"log.cleaner.min.cleanable.ratio": 0.01}
+    cleaner = Cleaner(InlineSession(), stores["mapped"], settings(2_000, **nightly))
+    plan = plan_store(stores["mapped"], cleaner.settings, NOW)
+    task = cleaner.task(plan.to_clean[0], NOW)
+    assert paths.path_of(task) is paths.AGAINST_DIRTY_KEYS and task.key_ranges == 1, "the dirty keys alone count"
+    seen = reads(monkeypatch)
+    report = cleaner.run(NOW, compaction_plan=plan)
+    assert not report.failed
+    read_once = all(seen[s.base_offset, "decision"] == 1 and not seen[s.base_offset, "other"] for s in clean)
+    monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 1 << 40)
+    assert not Cleaner(InlineSession(), stores["whole"], settings(1_000_000, **nightly)).run(NOW).failed
+    assert cleaned(stores["mapped"]) == cleaned(stores["whole"])
+    layouts = {name: [(s.base_offset, s.record_count, s.deletes.count if s.deletes else 0)
+                      for s in store.manifest(TP).segments] for name, store in stores.items()}
+    assert layouts["mapped"] == layouts["whole"]
+    vectors = [s for s in stores["mapped"].manifest(TP).segments if s.deletes is not None]
+    assert vectors and report.partitions[0].stats.deletion_vectors_written == len(vectors)
+    assert read_once, "each clean segment read once: its deletion vector comes from the read that decided it"

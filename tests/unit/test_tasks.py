@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 
-from compaction.clean.tasks.facts import read_facts
+from compaction.clean.cleaner import Cleaner
+from compaction.clean.tasks.decide import _decide, decide_facts
+from compaction.clean.tasks.facts import read_facts, read_task_facts, reads_clean_sparsely
 from compaction.clean.tasks.key_ranges import key_range_bounds, key_range_of
+from compaction.engine.stages import LocalStages
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
 from tests.helpers.builders import clean_task
+from tests.helpers.settings import settings_with
 
 TP = TopicPartition("t", 0)
 
@@ -64,3 +70,27 @@ def test_records_below_the_log_start_are_not_read(local_store: Store) -> None:
     facts = read_facts(clean_task(TP, local_store, (segment,), log_start_offset=3), 0)
     assert facts.column("offset").to_pylist() == [3, 4]
     assert facts.column("position").to_pylist() == [0, 1], "positions count the live rows only"
+
+
+def test_a_unique_clean_section_keeps_only_the_rows_in_doubt_and_counts_the_others_kept(local_store: Store) -> None:
+    # The clean section after a pass: a..d and f once each, e's tombstone with its horizon and a keyless record; the
+    # dirty section updates b and d. Only b, d (contested), e (a horizon) and the keyless record need the search.
+    local_store.append(TP, records([{"key": k, "value": "v"} for k in "abcd"] + [
+        {"key": "e", "value": None}, {"key": None, "value": "v"}, {"key": "f", "value": "v"}]), now_ms=0)
+    report = Cleaner(LocalStages(), local_store, settings_with({"log.cleanup.policy": "compact",
+                                                               "log.roll.ms": 1})).run(10)
+    assert not report.failed
+    local_store.append(TP, records([{"key": k, "value": "w"} for k in "dbd"]), now_ms=20)
+    manifest = local_store.manifest(TP)
+    task = clean_task(TP, local_store, manifest.segments, first_dirty_offset=manifest.first_dirty_offset,
+                      clean_keys_unique=manifest.clean_keys_unique, now_ms=30)
+    assert manifest.first_dirty_offset == 7 and reads_clean_sparsely(task)
+    sparse, full = decide_facts(task), _decide(task, read_task_facts(task))
+    assert sparse.facts.table.column("offset").to_pylist() == [1, 3, 4, 5, 7, 8, 9]
+    assert sparse.facts.assumed_kept is not None and sparse.facts.assumed_kept.tolist() == [3, 0]
+    segments = manifest.segments
+    assert [o for *_, o in sparse.outcomes(segments)] == [o for *_, o in full.outcomes(segments)]
+    assert [o.kept for *_, o in sparse.outcomes(segments)] == [5, 2]
+    # Not with a key's records possibly sharing the clean section, transactions or erasure requests.
+    for changed in ({"clean_keys_unique": False}, {"erasures": (("digest", 8),)}, {"first_dirty_offset": 0}):
+        assert not reads_clean_sparsely(replace(task, **changed))

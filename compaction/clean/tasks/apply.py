@@ -4,20 +4,30 @@ and a whole partition decided and applied in one task."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compaction import rules
+from compaction import rules, winners
 from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
-from compaction.clean.layout import lay_out
-from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanTask
-from compaction.clean.tasks.decide import TaskVerdicts, decide_facts
-from compaction.clean.tasks.facts import hidden_erased
+from compaction.clean.layout import SegmentOutcome, lay_out, takes_vector
+from compaction.clean.payloads import (
+    AppliedJob,
+    ApplyJob,
+    CleanedPartition,
+    CleanRun,
+    CleanTask,
+    SegmentVerdicts,
+    Verdicts,
+)
+from compaction.clean.tasks.decide import TaskVerdicts, decide_facts, hand_over
+from compaction.clean.tasks.facts import REMOTE_READ_AHEAD, ahead, facts_table, hidden_erased
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
+from compaction.store import Store, TopicPartition
 from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
@@ -100,23 +110,40 @@ class HeldRows(Survivors):
 
     def __init__(self, decided: TaskVerdicts, segments: tuple[SegmentMeta, ...]) -> None:
         # Only what the rewrites need: not the facts' keys, which the task may free once it has these.
+        facts = decided.facts
         self.code = decided.code
         self.stamp = decided.stamp
-        self.records_cache, self.logs = decided.facts.records, decided.facts.logs
-        self.slices = {s.base_offset: part for s, part in zip(segments, decided.facts.segment_slices(), strict=True)}
-        self.offsets = decided.facts.table.column("offset").to_numpy()
+        self.records_cache, self.logs = facts.records, facts.logs
+        self.slices = {s.base_offset: part for s, part in zip(segments, facts.segment_slices(), strict=True)}
+        self.offsets = facts.table.column("offset").to_numpy()
+        # Which of each segment's rows read the facts hold (None: all of them); the others are kept.
+        self.held: dict[int, np.ndarray] | None = None
+        if facts.selected is not None:
+            ends = np.cumsum(facts.read_lengths)
+            self.held = {s.base_offset: facts.selected[int(end - length):int(end)]
+                         for s, end, length in zip(segments, ends, facts.read_lengths, strict=True)}
 
-    def _part(self, segment: SegmentMeta, offsets: np.ndarray) -> slice:
+    def _part(self, segment: SegmentMeta, offsets: np.ndarray) -> tuple[slice, np.ndarray | None]:
         part = self.slices[segment.base_offset]
-        if part.stop - part.start != len(offsets) or not np.array_equal(self.offsets[part], offsets):
+        held = None if self.held is None else self.held[segment.base_offset]
+        if held is not None and len(held) != len(offsets):
             raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
-        return part
+        mine = offsets if held is None else offsets[held]
+        if part.stop - part.start != len(mine) or not np.array_equal(self.offsets[part], mine):
+            raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
+        return part, held
 
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
-        return self.code[self._part(segment, offsets)] == rules.KEPT
+        part, held = self._part(segment, offsets)
+        if held is None:
+            return self.code[part] == rules.KEPT
+        keep = np.ones(len(offsets), dtype=bool)
+        keep[held] = self.code[part] == rules.KEPT
+        return keep
 
     def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
-        return offsets[self.stamp[self._part(segment, offsets)]]
+        part, held = self._part(segment, offsets)
+        return (offsets if held is None else offsets[held])[self.stamp[part]]
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         cached = self.records_cache.pop(segment.base_offset, None)  # used once: free it after
@@ -128,28 +155,38 @@ class HeldRows(Survivors):
         return cached if cached is not None else super().log_segment(job, segment)
 
 
+#: What extending a deletion vector reads of its segment: the offsets it deletes, and the live figures of the rest.
+VECTOR_COLUMNS = ["offset", "timestamp", "delete_horizon_ms"]
+
+
 def _extend_deletes(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
     with phase("read"):
-        table = job.store.objects.read_segment(job.tp, segment, ["offset", "timestamp", "delete_horizon_ms"],
-                                               start=job.log_start_offset)
+        table = job.store.objects.read_segment(job.tp, segment, VECTOR_COLUMNS, start=job.log_start_offset)
+    keep = survivors.keep_mask(segment, table.column("offset").to_numpy())
+    updated = write_vector(job.store, job.tp, segment, table, keep, job.now_ms, job.pass_id)
+    return AppliedJob.of(job, segment=updated, bytes_written=updated.deletes.size_bytes if updated.deletes else 0)
+
+
+def write_vector(store: Store, tp: TopicPartition, segment: SegmentMeta, table: pa.Table, keep: np.ndarray,
+                 now_ms: int, pass_id: str) -> SegmentMeta:
+    """Write ``segment``'s deletion vector extended with its live rows ``keep`` leaves out (``table``: its live rows'
+    :data:`VECTOR_COLUMNS`, at least); returns the segment with it, and the live figures of what it keeps."""
     offsets = table.column("offset").to_numpy()
-    keep = survivors.keep_mask(segment, offsets)
     deleted = pa.array(offsets[~keep], pa.int64())
-    created = job.now_ms
+    created = now_ms
     if segment.deletes is not None:
-        deleted = pa.concat_arrays([job.store.objects.read_deletes(job.tp, segment.deletes), deleted])
+        deleted = pa.concat_arrays([store.objects.read_deletes(tp, segment.deletes), deleted])
         created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
     kept = table.filter(pa.array(keep))
     first, last = timestamp_stats(kept.column("timestamp"))
-    vector = job.store.objects.write_deletes(job.tp, segment, deleted, created_ms=created,
-                                             live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
-                                             live_first_timestamp=first, live_max_timestamp=last,
-                                             object_id=object_id(job.pass_id))
+    vector = store.objects.write_deletes(tp, segment, deleted, created_ms=created,
+                                         live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
+                                         live_first_timestamp=first, live_max_timestamp=last,
+                                         object_id=object_id(pass_id))
     # Validated (model_copy is not): the driver commits this metadata as it stands.
-    updated = SegmentMeta.model_validate({**segment.model_dump(), "deletes": vector})
-    return AppliedJob.of(job, segment=updated, bytes_written=vector.size_bytes)
+    return SegmentMeta.model_validate({**segment.model_dump(), "deletes": vector})
 
 
 def apply_job(job: ApplyJob, survivors: Survivors) -> AppliedJob:
@@ -241,6 +278,86 @@ def apply_listed(job: ApplyJob) -> AppliedJob:
     """The apply stage of a partition decided in another stage: one job, with the verdicts on its sources (every
     key range's) read from the store."""
     return apply_job(job, ListedRows(job))
+
+
+# A run of clean segments against the dirty keys ------------------------------------------------------------
+
+
+def clean_run(run: CleanRun) -> Verdicts:
+    """A run of a partition's clean segments decided against its dirty section's keys, and the deletion vectors of
+    those the layout gives one written at once; or (no ``run.dirty``) its dirty segments decided. The verdicts of
+    the other segments are handed over for the apply stage (see ``paths.AGAINST_DIRTY_KEYS``).
+
+    Under the offset strategy, with the clean keys unique and no transactions or erasures, a clean record whose key
+    the dirty section holds is superseded, and a clean segment's verdicts need no other clean segment: the task
+    reads each segment's offsets, keys, horizons and timestamps once, checks every key against the dirty keys in
+    one pass, decides only the rows in doubt (those keys, tombstones and markers with a horizon, the keyless), and
+    has the rest kept; a segment that only loses a few records gets its deletion vector from the same read.
+    """
+    task = run.task
+    if not run.dirty:
+        return hand_over(task, decide_facts(task))
+    with phase("read"):
+        contested = pa.chunked_array([c for s in run.dirty for c in task.store.objects.read_segment(
+            task.tp, s, ["key"], start=task.log_start_offset).column("key").chunks], pa.binary())
+        depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
+        tables = list(ahead(lambda s: task.store.objects.read_segment(
+            task.tp, s, ["key", *VECTOR_COLUMNS], start=task.log_start_offset), task.segments, depth))
+    with phase("decide"):
+        keys = pa.chunked_array([c for t in tables for c in t.column("key").chunks], pa.binary())
+        hit = pc.is_in(keys, value_set=pc.drop_null(contested).combine_chunks()).to_numpy(zero_copy_only=False)
+        del keys, contested
+    parts: list[pa.Table | None] = []
+    found: list[tuple[int, SegmentOutcome, int, SegmentMeta | None]] = []
+    start = 0
+    for segment, table in zip(task.segments, tables, strict=True):
+        beaten = hit[start:start + table.num_rows]
+        start += table.num_rows
+        with phase("decide"):
+            code, stamp, doubt, outcome = _decide_clean_segment(task, table, beaten)
+        vector = None
+        if takes_vector(segment, outcome, task.first_dirty_offset, task.policy):
+            keep = np.ones(table.num_rows, dtype=bool)
+            keep[doubt] = code == rules.KEPT
+            with phase("write"):
+                vector = write_vector(task.store, task.tp, segment, table, keep, task.now_ms, task.pass_id)
+            parts.append(None)
+        else:  # the rows it drops, and its markers to stamp, listed for the apply stage
+            listed = code != rules.KEPT
+            chosen = listed | stamp
+            parts.append(pa.table({"position": pa.array(np.flatnonzero(doubt)[chosen], pa.int32()),
+                                   "listed": listed[chosen], "stamp": stamp[chosen]}) if chosen.any() else None)
+        found.append((segment.base_offset, outcome, table.num_rows, vector))
+    path: str | None = None
+    groups: tuple[int | None, ...] = (None,) * len(parts)
+    if any(part is not None for part in parts):
+        with phase("write"):
+            path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
+                                                             f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
+    return Verdicts(tp=task.tp, path=path, segments=tuple(
+        SegmentVerdicts(base, outcome, rows, group, vector)
+        for (base, outcome, rows, vector), group in zip(found, groups, strict=True)))
+
+
+def _decide_clean_segment(task: CleanTask, table: pa.Table, beaten: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SegmentOutcome]:
+    """A unique clean segment's verdicts, its rows whose key the dirty section holds being ``beaten``: the codes and
+    stamps of its rows in doubt (``doubt``, a mask of its rows), and its outcome, every other row kept."""
+    doubt = beaten | pc.is_null(table.column("key")).to_numpy(zero_copy_only=False) \
+        | pc.is_valid(table.column("delete_horizon_ms")).to_numpy(zero_copy_only=False)
+    rows = table.filter(pa.array(doubt))
+    n = rows.num_rows
+    offsets = rows.column("offset")
+    none = np.zeros(n, dtype=bool)
+    facts = facts_table(task, offsets, rows.column("key"), np.ones(n, dtype=np.int8), offsets.to_numpy(),
+                        rows.column("delete_horizon_ms"), pc.is_valid(rows.column("key")).to_numpy(
+                            zero_copy_only=False), none, none, none)
+    decided = winners.decide(facts, now_ms=task.now_ms, keyless_drop=task.keyless_drop, beaten=beaten[doubt])
+    outcome = SegmentOutcome.from_verdicts(decided.code, decided.stamp,
+                                           rules.upcoming_horizons(facts, decided.code, task.now_ms))
+    surely_kept = len(doubt) - n
+    outcome = replace(outcome, records=outcome.records + surely_kept, kept=outcome.kept + surely_kept)
+    return decided.code, decided.stamp, doubt, outcome
 
 
 # One task: decide and apply a whole partition ------------------------------------------------------------

@@ -3,7 +3,7 @@ whose new objects are written by another stage, the verdicts handed over to it t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -33,17 +33,22 @@ class TaskVerdicts:
         result = []
         upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
         keys = self.facts.table.column("key")
-        for segment, part in zip(segments, self.facts.segment_slices(), strict=True):
+        assumed = self.facts.assumed_kept
+        for index, (segment, part) in enumerate(zip(segments, self.facts.segment_slices(), strict=True)):
             code = self.code[part]
             erased = erased_keys(keys[part], code == rules.Reason.ERASED.code)
-            result.append((segment, part, SegmentOutcome.from_verdicts(code, self.stamp[part], upcoming[part],
-                                                                       erased)))
+            outcome = SegmentOutcome.from_verdicts(code, self.stamp[part], upcoming[part], erased)
+            if assumed is not None and assumed[index]:  # the rows left out as surely kept
+                outcome = replace(outcome, records=outcome.records + int(assumed[index]),
+                                  kept=outcome.kept + int(assumed[index]))
+            result.append((segment, part, outcome))
         return result
 
 
 def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> TaskVerdicts:
-    """Read and decide a task's rows with Arrow (no shuffle of records)."""
-    return _decide(task, read_task_facts(task, whole))
+    """Read and decide a task's rows with Arrow (no shuffle of records); of a unique clean section, only the rows in
+    doubt (:func:`~compaction.clean.tasks.facts.reads_clean_sparsely`)."""
+    return _decide(task, read_task_facts(task, whole, sparse=True))
 
 
 def _decide(task: CleanTask, facts: Facts) -> TaskVerdicts:

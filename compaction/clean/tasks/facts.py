@@ -75,6 +75,9 @@ class Facts:
     selected: np.ndarray | None  # which rows read are the key range's (None: all of them)
     records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of segments read in full
     logs: dict[int, LogSegment] = field(default_factory=dict)  # and the batches of those that are .log
+    # Per segment, the task's rows of it left out of ``table`` as surely kept (a unique clean section's rows that
+    # nothing contests: see :func:`reads_clean_sparsely`); None: none left out.
+    assumed_kept: np.ndarray | None = None
 
     def segment_slices(self) -> list[slice]:
         """Each segment's rows in ``table``."""
@@ -124,12 +127,24 @@ def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
                      "is_control": pa.array(np.zeros(n, dtype=bool)), "control_type": pa.nulls(n, pa.string())})
 
 
-def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Facts:
+def reads_clean_sparsely(task: CleanTask) -> bool:
+    """Whether a task keeps of its clean section only the rows whose verdict is in doubt: below the checkpoint no two
+    competing records share a key (the manifest's ``clean_keys_unique``), so a clean record that no dirty record's
+    key contests, that carries no delete horizon and has a key, wins and is kept whatever the strategy; only the
+    others need the winner search. Kafka's cleaner, likewise, maps the dirty section's keys and scans the clean
+    segments against them. Not with transactions (a record's facts then depend on every row before it) nor with
+    erasure requests (their records go whatever their key's winner)."""
+    return (task.clean_keys_unique and not task.erasures and not has_transactions(task)
+            and any(s.next_offset <= task.first_dirty_offset for s in task.segments))
+
+
+def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset(), sparse: bool = False) -> Facts:
     """Read the live records the verdicts need (deletion vectors applied, nothing below the log start),
     compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key range.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
-    (a task that will rewrite them reads each object once).
+    (a task that will rewrite them reads each object once). With ``sparse``, where :func:`reads_clean_sparsely`
+    holds, the clean section's rows that are surely kept are counted, not kept (``Facts.assumed_kept``).
     """
     transactional = has_transactions(task)
     plain = _columns_for(task)
@@ -138,9 +153,9 @@ def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> Fac
     # holds its range's facts and one segment, not the whole range's keys.
     narrow = task.key_ranges > 1 and not transactional
     with phase("read"):
-        parts, lengths, records, logs, empty, selected = _read_range(task, whole, columns, plain, narrow)
+        read = _read_range(task, whole, columns, plain, narrow, sparse and reads_clean_sparsely(task))
     with phase("decide"):
-        return _facts(task, parts, lengths, columns, transactional, empty, records, logs, selected)
+        return _facts(task, read, columns, transactional)
 
 
 #: Segments of a task read at once from an object store, in order: a task's requests overlap rather than wait in
@@ -163,17 +178,27 @@ def ahead(read: Callable[[T], R], items: Sequence[T], depth: int) -> Iterator[R]
             yield pending.popleft().result()
 
 
-def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False
-                ) -> tuple[list[pa.Table], list[int], dict[int, pa.Table], dict[int, LogSegment], list[pa.Table],
-                           list[np.ndarray]]:
+@dataclass
+class RangeRead:
+    """What :func:`_read_range` read of a task's segments, in segment order."""
+
+    parts: list[pa.Table] = field(default_factory=list)  # the fact columns of the rows kept, per segment
+    lengths: list[int] = field(default_factory=list)  # live rows read, per segment
+    records: dict[int, pa.Table] = field(default_factory=dict)  # whole records of the segments read in full
+    logs: dict[int, LogSegment] = field(default_factory=dict)
+    empty: list[pa.Table] = field(default_factory=list)  # the empty transactional batches of .log segments
+    selected: list[np.ndarray] = field(default_factory=list)  # per segment, which rows read ``parts`` holds
+    assumed_kept: list[int] = field(default_factory=list)  # per segment, rows left out as surely kept
+
+
+def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False,
+                sparse: bool = False) -> RangeRead:
     """The fact columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
-    only the rows of the task's key range, with each segment's mask of them over its rows read."""
-    parts: list[pa.Table] = []
-    lengths: list[int] = []
-    selected: list[np.ndarray] = []
-    records: dict[int, pa.Table] = {}
-    logs: dict[int, LogSegment] = {}
-    empty: list[pa.Table] = []
+    only the rows of the task's key range, with each segment's mask of them over its rows read; ``sparse``: the
+    dirty segments read first, then of each clean segment only the rows their keys contest, those with a delete
+    horizon and the keyless (:func:`reads_clean_sparsely`)."""
+    found_read = RangeRead()
+    segments = task.segments
 
     def read(segment: SegmentMeta) -> pa.Table | LogSegment:
         if segment.format == SegmentFormat.KAFKA:  # read whole in any case: a batch's CRC covers all its records
@@ -184,34 +209,67 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
                                        start=task.log_start_offset)
 
     depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
-    for segment, found in zip(task.segments, ahead(read, task.segments, depth), strict=True):
+    for segment, found in zip(segments, ahead(read, segments, depth), strict=True):
         if isinstance(found, LogSegment):
             live = task.store.objects.live_rows(task.tp, segment, found.records.column("offset"), task.log_start_offset)
             table = found.records if live.all() else found.records.filter(pa.array(live))  # not a copy of each record
-            empty.append(empty_transactional_batches(found, task.log_start_offset))
+            found_read.empty.append(empty_transactional_batches(found, task.log_start_offset))
             if segment.base_offset in whole:
-                logs[segment.base_offset], records[segment.base_offset] = found, table
+                found_read.logs[segment.base_offset], found_read.records[segment.base_offset] = found, table
         else:
             table = found
             if segment.base_offset in whole:
-                records[segment.base_offset] = table
+                found_read.records[segment.base_offset] = table
         del found
         part = pa.table({name: _column(table, name) for name in columns})
-        lengths.append(table.num_rows)
+        found_read.lengths.append(table.num_rows)
         del table
         if narrow:
             mine = key_range_of(part.column("key"), task.bounds) == task.key_range
             part = part.filter(pa.array(mine))
-            selected.append(mine)
-        parts.append(part)
-    return parts, lengths, records, logs, empty, selected
+            found_read.selected.append(mine)
+        found_read.parts.append(part)
+    found_read.assumed_kept = [0] * len(segments)
+    if sparse:
+        _keep_in_doubt(task, found_read)
+    return found_read
 
 
-def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: list[str], transactional: bool,
-           empty: list[pa.Table], records: dict[int, pa.Table], logs: dict[int, LogSegment],
-           selected: list[np.ndarray]) -> Facts:
-    """The facts of the rows read (see :func:`read_task_facts`); ``selected``: per segment, which
-    of its rows read ``parts`` holds (its key range's), if the read kept only those."""
+def _keep_in_doubt(task: CleanTask, read: RangeRead) -> None:
+    """Narrow the clean segments' parts to their rows in doubt (:func:`_in_doubt`, the dirty parts' keys checked
+    once for all of them), count the others as surely kept, and say which rows read each part holds."""
+    clean = [i for i, s in enumerate(task.segments) if s.next_offset <= task.first_dirty_offset]
+    dirty = [part.column("key") for part, s in zip(read.parts, task.segments, strict=True)
+             if s.next_offset > task.first_dirty_offset]
+    contested = pc.drop_null(pa.chunked_array([c for column in dirty for c in column.chunks], pa.binary()))
+    keys = pa.chunked_array([c for i in clean for c in read.parts[i].column("key").chunks], pa.binary())
+    horizons = pa.chunked_array([c for i in clean for c in read.parts[i].column("delete_horizon_ms").chunks],
+                                pa.int64())
+    doubt = _in_doubt(keys, horizons, contested.combine_chunks())
+    if not read.selected:
+        read.selected = [np.ones(n, dtype=bool) for n in read.lengths]
+    start = 0
+    for i in clean:
+        part = read.parts[i]
+        mine = doubt[start:start + part.num_rows]
+        start += part.num_rows
+        read.parts[i] = part.filter(pa.array(mine))
+        read.assumed_kept[i] = len(mine) - int(mine.sum())
+        selected = read.selected[i]
+        selected[np.flatnonzero(selected)[~mine]] = False
+
+
+def _in_doubt(keys: pa.ChunkedArray, horizons: pa.ChunkedArray, contested: pa.Array) -> np.ndarray:
+    """Which rows of a unique clean section the winner search must see: those whose key the dirty section holds,
+    those with a delete horizon (tombstones and markers, which may expire) and the keyless."""
+    doubt = pc.or_(pc.or_(pc.is_in(keys, value_set=contested), pc.is_null(keys)), pc.is_valid(horizons))
+    return doubt.to_numpy(zero_copy_only=False) if len(keys) else np.zeros(0, dtype=bool)
+
+
+def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: bool) -> Facts:
+    """The facts of the rows read (see :func:`read_task_facts`); ``read.selected``: per segment, which
+    of its rows read ``read.parts`` holds (its key range's, those in doubt), if the read kept only those."""
+    parts, lengths, empty, selected = read.parts, read.lengths, read.empty, read.selected
     raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
     n = raw.num_rows
     keyed = pc.is_valid(raw.column("key")).to_numpy(zero_copy_only=False)
@@ -248,7 +306,8 @@ def _facts(task: CleanTask, parts: list[pa.Table], lengths: list[int], columns: 
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
     table = facts_table(task, raw.column("offset"), raw.column("key"), valid, version,
                            raw.column("delete_horizon_ms"), keyed, control, aborted, pending)
-    return Facts(table, counts, read_lengths, mine, records, logs)
+    assumed = np.array(read.assumed_kept, dtype=np.int64) if any(read.assumed_kept) else None
+    return Facts(table, counts, read_lengths, mine, read.records, read.logs, assumed)
 
 
 def facts_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
@@ -309,10 +368,10 @@ def hand_out(run: RunRead) -> HandedRun:
     task = run.task
     columns = _columns_for(task)
     with phase("read"):
-        parts, lengths, *_ = _read_range(task, frozenset(), columns, columns)
+        read = _read_range(task, frozenset(), columns, columns)
     with phase("decide"):
-        raw = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table().select(columns)
-        read_lengths = np.array(lengths, dtype=np.int64)
+        raw = pa.concat_tables(read.parts) if read.parts else SEGMENT_SCHEMA.empty_table().select(columns)
+        read_lengths = np.array(read.lengths, dtype=np.int64)
         rows = pa.table({"offset": raw.column("offset"), "key": raw.column("key"),
                          "delete_horizon_ms": raw.column("delete_horizon_ms"),
                          "position": pa.array(row_positions(read_lengths).astype(np.int32))})
@@ -321,7 +380,7 @@ def hand_out(run: RunRead) -> HandedRun:
             rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
                 "version", pa.array(version, pa.int64()))
         key_range = key_range_of(raw.column("key"), task.bounds)
-        del raw, parts
+        del raw, read
         counts = key_range_counts(key_range, read_lengths, task.key_ranges)
         # A stable sort keeps each range's rows in offset order; a small integer type sorts by radix.
         order = np.argsort(key_range.astype(np.uint16 if task.key_ranges < 1 << 16 else np.int64), kind="stable")
