@@ -1,7 +1,8 @@
 """OpenLineage events of real commands, sent over HTTP to an endpoint on 127.0.0.1: a run's START and COMPLETE (one
-run id, each topic named by OpenLineage's conventions, the figures the run report has, valid by OpenLineage's
-published schema), a partial run's failures, a failed run's FAIL, the parent run Airflow passes, forget on S3; and
-an endpoint that refuses or never answers, which changes neither the exit code nor the output."""
+run id, each topic named by OpenLineage's conventions, the figures the run report has, each event held to
+openlineage-python's classes generated from OpenLineage's schema), a partial run's failures, a failed run's FAIL,
+the parent run Airflow passes, forget on S3; and an endpoint that refuses or never answers, which changes neither
+the exit code nor the output."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Lineage without a server: datasets named by OpenLineage's conventions, what the environment configures, each
-command's events held to OpenLineage's published schema, a delivery that never changes a command, and nothing of it
-at all (no import, no connection) when nothing is configured."""
+command's events held to the classes openlineage-python generates from OpenLineage's schema (and the check failing
+on each kind of broken event), a delivery that never changes a command, and nothing of it at all (no import, no
+connection) when nothing is configured."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ from compaction.lineage import delivery
 from compaction.lineage.datasets import DatasetName, dataset_at, topic_dataset
 from compaction.lineage.environment import Parent, RunRef, job_name, job_namespace, openlineage_configured, parent_run
 from compaction.lineage.events import run_event
-from compaction.lineage.figures import FACETS_SCHEMA, of_forget, of_gc, of_publish
+from compaction.lineage.figures import FACETS_SCHEMA, Dataset, Outcome, Written, of_forget, of_gc, of_publish
 from compaction.publish import Target
 from compaction.publish.snapshot import PublishResult
 from compaction.store import Store
 from compaction.store.gc import GcResult
 from tests.helpers import ROOT
-from tests.helpers.lineage import FACETS, problems
+from tests.helpers.lineage import CLIENT, FACETS, problems
 
 PARENT = Parent(RunRef("airflow", "compaction_nightly.compact", str(uuid.uuid4())),
                 RunRef("airflow", "compaction_nightly", str(uuid.uuid4())))
@@ -111,7 +112,7 @@ def _event(state: str, **kwargs: Any) -> dict[str, Any]:
                            event_ms=1_767_312_000_000, nominal_ms=1_767_312_000_000, **kwargs))
 
 
-def test_each_commands_events_validate_against_openlineages_published_schema() -> None:
+def test_each_commands_events_hold_to_openlineages_schema() -> None:
     store = Store.open("s3://bucket/topics", {"key": "AKIAIOSFODNN7EXAMPLE", "secret": "wJalrXUtnFEMI/K7MDENG"})
     gc = of_gc(store, [GcResult("orders-0", pruned_versions=[1], deleted_objects=["a", "b"], deleted_bytes=10),
                        GcResult("payments-0")], {"orders-1": "manifest orders/1/_manifests/x.json is not valid JSON"})
@@ -136,6 +137,83 @@ def test_each_commands_events_validate_against_openlineages_published_schema() -
     assert events[4]["run"]["facets"]["errorMessage"]["message"] == "gc skipped orders-1"
     text = json.dumps(events)
     assert "customer-42" not in text and "AKIA" not in text and "wJalr" not in text, "no key, no credential"
+
+
+def _run_complete() -> dict[str, Any]:
+    """A run's COMPLETE under Airflow, with an output's statistics and its ``compaction_run`` facet."""
+    orders = Dataset("s3://bucket", "topics/orders")
+    figures = {"partitionsCleaned": 2, "partitionsFailed": 0, "partitionsSkipped": 1, "recordsBefore": 100,
+               "recordsAfter": 40, "bytesBefore": 9000, "bytesAfter": 3600, "versions": {"0": 2, "1": 3}}
+    return _event("COMPLETE", parent=PARENT, outcome=Outcome([orders], [Written(
+        orders, "compaction_run", "CompactionRunOutputDatasetFacet", figures, rows=40, size=3600)]))
+
+
+def _set(path: str, value: Any) -> Any:
+    """A change to an event: the field at ``path`` (dotted, a number indexes a list) set to ``value``, or removed
+    with ``...``."""
+    *parents, last = path.split(".")
+
+    def change(event: dict[str, Any]) -> None:
+        node: Any = event
+        for step in parents:
+            node = node[int(step)] if step.isdigit() else node[step]
+        if value is ...:
+            del node[last]
+        else:
+            node[last] = value
+    return change
+
+
+STATS = "outputs.0.outputFacets.outputStatistics"
+OWN = "outputs.0.outputFacets.compaction_run"
+NOMINAL = "https://openlineage.io/spec/facets/1-0-1/NominalTimeRunFacet.json#/$defs/NominalTimeRunFacet"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (_set("run.runId", ...), "event.run: missing runId, which Run requires"),
+    (_set("run.runId", "run-42"), "event.run.runId: 'run-42' is not a uuid"),
+    (_set("eventTime", "2026-01-02"), "event.eventTime: '2026-01-02' is not a date-time"),
+    (_set("run.facets.nominalTime._producer", ...),
+     "event.run.facets.nominalTime: missing _producer, which NominalTimeRunFacet requires"),
+    (_set(f"{STATS}.rowCount", "40"),
+     f"event.{STATS.replace('.0.', '[0].')}.rowCount: expected an integer, got a string (\"40\")"),
+    (_set("run.facets.nominalTime._schemaURL", NOMINAL.replace("1-0-1", "1-0-0")),
+     f"event.run.facets.nominalTime._schemaURL: '{NOMINAL.replace('1-0-1', '1-0-0')}' is not the schema of "
+     f"NominalTimeRunFacet in {CLIENT}, {NOMINAL}"),
+    # and the rest of what the check holds an event to
+    (_set(f"{STATS}.rowCount", True), "rowCount: expected an integer, got a boolean (true)"),
+    (_set(f"{STATS}.size", None), "size: expected an integer, got null (null)"),
+    (_set("producer", "compaction 0.1"), "event.producer: 'compaction 0.1' is not a uri"),
+    (_set("schemaURL", ...), "event: missing schemaURL, which RunEvent requires"),
+    (_set("eventType", "DONE"), "event.eventType: 'DONE' is none of 'START', 'RUNNING', 'COMPLETE'"),
+    (_set("job.namespace", 7), "event.job.namespace: expected a string, got an integer (7)"),
+    (_set("run.runID", str(uuid.uuid4())), "event.run: unknown field 'runID' (known: runId, facets)"),
+    (_set("run.facets.parent.root.run.runId", "root"), "event.run.facets.parent.root.run.runId: 'root' is not a uuid"),
+    (_set("run.facets.parent.job", ...), "event.run.facets.parent: missing job, which ParentRunFacet requires"),
+    (_set("run.facets.nominaltime", {"_producer": "urn:x", "_schemaURL": NOMINAL, "nominalStartTime": "x"}),
+     "event.run.facets.nominaltime: 'nominaltime' is the key of no standard RunFacet the job's events carry"),
+    (_set("job.facets.nominalTime", {"_producer": "urn:x", "_schemaURL": NOMINAL,
+                                     "nominalStartTime": "2026-01-02T00:00:00Z"}),
+     "event.job.facets.nominalTime: 'nominalTime' is the key of no standard JobFacet"),
+    (_set(f"{OWN}.partitionsCleaned", -1), "compaction_run.partitionsCleaned: -1 is less than the minimum of 0"),
+    (_set(f"{OWN}.versions", ...), "compaction_run: 'versions' is a required property"),
+    (_set(f"{OWN}._producer", ...), "compaction_run: missing _producer, which OutputDatasetFacet requires"),
+    (_set(f"{OWN}.partitionscleaned", 2),
+     "compaction_run: unknown field 'partitionscleaned' (known: _producer, _schemaURL, bytesAfter"),
+    (_set(f"{OWN}._schemaURL", f"{FACETS_SCHEMA}#/$defs/CompactionRunDatasetFacet"),
+     f"compaction_run._schemaURL: '{FACETS_SCHEMA}#/$defs/CompactionRunDatasetFacet' names no facet defined in "
+     "facets.json"),
+    (_set("run.facets.compaction_gc", {"_producer": "urn:x", "_schemaURL": f"{FACETS_SCHEMA}#/$defs/"
+                                       "CompactionGcOutputDatasetFacet"}),
+     "event.run.facets.compaction_gc: CompactionGcOutputDatasetFacet extends https://openlineage.io/spec/2-0-2/"
+     "OpenLineage.json#/$defs/OutputDatasetFacet in facets.json, where a RunFacet"),
+])
+def test_the_check_finds_each_kind_of_broken_event(change: Any, expected: str) -> None:
+    event = _run_complete()
+    assert problems(event) == [], "whole, the event holds"
+    change(event)
+    found = problems(event)
+    assert len(found) == 1 and expected in found[0], found
 
 
 def test_compactions_own_facets_are_defined_by_a_valid_schema() -> None:
