@@ -65,6 +65,13 @@ Scenarios:
   read     a streaming read of S1's store through the read API (every column, as Arrow batches) against
            DuckDB reading the same files with a plain glob; peak RSS at 5M, 10M and 20M records
 
+  source   the store as the Spark data source compaction against the plain formulation on the same rows and files
+           (bench/spark_source.py, each in a local session of Spark's defaults, cold and warm): a batch read of S1's
+           store against spark.read.parquet of its live files (goal <= 1.2x), with the floor of any Python data source
+           (pyarrow reading the same files, nothing checked); a write of its 20M rows against df.write.parquet of them
+           (goal <= 1.3x); a streaming write of them (ten micro-batches) against the batch write (throughput, goal
+           <= 1.5x)
+
 ``--quick``: every scenario but S4 at small sizes, one run each (S1-S3, S5, K1, scaling, read at 1/20 of the
 records; S6 and S9 at 1/20, 5M records in 200 segments; S7 100 partitions; S8 20; plan-commit 50), into
 ``<out>/quick.*``.
@@ -138,7 +145,7 @@ MANY_GOAL = LATENCY_GOAL = 1.5
 PLAN_COMMIT_GOAL_S = 60
 #: The scenarios a run measures unless told (``--scenarios``), at full size and with ``--quick``.
 DEFAULT = ("startup", "S1", "S5", "S6", "S9", "S2", "S3", "S4", "K1", "S7", "S8", "plan-commit", "scaling",
-           "read")
+           "read", "source")
 QUICK = tuple(name for name in DEFAULT if name != "S4")
 #: The latency the proxy adds to every request to the S3 server (real S3 answers in 20-100 ms).
 LATENCY_S = 0.05
@@ -947,6 +954,41 @@ def read(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
     return result
 
 
+#: The data source's formulations (bench/spark_source.py), taking turns; the goals of their ratios.
+SOURCE_FORMULATIONS = ("read-source", "read-parquet", "read-floor", "write-source", "write-parquet", "stream-source")
+SOURCE_PAIRS = {"read": ("read-source", "read-parquet"), "read_floor": ("read-floor", "read-parquet"),
+                "write": ("write-source", "write-parquet"), "stream": ("stream-source", "write-source")}
+SOURCE_GOALS = {"read": 1.2, "write": 1.3, "stream": 1.5}
+
+
+def spark_source(work: Path, runs: int, records: int) -> dict[str, Any]:
+    """S1's store through the data source compaction against the plain formulation of each verb, cold and warm."""
+    source = generated(work, f"s1-{records}", s1_spec(records))
+    live, size = store_bytes(source)
+    folder = work / f"source-{records}"
+    script = [PYTHON, str(ROOT / "bench" / "spark_source.py")]
+    run_measured([*script, "inputs", source, str(folder)], env=env())  # the rows every write takes, made once
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in SOURCE_FORMULATIONS}
+    for _ in range(runs):  # the formulations take turns, so a busy spell of the machine hits all alike
+        for name in SOURCE_FORMULATIONS:
+            figures = json.loads(run_measured([*script, name, source, str(folder)], env=env()).extra["stdout"]
+                                 .strip().splitlines()[-1])
+            for when in ("cold", "warm"):
+                if figures[when]["records"] != live:
+                    raise RuntimeError(f"{name} ({when}) saw {figures[when]['records']:,} records; the store's live "
+                                       f"log holds {live:,}")
+            measured[name].append(figures)
+    rows: dict[str, Any] = {"input_records": live, "input_bytes": size}
+    for name, results in measured.items():
+        rows[name] = {when: {figure: round(statistics.median(r[when][figure] for r in results), 2)
+                             for figure in ("seconds", "cpu_seconds")} for when in ("cold", "warm")}
+    rows["ratios"] = {what: {f"{when}_{figure}": round(rows[a][when][figure] / rows[b][when][figure], 2)
+                             for when in ("cold", "warm") for figure in ("seconds", "cpu_seconds")}
+                      for what, (a, b) in SOURCE_PAIRS.items()}
+    rows["goals"] = SOURCE_GOALS
+    return rows
+
+
 def machine() -> dict[str, Any]:
     import duckdb
     import polars
@@ -1101,6 +1143,16 @@ def table(results: dict[str, Any]) -> str:
             f"peak RSS {row['read']['peak_rss_mb']:,} MB) vs DuckDB {row['duckdb-read']['seconds']:.1f} s "
             f"(peak RSS {row['duckdb-read']['peak_rss_mb']:,} MB) = {row['x_duckdb']}x"
             for size, row in reads.items()))
+    sourced = results["scenarios"].get("source")
+    if sourced and "ratios" in sourced:
+        for what, (a, b) in SOURCE_PAIRS.items():
+            ratio = sourced["ratios"][what]
+            lines.append(f"source {what}: {a} {sourced[a]['warm']['seconds']:.1f} s warm "
+                         f"({sourced[a]['cold']['seconds']:.1f} s cold) vs {b} {sourced[b]['warm']['seconds']:.1f} s "
+                         f"({sourced[b]['cold']['seconds']:.1f} s) = {ratio['warm_seconds']}x warm, "
+                         f"{ratio['cold_seconds']}x cold; CPU {ratio['warm_cpu_seconds']}x warm, "
+                         f"{ratio['cold_cpu_seconds']}x cold"
+                         + (f" (goal {SOURCE_GOALS[what]}x)" if what in SOURCE_GOALS else ""))
     scale = results["scenarios"].get("scaling")
     if scale:
         rates = [row["run_records_per_second"] for row in scale.values()]
@@ -1189,6 +1241,7 @@ def main() -> int:
         "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000,
                                                                            50_000_000))),
         "read": lambda: read(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
+        "source": lambda: spark_source(work, runs, 20_000_000 // scale),
     }
     chosen = args.scenarios.split(",") if args.scenarios else list(QUICK if args.quick else DEFAULT)
     unknown = [name for name in chosen if name not in steps]

@@ -11,13 +11,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compaction.config import Settings
 from compaction.errors import InvalidArgumentError
 from compaction.rules import Strategy
 from compaction.store import Store
 from compaction.store.names import MAX_PARTITION, topic_name_problem
+
+if TYPE_CHECKING:
+    from compaction.config import Settings
 
 #: The Kafka source's offsets in its JSON: -2 the earliest, -1 the latest.
 EARLIEST, LATEST = -2, -1
@@ -98,6 +100,8 @@ class StoreOptions:
 
     def settings(self) -> Settings:
         """The configuration (the ``conf`` file, the environment): topics' Kafka settings."""
+        from compaction.config import Settings  # the configuration's models: only where a verb needs them
+
         return Settings.load(self.conf)
 
 

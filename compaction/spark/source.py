@@ -1,124 +1,28 @@
 """The data source named ``compaction``: Spark's verbs (read, write, readStream, writeStream) on a store.
 
-Each verb is a thin adapter: reads go to :mod:`.reader` and :mod:`.stream`, writes to :mod:`.writer`. Spark creates
-a data source per query from its options (:mod:`.options`, refused there when unknown), asks it for a reader or a
-writer on the driver, and pickles that to its tasks; a write's commit runs on the driver. ``pyspark_compaction``
-(the installed top-level module Spark discovers) names :class:`CompactionDataSource` as its ``DefaultSource``.
+Each verb is a thin adapter: reads go to :mod:`.reader` and :mod:`.stream`, writes to :mod:`.sinks` and
+:mod:`.writer`. Spark creates a data source per query from its options (:mod:`.options`, refused there when
+unknown), asks it for a reader or a writer on the driver, and pickles that to its tasks; a write's commit runs on
+the driver. ``pyspark_compaction`` (the installed top-level module Spark discovers) names
+:class:`CompactionDataSource` as its ``DefaultSource``. Spark looks sources up, creates and plans them in Python
+processes of their own, each importing this module: it imports a verb's modules only when that verb runs.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import fsspec
-import pyarrow as pa
-from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-    WriterCommitMessage,
-)
-from pyspark.sql.pandas.types import from_arrow_type
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from compaction.errors import InvalidArgumentError
 from compaction.spark.options import ReadOptions, WriteOptions
-from compaction.spark.reader import new_reader
-from compaction.spark.rows import check_write_schema, read_ddl, read_schema
-from compaction.spark.stream import StoreStreamReader
-from compaction.spark.writer import (
-    Stream,
-    WriteMessage,
-    WritePlan,
-    abort_write,
-    commit_write,
-    wall_clock_ms,
-    write_task,
-)
+from compaction.spark.rows import read_ddl, read_schema
+
+if TYPE_CHECKING:
+    from compaction.spark.sinks import StoreStreamWriter, StoreWriter
 
 NAME = "compaction"
-
-
-def _task() -> int:
-    context = TaskContext.get()
-    return context.partitionId() if context is not None else 0
-
-
-def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[WriteMessage | None]:
-    return [m if isinstance(m, WriteMessage) else None for m in messages]
-
-
-def _fields(schema: StructType | pa.Schema) -> list[tuple[str, str]]:
-    """The frame's columns as ``(name, Spark's simpleString type)``: Spark hands a writer a StructType, Sail an Arrow
-    schema."""
-    if isinstance(schema, pa.Schema):
-        return [(f.name, from_arrow_type(f.type).simpleString()) for f in schema]
-    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
-
-
-def _plan(options: WriteOptions, schema: StructType | pa.Schema) -> WritePlan:
-    check_write_schema(_fields(schema), options.topic is not None)
-    return WritePlan.of(options.store.open(), options.store.settings(), options.topic, wall_clock_ms())
-
-
-class StoreWriter(DataSourceArrowWriter):
-    """``df.write.format("compaction").mode("append")``."""
-
-    def __init__(self, plan: WritePlan) -> None:
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
-        return write_task(self.plan, iterator, _task())
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_write(self.plan.store, _messages(messages), time_ms=self.plan.time_ms)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_write(self.plan.store, _messages(messages))
-
-
-def query_id(checkpoint: str) -> str:
-    """A streaming query's id, as Spark keeps it in its checkpoint (``<checkpointLocation>/metadata``): the same
-    across restarts of the query, so that a micro-batch replayed after a crash is known again."""
-    try:
-        fs, path = fsspec.core.url_to_fs(checkpoint)
-        found = _id_of(fs.cat_file(f"{path.rstrip('/')}/metadata"))
-    except (OSError, ValueError, ImportError) as err:
-        raise InvalidArgumentError(f"cannot read the streaming query's id from its checkpoint {checkpoint}/metadata "
-                                   f"({err}): a streaming write to compaction records it with each micro-batch") \
-            from err
-    return found
-
-
-def _id_of(data: bytes) -> str:
-    first = data.decode().splitlines()[0]
-    found = json.loads(first).get("id")
-    if not isinstance(found, str) or not found:
-        raise ValueError("it names no id")
-    return found
-
-
-class StoreStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("compaction")``: exactly once, by the query's id and the micro-batch's."""
-
-    def __init__(self, options: WriteOptions, plan: WritePlan) -> None:
-        self.options = options
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
-        return write_task(self.plan, iterator, _task())
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        assert self.options.checkpoint is not None
-        commit_write(self.plan.store, _messages(messages), time_ms=wall_clock_ms(),
-                     stream=Stream(query_id(self.options.checkpoint), batchId))
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_write(self.plan.store, _messages(messages))
 
 
 class CompactionDataSource(DataSource):
@@ -133,9 +37,13 @@ class CompactionDataSource(DataSource):
         return read_ddl(read_schema(options.include_headers, options.include_store_columns))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from compaction.spark.reader import new_reader
+
         return new_reader(ReadOptions.of(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from compaction.spark.stream import StoreStreamReader
+
         return StoreStreamReader(ReadOptions.of(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> StoreWriter:
@@ -143,7 +51,9 @@ class CompactionDataSource(DataSource):
         if overwrite:
             raise InvalidArgumentError("mode overwrite is refused: a store's log is append-only (a write adds records "
                                        "after each partition's log end); use mode append")
-        return StoreWriter(_plan(options, schema))
+        from compaction.spark.sinks import StoreWriter, plan_write
+
+        return StoreWriter(plan_write(options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StoreStreamWriter:
         options = WriteOptions.of(self.options, streaming=True)
@@ -153,5 +63,7 @@ class CompactionDataSource(DataSource):
         if not options.checkpoint:
             raise InvalidArgumentError("a streaming write to compaction needs the option checkpointLocation: exactly "
                                        "once records the query's id, kept there, with each micro-batch")
-        return StoreStreamWriter(options, _plan(options, schema))
+        from compaction.spark.sinks import StoreStreamWriter, plan_write
+
+        return StoreStreamWriter(options, plan_write(options, schema))
 

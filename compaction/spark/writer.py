@@ -44,7 +44,6 @@ TASK_BYTES = 256 << 20
 #: Partitions committed at once on the driver.
 COMMIT_THREADS = 32
 WRITER_ID = "compaction-spark"
-NO_RECORDS = RECORD_SCHEMA.empty_table()
 
 
 @dataclass(frozen=True)
@@ -389,7 +388,7 @@ def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[Piece],
                                       f"the written offset {pieces[0].segment.base_offset}")
         else:
             segments = [p.segment for p in pieces]
-        state = appended_state(newest, segments, NO_RECORDS, f"records for {tp}")
+        state = appended_state(newest, segments, RECORD_SCHEMA.empty_table(), f"records for {tp}")
         if stream is not None:
             state["streams"] = {**(newest.streams if newest is not None else {}), stream.query_id: stream.batch_id}
         return state
