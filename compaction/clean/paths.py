@@ -7,8 +7,7 @@ rules (:mod:`compaction.rules`); they differ in where the work runs:
   partitions share a task: a Spark task costs tens of milliseconds to schedule, and a nightly increment leaves most
   partitions little to do.
 - :data:`RANGES_READ`: a larger partition split into key ranges, each range's task reading the whole range and
-  keeping its rows (with transactions, whose facts need every row before a record; or with few ranges, whose
-  repeated reads cost less than a shuffle).
+  keeping its rows (with transactions, whose facts need every row before a record).
 - :data:`RANGES_HANDED`: key ranges fed by one read of each run of segments, its rows handed to the ranges in the
   store.
 - :data:`AGAINST_DIRTY_KEYS`: a partition whose clean section is large, unique-keyed and under the offset strategy
@@ -46,11 +45,6 @@ from compaction.engine.phases import add
 from compaction.engine.stages import SparkStages, Stages, isolated
 from compaction.errors import CompactionError
 
-#: A split partition of fewer key ranges than this reads its whole range in each range's task (keeping that
-#: range's rows of each segment as it goes): reading the fact columns a few times over costs less than
-#: handing them over once. With more ranges the reads would grow as the square of the partition, so each run of
-#: segments is read once and its rows handed over.
-SHUFFLE_FROM_RANGES = 5
 #: A task takes small units of work (partitions, apply jobs) until they hold this share of ``task.max.records``.
 PACK_DIVISOR = 20
 #: Units of one task at once, so that their requests overlap: many on an object store, whose requests wait on the
@@ -332,10 +326,11 @@ AGGREGATE = SqlWinnerSearch(rules.Plan.AGGREGATE)
 
 
 def reads_whole_ranges(task: CleanTask) -> bool:
-    """Whether each of a split partition's key ranges reads the whole range (rather than its rows shuffled to it
-    from one read of each run): with transactions always, since whether a record is aborted depends on every
-    row before it; otherwise while the ranges are few (:data:`SHUFFLE_FROM_RANGES`)."""
-    return has_transactions(task) or task.key_ranges < SHUFFLE_FROM_RANGES
+    """Whether each of a split partition's key ranges reads the whole range (rather than its rows handed to it from
+    one read of each run): with transactions, since whether a record is aborted depends on every row before it.
+    Otherwise each run is read once, however few the ranges: reading the decision columns once per range cost S5
+    (20M records, 4 ranges) a fifth of its tasks' CPU."""
+    return has_transactions(task)
 
 
 #: A partition whose clean section holds more live bytes than this is cleaned against its dirty keys, when it can be

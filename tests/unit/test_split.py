@@ -1,6 +1,5 @@
-"""A split partition's stage 1 (the Arrow plan, over ``task.max.records``): with many key ranges and no
-transactions each segment is read once and its rows shuffled to their key ranges; otherwise every range's
-task reads the range, keeping its own rows.
+"""A split partition's stage 1 (the Arrow plan, over ``task.max.records``): without transactions each segment is read
+once and its rows handed to their key ranges; with them every range's task reads the range, keeping its own rows.
 Either way the log ends as the one-task plan leaves it. Runs in this process (tests/helpers/inline.py)."""
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import pytest
 
 from compaction.clean import paths
 from compaction.clean.cleaner import Cleaner, plan_store
-from compaction.clean.paths import SHUFFLE_FROM_RANGES
 from compaction.clean.payloads import RunRead
 from compaction.clean.planner import segment_runs
 from compaction.clean.tasks.decide import decide_handed
@@ -70,7 +68,7 @@ def cleaned(store: Store) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("task_max_records", "transactional"), [(2_000, False), (3_000, False), (2_000, True)],
                          ids=["many-ranges", "few-ranges", "transactions"])
-def test_a_split_partition_reads_each_segment_once_if_its_ranges_are_many_and_hold_no_transactions(
+def test_a_split_partition_reads_each_segment_once_if_it_holds_no_transactions(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_max_records: int, transactional: bool) -> None:
     extra = {"transactional_ratio": 0.3, "abort_ratio": 0.3} if transactional else {}
     whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
@@ -79,14 +77,14 @@ def test_a_split_partition_reads_each_segment_once_if_its_ranges_are_many_and_ho
     cleaner = Cleaner(InlineSession(), split, settings(task_max_records))
     plan = plan_store(split, cleaner.settings, NOW)
     key_ranges = cleaner.task(plan.to_clean[0], NOW).key_ranges
-    assert (key_ranges >= SHUFFLE_FROM_RANGES) == (task_max_records == 2_000), f"{key_ranges} key ranges"
+    assert key_ranges == 4 if task_max_records == 3_000 else key_ranges > 4, f"{key_ranges} key ranges"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
     decision_reads = [seen[s.base_offset, "decision"] for s in segments]
     samples = sum(seen[s.base_offset, "sample"] for s in segments)
     assert not report.failed and report.partitions[0].stats.messages_written < 12_000
     assert cleaned(split) == cleaned(whole)
-    once = not transactional and key_ranges >= SHUFFLE_FROM_RANGES
+    once = not transactional
     assert decision_reads == ([1] * len(segments) if once else [key_ranges] * len(segments))
     assert 0 < samples <= 8, "the bounds come from a sample"
 
