@@ -123,8 +123,13 @@ def test_each_commands_events_hold_to_openlineages_schema() -> None:
     events = [_event("START", parent=PARENT), _event("COMPLETE", parent=PARENT, outcome=gc),
               _event("COMPLETE", outcome=forget), _event("COMPLETE", outcome=publish),
               _event("FAIL", outcome=gc, error="gc skipped orders-1", trace="Traceback ...")]
+    empty = of_publish(store, "orders", Target("default", {}, "kafka", 1, 1),
+                       PublishResult("kafka.orders", None, {}, committed=False))
+    events.append(_event("COMPLETE", outcome=empty))
     for event in events:
         assert problems(event) == [], event
+    assert "snapshotId" not in events[-1]["outputs"][0]["outputFacets"]["compaction_publish"], \
+        "a table without a snapshot has none to name"
     assert [(d["namespace"], d["name"]) for d in events[1]["outputs"]] == [("s3://bucket", "topics/orders")], \
         "written where gc deleted something"
     assert events[1]["outputs"][0]["outputFacets"]["compaction_gc"] | {"_producer": None} == {
