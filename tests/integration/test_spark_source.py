@@ -67,6 +67,13 @@ def registered(any_spark: Any) -> Any:
     return any_spark
 
 
+@pytest.fixture
+def classic(spark: Any) -> Any:
+    """The classic session, registered: for what runs the same on both kinds of session once shown on both."""
+    register(spark)
+    return spark
+
+
 def kafka_layout(log: pa.Table, headers: bool = False) -> pa.Table:
     """``compaction read``'s records in the Kafka source's columns, written out here: a timestamp in µs, none
     for a record without one (null or negative), timestampType 0, the topic's name."""
@@ -125,10 +132,16 @@ def test_format_compaction_needs_no_registration_on_classic_spark_or_spark_conne
 # Batch read ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["local", "kafka"])
-@pytest.mark.parametrize("view", STRATEGY_VIEWS)
-def test_a_batch_read_returns_the_records_of_compaction_read(any_spark: Any, request: pytest.FixtureRequest,
-                                                             tmp_path: Path, name: str, view: list[str]) -> None:
+READS = [pytest.param(session, name, view.values[0], id=f"{session}-{name}-{view.id}")
+         for session in ("spark", "connect") for name in ("local", "kafka") for view in STRATEGY_VIEWS
+         if session == "spark" or view.id in ("log", "latest-header")]
+
+
+@pytest.mark.parametrize(("session", "name", "view"), READS)
+def test_a_batch_read_returns_the_records_of_compaction_read(request: pytest.FixtureRequest, tmp_path: Path,
+                                                             session: str, name: str, view: list[str]) -> None:
+    """Every strategy's view of both formats on classic Spark; the log and the header strategy's view on Connect."""
+    any_spark = request.getfixturevalue(session)
     built: Built = request.getfixturevalue(name)
     flags = [] if not view else ["--latest", "--set", f"{TOPIC}:compaction.strategy={view[0]}", "--set",
                                  f"{TOPIC}:compaction.strategy.header={HEADER}"]
@@ -296,13 +309,13 @@ def test_a_write_appends_what_compaction_read_and_verify_then_find(registered: A
     same_rows(registered, read_back, kafka_layout(written))
 
 
-def test_a_kafka_frame_with_offsets_is_mirrored_offsets_and_all(registered: Any, local: Built, tmp_path: Path) -> None:
+def test_a_kafka_frame_with_offsets_is_mirrored_offsets_and_all(classic: Any, local: Built, tmp_path: Path) -> None:
     """The mirror recipe's shape: a frame read with the Kafka source's columns, written to an empty topic."""
     url = str(tmp_path / "mirror")
     Store.open(url).create_topic(TOPIC, readstore.PARTITIONS, now_ms=NOW)
-    read(registered, local, includeHeaders="true").write.format("compaction").mode("append").save(url)
-    got = read(registered, Built(url, {}, [], {}), includeHeaders="true")
-    same_rows(registered, got, kafka_layout(cli_table(local, tmp_path), headers=True))
+    read(classic, local, includeHeaders="true").write.format("compaction").mode("append").save(url)
+    got = read(classic, Built(url, {}, [], {}), includeHeaders="true")
+    same_rows(classic, got, kafka_layout(cli_table(local, tmp_path), headers=True))
 
 
 def test_two_writers_racing_on_one_partition_lose_and_reorder_nothing(spark: Any, tmp_path: Path) -> None:
@@ -361,21 +374,31 @@ def versions(url: str) -> list[int]:
 
 
 @pytest.mark.parametrize(("rows", "problem"), BAD_WRITES)
-def test_bad_rows_are_refused_in_one_line_before_anything_commits(registered: Any, small: str, tmp_path: Path,
+def test_bad_rows_are_refused_in_one_line_before_anything_commits(classic: Any, small: str, tmp_path: Path,
                                                                  rows: list[tuple[Any, ...]], problem: str) -> None:
     good = [("orders", 0, b"fine", b"v")] * 3
-    frame = rows_frame(registered, good + rows, "topic string, partition int, key binary, value binary")
+    frame = rows_frame(classic, good + rows, "topic string, partition int, key binary, value binary")
     before = versions(small)
     with pytest.raises(Exception, match=problem):
         (frame.write.format("compaction").mode("append").option("conf", str(tmp_path / "small.toml")).save(small))
     assert versions(small) == before, "nothing committed"
 
 
-def test_a_timestamp_outside_kafkas_range_is_refused(registered: Any, small: str) -> None:
-    frame = registered.sql("SELECT 'orders' AS topic, 2 AS partition, CAST('k' AS binary) AS key, "
+def test_a_timestamp_outside_kafkas_range_is_refused(classic: Any, small: str) -> None:
+    frame = classic.sql("SELECT 'orders' AS topic, 2 AS partition, CAST('k' AS binary) AS key, "
                            "CAST('v' AS binary) AS value, TIMESTAMP'1969-12-31 23:59:59 UTC' AS timestamp")
     with pytest.raises(Exception, match="a record for orders-2: field timestamp -1000 ms is before 1970-01-01"):
         frame.write.format("compaction").mode("append").save(small)
+
+
+def test_offsets_at_or_below_a_partitions_log_end_are_refused(classic: Any, small: str) -> None:
+    frame = rows_frame(classic, [("orders", 1, 5, b"k", b"v"), ("orders", 1, 6, b"k", b"w")],
+                       "topic string, partition int, offset bigint, key binary, value binary")
+    before = versions(small)
+    with pytest.raises(Exception, match=r"records for orders-1: offsets from 5 are at or below the partition's log "
+                                        r"end 10"):
+        frame.write.format("compaction").mode("append").save(small)
+    assert versions(small) == before
 
 
 @pytest.mark.parametrize(("verb", "problem"), [
@@ -384,12 +407,12 @@ def test_a_timestamp_outside_kafkas_range_is_refused(registered: Any, small: str
     ("overwrite", "mode overwrite is refused: a store's log is append-only"),
     ("column", "column 'vaule' is not one a write to format compaction takes"),
 ])
-def test_an_unknown_option_a_mode_or_a_column_is_refused_in_one_line(registered: Any, small: str, verb: str,
+def test_an_unknown_option_a_mode_or_a_column_is_refused_in_one_line(classic: Any, small: str, verb: str,
                                                                      problem: str) -> None:
-    frame = rows_frame(registered, [("orders", b"v")], "topic string, value binary")
+    frame = rows_frame(classic, [("orders", b"v")], "topic string, value binary")
     with pytest.raises(Exception, match=problem):
         if verb == "read":
-            registered.read.format("compaction").option("subscirbe", "orders").load(small).count()
+            classic.read.format("compaction").option("subscirbe", "orders").load(small).count()
         elif verb == "write":
             frame.write.format("compaction").mode("append").option("kafka.bootstrap.servers", "b:9092").save(small)
         elif verb == "overwrite":
@@ -437,13 +460,13 @@ def test_the_sql_functions_return_what_the_commands_print(registered: Any, local
     assert [r.asDict() for r in versions_] == [{**e, "topic": TOPIC, "partition": 1} for e in entries]
 
 
-def test_the_sql_functions_types_are_typed_columns(registered: Any, local: Built) -> None:
-    schema = registered.sql(f"SELECT * FROM compaction_plan('{local.url}')").schema
+def test_the_sql_functions_types_are_typed_columns(classic: Any, local: Built) -> None:
+    schema = classic.sql(f"SELECT * FROM compaction_plan('{local.url}')").schema
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     assert (types["partition"], types["cleanable_ratio"], types["active_rolled"], types["clean_range"]) == (
         "int", "double", "boolean", "array<bigint>")
 
 
-def test_a_bad_argument_to_a_sql_function_is_one_line(registered: Any, local: Built) -> None:
+def test_a_bad_argument_to_a_sql_function_is_one_line(classic: Any, local: Built) -> None:
     with pytest.raises(Exception, match="topic name 'no/such' "):
-        registered.sql(f"SELECT * FROM compaction_history('{local.url}', 'no/such', 0)").collect()
+        classic.sql(f"SELECT * FROM compaction_history('{local.url}', 'no/such', 0)").collect()
