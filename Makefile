@@ -113,7 +113,7 @@ bench-codec: $(BIN)/.bench-installed ## Kafka batch codec MB/s vs kafka-python, 
 	$(BIN)/python bench/kafka_codec.py --codecs none,gzip,snappy,lz4,zstd
 
 lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vulture)
-	$(BIN)/ruff check compaction tests bench jobs dags dagster-defs scripts
+	$(BIN)/ruff check compaction tests bench jobs dags dagster-defs scripts pyspark_compaction.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
