@@ -117,7 +117,9 @@ def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_erro
 #: two hosts. Partitions 0 and 2 pause after each object their first attempt writes, until Spark kills them (as it
 #: kills a losing attempt once a copy wins; the pause's bound, HANG_S, only ends a run that went wrong); the other
 #: tasks finish at once, so Spark takes the paused ones for slow and runs a copy on the other host, which wins
-#: however loaded the machine, since the first attempt never finishes: no elapsed time decides. The job starts
+#: however loaded the machine, since the first attempt never finishes; a copy's first write there waits until the
+#: first attempt has written one (a marker file), so that the loser always leaves an object, even when Spark started
+#: the copy before the first attempt reached its write: no elapsed time decides. The job starts
 #: once both executors are there. A small ``task.max.records`` keeps each partition in a task of its own (small
 #: partitions would otherwise share one), so that the paused ones are the slow tasks.
 DRIVER = """
@@ -129,7 +131,7 @@ from compaction.report import write_report
 from compaction.store import Store
 from tests.helpers.task_faults import faulty
 
-master, url, out, now = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+master, url, out, now, marks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]
 spark = spark_session(master, conf={
     "spark.speculation": "true", "spark.speculation.multiplier": "1", "spark.speculation.quantile": "0.01",
     "spark.speculation.minTaskRuntime": "100ms", "spark.speculation.interval": "100ms",
@@ -138,7 +140,8 @@ spark = spark_session(master, conf={
     "spark.ui.showConsoleProgress": "false"})
 settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
                                     "cleaner": {"task.max.records": 20}}, environ={})
-report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=float(sys.argv[5])), settings).run(now)
+report = Cleaner(spark, faulty(Store.open(url), slow=("t/0/", "t/2/"), slow_s=float(sys.argv[5]),
+                               marks=marks), settings).run(now)
 spark.stop()
 write_report(report, out)
 """
@@ -149,7 +152,10 @@ HANG_S = 300
 
 def _speculative_pass(master: str, store: Store, partitions: list[TopicPartition], report_path: Path) -> set[str]:
     """One pass under speculation, checked; returns the objects no manifest references (the losers')."""
-    process = subprocess.run([sys.executable, "-c", DRIVER, master, store.url, str(report_path), str(NOW), str(HANG_S)],
+    marks = report_path.parent / "first-attempt-marks"
+    marks.mkdir()
+    process = subprocess.run([sys.executable, "-c", DRIVER, master, store.url, str(report_path), str(NOW), str(HANG_S),
+                              str(marks)],
                              env=cluster_env(), cwd=ROOT, capture_output=True, text=True, timeout=2 * HANG_S)
     assert process.returncode == 0, process.stderr[-3000:]
     report = json.loads(report_path.read_text())
