@@ -26,11 +26,12 @@ class TaskFaults(Storage):
     ``first_attempt_only``) in the first; ``slow_s``: each write under ``slow`` in a first attempt is followed
     by that long a pause (the object is written, then the attempt lingers), and a later attempt's first write there
     waits, as long at most, until the first attempt has written (a marker in ``marks``, a folder both executors
-    see): so the first attempt always leaves an object behind, whichever attempt Spark ran first; ``bug``: any call under that prefix
-    raises a ``TypeError`` whose message holds ``bug_text``, as a bug in the library would."""
+    see): so the first attempt always leaves an object behind, whichever attempt Spark ran first; ``bug``: any call
+    under that prefix raises a ``TypeError`` whose message holds ``bug_text``, as a bug in the library would."""
 
     def __init__(self, inner: Storage, *, kill: str | None = None, first_attempt_only: bool = False,
-                 slow: tuple[str, ...] = (), slow_s: float = 0.0, marks: str = "", bug: str | None = None, bug_text: str = "") -> None:
+                 slow: tuple[str, ...] = (), slow_s: float = 0.0, marks: str = "", bug: str | None = None,
+                 bug_text: str = "") -> None:
         super().__init__(inner.fs, inner.root, inner.url, inner.storage_options)
         self.faults: dict[str, Any] = {"kill": kill, "first_attempt_only": first_attempt_only, "slow": slow,
                                        "slow_s": slow_s, "marks": marks, "bug": bug, "bug_text": bug_text}
