@@ -14,7 +14,9 @@ job's (the same number of records and a digest of their sorted offsets, per part
 The job also runs on Sail (``--remote sail`` from .venv-sail, its server's start included), a row of its own
 (``sail``) in every scenario that compares engines, unless ``--no-sail``. Wall time includes everything the process
 does; the job's includes Spark start-up, which is also measured on its own, and as users start the job (``startup``:
-from this checkout and from the installed wheel). Peak RSS is the process tree's. Every job row also has where its
+from this checkout and from the installed wheel). Peak RSS is the process tree's; so is the CPU time (user + system, as
+the system counts a process and the children it waited for), which sets the job's tasks' work per record against
+each peer's CPU per record. Every job row also has where its
 time went (the run report's phases: start-up, plan, the Spark jobs, commit, and the tasks' read, decide and write
 time summed over tasks) and what its pass's Spark stages sent to executors and collected from them (``driver MB``,
 the report's ``driver_bytes``). Results go to ``<out>/latest.json`` (written after each scenario) and a chart
@@ -86,6 +88,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -157,6 +160,7 @@ class Measure:
     seconds: float
     peak_rss: int
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu_seconds: float = 0.0  # user + system CPU of the process tree (its children once they were waited for)
 
 
 class OverMemoryCap(RuntimeError):
@@ -207,8 +211,11 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out, err = process.communicate()
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
     if capped.is_set():
@@ -216,7 +223,7 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
                             f"{MEMORY_CAP['bytes'] / 2**30:.1f} GB (--memory-cap-gb)")
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
-    return Measure(seconds, peak, {"stdout": out})
+    return Measure(seconds, peak, {"stdout": out}, cpu)
 
 
 def env(python: str = PYTHON) -> dict[str, str]:
@@ -428,7 +435,8 @@ def median(measures: list[Measure]) -> dict[str, Any]:
     pick = sorted(measures, key=lambda m: m.seconds)[len(measures) // 2]
     result = {"seconds": round(statistics.median(m.seconds for m in measures), 2),
               "peak_rss_mb": round(max(m.peak_rss for m in measures) / 2**20),
-              "runs": [round(m.seconds, 2) for m in measures]}
+              "runs": [round(m.seconds, 2) for m in measures],
+              "cpu_seconds": round(statistics.median(m.cpu_seconds for m in measures), 2)}
     result.update({k: v for k, v in pick.extra.items() if k not in ("stdout", "survivors")})
     return result
 
@@ -494,6 +502,12 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
         if name in PHASE_FLOORS:
             row["floor_seconds"] = round(statistics.median(m.extra["floor_seconds"] for m in measures), 2)
         rows[name] = row
+    job_ms = rows["job"].get("phases_ms") or {}
+    rows["job"]["task_us_per_record"] = round(sum(job_ms.get(f"task_{p}", 0) for p in ("read", "decide", "write"))
+                                              * 1000 / max(1, records), 3)
+    for name in (*peers, "floor"):
+        if name in rows and "cpu_seconds" in rows[name]:
+            rows[name]["cpu_us_per_record"] = round(rows[name]["cpu_seconds"] * 1e6 / max(1, records), 3)
     if not peers:  # --job-only
         return rows
     finished = [name for name in peers if name not in stopped]
@@ -1068,6 +1082,10 @@ def table(results: dict[str, Any]) -> str:
                      f"goal <= {s6_rows['goals']['x_fastest']}x); peak RSS of the job's process tree "
                      f"{job_['peak_rss_mb']:,} MB (goal <= {s6_rows['goals']['peak_rss_mb']:,} MB); driver "
                      f"{driver_mb(job_)} MB")
+        if "duckdb" in s6_rows and "cpu_us_per_record" in s6_rows["duckdb"]:
+            lines.append(f"S6: the tasks' work {job_['task_us_per_record']:.2f} us a record (their read, decide and "
+                         f"write seconds) against DuckDB's CPU {s6_rows['duckdb']['cpu_us_per_record']:.2f} us (user + "
+                         "system of its whole query; goal: at most)")
     for name in ("S9", "S2"):
         night = scenarios.get(name)
         if night and "fastest_peer" in night and "goals" in night:
