@@ -569,7 +569,7 @@ def max_task_records(source: str) -> tuple[int, int]:
     """The most records one task of the skewed partition holds (counted by reading each decision task's
     key range, and each rewrite's sources), and that partition's cleaned records."""
     from compaction.clean.cleaner import Cleaner, plan_store
-    from compaction.clean.layout import SegmentOutcome, lay_out
+    from compaction.clean.layout import SegmentCounts, lay_out
     from compaction.clean.tasks.decide import decide_facts
     from compaction.clean.tasks.key_ranges import sample_bounds
 
@@ -582,12 +582,12 @@ def max_task_records(source: str) -> tuple[int, int]:
     bounds = sample_bounds(task) if task.key_ranges > 1 else ()
     decided = [decide_facts(replace(task, key_range=b, bounds=bounds)) for b in range(task.key_ranges)]
     held = [d.facts.table.num_rows for d in decided]
-    outcomes: dict[int, SegmentOutcome] = {}
+    segment_counts: dict[int, SegmentCounts] = {}
     for d in decided:
-        for segment, _, outcome in d.outcomes(largest.segments):
-            before = outcomes.get(segment.base_offset)
-            outcomes[segment.base_offset] = before.merge(outcome) if before else outcome
-    jobs = lay_out(largest.segments, outcomes, largest.first_dirty_offset, task.policy)
+        for segment, _, counts in d.segment_counts(largest.segments):
+            before = segment_counts.get(segment.base_offset)
+            segment_counts[segment.base_offset] = before.merge(counts) if before else counts
+    jobs = lay_out(largest.segments, segment_counts, largest.first_dirty_offset, task.policy)
     held += [sum(s.live_records for s in sources) for sources, _ in jobs]
     return max(held), largest.records
 

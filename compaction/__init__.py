@@ -40,8 +40,9 @@ A pass
 - **key range**: a split partition's keys between two sampled bounds, ``[bound, next bound)``; a partition too
   large for one task is cleaned as key ranges, a task each (``task.max.records``).
 - **winner search**: finding each key's **winner**, the greatest of its records that compete under the
-  strategy: with Arrow in a task (:mod:`compaction.winners`), or Spark SQL's window or aggregate. Its setting
-  keeps its user-facing name, ``dedupe.plan`` (``--plan``, :class:`Plan`), the one "plan" that is not the pass's.
+  strategy: with Arrow in a task (:mod:`compaction.winners`), or Spark SQL's window or aggregate
+  (:class:`WinnerSearch`). Its setting keeps its user-facing name, ``dedupe.plan`` (``--plan``), the one "plan"
+  that is not the pass's.
 - **verdict**: what a pass decides of one record: kept, or dropped with its reason (:mod:`compaction.rules`);
   a segment's verdicts are counted in its outcome and, for a stage that applies them elsewhere, listed in the
   store. To **decide** is to reach the verdicts.
@@ -74,8 +75,8 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # the public API: one name per import, from the module that defines it
     from compaction.clean.cleaner import Cleaner, plan_store
-    from compaction.clean.outcome import CleanerStats, PartitionResult, RunReport, Status
     from compaction.clean.planner import CompactionPlan, Decision, PartitionPlan, Selected, Skipped, Uncleanable
+    from compaction.clean.results import CleanerStats, PartitionResult, RunReport, Status
     from compaction.clean.settings import CleanerSettings, TopicConfig
     from compaction.config import Settings
     from compaction.erasure import attest, erasure_status, forget
@@ -99,7 +100,7 @@ if TYPE_CHECKING:  # the public API: one name per import, from the module that d
     from compaction.read.filters import RecordFilter
     from compaction.read.history import VersionEntry, history
     from compaction.read.scan import Scan, read_batches, read_table, scan
-    from compaction.rules import Plan, Strategy
+    from compaction.rules import Strategy, WinnerSearch
     from compaction.store import DeletionVector, Manifest, SegmentFormat, SegmentMeta, Store, TopicPartition, Writer
     from compaction.store.gc import collect_store
     from compaction.store.segment import records

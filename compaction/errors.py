@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+# The exit codes of every command and of the job (docs/commands.md), defined here once.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command failed, verify found problems, or an internal error (a bug) stopped some partition
+EXIT_USAGE = 2  # argparse's own code for bad arguments
+EXIT_PARTIAL = 3  # some partitions failed on their data or the store (the others were committed)
+EXIT_INVALID = 4  # invalid configuration or input; nothing was changed
+
 
 class CompactionError(Exception):
     """Raised for any failure the product itself detects (the base of every error below)."""

@@ -13,12 +13,12 @@ from pyspark.sql import SparkSession
 
 from compaction import logs
 from compaction.clean.cleaner import TASK_MODULES, Cleaner, plan_store
-from compaction.clean.outcome import GcOutcome, RunReport
 from compaction.clean.planner import CompactionPlan, Uncleanable
+from compaction.clean.results import GcResult, RunReport
 from compaction.config import Settings, did_you_mean
 from compaction.engine.stages import SparkStages
 from compaction.erasure import overdue_requests
-from compaction.errors import InvalidArgumentError
+from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, InvalidArgumentError
 from compaction.publish import Target, check_catalog, publish_topics
 from compaction.report import output_location, write_metrics, write_report
 from compaction.store import Store, Writer
@@ -26,9 +26,6 @@ from compaction.store.gc import collect_store
 
 log = logging.getLogger("compaction.job")
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # an internal error (a bug) stopped some partition: retrying will not help
-EXIT_PARTIAL = 3  # some partitions failed on their data or the store (the others were committed)
 
 
 @dataclass(frozen=True)
@@ -144,13 +141,13 @@ def check_selection(store: Store, settings: Settings, topics: Sequence[str] | No
         log.warning(problem)
 
 
-def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> GcOutcome:
+def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> GcResult:
     """gc after the commits; a partition it skips is named with the reason (and fails the run, exit code 3)."""
     results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
                                       grace_ms=settings.cleaner.gc_grace_ms,
                                       keep_versions=settings.cleaner.gc_keep_versions,
                                       erasure_grace_ms=settings.cleaner.erasure_grace)
-    outcome = GcOutcome(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
+    outcome = GcResult(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
                         {name: str(err) for name, err in failures.items()})
     for name, reason in outcome.skipped.items():
         out(f"gc skipped {name}, nothing deleted: {reason}")

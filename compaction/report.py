@@ -10,7 +10,7 @@ from typing import Any
 
 import fsspec
 
-from compaction.clean.outcome import RunReport
+from compaction.clean.results import RunReport
 from compaction.errors import InvalidArgumentError, MissingObjectError
 from compaction.store.storage import RETRY_BUDGET_OPTION, Storage
 

@@ -51,7 +51,7 @@ class Strategy(StrEnum):
     HEADER = "header"  # the last occurrence of the named header as an 8-byte big-endian long; others lose
 
 
-class Plan(StrEnum):
+class WinnerSearch(StrEnum):
     """``dedupe.plan``: how each key's greatest record is found (the rules are the same for all)."""
 
     ARROW = "arrow"  # inside one Spark task per partition (or key range of a split partition)
@@ -59,7 +59,7 @@ class Plan(StrEnum):
     AGGREGATE = "aggregate"  # Spark SQL: max(struct(survival order)) per key, joined back
 
 
-class Reason(StrEnum):
+class DropReason(StrEnum):
     """Why a pass drops a record (the report's ``dropped`` counters); a record's code is its index + 1."""
 
     SUPERSEDED = "superseded"
@@ -71,7 +71,7 @@ class Reason(StrEnum):
 
     @property
     def code(self) -> int:
-        return list(Reason).index(self) + 1
+        return list(DropReason).index(self) + 1
 
 
 KEPT = 0  # the code of a record the pass keeps
@@ -264,7 +264,7 @@ def guarded_by_tail(facts: pa.Table, candidates: np.ndarray, tail: pa.Table) -> 
 
 @dataclass(frozen=True)
 class RowVerdicts:
-    """Per row: ``code`` (:data:`KEPT` or a :class:`Reason` code) and ``stamp`` (a kept marker that gets its
+    """Per row: ``code`` (:data:`KEPT` or a :class:`DropReason` code) and ``stamp`` (a kept marker that gets its
     first delete horizon)."""
 
     code: np.ndarray
@@ -289,13 +289,13 @@ def classify(facts: pa.Table, winner: np.ndarray, *, now_ms: int, keyless_drop: 
     live = data & ~aborted
     keyed_live = live & keyed
     # Assigned in reverse order of precedence, so where rules overlap the earlier rule's code stays.
-    code[keyed_live & winner & passed & ~guarded] = Reason.TOMBSTONE_EXPIRED.code
-    code[keyed_live & ~winner] = Reason.SUPERSEDED.code
+    code[keyed_live & winner & passed & ~guarded] = DropReason.TOMBSTONE_EXPIRED.code
+    code[keyed_live & ~winner] = DropReason.SUPERSEDED.code
     if keyless_drop:
-        code[live & ~keyed] = Reason.KEYLESS.code
-    code[data & aborted] = Reason.ABORTED.code
-    code[data & erased] = Reason.ERASED.code
-    code[control & ~pending & passed] = Reason.MARKER_EXPIRED.code
+        code[live & ~keyed] = DropReason.KEYLESS.code
+    code[data & aborted] = DropReason.ABORTED.code
+    code[data & erased] = DropReason.ERASED.code
+    code[control & ~pending & passed] = DropReason.MARKER_EXPIRED.code
     return RowVerdicts(code, control & ~pending & ~has_horizon)
 
 
@@ -317,23 +317,31 @@ def upcoming_horizons(facts: pa.Table, code: np.ndarray, now_ms: int) -> np.ndar
 
 def reason_counts(code: np.ndarray) -> dict[str, int]:
     """``{reason: records}`` for the records the verdicts drop."""
-    counts = np.bincount(code.astype(np.int64), minlength=len(Reason) + 1)
-    return {reason.value: int(counts[reason.code]) for reason in Reason if counts[reason.code]}
+    counts = np.bincount(code.astype(np.int64), minlength=len(DropReason) + 1)
+    return {reason.value: int(counts[reason.code]) for reason in DropReason if counts[reason.code]}
 
 
 # The uncleanable boundary ------------------------------------------------------------------------------------
 
 
+class UncleanableBound(StrEnum):
+    """Which of Kafka's bounds set the uncleanable offset (``cleanableOffsets``): the smallest of them."""
+
+    ACTIVE_SEGMENT = "active segment"
+    LAST_STABLE_OFFSET = "last stable offset"
+    MIN_COMPACTION_LAG = "min.compaction.lag.ms"
+
+
 def uncleanable_offset(*, first_dirty_offset: int, active_base: int, last_stable_offset: int,
-                       lag_bound: int | None) -> tuple[int, str]:
+                       lag_bound: int | None) -> tuple[int, UncleanableBound]:
     """Where cleaning must stop and which bound decided it (Kafka's ``cleanableOffsets``): ``max(first dirty,
     min(last stable offset, active segment's base, base of the first dirty segment newer than
     min.compaction.lag.ms))``, the last given as ``lag_bound``."""
-    name, bound = "active segment", active_base
+    name, bound = UncleanableBound.ACTIVE_SEGMENT, active_base
     if last_stable_offset < bound:
-        name, bound = "last stable offset", last_stable_offset
+        name, bound = UncleanableBound.LAST_STABLE_OFFSET, last_stable_offset
     if lag_bound is not None and lag_bound < bound:
-        name, bound = "min.compaction.lag.ms", lag_bound
+        name, bound = UncleanableBound.MIN_COMPACTION_LAG, lag_bound
     return max(first_dirty_offset, bound), name
 
 

@@ -8,7 +8,7 @@
 - :mod:`~compaction.winners` and :mod:`~compaction.clean.dedupe`: the winner search, with Arrow in a task or
   with Spark SQL; :mod:`~compaction.clean.tasks`: what executors do.
 - :mod:`~compaction.engine.session` builds the SparkSession; :mod:`~compaction.clean.cleaner` runs a pass and
-  commits each partition through the store; :mod:`~compaction.clean.outcome` is what it reports.
+  commits each partition through the store; :mod:`~compaction.clean.results` is what it reports.
 
 Cleaning reads and writes only through :mod:`compaction.store`.
 """

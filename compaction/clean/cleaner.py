@@ -34,7 +34,6 @@ from pyspark.sql import SparkSession
 from compaction import rules
 from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
-from compaction.clean.outcome import PartitionResult, RunReport
 from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, against_dirty_keys, path_of
 from compaction.clean.payloads import CleanTask
 from compaction.clean.planner import (
@@ -43,11 +42,11 @@ from compaction.clean.planner import (
     Selected,
     Skipped,
     Uncleanable,
-    apply_policy,
-    key_range_count,
     plan,
 )
+from compaction.clean.results import PartitionResult, RunReport
 from compaction.clean.settings import CleanerConfig
+from compaction.clean.sizing import apply_policy, key_range_count
 from compaction.engine.phases import as_ms
 from compaction.engine.stages import SparkStages, Stages
 from compaction.errors import CompactionError
@@ -90,10 +89,10 @@ class Cleaner:
         """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
         plus ``delete.retention.ms``, so a backdated ``now`` cannot shorten a tombstone's life in real time."""
         try:
-            self.winner_search = rules.Plan(dedupe_plan or settings.cleaner.dedupe_plan)
+            self.winner_search = rules.WinnerSearch(dedupe_plan or settings.cleaner.dedupe_plan)
         except ValueError as err:
             raise CompactionError(f"unknown dedupe plan {dedupe_plan!r}; expected one of "
-                                  f"{[p.value for p in rules.Plan]}") from err
+                                  f"{[p.value for p in rules.WinnerSearch]}") from err
         self.stages = spark if isinstance(spark, Stages) or spark is None else SparkStages(spark)
         self.store = store
         self.settings = settings
@@ -192,7 +191,8 @@ class Cleaner:
         """The partition's task in this pass, every field set: the one place its parameters are put together."""
         cleaner = self.settings.cleaner
         # The Spark SQL winner searches shuffle by key: only the Arrow one splits a large partition into key ranges.
-        key_ranges = key_range_count(p, cleaner.task_max_records) if self.winner_search is rules.Plan.ARROW else 1
+        arrow = self.winner_search is rules.WinnerSearch.ARROW
+        key_ranges = key_range_count(p, cleaner.task_max_records) if arrow else 1
         # The horizon this pass stamps: from ``now``, or from the wall clock if that is later (SPEC §3).
         horizon = rules.delete_horizon(max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms),
                                        p.config.delete_retention_ms)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from compaction.clean.layout import SegmentOutcome
-from compaction.clean.outcome import PartitionResult
+from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanTask, SourceVerdicts, Verdicts, lists_kept
 from compaction.clean.planner import CheckpointReset, LogToClean, Skipped
+from compaction.clean.results import PartitionResult
 from compaction.engine.isolation import Failure
 from compaction.errors import SegmentChangedError, StoreError
 from compaction.store import Replacement, Store, Writer
@@ -30,7 +30,7 @@ class PartitionWork:
 
     log: LogToClean
     task: CleanTask
-    outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)  # by segment base offset
+    segment_counts: dict[int, SegmentCounts] = field(default_factory=dict)  # by segment base offset
     verdicts: list[Verdicts] = field(default_factory=list)  # what its deciding stage listed (decided in stages)
     handed: set[str] = field(default_factory=set)  # the other hand-over objects its stages wrote (pieces)
     jobs: list[ApplyJob] = field(default_factory=list)
@@ -48,8 +48,8 @@ class PartitionWork:
         """Record what a key range (or a Spark SQL winner search) decided of some of the partition's segments."""
         self.verdicts.append(verdicts)
         for found in verdicts.segments:
-            before = self.outcomes.get(found.segment_base)
-            self.outcomes[found.segment_base] = before.merge(found.outcome) if before else found.outcome
+            before = self.segment_counts.get(found.segment_base)
+            self.segment_counts[found.segment_base] = before.merge(found.counts) if before else found.counts
 
     def source_verdicts(self, segment: SegmentMeta) -> SourceVerdicts:
         """Where the verdicts on one of its segments are listed, every key range's part of it."""
@@ -75,7 +75,7 @@ class PartitionWork:
 
     def next_horizon_ms(self) -> int | None:
         """The earliest delete horizon still to come in the cleaned range after this pass."""
-        horizons = [o.next_horizon_ms for o in self.outcomes.values() if o.next_horizon_ms is not None]
+        horizons = [o.next_horizon_ms for o in self.segment_counts.values() if o.next_horizon_ms is not None]
         if self.stamped:
             horizons.append(self.task.horizon_ms)
         return min(horizons, default=None)
@@ -92,8 +92,8 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
         return PartitionResult.failed(p.plan, f"apply job(s) {missing} produced no output", internal=True)
     removed = [s for j in work.jobs for s in j.sources]
     added = [segment for j in work.jobs if (segment := work.results[j.job_id]) is not None]
-    empty = SegmentOutcome.empty()
-    holding = {s.path: work.outcomes.get(s.base_offset, empty).erased_keys for s in p.segments}
+    empty = SegmentCounts.empty()
+    holding = {s.path: work.segment_counts.get(s.base_offset, empty).erased_keys for s in p.segments}
     unrewritten = [path for path, keys in holding.items() if keys and path not in {s.path for s in removed}]
     if unrewritten:  # lay_out rewrites every such segment: this is a bug, never committed as done
         return PartitionResult.failed(p.plan, f"segment(s) {unrewritten} hold records of erased keys but were not "
@@ -112,7 +112,7 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
         committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=p.manifest)
     except StoreError as err:
         return PartitionResult.failed(p.plan, f"{type(err).__name__}: {err}")
-    return PartitionResult.cleaned(p, committed, work.outcomes, work.jobs, added, work.records_written,
+    return PartitionResult.cleaned(p, committed, work.segment_counts, work.jobs, added, work.records_written,
                                    work.bytes_written, elapsed_ms=elapsed_ms)
 
 

@@ -24,7 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from compaction import rules
-from compaction.clean.layout import SegmentOutcome
+from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
 from compaction.clean.tasks.facts import read_facts
 from compaction.clean.tasks.objects import object_id
@@ -71,9 +71,9 @@ def winners_by_aggregate(df: DataFrame) -> DataFrame:
         facts=df)
 
 
-WINNER_SEARCHES: dict[rules.Plan, Callable[[DataFrame], DataFrame]] = {
-    rules.Plan.WINDOW: winners_by_window,
-    rules.Plan.AGGREGATE: winners_by_aggregate,
+WINNER_SEARCHES: dict[rules.WinnerSearch, Callable[[DataFrame], DataFrame]] = {
+    rules.WinnerSearch.WINDOW: winners_by_window,
+    rules.WinnerSearch.AGGREGATE: winners_by_aggregate,
 }
 
 
@@ -89,7 +89,7 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
             columns = [table.column(name) for name in PASSED_ON]
             # The digest of an erased record's key (which request erased it), for the request's record: the rows
             # are few, and the keys themselves need not travel on.
-            erased = decided.code == rules.Reason.ERASED.code
+            erased = decided.code == rules.DropReason.ERASED.code
             digests: list[str | None] = [None] * table.num_rows
             for row in np.flatnonzero(erased).tolist():
                 digests[row] = key_digest(table.column("key")[row].as_py())
@@ -120,7 +120,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     stamp = table.column("stamp").to_numpy(zero_copy_only=False).astype(bool)
     upcoming = pc.fill_null(table.column("upcoming_horizon_ms"), rules.LONG_MAX).to_numpy()
     erased = frozenset(pc.drop_null(table.column("erased_key")).to_pylist())
-    outcome = SegmentOutcome.from_verdicts(code, stamp, upcoming, erased)
+    counts = SegmentCounts.from_verdicts(code, stamp, upcoming, erased)
     kept = code == rules.KEPT
     listed = kept if lists_kept(segment, task.first_dirty_offset) else ~kept
     chosen = listed | stamp
@@ -129,7 +129,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
         part = pa.table({"position": table.column("position").filter(pa.array(chosen)).cast(pa.int32()),
                          "listed": listed[chosen], "stamp": stamp[chosen]})
         path, (group,) = task.store.objects.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
-    return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, outcome, table.num_rows, group),))
+    return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, counts, table.num_rows, group),))
 
 
 def decided_verdicts(decided: DataFrame, tasks: Sequence[CleanTask]) -> DataFrame:
@@ -165,7 +165,7 @@ def _read_facts(index: int, payload: bytes) -> pa.Table:
     return read_facts(task, index)
 
 
-def decide_with_sql(stages: SparkStages, tasks: Sequence[CleanTask], search: rules.Plan, now_ms: int,
+def decide_with_sql(stages: SparkStages, tasks: Sequence[CleanTask], search: rules.WinnerSearch, now_ms: int,
                     keyless_drop: bool) -> list[Outcome]:
     """The verdicts on whole partitions by one of the Spark SQL winner searches: one outcome per segment (of the
     partitions whose facts were read), or a partition's failure."""

@@ -16,7 +16,7 @@ from compaction.store.manifest import SegmentMeta
 
 
 @dataclass(frozen=True, kw_only=True)
-class SegmentOutcome:
+class SegmentCounts:
     """The verdicts' counts for one segment of a cleaned range: live records read, kept, markers to stamp,
     records dropped by reason, the earliest delete horizon still to come among the kept records, and the keys
     (digests) of the records of its object an erasure request erases: live ones, and those no reader sees but the
@@ -30,13 +30,13 @@ class SegmentOutcome:
     erased_keys: frozenset[str] = frozenset()
 
     @classmethod
-    def empty(cls) -> SegmentOutcome:
-        """The outcome of a segment no verdict speaks of (none of its rows was read)."""
+    def empty(cls) -> SegmentCounts:
+        """The counts of a segment no verdict speaks of (none of its rows was read)."""
         return cls(records=0, kept=0, stamped=0, dropped={})
 
     @classmethod
     def from_verdicts(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray,
-                      erased_keys: frozenset[str] = frozenset()) -> SegmentOutcome:
+                      erased_keys: frozenset[str] = frozenset()) -> SegmentCounts:
         """The counts of one segment's decided rows: their codes (``KEPT`` or a reason's), which markers to
         stamp, their upcoming delete horizons (``LONG_MAX`` where none), and the digests of the keys of those
         it erases."""
@@ -48,19 +48,19 @@ class SegmentOutcome:
     def lost(self) -> int:
         return self.records - self.kept
 
-    def merge(self, other: SegmentOutcome) -> SegmentOutcome:
-        """The sum of two key ranges' outcomes for the same segment."""
+    def merge(self, other: SegmentCounts) -> SegmentCounts:
+        """The sum of two key ranges' segment_counts for the same segment."""
         dropped = dict(self.dropped)
         for reason, count in other.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
         horizons = [h for h in (self.next_horizon_ms, other.next_horizon_ms) if h is not None]
-        return SegmentOutcome(records=self.records + other.records, kept=self.kept + other.kept,
+        return SegmentCounts(records=self.records + other.records, kept=self.kept + other.kept,
                               stamped=self.stamped + other.stamped, dropped=dropped,
                               next_horizon_ms=min(horizons, default=None),
                               erased_keys=self.erased_keys | other.erased_keys)
 
-    def with_hidden_erased(self, keys: frozenset[str]) -> SegmentOutcome:
-        """This outcome, with the keys of erased records found among those no reader sees."""
+    def with_hidden_erased(self, keys: frozenset[str]) -> SegmentCounts:
+        """This counts, with the keys of erased records found among those no reader sees."""
         return replace(self, erased_keys=self.erased_keys | keys) if keys else self
 
     def estimated_bytes(self, segment: SegmentMeta) -> int:
@@ -102,9 +102,9 @@ class ApplyPolicy:
     apart: int | None = None
 
 
-def _needs_stamp(segment: SegmentMeta, outcome: SegmentOutcome, first_dirty_offset: int) -> bool:
+def _needs_stamp(segment: SegmentMeta, counts: SegmentCounts, first_dirty_offset: int) -> bool:
     """Kept markers to stamp, or (a dirty segment) tombstones, whose first horizon a rewrite stamps."""
-    return outcome.stamped > 0 or (segment.next_offset > first_dirty_offset and segment.tombstone_count > 0)
+    return counts.stamped > 0 or (segment.next_offset > first_dirty_offset and segment.tombstone_count > 0)
 
 
 def _aged(segment: SegmentMeta, policy: ApplyPolicy) -> bool:
@@ -113,19 +113,19 @@ def _aged(segment: SegmentMeta, policy: ApplyPolicy) -> bool:
     return old is not None and saturating_add(old.created_ms, policy.deletion_vector_max_age_ms) <= policy.now_ms
 
 
-def takes_vector(segment: SegmentMeta, outcome: SegmentOutcome, first_dirty_offset: int, policy: ApplyPolicy) -> bool:
+def takes_vector(segment: SegmentMeta, counts: SegmentCounts, first_dirty_offset: int, policy: ApplyPolicy) -> bool:
     """Whether :func:`lay_out` gives a segment a deletion vector (and nothing else): a clean segment that only loses
-    records, within ``deletion.vector.max.ratio`` deleted in all; its own outcome decides, whatever its neighbours'
+    records, within ``deletion.vector.max.ratio`` deleted in all; its own counts decides, whatever its neighbours'
     (a segment that takes a deletion vector stands alone)."""
     old = segment.deletes
-    deleted = (old.count if old else 0) + outcome.lost
-    changed = (segment.next_offset > first_dirty_offset or bool(outcome.erased_keys)
-               or _needs_stamp(segment, outcome, first_dirty_offset) or _aged(segment, policy))
-    return bool(outcome.lost) and not changed and policy.deletion_vector_max_ratio > 0 \
+    deleted = (old.count if old else 0) + counts.lost
+    changed = (segment.next_offset > first_dirty_offset or bool(counts.erased_keys)
+               or _needs_stamp(segment, counts, first_dirty_offset) or _aged(segment, policy))
+    return bool(counts.lost) and not changed and policy.deletion_vector_max_ratio > 0 \
         and deleted <= policy.deletion_vector_max_ratio * segment.record_count
 
 
-def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome], first_dirty_offset: int,
+def lay_out(segments: Sequence[SegmentMeta], segment_counts: dict[int, SegmentCounts], first_dirty_offset: int,
               policy: ApplyPolicy, reframe: frozenset[int] = frozenset()) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
 
@@ -152,7 +152,7 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
     # integers (work * read against the share's numerator), so that a share of every record fits them all.
     read = max(1, sum(s.live_records for s in segments))
     share_of_work = None if policy.max_group_records is None else \
-        policy.max_group_records * (read + WRITE_COST * sum(outcomes[s.base_offset].kept for s in segments))
+        policy.max_group_records * (read + WRITE_COST * sum(segment_counts[s.base_offset].kept for s in segments))
 
     def flush() -> None:
         nonlocal group, size, work
@@ -162,13 +162,13 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
 
     for segment in segments:
         base = segment.base_offset
-        outcome = outcomes[base]
-        if takes_vector(segment, outcome, first_dirty_offset, policy):
+        counts = segment_counts[base]
+        if takes_vector(segment, counts, first_dirty_offset, policy):
             vector.add(base)
-        elif outcome.lost or outcome.erased_keys or _needs_stamp(segment, outcome, first_dirty_offset) \
+        elif counts.lost or counts.erased_keys or _needs_stamp(segment, counts, first_dirty_offset) \
                 or _aged(segment, policy) or base in reframe:
             rewrite.add(base)
-        estimate = outcome.estimated_bytes(segment)
+        estimate = counts.estimated_bytes(segment)
         if base in vector or (base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR):
             # A segment that takes a deletion vector, small or not, stands alone, as does a large one that need not
             # be rewritten: a night's increment never recopies the clean section for a few losers per segment.
@@ -176,7 +176,7 @@ def lay_out(segments: Sequence[SegmentMeta], outcomes: dict[int, SegmentOutcome]
             if base in vector:
                 jobs.append(((segment,), True))
             continue
-        segment_work = segment.live_records + WRITE_COST * outcome.kept
+        segment_work = segment.live_records + WRITE_COST * counts.kept
         too_much = share_of_work is not None and (work + segment_work) * read > share_of_work
         if group and (size + estimate > policy.segment_bytes or too_much or base == policy.apart):
             flush()

@@ -33,9 +33,9 @@ from compaction import rules
 from compaction.clean.batches import stale_empty_batches
 from compaction.clean.commit import PartitionWork
 from compaction.clean.dedupe import decide_with_sql
-from compaction.clean.layout import SegmentOutcome, lay_out
+from compaction.clean.layout import SegmentCounts, lay_out
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanRun, CleanTask, HandedRun, RunRead
-from compaction.clean.planner import segment_runs
+from compaction.clean.sizing import segment_runs
 from compaction.clean.tasks.apply import SHARED_READ_BYTES, apply_listed, clean_in_task, clean_run
 from compaction.clean.tasks.decide import decide_handed, decide_range
 from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased, reads_clean_sparsely
@@ -141,7 +141,7 @@ class Path(ABC):
 
 
 class Whole(Path):
-    """TaskVerdicts and applied in one task per partition, small partitions packed several to a task."""
+    """Decided and applied in one task per partition, small partitions packed several to a task."""
 
     name = "whole"
 
@@ -160,7 +160,7 @@ def _records(task: CleanTask) -> int:
 
 
 def _take_cleaned(item: PartitionWork, cleaned: CleanedPartition) -> None:
-    item.outcomes = dict(cleaned.outcomes)
+    item.segment_counts = dict(cleaned.segment_counts)
     segments = {s.base_offset: s for s in item.log.segments}
     for job in cleaned.jobs:
         item.jobs.append(item.task.job(job.job_id, tuple(segments[b] for b in job.sources), job.deletes_only))
@@ -181,8 +181,8 @@ class Staged(Path):
         for item in (w for w in items if w.failure is None):
             task = item.task
             for segment in task.segments:
-                item.outcomes.setdefault(segment.base_offset, SegmentOutcome.empty())
-            laid_out = lay_out(task.segments, item.outcomes, task.first_dirty_offset, task.policy,
+                item.segment_counts.setdefault(segment.base_offset, SegmentCounts.empty())
+            laid_out = lay_out(task.segments, item.segment_counts, task.first_dirty_offset, task.policy,
                                  stale_empty_batches(task.segments, task.batch_policy))
             try:
                 item.jobs = [task.job(job_id, sources, deletes_only, tuple(item.source_verdicts(s) for s in sources))
@@ -209,7 +209,7 @@ class Staged(Path):
 
 def _take_hidden(item: PartitionWork, found: dict[int, frozenset[str]]) -> None:
     for base, keys in found.items():
-        item.outcomes[base] = item.outcomes.get(base, SegmentOutcome.empty()).with_hidden_erased(keys)
+        item.segment_counts[base] = item.segment_counts.get(base, SegmentCounts.empty()).with_hidden_erased(keys)
 
 
 def _take_verdicts(item: PartitionWork, verdicts: Any) -> None:
@@ -294,7 +294,7 @@ class AgainstDirtyKeys(Staged):
 class SqlWinnerSearch(Staged):
     """The Spark SQL winner searches: the facts of whole partitions shuffled by key, each key's winner found by SQL."""
 
-    search: rules.Plan
+    search: rules.WinnerSearch
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -321,8 +321,8 @@ WHOLE = Whole()
 AGAINST_DIRTY_KEYS = AgainstDirtyKeys()
 RANGES_READ = RangesRead()
 RANGES_HANDED = RangesHanded()
-WINDOW = SqlWinnerSearch(rules.Plan.WINDOW)
-AGGREGATE = SqlWinnerSearch(rules.Plan.AGGREGATE)
+WINDOW = SqlWinnerSearch(rules.WinnerSearch.WINDOW)
+AGGREGATE = SqlWinnerSearch(rules.WinnerSearch.AGGREGATE)
 
 
 def reads_whole_ranges(task: CleanTask) -> bool:
@@ -343,16 +343,16 @@ def against_dirty_keys(task: CleanTask) -> bool:
     winner search under the offset strategy (a dirty record then beats every clean record of its key), a unique clean
     section read sparsely (no transactions, no erasure requests: ``facts.reads_clean_sparsely``) holding more than
     :data:`DIRTY_KEYS_FROM_BYTES`. Its key ranges are then counted by its dirty section alone."""
-    return (task.winner_search is rules.Plan.ARROW and task.strategy is rules.Strategy.OFFSET
+    return (task.winner_search is rules.WinnerSearch.ARROW and task.strategy is rules.Strategy.OFFSET
             and reads_clean_sparsely(task) and sum(s.live_size_bytes for s in task.segments
                                                    if s.next_offset <= task.first_dirty_offset) > DIRTY_KEYS_FROM_BYTES)
 
 
 def path_of(task: CleanTask) -> Path:
     """The way a partition's task is cleaned: the one place that chooses."""
-    if task.winner_search is rules.Plan.WINDOW:
+    if task.winner_search is rules.WinnerSearch.WINDOW:
         return WINDOW
-    if task.winner_search is rules.Plan.AGGREGATE:
+    if task.winner_search is rules.WinnerSearch.AGGREGATE:
         return AGGREGATE
     if task.key_ranges == 1 and against_dirty_keys(task):
         return AGAINST_DIRTY_KEYS

@@ -7,7 +7,8 @@ and per result (the row codec and the version check are :mod:`compaction.engine.
 - :class:`RunRead` is a run of a split partition's segments read once for every key range, and :class:`HandedRun`
   where it handed each range's rows over (:class:`Piece`, through the store: :mod:`compaction.store.handover`).
 - :class:`Verdicts` is what a key range (or a Spark SQL winner search) decided of a partition's segments: the counts per
-  segment, and where in the store the rows it keeps or drops are listed (:mod:`compaction.store.verdicts`).
+  segment, and where in the store the rows it keeps or drops are listed (a
+  verdicts object: :mod:`compaction.store.handover`).
 - :class:`ApplyJob` rewrites a group of segments into one, or extends one's deletion vector, with the verdicts on
   each source (:class:`SourceVerdicts`).
 - :class:`AppliedJob` is an apply job's result: the object it wrote and its figures.
@@ -23,7 +24,7 @@ from typing import Any
 
 from compaction import rules
 from compaction.clean.batches import BatchPolicy
-from compaction.clean.layout import ApplyPolicy, SegmentOutcome
+from compaction.clean.layout import ApplyPolicy, SegmentCounts
 from compaction.engine.codec import Payload
 from compaction.store import SegmentFormat, SegmentMeta, Store, TopicPartition
 
@@ -59,7 +60,7 @@ class CleanTask(Payload):
     pass_id: str  # names its objects (tasks.apply.object_id)
     # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
     erasures: tuple[tuple[str, int], ...]
-    winner_search: rules.Plan = rules.Plan.ARROW  # how each key's winner is found (``dedupe.plan``)
+    winner_search: rules.WinnerSearch = rules.WinnerSearch.ARROW  # how each key's winner is found (``dedupe.plan``)
     key_ranges: int = 1
     key_range: int = 0
     bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``key_ranges - 1``; the same in its tasks)
@@ -67,7 +68,7 @@ class CleanTask(Payload):
 
     @property
     def ident(self) -> str:
-        """The partition, or its key range: what its outcome is matched to."""
+        """The partition, or its key range: what its counts is matched to."""
         return str(self.tp) if self.key_ranges == 1 else f"{self.tp} key range {self.key_range}"
 
     @property
@@ -186,10 +187,10 @@ class SegmentVerdicts:
     """What one key range (or a Spark SQL winner search) decided of one segment: the counts, the live rows it read
     (all of the segment's, its own and other ranges'), and the row group of ``Verdicts.path`` listing its part
     (None: its part lists no row); ``vector``: the segment with the deletion vector the deciding task already wrote
-    (a task that decided the whole segment, which the layout gives a deletion vector on its own outcome)."""
+    (a task that decided the whole segment, which the layout gives a deletion vector on its own counts)."""
 
     segment_base: int
-    outcome: SegmentOutcome
+    counts: SegmentCounts
     rows: int
     row_group: int | None
     vector: SegmentMeta | None = None
@@ -234,5 +235,5 @@ class CleanedPartition(Payload):
     each apply job's result."""
 
     tp: TopicPartition
-    outcomes: dict[int, SegmentOutcome] = field(default_factory=dict)
+    segment_counts: dict[int, SegmentCounts] = field(default_factory=dict)
     jobs: tuple[AppliedJob, ...] = ()

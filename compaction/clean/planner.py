@@ -15,16 +15,33 @@ not be read). Why is a value (:class:`Reasons`), written out as text only where 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from compaction import rules
-from compaction.clean.layout import ApplyPolicy
-from compaction.clean.settings import CleanerSettings, TopicConfig
-from compaction.display import format_duration
+from compaction.clean.reasons import (
+    Deferred,
+    DeletionVectorsAged,
+    DirtyRatio,
+    EmptyLog,
+    ErasureRequested,
+    ErasuresWait,
+    ManifestUnreadable,
+    MaxLagExceeded,
+    NoDirtyRecords,
+    NotCompacted,
+    NothingCleanable,
+    NothingLeftToRewrite,
+    OverdueFirstInBudget,
+    Reason,
+    Reasons,
+    RetentionExpired,
+    TombstonesExpired,
+)
+from compaction.clean.settings import TopicConfig
+from compaction.rules import UncleanableBound
 from compaction.store import TopicPartition
 from compaction.store.manifest import ErasureRequest, Manifest, SegmentMeta
 
@@ -37,14 +54,6 @@ class Decision(StrEnum):
     UNCLEANABLE = "uncleanable"
 
 
-class UncleanableBound(StrEnum):
-    """Which of Kafka's bounds set the uncleanable offset (``cleanableOffsets``): the smallest of them."""
-
-    ACTIVE_SEGMENT = "active segment"
-    LAST_STABLE_OFFSET = "last stable offset"
-    MIN_COMPACTION_LAG = "min.compaction.lag.ms"
-
-
 class Roll(Enum):
     """Whether the active segment is cleaned this pass, and why: Kafka rolls a segment older than
     ``min(segment.ms, max.compaction.lag.ms)`` (KIP-354's forced roll, here offline); a pending erasure request rolls
@@ -53,183 +62,6 @@ class Roll(Enum):
     NONE = "none"
     AGED = "aged"
     FOR_ERASURE = "for erasure"
-
-
-# Reasons ------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reason:
-    """One reason of the planner's. Each kind is a class of its own with the figures it names; its text (``str``)
-    is what ``plan``, the run's report and ``compaction erasure`` print, and is part of their published output."""
-
-    def __str__(self) -> str:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class ManifestUnreadable(Reason):
-    error: str
-
-    def __str__(self) -> str:
-        return self.error
-
-
-@dataclass(frozen=True)
-class NotCompacted(Reason):
-    cleanup_policy: tuple[str, ...]
-    #: Pending erasure requests, which a tombstone cannot carry out where the log is not compacted.
-    stranded_erasures: int
-
-    def __str__(self) -> str:
-        stranded = (f"; {self.stranded_erasures} erasure request(s) cannot be carried out (a tombstone deletes "
-                    "nothing there)") if self.stranded_erasures else ""
-        return f"cleanup.policy={','.join(self.cleanup_policy)}: not compacted{stranded}"
-
-
-@dataclass(frozen=True)
-class EmptyLog(Reason):
-    def __str__(self) -> str:
-        return "empty log"
-
-
-@dataclass(frozen=True)
-class NoDirtyRecords(Reason):
-    def __str__(self) -> str:
-        return "no dirty records"
-
-
-@dataclass(frozen=True)
-class NothingCleanable(Reason):
-    """Dirty records, none of them below the first uncleanable offset: the bound that holds them says why."""
-
-    bound: UncleanableBound
-    last_stable_offset: int
-
-    def __str__(self) -> str:
-        match self.bound:
-            case UncleanableBound.ACTIVE_SEGMENT:
-                return "active segment only"
-            case UncleanableBound.LAST_STABLE_OFFSET:
-                return f"nothing cleanable below the last stable offset {self.last_stable_offset} (open transaction)"
-            case UncleanableBound.MIN_COMPACTION_LAG:
-                return "dirty segments are newer than min.compaction.lag.ms"
-
-
-@dataclass(frozen=True)
-class DirtyRatio(Reason):
-    """The dirty ratio against ``min.cleanable.dirty.ratio``: above it (strictly, as Kafka) selects."""
-
-    ratio: float
-    min_ratio: float
-
-    def __str__(self) -> str:
-        return f"dirty ratio {self.ratio:.2f} {'>' if self.ratio > self.min_ratio else '<='} {self.min_ratio:.2f}"
-
-
-@dataclass(frozen=True)
-class MaxLagExceeded(Reason):
-    delay_ms: int
-
-    def __str__(self) -> str:
-        return f"max.compaction.lag.ms exceeded by {format_duration(self.delay_ms)}"
-
-
-@dataclass(frozen=True)
-class TombstonesExpired(Reason):
-    def __str__(self) -> str:
-        return "tombstones expired: delete horizon passed"
-
-
-@dataclass(frozen=True)
-class DeletionVectorsAged(Reason):
-    overdue_ms: int  # past deletion.vector.max.age.ms (0: due just now)
-
-    def __str__(self) -> str:
-        due = f"due for {format_duration(self.overdue_ms)}" if self.overdue_ms > 0 else "due now"
-        return f"deletion vectors at least deletion.vector.max.age.ms old ({due}): rewrite to remove records physically"
-
-
-@dataclass(frozen=True)
-class RetentionExpired(Reason):
-    """Segments that go before cleaning: past retention (``compact,delete``), or wholly below the log start."""
-
-    past_retention: int
-    below_log_start: int
-
-    def __str__(self) -> str:
-        notes = ((self.past_retention, f"retention: {self.past_retention} segment(s) expired"),
-                 (self.below_log_start, f"{self.below_log_start} segment(s) below the log start"))
-        return "; ".join(note for count, note in notes if count)
-
-
-@dataclass(frozen=True)
-class ErasureRequested(Reason):
-    keys: int
-    past_deadline_ms: int  # 0 or less: within the deadline
-
-    def __str__(self) -> str:
-        late = f", past the deadline by {format_duration(self.past_deadline_ms)}" if self.past_deadline_ms > 0 else ""
-        return f"erasure requested for {self.keys} key(s){late}"
-
-
-@dataclass(frozen=True)
-class NothingLeftToRewrite(Reason):
-    past_deadline_ms: int  # 0: within the deadline
-
-    def __str__(self) -> str:
-        late = f", past the deadline by {format_duration(self.past_deadline_ms)}" if self.past_deadline_ms > 0 else ""
-        return f"erasure requested: no segment is left to rewrite{late}"
-
-
-@dataclass(frozen=True)
-class ErasuresWait(Reason):
-    """Pending erasure requests whose tombstones lie past the cleaned range, and the bound they wait for."""
-
-    requests: int
-    bound: UncleanableBound
-    last_stable_offset: int
-
-    def __str__(self) -> str:
-        match self.bound:
-            case UncleanableBound.ACTIVE_SEGMENT:
-                bound = "the active segment"
-            case UncleanableBound.LAST_STABLE_OFFSET:
-                bound = f"an open transaction (the last stable offset {self.last_stable_offset})"
-            case UncleanableBound.MIN_COMPACTION_LAG:
-                bound = "min.compaction.lag.ms"
-        return f"{self.requests} erasure request(s) wait for {bound}"
-
-
-@dataclass(frozen=True)
-class OverdueFirstInBudget(Reason):
-    def __str__(self) -> str:
-        return "overdue, so first in the per-run byte budget"
-
-
-@dataclass(frozen=True)
-class Reasons:
-    """Why the plan decided as it did: the reason that decided, then the others that also hold, in that order."""
-
-    first: Reason
-    also: tuple[Reason, ...] = ()
-
-    def __str__(self) -> str:
-        return "; ".join(str(reason) for reason in (self.first, *self.also))
-
-    def adding(self, *more: Reason) -> Reasons:
-        return Reasons(self.first, (*self.also, *more))
-
-
-@dataclass(frozen=True)
-class Deferred(Reason):
-    """Selected, then left for a later run: the per-run byte budget was spent on partitions before it."""
-
-    budget: int
-    selected_for: Reasons
-
-    def __str__(self) -> str:
-        return f"deferred: per-run byte budget {self.budget} exhausted ({self.selected_for})"
 
 
 # Figures -------------------------------------------------------------------------------------------------------
@@ -366,8 +198,6 @@ class Selected:
                           offsets.first_dirty_offset, offsets.first_uncleanable_offset, self.figures.segments,
                           self.retention.expired_segments, self.needs_dedupe, self.figures.erasures)
 
-    def to_dict(self) -> dict[str, Any]:
-        return _as_dict(self, self.manifest, self.retention, self.figures)
 
 
 @dataclass(frozen=True)
@@ -388,8 +218,6 @@ class Skipped:
         """A checkpoint the planner reset, which the run writes though it does not clean the partition (as Kafka)."""
         return self.figures.offsets.checkpoint_reset if self.figures is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return _as_dict(self, self.manifest, self.retention, self.figures)
 
 
 @dataclass(frozen=True)
@@ -400,42 +228,10 @@ class Uncleanable:
     partition: TopicPartition
     reason: Reasons
 
-    def to_dict(self) -> dict[str, Any]:
-        return _as_dict(self, None, None, None)
 
 
 #: One partition's plan: the tag is the class (and its ``decision``).
 PartitionPlan = Selected | Skipped | Uncleanable
-
-
-def _as_dict(p: PartitionPlan, manifest: Manifest | None, retention: Retention | None,
-             figures: Figures | None) -> dict[str, Any]:
-    """A partition's plan as ``plan --json`` prints it (docs/commands.md): every field for every shape, null or
-    zero where the planner measured nothing."""
-    offsets = figures.offsets if figures is not None else None
-    return {
-        "partition": str(p.partition),
-        "decision": p.decision.value,
-        "reason": str(p.reason),
-        "version": manifest.version if manifest else None,
-        "checkpoint": manifest.first_dirty_offset if manifest is not None and retention is not None else None,
-        "first_dirty_offset": offsets.first_dirty_offset if offsets else None,
-        "checkpoint_reset": str(offsets.checkpoint_reset) if offsets and offsets.checkpoint_reset else None,
-        "first_uncleanable_offset": offsets.first_uncleanable_offset if offsets else None,
-        "log_start_offset": retention.log_start_offset if retention else None,
-        "clean_bytes": figures.clean_bytes if figures else 0,
-        "cleanable_bytes": figures.cleanable_bytes if figures else 0,
-        "cleanable_ratio": round(figures.cleanable_ratio if figures else 0.0, 6),
-        "compaction_delay_ms": figures.compaction_delay_ms if figures else 0,
-        "active_rolled": figures.active_segment_rolled if figures else False,
-        "tombstone_purge": figures.tombstone_purge if figures else False,
-        "overdue_ms": figures.overdue_ms if figures else None,
-        "expired_segments": [s.path for s in retention.expired_segments] if retention else [],
-        "erasures": [r.key_sha256 for r in figures.erasures] if figures else [],
-        "clean_range": [retention.log_start_offset, offsets.first_uncleanable_offset]
-        if isinstance(p, Selected) and retention and offsets else None,
-        "segments": [s.path for s in figures.segments] if figures else [],
-    }
 
 
 @dataclass(frozen=True)
@@ -511,16 +307,6 @@ class CompactionPlan:
     @property
     def uncleanable(self) -> list[Uncleanable]:
         return [p for p in self.partitions if isinstance(p, Uncleanable)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "now_ms": self.now_ms,
-            "max_dirty_percent": self.max_dirty_percent,
-            "max_compaction_delay_secs": self.max_compaction_delay_ms // 1000,
-            "delayed_partitions": self.delayed_partitions,
-            "byte_budget": self.byte_budget,
-            "partitions": [p.to_dict() for p in self.partitions],
-        }
 
 
 # One partition: LogCleanerManager's steps -------------------------------------------------------------------------
@@ -617,7 +403,7 @@ def cleanable_offsets(manifest: Manifest, segments: Sequence[SegmentMeta], log_s
                                                   last_stable_offset=manifest.last_stable_offset, lag_bound=lag_bound)
     first_uncleanable = rules.first_uncleanable_offset(uncleanable, [s.base_offset for s in non_active],
                                                        [s.next_offset for s in non_active], active_base)
-    return CleanableOffsets(first_dirty, reset, uncleanable, first_uncleanable, UncleanableBound(bound))
+    return CleanableOffsets(first_dirty, reset, uncleanable, first_uncleanable, bound)
 
 
 def calculate_cleanable_bytes(segments: Sequence[SegmentMeta], offsets: CleanableOffsets) -> tuple[int, int]:
@@ -807,49 +593,3 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
 
 def _deferred(p: Selected, budget: int) -> Skipped:
     return Skipped(p.partition, p.manifest, p.config, Reasons(Deferred(budget, p.reason)), p.retention, p.figures)
-
-
-# Key ranges and rewrites ------------------------------------------------------------------------------------------
-
-
-#: A task reads a clean segment's decision columns only, about a quarter of the cost of a dirty segment read
-#: whole: so a task may hold this many times ``task.max.records`` records in all.
-CLEAN_SEGMENT_COST_DIVISOR = 4
-
-
-def key_range_count(p: LogToClean, task_max_records: int, clean_section: bool = True) -> int:
-    """Key ranges (a task each) a partition's cleaned range is split into, so that no task decides too much.
-
-    A task reads its dirty segments whole (at most ``task.max.records`` records) and only the decision
-    columns of clean ones (up to :data:`CLEAN_SEGMENT_COST_DIVISOR` times as many records in all); without
-    ``clean_section``, the dirty segments alone count (a clean section checked against the dirty keys holds only
-    the rows they contest).
-    """
-    dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
-    total = p.records if clean_section else 0
-    return max(1, math.ceil(dirty / task_max_records),
-               math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
-
-
-def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tuple[SegmentMeta, ...]]:
-    """Consecutive segments in runs of at most ``max_records`` live records (a larger segment alone): what
-    one task of a split partition reads once for every key range."""
-    runs: list[tuple[SegmentMeta, ...]] = []
-    run: list[SegmentMeta] = []
-    records = 0
-    for segment in segments:
-        if run and records + segment.live_records > max_records:
-            runs.append(tuple(run))
-            run, records = [], 0
-        run.append(segment)
-        records += segment.live_records
-    return [*runs, tuple(run)] if run else runs
-
-
-def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, key_ranges: int) -> ApplyPolicy:
-    """How a partition's verdicts become objects; a split partition's rewrites each read no more records
-    than one of its key ranges' tasks."""
-    share = math.ceil(p.records / key_ranges)
-    apart = p.segments[-1].base_offset if p.plan.figures.roll is Roll.FOR_ERASURE and p.segments else None
-    return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)), apart)

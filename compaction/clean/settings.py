@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from compaction.clean.layout import DEFAULT_DELETION_VECTOR_MAX_AGE_MS, DEFAULT_DELETION_VECTOR_MAX_RATIO
 from compaction.errors import ConfigError
-from compaction.rules import Plan, Strategy
+from compaction.rules import Strategy, WinnerSearch
 from compaction.schema import LONG_MAX
 from compaction.store.formats import SegmentFormat
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS
@@ -144,7 +144,7 @@ class CleanerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
-    dedupe_plan: Plan = Field(Plan.ARROW, alias="dedupe.plan")
+    dedupe_plan: WinnerSearch = Field(WinnerSearch.ARROW, alias="dedupe.plan")
     task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1)
     deletion_vector_max_ratio: float = Field(DEFAULT_DELETION_VECTOR_MAX_RATIO, alias="deletion.vector.max.ratio",
                                              ge=0, lt=1)

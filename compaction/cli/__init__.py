@@ -10,8 +10,8 @@ that reads the clock.
   types) and :mod:`.output` (lines, tables and JSON, for every command).
 """
 
-from compaction.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 from compaction.cli.console import build_parser, check_run, main
+from compaction.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "build_parser", "check_run",
            "main"]

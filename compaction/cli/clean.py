@@ -14,16 +14,18 @@ from pyspark.sql import SparkSession
 
 from compaction import lineage
 from compaction.clean.cleaner import plan_store
+from compaction.clean.plan_json import plan_json
 from compaction.clean.planner import CompactionPlan, Figures, PartitionPlan, Selected, Skipped, Uncleanable
 from compaction.cli import common
-from compaction.cli.common import EXIT_OK, Command, Parser
+from compaction.cli.common import Command, Parser
 from compaction.cli.output import Output
 from compaction.cli.types import parse_spark_conf
 from compaction.config import Settings
 from compaction.display import format_duration, human_bytes
 from compaction.engine.session import remote_url, running_sessions, spark_session, started_anew, stop_session
+from compaction.errors import EXIT_OK
 from compaction.job import JobOptions, check_selection, run_job
-from compaction.rules import Plan
+from compaction.rules import WinnerSearch
 from compaction.store import Store
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def plan_row(p: PartitionPlan) -> list[Any]:
 def print_plan(result: CompactionPlan, out: Output) -> None:
     rows = [plan_row(p) for p in result.partitions]
     skipped = len(result.partitions) - len(result.selected) - len(result.uncleanable)
-    out.result(result.to_dict(), ["partition", "decision", "clean", "cleanable", "ratio", "delay", "clean range",
+    out.result(plan_json(result), ["partition", "decision", "clean", "cleanable", "ratio", "delay", "clean range",
                                   "segments", "reason"], rows,
                [f"\n{len(result.selected)} to clean, {len(result.uncleanable)} uncleanable, {skipped} skipped; "
                 f"max-dirty-percent {result.max_dirty_percent}, max-compaction-delay-secs "
@@ -86,7 +88,7 @@ def spark_on_demand(args: argparse.Namespace, settings: Settings) -> Iterator[Ca
     can no longer report."""
     conf = common.spark_properties(args)
     remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
-    arrow = (args.plan or settings.cleaner.dedupe_plan) == Plan.ARROW
+    arrow = (args.plan or settings.cleaner.dedupe_plan) == WinnerSearch.ARROW
     started: list[SparkSession] = []
 
     def start() -> SparkSession:
@@ -139,7 +141,7 @@ def add_run_options(parser: Parser) -> None:
     parser.add_argument("--report", metavar="PATH", help="write the JSON run report here")
     parser.add_argument("--gc", action="store_true", help="run gc after the commits (grace and kept versions from "
                                                           "[cleaner] gc.grace.ms / gc.keep.versions)")
-    parser.add_argument("--plan", choices=[plan.value for plan in Plan], default=None,
+    parser.add_argument("--plan", choices=[plan.value for plan in WinnerSearch], default=None,
                         help="how executors decide survivors: arrow (in each partition's task), window or aggregate "
                              "(Spark SQL over a shuffle) (default: [cleaner] dedupe.plan, arrow)")
     parser.add_argument("--master", default=None,

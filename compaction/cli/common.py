@@ -11,18 +11,13 @@ from typing import Any
 
 from compaction.cli.types import parse_conf, parse_storage_option, parse_time, parse_version, show_ms
 from compaction.config import Settings
-from compaction.errors import InvalidArgumentError
-from compaction.job import EXIT_PARTIAL as JOB_EXIT_PARTIAL
+from compaction.errors import (
+    InvalidArgumentError,
+)
 from compaction.schema import LONG_MAX, LONG_MIN
 from compaction.store import Store, TopicPartition
 from compaction.store.names import partition_name_problem
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS
-
-EXIT_OK = 0
-EXIT_FAILED = 1  # verify found problems, or the command failed
-EXIT_USAGE = 2  # argparse's own code for bad arguments
-EXIT_PARTIAL = JOB_EXIT_PARTIAL  # some partitions failed, the others were committed
-EXIT_INVALID = 4  # invalid configuration or input; nothing was changed
 
 #: How far ahead of this machine's clock --now may be (the scheduler's clock can run a little ahead).
 FUTURE_NOW_TOLERANCE_MS = 5 * 60_000

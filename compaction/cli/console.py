@@ -13,10 +13,14 @@ from collections.abc import Callable, Iterable, Sequence
 
 from compaction import __version__, lineage, logs
 from compaction.cli import clean, common, environment, erasure, kafka, read, store
-from compaction.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 from compaction.cli.output import Output
 from compaction.engine.session import remote_url
 from compaction.errors import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
     CompactionError,
     ConfigError,
     InvalidArgumentError,

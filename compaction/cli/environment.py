@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 from compaction.cli import common
-from compaction.cli.common import EXIT_OK, Parser
+from compaction.cli.common import Parser
 from compaction.cli.output import Output
 from compaction.display import human_bytes
 from compaction.engine.session import build_class_archive, check_java
+from compaction.errors import EXIT_OK
 
 #: The warm-up's store: a topic whose partitions are cleaned whole and one split into key ranges fed by a shuffle,
 #: so that the archive holds the classes of both kinds of stage.

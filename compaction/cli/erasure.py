@@ -10,11 +10,11 @@ from pathlib import Path
 
 from compaction import __version__, lineage
 from compaction.cli import common
-from compaction.cli.common import EXIT_FAILED, EXIT_OK, Parser
+from compaction.cli.common import Parser
 from compaction.cli.output import Output
 from compaction.cli.types import iso_time, parse_duration, positive_int
 from compaction.erasure import attest, erasure_status, forget
-from compaction.errors import InvalidArgumentError, StoreNotFoundError
+from compaction.errors import EXIT_FAILED, EXIT_OK, InvalidArgumentError, StoreNotFoundError
 from compaction.report import output_location
 from compaction.store.jsonl import decode_utf8
 

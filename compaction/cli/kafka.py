@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from compaction.cli import common
-from compaction.cli.common import EXIT_OK, Parser
+from compaction.cli.common import Parser
 from compaction.cli.output import Output
+from compaction.errors import EXIT_OK
 from compaction.interop import export_partition, import_partition
 
 

@@ -15,10 +15,11 @@ import pyarrow as pa
 
 from compaction import job, lineage
 from compaction.cli import common
-from compaction.cli.common import EXIT_OK, Parser
+from compaction.cli.common import Parser
 from compaction.cli.output import Output
 from compaction.cli.types import iso_time, parse_time
 from compaction.display import human_bytes
+from compaction.errors import EXIT_OK
 from compaction.publish import describe_publish, publish_topic
 from compaction.read.export import FORMATS, snapshot, write_csv, write_jsonl, write_parquet
 from compaction.read.history import history

@@ -7,11 +7,11 @@ from typing import Any
 
 from compaction import lineage
 from compaction.cli import common
-from compaction.cli.common import EXIT_FAILED, EXIT_OK, Command, Parser
+from compaction.cli.common import Command, Parser
 from compaction.cli.output import Output
 from compaction.cli.types import parse_duration, parse_time, positive_int
 from compaction.display import human_bytes
-from compaction.errors import StoreError
+from compaction.errors import EXIT_FAILED, EXIT_OK, StoreError
 from compaction.store import IllegalFolder, SegmentFormat, Store, TopicPartition, Writer, read_manifests
 from compaction.store.gc import DEFAULT_GRACE_MS, DEFAULT_KEEP_VERSIONS, collect_store
 from compaction.store.status import partition_status

@@ -31,7 +31,7 @@ from compaction.lineage.environment import job_name, job_namespace, openlineage_
 from compaction.lineage.figures import Outcome, of_forget, of_gc, of_publish, of_run
 
 if TYPE_CHECKING:
-    from compaction.clean.outcome import RunReport
+    from compaction.clean.results import RunReport
     from compaction.erasure.requests import Forgotten
     from compaction.publish import Target
     from compaction.publish.snapshot import PublishResult

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dagster_pipes import PipesContext
 
-    from compaction.clean.outcome import RunReport
+    from compaction.clean.results import RunReport
 
 log = logging.getLogger("compaction.lineage")
 

@@ -11,7 +11,7 @@ from compaction import __version__
 from compaction.lineage.datasets import topic_dataset
 
 if TYPE_CHECKING:
-    from compaction.clean.outcome import RunReport
+    from compaction.clean.results import RunReport
     from compaction.erasure.requests import Forgotten
     from compaction.publish import Target
     from compaction.publish.snapshot import PublishResult

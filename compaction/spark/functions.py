@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compaction.clean.cleaner import plan_store
+from compaction.clean.plan_json import plan_json
 from compaction.config import Settings
 from compaction.errors import StoreError
 from compaction.read.files import resolve
@@ -54,17 +55,17 @@ def _row(values: dict[str, Any], columns: str) -> tuple[Any, ...]:
     return tuple(values.get(c.strip().split(" ")[0]) for c in columns.split(","))
 
 
-class CompactionPlan:
+class PlanFunction:
     """``compaction_plan(url [, conf])``: ``plan --json``'s partitions (``conf``: a configuration file)."""
 
     def eval(self, url: str, conf: str | None = None) -> Iterator[tuple[Any, ...]]:
         settings = Settings.load(conf)
         plan = plan_store(Store.open(url), settings, wall_clock_ms())
-        for partition in plan.to_dict()["partitions"]:
+        for partition in plan_json(plan)["partitions"]:
             yield _row(partition, PLAN_COLUMNS)
 
 
-class CompactionStatus:
+class StatusFunction:
     """``compaction_status(url)``: ``status --json``'s partitions; an unreadable manifest fails it, naming it."""
 
     def eval(self, url: str) -> Iterator[tuple[Any, ...]]:
@@ -78,7 +79,7 @@ class CompactionStatus:
             yield _row(partition_status(manifest).to_dict(), STATUS_COLUMNS)
 
 
-class CompactionFiles:
+class FilesFunction:
     """``compaction_files(url, topic)``: ``files --json``'s live files, a row each."""
 
     def eval(self, url: str, topic: str) -> Iterator[tuple[Any, ...]]:
@@ -93,7 +94,7 @@ class CompactionFiles:
                 yield _row(values, FILES_COLUMNS)
 
 
-class CompactionHistory:
+class HistoryFunction:
     """``compaction_history(url, topic, partition)``: ``history --json``'s versions of one partition."""
 
     def eval(self, url: str, topic: str, partition: int) -> Iterator[tuple[Any, ...]]:
@@ -104,8 +105,8 @@ class CompactionHistory:
 
 #: Each function's SQL name, its class and its columns.
 FUNCTIONS: dict[str, tuple[type, str]] = {
-    "compaction_plan": (CompactionPlan, PLAN_COLUMNS),
-    "compaction_status": (CompactionStatus, STATUS_COLUMNS),
-    "compaction_files": (CompactionFiles, FILES_COLUMNS),
-    "compaction_history": (CompactionHistory, HISTORY_COLUMNS),
+    "compaction_plan": (PlanFunction, PLAN_COLUMNS),
+    "compaction_status": (StatusFunction, STATUS_COLUMNS),
+    "compaction_files": (FilesFunction, FILES_COLUMNS),
+    "compaction_history": (HistoryFunction, HISTORY_COLUMNS),
 }

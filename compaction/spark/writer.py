@@ -4,7 +4,8 @@ A task (:func:`write_task`) shapes its rows as records (:func:`shape`: the topic
 partitioner for rows without one, the timestamp, the checks), holds each partition's records until a segment's worth
 (or the task's memory budget) and writes them as a segment: at the offsets they carry, or at the next offsets of the
 write's own sequence in that partition (:mod:`compaction.store.claims`: the tasks of a write never take the same
-offsets). What it wrote comes back to the driver as :class:`Piece` s: object names and offset ranges, never records.
+offsets). What it wrote comes back to the driver as :class:`WrittenPiece` s: object names and offset ranges, never
+records.
 
 The commit (:func:`commit_write`) checks every partition first (offsets at or below the log end, pieces that
 overlap), so a refused write commits nothing; then each partition's pieces are appended in one commit of its
@@ -70,7 +71,7 @@ class WritePlan:
 
 
 @dataclass(frozen=True)
-class Piece:
+class WrittenPiece:
     """A segment a task wrote for one partition, not committed: ``claimed`` when its offsets are the write's own
     (placed again at the commit if they no longer follow the log end), else the ones its rows carried."""
 
@@ -89,7 +90,7 @@ class WriteMessage(WriterCommitMessage):
     """What a task hands the driver: the write it belongs to and the segments it wrote."""
 
     write_id: str
-    pieces: tuple[Piece, ...] = ()
+    pieces: tuple[WrittenPiece, ...] = ()
 
 
 def _fail(where: str, problem: str) -> InvalidRecordsError:
@@ -234,7 +235,7 @@ class TaskWriter:
         self.plan = plan
         self.topics = sorted(plan.partitions)
         self.held: dict[TopicPartition, _Held] = {}
-        self.pieces: list[Piece] = []
+        self.pieces: list[WrittenPiece] = []
         self.manifests: dict[TopicPartition, Manifest | None] = {}
 
     def add(self, records: pa.Table, topics: np.ndarray, partitions: np.ndarray) -> None:
@@ -284,7 +285,7 @@ class TaskWriter:
         first, last = table.column("offset")[0].as_py(), table.column("offset")[-1].as_py()
         segment = self.plan.store.objects.write_segment(tp, table, first, last + 1, created_ms=self.plan.time_ms,
                                                         segment_format=self._format(tp))
-        self.pieces.append(Piece(tp.topic, tp.partition, segment, claimed))
+        self.pieces.append(WrittenPiece(tp.topic, tp.partition, segment, claimed))
 
     def finish(self) -> WriteMessage:
         for tp in list(self.held):
@@ -320,15 +321,15 @@ class Stream:
     batch_id: int
 
 
-def _by_partition(messages: Sequence[WriteMessage | None]) -> dict[TopicPartition, list[Piece]]:
-    grouped: dict[TopicPartition, list[Piece]] = {}
+def _by_partition(messages: Sequence[WriteMessage | None]) -> dict[TopicPartition, list[WrittenPiece]]:
+    grouped: dict[TopicPartition, list[WrittenPiece]] = {}
     for message in messages:
         for piece in message.pieces if message is not None else ():
             grouped.setdefault(piece.tp, []).append(piece)
     return {tp: sorted(pieces, key=lambda p: p.segment.base_offset) for tp, pieces in sorted(grouped.items())}
 
 
-def _check(tp: TopicPartition, pieces: Sequence[Piece], latest: Manifest | None) -> None:
+def _check(tp: TopicPartition, pieces: Sequence[WrittenPiece], latest: Manifest | None) -> None:
     """Refuse a partition's pieces before anything commits: rows with offsets beside rows without, offsets that
     two tasks both wrote, or offsets at or below the log end."""
     claimed = {p.claimed for p in pieces}
@@ -350,7 +351,7 @@ def _check(tp: TopicPartition, pieces: Sequence[Piece], latest: Manifest | None)
                                  f"the partition's log end {log_end} (offsets up to {log_end - 1} are taken)")
 
 
-def _placed(store: Store, tp: TopicPartition, pieces: Sequence[Piece], log_end: int,
+def _placed(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], log_end: int,
             rewritten: dict[tuple[str, int], SegmentMeta], time_ms: int) -> list[SegmentMeta]:
     """Claimed pieces from ``log_end`` on, one after another: a piece whose offsets no longer fit (another writer
     appended first, or a failed task attempt left its claim unused) is written again at the offsets it takes now."""
@@ -371,7 +372,7 @@ def _placed(store: Store, tp: TopicPartition, pieces: Sequence[Piece], log_end: 
     return placed
 
 
-def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[Piece], latest: Manifest | None, *,
+def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], latest: Manifest | None, *,
                       time_ms: int, run_id: str, stream: Stream | None) -> Manifest | None:
     """Append one partition's pieces in one commit; None when it already holds the streaming write's batch."""
     rewritten: dict[tuple[str, int], SegmentMeta] = {}

@@ -12,12 +12,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import Cleaner, plan_store
-from compaction.clean.outcome import RunReport, Status
 from compaction.clean.paths import reads_whole_ranges
+from compaction.clean.results import RunReport, Status
 from compaction.config import Settings
-from compaction.errors import StoreError
-from compaction.job import EXIT_PARTIAL, JobOptions, run_job
-from compaction.rules import Plan
+from compaction.errors import EXIT_PARTIAL, StoreError
+from compaction.job import JobOptions, run_job
+from compaction.rules import WinnerSearch
 from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store.manifest import Manifest, SegmentMeta
 from compaction.store.segment import records
@@ -34,7 +34,7 @@ DAY = 86_400_000
 SETTINGS = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0})
 
 
-@pytest.fixture(params=list(Plan))
+@pytest.fixture(params=list(WinnerSearch))
 def plan(request: pytest.FixtureRequest) -> str:
     return request.param
 

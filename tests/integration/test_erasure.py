@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compaction import kafka
 from compaction.clean.cleaner import Cleaner
-from compaction.clean.outcome import RunReport
+from compaction.clean.results import RunReport
 from compaction.cli import EXIT_FAILED, EXIT_OK, main
 from compaction.config import Settings
 from compaction.erasure import forget

@@ -29,7 +29,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from compaction.clean.outcome import RunReport
+from compaction.clean.results import RunReport
 from compaction.cli import EXIT_INVALID, EXIT_OK, common, main
 from compaction.errors import CatalogError
 from compaction.job import JobOptions, publish_target, run_job

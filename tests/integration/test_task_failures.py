@@ -14,8 +14,9 @@ from typing import Any, cast
 import pytest
 
 from compaction.clean.cleaner import Cleaner
-from compaction.clean.outcome import RunReport
-from compaction.job import EXIT_FAILED, EXIT_PARTIAL, JobOptions, run_job
+from compaction.clean.results import RunReport
+from compaction.errors import EXIT_FAILED, EXIT_PARTIAL
+from compaction.job import JobOptions, run_job
 from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_garbage
 from compaction.store.segment import records

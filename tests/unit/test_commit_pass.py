@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
-from compaction.clean.layout import SegmentOutcome
-from compaction.clean.outcome import Status
+from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import AppliedJob, SegmentVerdicts, SourceVerdicts, Verdicts
 from compaction.clean.planner import LogToClean, Selected, Skipped, plan
+from compaction.clean.results import Status
 from compaction.clean.settings import TopicConfig
 from compaction.engine.isolation import Failure
 from compaction.erasure import request_erasure
@@ -67,16 +67,16 @@ def rewritten(store: Store, w: PartitionWork, *rows: dict, stamped: int = 0) -> 
                         stamped=stamped))
 
 
-def outcome(records: int, kept: int, next_horizon: int | None = None, erased: frozenset[str] = frozenset()
-            ) -> SegmentOutcome:
-    return SegmentOutcome(records=records, kept=kept, stamped=0, dropped={"superseded": records - kept},
+def counts(records: int, kept: int, next_horizon: int | None = None, erased: frozenset[str] = frozenset()
+            ) -> SegmentCounts:
+    return SegmentCounts(records=records, kept=kept, stamped=0, dropped={"superseded": records - kept},
                           next_horizon_ms=next_horizon, erased_keys=erased)
 
 
 def test_a_pass_commits_its_objects_its_checkpoint_and_when_it_cleaned(store: Store) -> None:
     p = planned(store).to_clean()
     w = work(store, p)
-    w.outcomes = {0: outcome(2, 1, next_horizon=12_000), 2: outcome(1, 1, next_horizon=11_500)}
+    w.segment_counts = {0: counts(2, 1, next_horizon=12_000), 2: counts(1, 1, next_horizon=11_500)}
     rewritten(store, w, rec("b", "2", 1), rec("a", "3", 2))
     result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=5)
     manifest = store.manifest(TP)
@@ -102,7 +102,7 @@ def test_a_pass_commits_on_the_version_its_plan_read_without_listing_or_reading_
 
 def test_the_next_horizon_counts_the_one_the_pass_stamped(store: Store) -> None:
     w = work(store, planned(store).to_clean())
-    w.outcomes = {0: outcome(2, 2), 2: outcome(1, 1, next_horizon=HORIZON + 1)}
+    w.segment_counts = {0: counts(2, 2), 2: counts(1, 1, next_horizon=HORIZON + 1)}
     rewritten(store, w, rec("a", "1", 0), rec("b", None, 1), rec("a", "3", 2), stamped=1)
     assert (w.stamped, w.next_horizon_ms()) == (1, HORIZON)
     done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
@@ -132,7 +132,7 @@ def test_an_apply_job_without_a_result_is_a_bug_and_commits_nothing(store: Store
 def test_a_segment_holding_an_erased_key_that_was_not_rewritten_is_a_bug_and_commits_nothing(store: Store) -> None:
     p = planned(store).to_clean()
     w = work(store, p)
-    w.outcomes = {0: outcome(2, 2, erased=frozenset({"d" * 64})), 2: outcome(1, 1)}
+    w.segment_counts = {0: counts(2, 2, erased=frozenset({"d" * 64})), 2: counts(1, 1)}
     result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
     assert (result.status, result.internal) == (Status.FAILED, True)
     assert result.error == f"segment(s) {[p.segments[0].path]} hold records of erased keys but were not rewritten"
@@ -141,7 +141,7 @@ def test_a_segment_holding_an_erased_key_that_was_not_rewritten_is_a_bug_and_com
 
 def test_a_segment_no_outcome_speaks_of_holds_no_erased_key(store: Store) -> None:
     w = work(store, planned(store).to_clean())
-    w.outcomes = {2: outcome(1, 1)}  # segment 0: no row of it was decided
+    w.segment_counts = {2: counts(1, 1)}  # segment 0: no row of it was decided
     assert done_cleaning(store, w, WRITER, NOW, elapsed_ms=0).status is Status.CLEANED
 
 
@@ -152,7 +152,7 @@ def test_a_pass_that_carries_out_an_erasure_marks_it_rewritten_and_names_what_he
     assert [(r.key_sha256, r.tombstone_offset) for r in p.erasures] == [(digest, tombstone)]
     w = work(store, p)
     holders = [s for s in p.segments if s.base_offset in (0, 2)]
-    w.outcomes = {s.base_offset: outcome(1, 0, erased=frozenset({digest})) for s in holders}
+    w.segment_counts = {s.base_offset: counts(1, 0, erased=frozenset({digest})) for s in holders}
     job = w.task.job(0, p.segments, False)
     w.jobs.append(job)
     w.add(AppliedJob.of(job, segment=None))
@@ -248,7 +248,7 @@ def verdicts(path: str | None, *found: tuple[int, int, int | None]) -> Verdicts:
     """What one key range listed in the object at ``path``: per segment, its base, the live rows it read and the
     row group listing its part."""
     return Verdicts(tp=TP, path=path, segments=tuple(
-        SegmentVerdicts(segment_base=base, outcome=outcome(rows, rows), rows=rows, row_group=group)
+        SegmentVerdicts(segment_base=base, counts=counts(rows, rows), rows=rows, row_group=group)
         for base, rows, group in found))
 
 

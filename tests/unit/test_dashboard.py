@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
-from compaction.job import EXIT_OK, JobOptions, run_job
+from compaction.errors import EXIT_OK
+from compaction.job import JobOptions, run_job
 from compaction.store import Store
 from tests.helpers import ROOT
 from tests.helpers.settings import settings_with

@@ -6,10 +6,11 @@ import hashlib
 from dataclasses import replace
 
 from compaction import winners
-from compaction.clean.layout import ApplyPolicy, SegmentOutcome, lay_out
-from compaction.clean.planner import Decision, Roll, Selected, apply_policy, plan, plan_partition
+from compaction.clean.layout import ApplyPolicy, SegmentCounts, lay_out
+from compaction.clean.planner import Decision, Roll, Selected, plan, plan_partition
 from compaction.clean.settings import CleanerSettings, TopicConfig
-from compaction.rules import KEPT, Reason
+from compaction.clean.sizing import apply_policy
+from compaction.rules import KEPT, DropReason
 from compaction.store import TopicPartition
 from compaction.store.manifest import DeletionVector, ErasureRequest, Manifest, SegmentMeta, WriterInfo
 from tests.helpers.builders import facts
@@ -30,13 +31,13 @@ def test_an_erased_record_goes_whatever_its_version_and_the_tombstone_is_what_it
                   {"offset": 2, "key": "alice", "version_valid": 0, "version": -1},  # the tombstone
                   {"offset": 3, "key": None, "is_control": True, "marker_pending": True})
     decided = winners.decide(table, now_ms=0, keyless_drop=False)
-    assert decided.code.tolist() == [Reason.ERASED.code, KEPT, KEPT, KEPT]
+    assert decided.code.tolist() == [DropReason.ERASED.code, KEPT, KEPT, KEPT]
 
 
 def test_an_erased_record_that_was_aborted_is_counted_as_erased() -> None:
     table = facts({"offset": 0, "key": "alice", "aborted": True, "erased": True},
                   {"offset": 1, "key": "alice"})
-    assert winners.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [Reason.ERASED.code, KEPT]
+    assert winners.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [DropReason.ERASED.code, KEPT]
 
 
 # Which segments a pass rewrites ---------------------------------------------------------------------------
@@ -50,12 +51,12 @@ def meta(base: int, end: int, size: int = 1000, deletes: DeletionVector | None =
 def test_a_clean_segment_holding_an_erased_record_is_rewritten_where_it_would_take_a_deletion_vector() -> None:
     segments = [meta(0, 100), meta(100, 200)]
     policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
-    lost_one = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"superseded": 1})
-    plain = lay_out(segments, {0: lost_one, 100: SegmentOutcome(records=100, kept=100, stamped=0, dropped={})},
+    lost_one = SegmentCounts(records=100, kept=99, stamped=0, dropped={"superseded": 1})
+    plain = lay_out(segments, {0: lost_one, 100: SegmentCounts(records=100, kept=100, stamped=0, dropped={})},
                       200, policy)
     assert [([s.base_offset for s in sources], vector) for sources, vector in plain] == [([0], True)]
-    erased = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
-    jobs = lay_out(segments, {0: erased, 100: SegmentOutcome(records=100, kept=100, stamped=0, dropped={})},
+    erased = SegmentCounts(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
+    jobs = lay_out(segments, {0: erased, 100: SegmentCounts(records=100, kept=100, stamped=0, dropped={})},
                      200, policy)
     assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [([0], False)]
 
@@ -64,7 +65,7 @@ def test_a_segment_whose_deletion_vector_hides_an_erased_record_is_rewritten_tho
     vector = DeletionVector(path="segments/_00000000000000000000-d.deletes.parquet", count=3, size_bytes=10,
                             checksum="sha256:0", created_ms=0)
     segments = [meta(0, 100, deletes=vector)]
-    nothing = SegmentOutcome(records=97, kept=97, stamped=0, dropped={})
+    nothing = SegmentCounts(records=97, kept=97, stamped=0, dropped={})
     assert lay_out(segments, {0: nothing}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == []
     hidden = nothing.with_hidden_erased(frozenset({ALICE}))
     assert lay_out(segments, {0: hidden}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == [(tuple(segments),
@@ -73,8 +74,8 @@ def test_a_segment_whose_deletion_vector_hides_an_erased_record_is_rewritten_tho
 
 def test_key_ranges_outcomes_add_up_their_erased_keys() -> None:
     bob = hashlib.sha256(b"bob").hexdigest()
-    one = SegmentOutcome(records=1, kept=0, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
-    other = SegmentOutcome(records=2, kept=1, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({bob}))
+    one = SegmentCounts(records=1, kept=0, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
+    other = SegmentCounts(records=2, kept=1, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({bob}))
     merged = one.merge(other)
     assert merged.erased_keys == {ALICE, bob} and merged.dropped == {"erased": 2} and merged.records == 3
 
@@ -155,8 +156,8 @@ def test_the_active_segment_an_erasure_rolled_is_rewritten_apart_so_that_it_stay
     assert isinstance(chosen, Selected) and chosen.figures.roll is Roll.FOR_ERASURE
     policy = apply_policy(chosen.to_clean(), HOUR, CleanerSettings.model_validate({}), key_ranges=1)
     assert policy.apart == 100
-    lost = SegmentOutcome(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
-    stamped = SegmentOutcome(records=2, kept=2, stamped=1, dropped={})  # its tombstone gets its horizon
+    lost = SegmentCounts(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
+    stamped = SegmentCounts(records=2, kept=2, stamped=1, dropped={})  # its tombstone gets its horizon
     outcomes = {0: lost, 100: stamped}
     merged = lay_out(log.segments, outcomes, 0, replace(policy, apart=None))
     assert [[s.base_offset for s in sources] for sources, _ in merged] == [[0, 100]]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from compaction.clean.cleaner import Cleaner
-from compaction.clean.outcome import RunReport
+from compaction.clean.results import RunReport
 from compaction.config import Settings
 from compaction.kafka import batch_table, encode
 from compaction.store import SegmentFormat, Store, TopicPartition, Writer

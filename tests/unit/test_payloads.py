@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from compaction.clean.layout import SegmentOutcome
+from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import (
     AppliedJob,
     ApplyJob,
@@ -36,7 +36,7 @@ def shipped(payload: Payload) -> Payload:
 def one_of_each(store: Store) -> list[Payload]:
     store.append(TP, records([{"key": "a"}, {"key": "b"}, {"key": "a"}]), now_ms=0)
     segment = store.manifest(TP).segments[0]
-    outcome = SegmentOutcome(records=3, kept=2, stamped=0, dropped={"superseded": 1}, next_horizon_ms=None)
+    counts = SegmentCounts(records=3, kept=2, stamped=0, dropped={"superseded": 1}, next_horizon_ms=None)
     applied = AppliedJob(tp=TP, job_id=0, sources=(0,), deletes_only=False, segment=segment, records_read=3,
                          bytes_read=segment.size_bytes, records_written=2, bytes_written=10)
     return [
@@ -44,9 +44,9 @@ def one_of_each(store: Store) -> list[Payload]:
         ApplyJob(tp=TP, store=store, job_id=0, sources=(segment,), horizon_ms=5, now_ms=0, log_start_offset=0,
                  deletes_only=False, pass_id="pass", segment_format=SegmentFormat.PARQUET, batch_policy=None,
                  verdicts=(SourceVerdicts(rows=3, kept=True, listed=(("segments/_x.verdicts.parquet", 0),)),)),
-        Verdicts(tp=TP, path="segments/_x.verdicts.parquet", segments=(SegmentVerdicts(0, outcome, 3, 0),)),
+        Verdicts(tp=TP, path="segments/_x.verdicts.parquet", segments=(SegmentVerdicts(0, counts, 3, 0),)),
         applied,
-        CleanedPartition(tp=TP, outcomes={0: outcome}, jobs=(applied,)),
+        CleanedPartition(tp=TP, segment_counts={0: counts}, jobs=(applied,)),
     ]
 
 

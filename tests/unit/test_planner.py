@@ -11,21 +11,20 @@ import pytest
 from hypothesis import given, settings
 
 from compaction.clean.layout import ApplyPolicy
+from compaction.clean.plan_json import plan_json
 from compaction.clean.planner import (
     Decision,
     Roll,
     Selected,
     Skipped,
     Uncleanable,
-    UncleanableBound,
-    apply_policy,
-    key_range_count,
     plan,
     plan_partition,
-    segment_runs,
 )
 from compaction.clean.settings import LONG_MAX, TopicConfig
+from compaction.clean.sizing import apply_policy, key_range_count, segment_runs
 from compaction.errors import CorruptManifestError
+from compaction.rules import UncleanableBound
 from compaction.store import TopicPartition
 from compaction.store.manifest import DeletionVector, ErasureRequest, Manifest, SegmentMeta, WriterInfo
 from tests.helpers.settings import settings_with
@@ -400,7 +399,7 @@ def test_the_plan_as_json_names_every_figure_of_every_partition() -> None:
         TopicPartition("c", 0): CorruptManifestError("manifest c/0/_manifests/1.json is not valid JSON"),
     }
     path = "segments/{:020d}-s.parquet".format
-    assert plan(manifests, configs.__getitem__, now_ms=now, byte_budget=10_000).to_dict() == {
+    assert plan_json(plan(manifests, configs.__getitem__, now_ms=now, byte_budget=10_000)) == {
         "now_ms": now, "max_dirty_percent": 100, "max_compaction_delay_secs": 1, "delayed_partitions": 1,
         "byte_budget": 10_000,
         "partitions": [
@@ -656,7 +655,7 @@ def test_a_manifest_that_could_not_be_read_stops_only_its_own_partition() -> Non
                                                                            ("a-0", Decision.UNCLEANABLE)]
     nothing = plan({TopicPartition("a", 0): logs[TopicPartition("a", 0)]}, lambda _: COMPACT, now_ms=0)
     assert (nothing.max_dirty_percent, nothing.max_compaction_delay_ms, nothing.delayed_partitions) == (0, 0, 0)
-    assert nothing.to_dict()["max_compaction_delay_secs"] == 0
+    assert plan_json(nothing)["max_compaction_delay_secs"] == 0
 
 
 def test_the_plans_gauges_count_a_one_byte_log_and_a_one_millisecond_delay() -> None:
@@ -665,7 +664,7 @@ def test_the_plans_gauges_count_a_one_byte_log_and_a_one_millisecond_delay() -> 
     result = plan({TopicPartition("t", 0): tiny}, lambda _: config, now_ms=NOW)
     assert (result.max_dirty_percent, result.max_compaction_delay_ms, result.delayed_partitions) == (100, 1, 1)
     slower = plan({TopicPartition("t", 0): tiny}, lambda _: config, now_ms=NOW + 1499)
-    assert slower.to_dict()["max_compaction_delay_secs"] == 1  # 1500 ms, in whole seconds
+    assert plan_json(slower)["max_compaction_delay_secs"] == 1  # 1500 ms, in whole seconds
 
 
 def test_overdue_by_one_millisecond_goes_before_due_just_now_whatever_the_ratios() -> None:
@@ -733,7 +732,7 @@ def test_the_plan_as_json_of_the_partitions_it_does_not_clean_and_of_a_log_left_
         "cleanable_bytes": 0, "cleanable_ratio": 0.0, "compaction_delay_ms": 0, "active_rolled": False,
         "tombstone_purge": False, "overdue_ms": None, "expired_segments": [], "erasures": [], "clean_range": None,
         "segments": []}
-    result = plan(manifests, configs.__getitem__, now_ms=NOW, byte_budget=1).to_dict()
+    result = plan_json(plan(manifests, configs.__getitem__, now_ms=NOW, byte_budget=1))
     assert result["partitions"] == [
         {**unmeasured, "partition": "gone-0", "decision": "clean",
          "reason": "erasure requested: no segment is left to rewrite; overdue, so first in the per-run byte budget",

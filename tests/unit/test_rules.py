@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from compaction import rules
-from compaction.rules import LONG_MAX, Reason, Strategy
+from compaction.rules import LONG_MAX, DropReason, Strategy
 from compaction.schema import HEADER_TYPE
 from compaction.store.segment import records
 from tests.helpers.builders import facts
@@ -108,7 +108,7 @@ def test_non_transactional_records_are_never_aborted() -> None:
 def decide(table: pa.Table, winners: list[int], keyless_drop: bool = False) -> list[str | None]:
     offsets = table.column("offset").to_pylist()
     decided = rules.classify(table, np.isin(offsets, winners), now_ms=NOW, keyless_drop=keyless_drop)
-    return [None if c == rules.KEPT else list(Reason)[c - 1].value for c in decided.code.tolist()]
+    return [None if c == rules.KEPT else list(DropReason)[c - 1].value for c in decided.code.tolist()]
 
 
 def test_only_the_winner_of_a_key_survives_and_nothing_else_keeps_a_loser() -> None:
@@ -242,7 +242,7 @@ def test_upcoming_horizons_are_those_of_kept_records_still_to_come_as_exact_long
                   {"offset": 1, "key": "b", "delete_horizon_ms": NOW + 5},  # dropped: its horizon no longer counts
                   {"offset": 2, "key": "c", "delete_horizon_ms": NOW},  # kept, due now: not to come
                   {"offset": 3, "key": "d"})  # kept, no horizon
-    code = np.array([rules.KEPT, Reason.SUPERSEDED.code, rules.KEPT, rules.KEPT], dtype=np.int8)
+    code = np.array([rules.KEPT, DropReason.SUPERSEDED.code, rules.KEPT, rules.KEPT], dtype=np.int8)
     upcoming = rules.upcoming_horizons(table, code, NOW)
     assert (upcoming.dtype, upcoming.tolist()) == (np.dtype(np.int64), [2**53 + 1, LONG_MAX, LONG_MAX, LONG_MAX])
 

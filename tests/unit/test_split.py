@@ -16,7 +16,7 @@ import pytest
 from compaction.clean import paths
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.payloads import RunRead
-from compaction.clean.planner import segment_runs
+from compaction.clean.sizing import segment_runs
 from compaction.clean.tasks.decide import decide_handed
 from compaction.clean.tasks.facts import hand_out
 from compaction.clean.tasks.key_ranges import sample_bounds

@@ -89,8 +89,8 @@ def test_a_unique_clean_section_keeps_only_the_rows_in_doubt_and_counts_the_othe
     assert sparse.facts.table.column("offset").to_pylist() == [1, 3, 4, 5, 7, 8, 9]
     assert sparse.facts.assumed_kept is not None and sparse.facts.assumed_kept.tolist() == [3, 0]
     segments = manifest.segments
-    assert [o for *_, o in sparse.outcomes(segments)] == [o for *_, o in full.outcomes(segments)]
-    assert [o.kept for *_, o in sparse.outcomes(segments)] == [5, 2]
+    assert [o for *_, o in sparse.segment_counts(segments)] == [o for *_, o in full.segment_counts(segments)]
+    assert [o.kept for *_, o in sparse.segment_counts(segments)] == [5, 2]
     # Not with a key's records possibly sharing the clean section, transactions or erasure requests.
     for changed in ({"clean_keys_unique": False}, {"erasures": (("digest", 8),)}, {"first_dirty_offset": 0}):
         assert not reads_clean_sparsely(replace(task, **changed))

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from compaction import rules, winners
 from compaction.clean.batches import BatchPolicy, Framed, frame_records, reframe, stale_empty_batches
-from compaction.clean.layout import SegmentOutcome, lay_out, takes_vector
+from compaction.clean.layout import SegmentCounts, lay_out, takes_vector
 from compaction.clean.payloads import (
     AppliedJob,
     ApplyJob,
@@ -308,15 +308,15 @@ def clean_run(run: CleanRun) -> Verdicts:
         hit = pc.is_in(keys, value_set=pc.drop_null(contested).combine_chunks()).to_numpy(zero_copy_only=False)
         del keys, contested
     parts: list[pa.Table | None] = []
-    found: list[tuple[int, SegmentOutcome, int, SegmentMeta | None]] = []
+    found: list[tuple[int, SegmentCounts, int, SegmentMeta | None]] = []
     start = 0
     for segment, table in zip(task.segments, tables, strict=True):
         beaten = hit[start:start + table.num_rows]
         start += table.num_rows
         with phase("decide"):
-            code, stamp, doubt, outcome = _decide_clean_segment(task, table, beaten)
+            code, stamp, doubt, counts = _decide_clean_segment(task, table, beaten)
         vector = None
-        if takes_vector(segment, outcome, task.first_dirty_offset, task.policy):
+        if takes_vector(segment, counts, task.first_dirty_offset, task.policy):
             keep = np.ones(table.num_rows, dtype=bool)
             keep[doubt] = code == rules.KEPT
             with phase("write"):
@@ -327,7 +327,7 @@ def clean_run(run: CleanRun) -> Verdicts:
             chosen = listed | stamp
             parts.append(pa.table({"position": pa.array(np.flatnonzero(doubt)[chosen], pa.int32()),
                                    "listed": listed[chosen], "stamp": stamp[chosen]}) if chosen.any() else None)
-        found.append((segment.base_offset, outcome, table.num_rows, vector))
+        found.append((segment.base_offset, counts, table.num_rows, vector))
     path: str | None = None
     groups: tuple[int | None, ...] = (None,) * len(parts)
     if any(part is not None for part in parts):
@@ -335,14 +335,14 @@ def clean_run(run: CleanRun) -> Verdicts:
             path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
                                                              f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
     return Verdicts(tp=task.tp, path=path, segments=tuple(
-        SegmentVerdicts(base, outcome, rows, group, vector)
-        for (base, outcome, rows, vector), group in zip(found, groups, strict=True)))
+        SegmentVerdicts(base, counts, rows, group, vector)
+        for (base, counts, rows, vector), group in zip(found, groups, strict=True)))
 
 
 def _decide_clean_segment(task: CleanTask, table: pa.Table, beaten: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SegmentOutcome]:
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SegmentCounts]:
     """A unique clean segment's verdicts, its rows whose key the dirty section holds being ``beaten``: the codes and
-    stamps of its rows in doubt (``doubt``, a mask of its rows), and its outcome, every other row kept."""
+    stamps of its rows in doubt (``doubt``, a mask of its rows), and its counts, every other row kept."""
     doubt = beaten | pc.is_null(table.column("key")).to_numpy(zero_copy_only=False) \
         | pc.is_valid(table.column("delete_horizon_ms")).to_numpy(zero_copy_only=False)
     rows = table.filter(pa.array(doubt))
@@ -353,11 +353,11 @@ def _decide_clean_segment(task: CleanTask, table: pa.Table, beaten: np.ndarray
                         rows.column("delete_horizon_ms"), pc.is_valid(rows.column("key")).to_numpy(
                             zero_copy_only=False), none, none, none)
     decided = winners.decide(facts, now_ms=task.now_ms, keyless_drop=task.keyless_drop, beaten=beaten[doubt])
-    outcome = SegmentOutcome.from_verdicts(decided.code, decided.stamp,
+    counts = SegmentCounts.from_verdicts(decided.code, decided.stamp,
                                            rules.upcoming_horizons(facts, decided.code, task.now_ms))
     surely_kept = len(doubt) - n
-    outcome = replace(outcome, records=outcome.records + surely_kept, kept=outcome.kept + surely_kept)
-    return decided.code, decided.stamp, doubt, outcome
+    counts = replace(counts, records=counts.records + surely_kept, kept=counts.kept + surely_kept)
+    return decided.code, decided.stamp, doubt, counts
 
 
 # One task: decide and apply a whole partition ------------------------------------------------------------
@@ -374,12 +374,12 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     decided = decide_facts(task, frozenset(s.base_offset for s in task.segments if small or (
         s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA)))
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
-    outcomes = {segment.base_offset: outcome.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
-                for segment, _, outcome in decided.outcomes(task.segments)}
+    segment_counts = {segment.base_offset: counts.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
+                for segment, _, counts in decided.segment_counts(task.segments)}
     survivors = HeldRows(decided, task.segments)
     del decided  # the facts' keys and versions: the rewrites need the survivors only
     jobs = [apply_job(task.job(job_id, sources, deletes_only), survivors)
             for job_id, (sources, deletes_only) in enumerate(lay_out(
-                task.segments, outcomes, task.first_dirty_offset, task.policy,
+                task.segments, segment_counts, task.first_dirty_offset, task.policy,
                 stale_empty_batches(task.segments, task.batch_policy)))]
-    return CleanedPartition(tp=task.tp, outcomes=outcomes, jobs=tuple(jobs))
+    return CleanedPartition(tp=task.tp, segment_counts=segment_counts, jobs=tuple(jobs))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction import rules, winners
-from compaction.clean.layout import SegmentOutcome
+from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
 from compaction.clean.tasks.facts import Facts, erased_keys, facts_table, read_task_facts
 from compaction.clean.tasks.objects import object_id
@@ -28,7 +28,7 @@ class TaskVerdicts:
 
     now_ms: int
 
-    def outcomes(self, segments: tuple[SegmentMeta, ...]) -> list[tuple[SegmentMeta, slice, SegmentOutcome]]:
+    def segment_counts(self, segments: tuple[SegmentMeta, ...]) -> list[tuple[SegmentMeta, slice, SegmentCounts]]:
         """Per segment, its rows in ``code``/``stamp`` and the verdicts' counts for them."""
         result = []
         upcoming = rules.upcoming_horizons(self.facts.table, self.code, self.now_ms)
@@ -36,12 +36,12 @@ class TaskVerdicts:
         assumed = self.facts.assumed_kept
         for index, (segment, part) in enumerate(zip(segments, self.facts.segment_slices(), strict=True)):
             code = self.code[part]
-            erased = erased_keys(keys[part], code == rules.Reason.ERASED.code)
-            outcome = SegmentOutcome.from_verdicts(code, self.stamp[part], upcoming[part], erased)
+            erased = erased_keys(keys[part], code == rules.DropReason.ERASED.code)
+            counts = SegmentCounts.from_verdicts(code, self.stamp[part], upcoming[part], erased)
             if assumed is not None and assumed[index]:  # the rows left out as surely kept
-                outcome = replace(outcome, records=outcome.records + int(assumed[index]),
-                                  kept=outcome.kept + int(assumed[index]))
-            result.append((segment, part, outcome))
+                counts = replace(counts, records=counts.records + int(assumed[index]),
+                                  kept=counts.kept + int(assumed[index]))
+            result.append((segment, part, counts))
         return result
 
 
@@ -74,21 +74,21 @@ def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
         kept = decided.code == rules.KEPT
         parts: list[pa.Table | None] = []
         found = []
-        for (segment, part, outcome), rows in zip(decided.outcomes(task.segments), decided.facts.read_lengths,
+        for (segment, part, counts), rows in zip(decided.segment_counts(task.segments), decided.facts.read_lengths,
                                                   strict=True):
             listed = kept[part] if lists_kept(segment, task.first_dirty_offset) else ~kept[part]
             stamp = decided.stamp[part]
             chosen = listed | stamp
             parts.append(pa.table({"position": pa.array(positions[part][chosen], pa.int32()),
                                    "listed": listed[chosen], "stamp": stamp[chosen]}) if chosen.any() else None)
-            found.append((segment.base_offset, outcome, int(rows)))
+            found.append((segment.base_offset, counts, int(rows)))
         path: str | None = None
         groups: tuple[int | None, ...] = (None,) * len(parts)
         if any(part is not None for part in parts):
             path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
                                                      f"{object_id(task.pass_id)}-{task.key_range}")
-    return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, outcome, rows, group)
-                                                          for (base, outcome, rows), group in zip(found, groups,
+    return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, counts, rows, group)
+                                                          for (base, counts, rows), group in zip(found, groups,
                                                                                                  strict=True)))
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from compaction.clean.layout import SegmentOutcome
+from compaction.clean.layout import SegmentCounts
 from compaction.clean.planner import CompactionPlan, Figures, LogToClean, Retention, Selected, Skipped, Uncleanable
 from compaction.display import human_bytes
 from compaction.store.manifest import Manifest, SegmentMeta
@@ -106,13 +106,13 @@ class PartitionResult:
                    clean_range=clean_range, stats=CleanerStats(cleanable_bytes=cleanable_bytes))
 
     @classmethod
-    def cleaned(cls, target: LogToClean, committed: Manifest, outcomes: dict[int, SegmentOutcome],
+    def cleaned(cls, target: LogToClean, committed: Manifest, segment_counts: dict[int, SegmentCounts],
                 jobs: Sequence[ApplyJob], added: list[SegmentMeta], records_written: int, bytes_written: int,
                 elapsed_ms: int) -> PartitionResult:
         p = target
         dropped: dict[str, int] = {}
-        for outcome in outcomes.values():
-            for reason, count in outcome.dropped.items():
+        for counts in segment_counts.values():
+            for reason, count in counts.dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
         expired_records = sum(s.live_records for s in p.expired_segments)
         if expired_records:
@@ -122,7 +122,7 @@ class PartitionResult:
         replaced = {s.path for j in jobs for s in j.sources}
         range_after = [s for s in p.segments if s.path not in replaced] + added
         stats = CleanerStats(
-            messages_read=sum(o.records for o in outcomes.values()),
+            messages_read=sum(o.records for o in segment_counts.values()),
             map_bytes_read=sum(s.size_bytes for s in p.segments),
             bytes_read=sum(s.size_bytes for s in rewritten),
             messages_written=records_written,
@@ -167,7 +167,7 @@ class PartitionResult:
 
 
 @dataclass
-class GcOutcome:
+class GcResult:
     """What ``run --gc`` did after the commits: the objects and bytes it deleted, and each partition it skipped
     (nothing of it deleted) with the reason: a failure of the run, like a partition that could not be cleaned."""
 
@@ -191,7 +191,7 @@ class RunReport:
     #: Where the time went: the driver's phases (``plan``, ``clean``: the Spark jobs, ``commit``; the job adds
     #: ``startup``), wall ms; and the executors' ``task_read``, ``task_decide``, ``task_write``, task ms summed.
     phases_ms: dict[str, int] = field(default_factory=dict)
-    gc: GcOutcome | None = None  # with --gc
+    gc: GcResult | None = None  # with --gc
     #: Tables published after the partitions committed (``[publish] after.run``): per topic the publish's
     #: outcome, or its ``error``.
     published: list[dict[str, Any]] = field(default_factory=list)
