@@ -23,6 +23,7 @@ attempt never publishes twice, and the losers' objects are left to gc.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -168,8 +169,10 @@ class Cleaner:
         return runner.seconds
 
     def commit(self, work: list[PartitionWork], now_ms: int, started: float) -> list[PartitionResult]:
-        """Each partition's commit (or why it cannot commit), many at once; then its hand-over objects are deleted."""
+        """Each partition's commit (or why it cannot commit), many at once; then its hand-over objects are deleted.
+        Each commit's line is numbered as it is printed: the count and the line under one lock."""
         done = 0
+        printing = threading.Lock()
 
         def commit_one(item: PartitionWork) -> PartitionResult:
             nonlocal done
@@ -178,8 +181,9 @@ class Cleaner:
                 self.store.objects.delete_handed(item.task.tp, item.handed_paths())
             except CompactionError as err:  # gc removes them later
                 log.debug("could not delete the hand-over objects of %s: %s", item.task.tp, err)
-            done += 1
-            self.progress(f"[{done}/{len(work)}] {result.summary()}")
+            with printing:
+                done += 1
+                self.progress(f"[{done}/{len(work)}] {result.summary()}")
             return result
 
         with ThreadPoolExecutor(max_workers=max(1, min(COMMIT_THREADS, len(work)))) as pool:

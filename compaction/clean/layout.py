@@ -60,7 +60,7 @@ class SegmentCounts:
                               erased_keys=self.erased_keys | other.erased_keys)
 
     def with_hidden_erased(self, keys: frozenset[str]) -> SegmentCounts:
-        """This counts, with the keys of erased records found among those no reader sees."""
+        """These counts, with the keys of erased records found among those no reader sees."""
         return replace(self, erased_keys=self.erased_keys | keys) if keys else self
 
     def estimated_bytes(self, segment: SegmentMeta) -> int:
@@ -115,7 +115,7 @@ def _aged(segment: SegmentMeta, policy: ApplyPolicy) -> bool:
 
 def takes_vector(segment: SegmentMeta, counts: SegmentCounts, first_dirty_offset: int, policy: ApplyPolicy) -> bool:
     """Whether :func:`lay_out` gives a segment a deletion vector (and nothing else): a clean segment that only loses
-    records, within ``deletion.vector.max.ratio`` deleted in all; its own counts decides, whatever its neighbours'
+    records, within ``deletion.vector.max.ratio`` deleted in all; its own counts decide, whatever its neighbours'
     (a segment that takes a deletion vector stands alone)."""
     old = segment.deletes
     deleted = (old.count if old else 0) + counts.lost

@@ -68,7 +68,7 @@ class CleanTask(Payload):
 
     @property
     def ident(self) -> str:
-        """The partition, or its key range: what its counts is matched to."""
+        """The partition, or its key range: what its outcome (``Ok`` or ``Failed``) is matched to."""
         return str(self.tp) if self.key_ranges == 1 else f"{self.tp} key range {self.key_range}"
 
     @property

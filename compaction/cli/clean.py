@@ -120,16 +120,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = selected_store(args, settings, strict=True)
     options = JobOptions(now_ms=now, wall_ms=clock, topics=common.topic_patterns(args), dry_run=args.dry_run,
                          report_path=args.report, gc=args.gc, dedupe_plan=args.plan, run_id=args.run_id)
+    out = Output()  # every line the run prints, its progress included, goes through it
     with spark_on_demand(args, settings) as spark:
-        code, outcome = run_job(store, options, settings, spark)
-    out = Output()
-    if isinstance(outcome, CompactionPlan):
-        print_plan(outcome, out)
+        code, result = run_job(store, options, settings, spark, out=out.line)
+    if isinstance(result, CompactionPlan):
+        print_plan(result, out)
         return code
-    lineage.ran(args, store, outcome)
-    totals = outcome.totals
+    lineage.ran(args, store, result)
+    totals = result.totals
     out.line(f"{totals['cleaned']} partition(s) cleaned, {totals['failed']} failed, {totals['skipped']} skipped in "
-             f"{outcome.elapsed_ms / 1000:.1f} s: {human_bytes(totals['size_before'])} -> "
+             f"{result.elapsed_ms / 1000:.1f} s: {human_bytes(totals['size_before'])} -> "
              f"{human_bytes(totals['size_after'])}, {totals['records_before']:,} -> {totals['records_after']:,} "
              "records")
     return code

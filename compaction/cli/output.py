@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+#: Every thread of the process writes to the same two streams: a line is written whole, in one write under this lock,
+#: so that lines from threads that finish at once (a run's commits) never run together.
+_WRITING = threading.Lock()
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -33,17 +38,21 @@ class Output:
         return cls(bool(getattr(args, "json", False)))
 
     def line(self, text: str = "", *, aside: bool = False) -> None:
-        """A line for people; ``aside`` sends it to stderr, beside data written to stdout."""
-        print(text, file=sys.stderr if aside else sys.stdout)
+        """A line for people, whole on its own line whatever other threads print; ``aside`` sends it to stderr,
+        beside data written to stdout."""
+        stream = sys.stderr if aside else sys.stdout
+        with _WRITING:
+            stream.write(f"{text}\n")
+            stream.flush()
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        print(format_table(headers, rows))
+        self.line(format_table(headers, rows))
 
     def result(self, document: Any, headers: Sequence[str] | None = None, rows: Sequence[Sequence[Any]] = (),
                notes: Iterable[str] = ()) -> None:
         """``document`` as JSON; or the table of ``headers`` and ``rows`` (when given), then the ``notes``."""
         if self.as_json:
-            print(json.dumps(document, indent=1))
+            self.line(json.dumps(document, indent=1))
             return
         if headers is not None:
             self.table(headers, rows)
