@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -118,7 +119,7 @@ def delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
 
 
 def _bools(array: pa.Array | pa.ChunkedArray, default: bool = False) -> np.ndarray:
-    return pc.fill_null(array, default).to_numpy(zero_copy_only=False).astype(bool)
+    return cast(np.ndarray, pc.fill_null(array, default).to_numpy(zero_copy_only=False).astype(bool))
 
 
 def strategy_columns(strategy: Strategy) -> list[str]:
@@ -224,7 +225,7 @@ def transaction_facts(records: pa.Table) -> TransactionFacts:
 
 def competes(keyed: np.ndarray, is_control: np.ndarray, aborted: np.ndarray, erased: np.ndarray) -> np.ndarray:
     """Records that compete for their key: keyed data records that are neither aborted nor erased."""
-    return keyed & ~is_control & ~aborted & ~erased
+    return cast(np.ndarray, keyed & ~is_control & ~aborted & ~erased)
 
 
 def expiring(facts: pa.Table, now_ms: int) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -242,7 +243,7 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
             segments.append(store.objects.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
                                                         segment_format=spec.segment_format, batches=batches))
 
-        def build(current: Manifest | None) -> dict:
+        def build(current: Manifest | None) -> dict[str, Any]:
             if (current.log_end_offset if current else 0) != first:
                 raise CommitConflictError(f"partition {tp} changed while generating into it")
             return appended_state(current, segments, table, f"generated records for {tp}")

@@ -8,6 +8,8 @@ Everything but the search for each key's greatest record in :data:`compaction.ru
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +36,8 @@ def _greatest(keys: pa.ChunkedArray, rows: np.ndarray, fields: list[np.ndarray])
     if not len(rows):
         return rows
     table = pa.table({"key": keys.take(pa.array(rows)) if len(rows) < len(keys) else keys, "row": rows})
-    return table.group_by("key", use_threads=False).aggregate([("row", "max")]).column("row_max").to_numpy()
+    won = table.group_by("key", use_threads=False).aggregate([("row", "max")]).column("row_max").to_numpy()
+    return cast(np.ndarray, won)
 
 
 def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -59,8 +60,9 @@ def active_producers(manifest: Manifest, expiration_ms: int, now_ms: int) -> dic
 
 
 def last_offsets(batches: pa.Table) -> np.ndarray:
-    return (batches.column("base_offset").to_numpy()
-            + batches.column("last_offset_delta").to_numpy().astype(np.int64))
+    last: np.ndarray = (batches.column("base_offset").to_numpy()
+                        + batches.column("last_offset_delta").to_numpy().astype(np.int64))
+    return last
 
 
 def retain_empty(batches: pa.Table, policy: BatchPolicy) -> np.ndarray:
@@ -82,7 +84,7 @@ def _retained(last: np.ndarray, producer: np.ndarray, epoch: np.ndarray, control
         mine = producer == pid
         active_epoch, last_data = known
         keep |= mine & ((last == last_data) if last_data is not None else (control & (epoch == active_epoch)))
-    return keep
+    return cast(np.ndarray, keep)
 
 
 def stale_empty_batches(segments: Sequence[SegmentMeta], policy: BatchPolicy | None) -> frozenset[int]:

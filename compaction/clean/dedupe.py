@@ -31,6 +31,7 @@ from compaction.clean.tasks.objects import object_id
 from compaction.engine.codec import RESULT_SCHEMA, loads
 from compaction.engine.isolation import Failed, Failure, Outcome, release_memory, result_table, run
 from compaction.engine.stages import SparkStages
+from compaction.schema import LONG_MAX
 from compaction.store.erasure import key_digest
 
 KEY = ("topic", "partition", "key")
@@ -94,7 +95,7 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
             for row in np.flatnonzero(erased).tolist():
                 digests[row] = key_digest(table.column("key")[row].as_py())
             yield from pa.table([*columns, pa.array(decided.code), pa.array(decided.stamp),
-                                 pa.array(upcoming, mask=upcoming == rules.LONG_MAX), pa.array(digests, pa.string())],
+                                 pa.array(upcoming, mask=upcoming == LONG_MAX), pa.array(digests, pa.string())],
                                 schema=DECIDED_SCHEMA).to_batches()
 
     return df.mapInArrow(body, DECIDED_TYPE)
@@ -118,7 +119,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     table = table.sort_by("position")
     code = table.column("code").to_numpy()
     stamp = table.column("stamp").to_numpy(zero_copy_only=False).astype(bool)
-    upcoming = pc.fill_null(table.column("upcoming_horizon_ms"), rules.LONG_MAX).to_numpy()
+    upcoming = pc.fill_null(table.column("upcoming_horizon_ms"), LONG_MAX).to_numpy()
     erased = frozenset(pc.drop_null(table.column("erased_key")).to_pylist())
     counts = SegmentCounts.from_verdicts(code, stamp, upcoming, erased)
     kept = code == rules.KEPT

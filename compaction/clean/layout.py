@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from compaction.rules import KEPT, LONG_MAX, reason_counts, saturating_add
+from compaction.rules import KEPT, reason_counts, saturating_add
+from compaction.schema import LONG_MAX
 from compaction.store.manifest import SegmentMeta
 
 

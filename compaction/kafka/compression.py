@@ -36,8 +36,9 @@ def compress(codec: int, data: Any) -> bytes:
         return b"".join(parts)
     if codec == 3:
         # KafkaLZ4BlockOutputStream: one frame, 64 KiB independent blocks, no content size, no checksums.
-        return lz4.frame.compress(data, compression_level=_LZ4_LEVEL, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-                                  block_linked=False, content_checksum=False, store_size=False)
+        framed: bytes = lz4.frame.compress(data, compression_level=_LZ4_LEVEL, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+                                           block_linked=False, content_checksum=False, store_size=False)
+        return framed
     if codec == 4:
         return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
     raise ValueError(f"no compression codec with id {codec}; Kafka's are {dict(enumerate(CODECS))}")

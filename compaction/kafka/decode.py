@@ -11,7 +11,7 @@ keys, values and headers are cut out of the buffer with one Arrow ``take`` each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import crc32c
 import numpy as np
@@ -305,7 +305,7 @@ def _record_bounds(records_buf: Any, rb: np.ndarray, region_start: np.ndarray, r
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:
     """``0 .. n-1`` for each ``n`` in ``lengths``, concatenated."""
-    return np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return cast(np.ndarray, np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths))
 
 
 def _walk(view: memoryview, pos: int, end: int, first: int, from_step: int, count: int, body: np.ndarray,

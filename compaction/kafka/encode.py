@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import crc32c
 import numpy as np
@@ -160,7 +160,7 @@ class _BatchRows:
             column = _column(batches, name, BATCH_SCHEMA.field(name).type)
             if column.null_count:
                 raise InvalidRecordsError(f"encode: {column.null_count} batch row(s) have no {name}")
-            return column.to_numpy(zero_copy_only=False)
+            return cast(np.ndarray, column.to_numpy(zero_copy_only=False))
 
         def optional(name: str) -> tuple[np.ndarray, np.ndarray]:
             column = _column(batches, name, BATCH_SCHEMA.field(name).type)

@@ -8,6 +8,8 @@ bytes), as :mod:`~compaction.kafka.encode` lays it out.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,12 +20,12 @@ from compaction.kafka.layout import HEADER_BYTES
 
 def _length(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Each value's byte length, -1 for a null (as a record's key and value lengths are written)."""
-    return pc.binary_length(values.cast(pa.large_binary())).fill_null(-1).to_numpy().astype(np.int64)
+    return cast(np.ndarray, pc.binary_length(values.cast(pa.large_binary())).fill_null(-1).to_numpy().astype(np.int64))
 
 
 def _field(length: np.ndarray) -> np.ndarray:
     """The bytes of a length-prefixed field: its varint length and its bytes (none for a null)."""
-    return varint.sizes(varint.zigzag(length)) + np.maximum(length, 0)
+    return cast(np.ndarray, varint.sizes(varint.zigzag(length)) + np.maximum(length, 0))
 
 
 def single_record_batch_bytes(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray,
@@ -43,4 +45,4 @@ def single_record_batch_bytes(keys: pa.Array | pa.ChunkedArray, values: pa.Array
             header_bytes = np.bincount(owner, weights=each, minlength=rows).astype(np.int64)
     # Attributes, and the timestamp and offset deltas (0: one byte each).
     body = 3 + _field(_length(keys)) + _field(_length(values)) + varint.sizes(varint.zigzag(count)) + header_bytes
-    return HEADER_BYTES + body + varint.sizes(varint.zigzag(body))
+    return cast(np.ndarray, HEADER_BYTES + body + varint.sizes(varint.zigzag(body)))

@@ -13,6 +13,8 @@ columns of one partition.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,4 +67,4 @@ def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy 
     facts = pa.table({"offset": table.column("offset"), "key": table.column("key"), "competes": competing,
                       "version_valid": valid, "version": version})
     won = winners.winners(facts)
-    return table.column("offset").to_numpy()[won]
+    return cast(np.ndarray, table.column("offset").to_numpy()[won])

@@ -18,10 +18,11 @@ from compaction.errors import InvalidArgumentError
 from compaction.read.ahead import in_order
 from compaction.read.files import PartitionFiles, Versions, resolve
 from compaction.read.filters import RecordFilter
-from compaction.read.stream import BATCH_ROWS, check_columns, output_schema
+from compaction.read.stream import check_columns, output_schema
 from compaction.read.task import ReadTask
 from compaction.rules import Strategy
 from compaction.store import Store
+from compaction.store.segment import BATCH_ROWS
 
 #: Live files (or, for ``latest``, partitions) a local read decodes at the same time, on worker threads.
 READ_AHEAD = 2

@@ -10,8 +10,9 @@ import pyarrow as pa
 from compaction.read.files import PartitionFiles
 from compaction.read.filters import RecordFilter
 from compaction.read.latest import winner_offsets
-from compaction.read.stream import BATCH_ROWS, partition_batches
+from compaction.read.stream import partition_batches
 from compaction.store import Store
+from compaction.store.segment import BATCH_ROWS
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -105,7 +105,7 @@ class _Rows:
     index: np.ndarray
 
     def per_row(self, values: Mapping[str, int]) -> np.ndarray:
-        return np.array([values[n] for n in self.names], dtype=np.int64)[self.index]
+        return cast(np.ndarray, np.array([values[n] for n in self.names], dtype=np.int64)[self.index])
 
     def where(self, row: int, partitions: np.ndarray) -> str:
         return f"a record for {self.names[self.index[row]]}-{partitions[row]}"
@@ -150,7 +150,7 @@ def _partitions(plan: WritePlan, batch: pa.RecordBatch, rows: _Rows, start: int)
             placed[unplaced[mine]] = default_partitions(keys.filter(pa.array(mine)), int(count))
         keyless = unplaced[placed[unplaced] == -1]
         placed[keyless] = (start + np.arange(len(keyless))) % counts[keyless]
-    return placed
+    return cast(np.ndarray, placed)
 
 
 def _timestamps(plan: WritePlan, batch: pa.RecordBatch, rows: _Rows, partitions: np.ndarray) -> pa.Array:

@@ -8,6 +8,7 @@ checksum that manifest recorded.
 from __future__ import annotations
 
 import uuid
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -63,4 +64,4 @@ def members(offsets: np.ndarray, listed: np.ndarray) -> np.ndarray:
         return np.zeros(len(offsets), dtype=bool)
     at = np.searchsorted(listed, offsets)
     at[at == len(listed)] = 0
-    return listed[at] == offsets
+    return cast(np.ndarray, listed[at] == offsets)

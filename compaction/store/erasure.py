@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +90,7 @@ class KeyMatch:
         if not len(wanted) or len(keys) == 0:
             return np.zeros(len(keys), dtype=bool)
         found = pc.is_in(keys.cast(pa.binary()), value_set=wanted)
-        return pc.fill_null(found, False).to_numpy(zero_copy_only=False).astype(bool)
+        return cast(np.ndarray, pc.fill_null(found, False).to_numpy(zero_copy_only=False).astype(bool))
 
 
 def erased_rows(offsets: np.ndarray, keys: pa.Array | pa.ChunkedArray,

@@ -59,8 +59,9 @@ class LogSegment:
     @property
     def batch_last_offsets(self) -> np.ndarray:
         """Each batch's last offset (inclusive), empty batches included."""
-        return (self.batches.column("base_offset").to_numpy()
-                + self.batches.column("last_offset_delta").to_numpy().astype(np.int64))
+        last: np.ndarray = (self.batches.column("base_offset").to_numpy()
+                            + self.batches.column("last_offset_delta").to_numpy().astype(np.int64))
+        return last
 
 
 def decode_log(data: Any, where: str) -> LogSegment:

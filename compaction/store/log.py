@@ -35,6 +35,7 @@ from compaction.errors import (
     StoreError,
     StoreNotFoundError,
 )
+from compaction.schema import LONG_MAX
 from compaction.store import commit as commits
 from compaction.store import inputs
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
@@ -48,7 +49,7 @@ from compaction.store.names import (
     topic_name_problem,
 )
 from compaction.store.objects import Objects
-from compaction.store.segment import LONG_MAX, SEGMENT_SCHEMA, check_records, conform, first_set
+from compaction.store.segment import SEGMENT_SCHEMA, check_records, conform, first_set
 from compaction.store.storage import Storage
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -239,7 +239,7 @@ class Objects:
         """The offsets the segment's deletion vector lists, ascending (None: it has none)."""
         if segment.deletes is None:
             return None
-        return self.read_deletes(tp, segment.deletes).to_numpy(zero_copy_only=False)
+        return cast("np.ndarray | None", self.read_deletes(tp, segment.deletes).to_numpy(zero_copy_only=False))
 
     def live_rows(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray,
                   start: int | None = None) -> np.ndarray:

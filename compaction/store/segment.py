@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import crc32c
 import pyarrow as pa
@@ -172,7 +172,7 @@ def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> b
     """Serialise records (already in the segment schema) as one Parquet object."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression=compression, **PARQUET_WRITE_OPTIONS)
-    return sink.getvalue().to_pybytes()
+    return cast(bytes, sink.getvalue().to_pybytes())
 
 
 #: Small pieces are held until they make this many bytes (in memory) or the object ends, then written as one row

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import fsspec
@@ -215,7 +215,7 @@ class Storage:
         if self.is_s3 and (size is None or size <= getattr(self.fs, "default_block_size", 0)):
             options["max_concurrency"] = 1
         try:
-            return self._call("read", rel, lambda: self.fs.cat_file(self.path(rel), **options))
+            return cast(bytes, self._call("read", rel, lambda: self.fs.cat_file(self.path(rel), **options)))
         except FileNotFoundError as err:
             raise MissingObjectError(f"object {self.describe(rel)} does not exist") from err
 

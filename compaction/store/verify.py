@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -181,7 +182,7 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
             deleted = store.objects.read_deletes(tp, segment.deletes)
         except StoreError as err:
             problem(store.describe(tp, segment.deletes.path), str(err))
-            return live
+            return cast(int, live)
         if len(deleted) != segment.deletes.count:
             problem(store.describe(tp, segment.deletes.path),
                     f"holds {len(deleted)} offsets, the manifest records {segment.deletes.count}")
@@ -200,7 +201,7 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
                 problem(store.describe(tp, segment.deletes.path),
                         f"{field} is {value} for the records left, the manifest records {recorded}")
         live -= present
-    return live
+    return cast(int, live)
 
 
 def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, check_data: bool = True,

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from compaction.clean.settings import LONG_MAX, TopicConfig
+from compaction.clean.settings import TopicConfig
 from compaction.cli import EXIT_INVALID, main
 from compaction.config import Settings, read_properties
 from compaction.errors import ConfigError
 from compaction.rules import Strategy
+from compaction.schema import LONG_MAX
 from tests.helpers import ROOT
 
 

@@ -21,10 +21,11 @@ from compaction.clean.planner import (
     plan,
     plan_partition,
 )
-from compaction.clean.settings import LONG_MAX, TopicConfig
+from compaction.clean.settings import TopicConfig
 from compaction.clean.sizing import apply_policy, key_range_count, segment_runs
 from compaction.errors import CorruptManifestError
 from compaction.rules import UncleanableBound
+from compaction.schema import LONG_MAX
 from compaction.store import TopicPartition
 from compaction.store.manifest import DeletionVector, ErasureRequest, Manifest, SegmentMeta, WriterInfo
 from tests.helpers.settings import settings_with

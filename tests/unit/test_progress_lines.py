@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-import compaction.clean.cleaner as cleaner_module
 from compaction.clean.cleaner import Cleaner
+from compaction.clean.commit import done_cleaning
 from compaction.cli.output import Output
 from compaction.store import Store
 from compaction.synthetic import GenerateSpec, generate
@@ -46,15 +46,13 @@ def test_many_partitions_committing_at_once_print_whole_lines_numbered_in_print_
     monkeypatch.setattr(sys, "stdout", terminal)
     committing = threading.Barrier(8, timeout=5)  # groups of commits finish together
 
-    done_cleaning = cleaner_module.done_cleaning
-
     def at_once(*args: Any, **kwargs: Any) -> Any:
         result = done_cleaning(*args, **kwargs)
         with contextlib.suppress(threading.BrokenBarrierError):  # the last few, fewer than a group
             committing.wait()
         return result
 
-    monkeypatch.setattr(cleaner_module, "done_cleaning", at_once)
+    monkeypatch.setattr("compaction.clean.cleaner.done_cleaning", at_once)
     settings = settings_with({"log.cleanup.policy": "compact", "log.roll.ms": 60_000})
     report = Cleaner(InlineSession(), store, settings, progress=Output().line).run(NOW)
     monkeypatch.undo()

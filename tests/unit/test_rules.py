@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from compaction import rules
-from compaction.rules import LONG_MAX, DropReason, Strategy
-from compaction.schema import HEADER_TYPE
+from compaction.rules import DropReason, Strategy
+from compaction.schema import HEADER_TYPE, LONG_MAX
 from compaction.store.segment import records
 from tests.helpers.builders import facts
 

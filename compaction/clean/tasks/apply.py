@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -101,7 +102,7 @@ class ListedRows(Survivors):
         return self._rows(segment, offsets)[0]
 
     def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
-        return offsets[self._rows(segment, offsets)[1]]
+        return cast(np.ndarray, offsets[self._rows(segment, offsets)[1]])
 
 
 class HeldRows(Survivors):
@@ -136,14 +137,14 @@ class HeldRows(Survivors):
     def keep_mask(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         part, held = self._part(segment, offsets)
         if held is None:
-            return self.code[part] == rules.KEPT
+            return cast(np.ndarray, self.code[part] == rules.KEPT)
         keep = np.ones(len(offsets), dtype=bool)
         keep[held] = self.code[part] == rules.KEPT
         return keep
 
     def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         part, held = self._part(segment, offsets)
-        return (offsets if held is None else offsets[held])[self.stamp[part]]
+        return cast(np.ndarray, (offsets if held is None else offsets[held])[self.stamp[part]])
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         cached = self.records_cache.pop(segment.base_offset, None)  # used once: free it after

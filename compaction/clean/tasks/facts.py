@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +62,7 @@ def _columns_for(task: CleanTask) -> list[str]:
 def row_positions(read_lengths: np.ndarray) -> np.ndarray:
     """Each row's index among its segment's rows, for segments of ``read_lengths`` rows one after another."""
     ends = np.cumsum(read_lengths)
-    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - read_lengths, read_lengths)
+    return cast(np.ndarray, np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - read_lengths, read_lengths))
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Facts:
         if self.selected is None:
             return row_positions(self.read_lengths)
         starts = np.cumsum(self.read_lengths) - self.read_lengths
-        return np.flatnonzero(self.selected) - np.repeat(starts, self.lengths)
+        return cast(np.ndarray, np.flatnonzero(self.selected) - np.repeat(starts, self.lengths))
 
 
 def _tail_versions(task: CleanTask) -> pa.Table:

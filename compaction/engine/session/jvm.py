@@ -53,7 +53,7 @@ def launch_driver(settings: Mapping[str, str]) -> None:
                                daemon=True)
     passing.start()
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
     except BaseException:
         os.close(write_end)
         passing.join(5)  # what the JVM said before it exited, before the error that says it did
