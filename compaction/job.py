@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from compaction import logs
 from compaction.clean.cleaner import TASK_MODULES, Cleaner, plan_store
 from compaction.clean.planner import CompactionPlan, Uncleanable
-from compaction.clean.results import GcResult, RunReport
+from compaction.clean.results import RunGc, RunReport
 from compaction.config import Settings, did_you_mean
 from compaction.engine.stages import SparkStages
 from compaction.erasure import overdue_requests
@@ -141,13 +141,13 @@ def check_selection(store: Store, settings: Settings, topics: Sequence[str] | No
         log.warning(problem)
 
 
-def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> GcResult:
+def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> RunGc:
     """gc after the commits; a partition it skips is named with the reason (and fails the run, exit code 3)."""
     results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
                                       grace_ms=settings.cleaner.gc_grace_ms,
                                       keep_versions=settings.cleaner.gc_keep_versions,
                                       erasure_grace_ms=settings.cleaner.erasure_grace)
-    outcome = GcResult(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
+    outcome = RunGc(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
                         {name: str(err) for name, err in failures.items()})
     for name, reason in outcome.skipped.items():
         out(f"gc skipped {name}, nothing deleted: {reason}")

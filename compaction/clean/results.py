@@ -167,7 +167,7 @@ class PartitionResult:
 
 
 @dataclass
-class GcResult:
+class RunGc:
     """What ``run --gc`` did after the commits: the objects and bytes it deleted, and each partition it skipped
     (nothing of it deleted) with the reason: a failure of the run, like a partition that could not be cleaned."""
 
@@ -191,7 +191,7 @@ class RunReport:
     #: Where the time went: the driver's phases (``plan``, ``clean``: the Spark jobs, ``commit``; the job adds
     #: ``startup``), wall ms; and the executors' ``task_read``, ``task_decide``, ``task_write``, task ms summed.
     phases_ms: dict[str, int] = field(default_factory=dict)
-    gc: GcResult | None = None  # with --gc
+    gc: RunGc | None = None  # with --gc
     #: Tables published after the partitions committed (``[publish] after.run``): per topic the publish's
     #: outcome, or its ``error``.
     published: list[dict[str, Any]] = field(default_factory=list)
