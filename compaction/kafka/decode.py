@@ -70,8 +70,7 @@ def decode(data: Any, *, where: str) -> Decoded:
     header = _batch_headers(view, positions, where)
     counts = header["record_count"].astype(np.int64)
     ends = positions + LOG_OVERHEAD + header["length"].astype(np.int64)
-    records_buf, region_start, region_end = _records_regions(view, positions, ends, _codecs(header), counts,
-                                                             header["base_offset"].astype(np.int64), where)
+    records_buf, region_start, region_end = _records_regions(view, positions, ends, header, where)
     batch_index = np.repeat(np.arange(len(positions), dtype=np.int32), counts)
     fields = _record_fields(records_buf, region_start, region_end, header, batch_index, where)
     return Decoded(records=_records(records_buf, header, fields, batch_index, where),
@@ -210,14 +209,16 @@ def _frame(view: memoryview, where: str) -> np.ndarray:
     return np.array(positions, dtype=np.int64)
 
 
-def _records_regions(view: memoryview, positions: np.ndarray, ends: np.ndarray, codecs: np.ndarray,
-                     counts: np.ndarray, base_offsets: np.ndarray, where: str,
+def _records_regions(view: memoryview, positions: np.ndarray, ends: np.ndarray, header: np.ndarray, where: str,
                      ) -> tuple[Any, np.ndarray, np.ndarray]:
-    """One buffer holding every batch's records uncompressed, and each batch's ``[start, end)`` in it.
+    """One buffer holding every batch's records uncompressed, and each batch's ``[start, end)`` in it (``header``:
+    the batches' headers).
 
     Without compressed batches that is the input itself. An empty batch's bytes are ignored, as Kafka's
     iterator does (``count() == 0`` returns no records without decompressing).
     """
+    codecs, counts = _codecs(header), header["record_count"].astype(np.int64)
+    base_offsets = header["base_offset"].astype(np.int64)
     starts = positions + HEADER_BYTES
     ends = np.where(counts > 0, ends, starts)
     compressed = (codecs != 0) & (counts > 0)
@@ -291,7 +292,7 @@ def _record_bounds(records_buf: Any, rb: np.ndarray, region_start: np.ndarray, r
         else:
             continue
         b = int(order[lane])
-        _walk(view, pos, int(region_end[b]), int(first[b]), from_step, int(counts[b]), body, size)
+        _walk(view, (pos, int(region_end[b])), int(first[b]), from_step, int(counts[b]), (body, size))
 
     # The records must tile their batch's bytes: none ends past it, and the last ends exactly at its end.
     batch_of = np.repeat(np.arange(len(counts)), counts)
@@ -308,10 +309,13 @@ def _ranges(lengths: np.ndarray) -> np.ndarray:
     return cast(np.ndarray, np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths))
 
 
-def _walk(view: memoryview, pos: int, end: int, first: int, from_step: int, count: int, body: np.ndarray,
-          size: np.ndarray) -> None:
-    """Read one batch's record lengths one by one, from record ``from_step`` at ``pos``; a bad length stops
-    the walk, marking it and the records after it bad."""
+def _walk(view: memoryview, region: tuple[int, int], first: int, from_step: int, count: int,
+          out: tuple[np.ndarray, np.ndarray]) -> None:
+    """Read one batch's record lengths one by one, from record ``from_step`` at the region's start (up to its end),
+    into ``out`` (each record's body position and size, from index ``first``); a bad length stops the walk, marking
+    it and the records after it bad."""
+    pos, end = region
+    body, size = out
     bodies: list[int] = []
     sizes: list[int] = []
     for _ in range(from_step, count):

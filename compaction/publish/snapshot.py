@@ -247,8 +247,9 @@ def _build(store: Store, table: Table, parts: Sequence[PartitionFiles], versions
         for part in parts:
             _place(store, table, part, changes, built.written)
         manifests, collector = _write_manifests(table, snapshot_id, changes, built.written)
-        built.snapshot = _write_snapshot(table, snapshot_id, parent, manifests, collector.build(),
-                                         changes.only_appends, versions, wall_ms, built.written)
+        summary = Summary(Operation.APPEND if changes.only_appends else Operation.OVERWRITE, **collector.build(),
+                          **{VERSIONS_PROPERTY: json.dumps({str(p): v for p, v in versions.items()})})
+        built.snapshot = _write_snapshot(table, parent, manifests, summary, wall_ms, built)
         built.data_files = changes.files(ManifestContent.DATA)
         built.delete_files = changes.files(ManifestContent.DELETES)
         _pin(store, table, parts, built)
@@ -316,10 +317,11 @@ def _write_manifests(table: Table, snapshot_id: int, changes: _Changes,
     return manifests, collector
 
 
-def _write_snapshot(table: Table, snapshot_id: int, parent: Snapshot | None, manifests: list[ManifestFile],
-                    changed: dict[str, str], only_appends: bool, versions: dict[int, int], wall_ms: int,
-                    written: list[str]) -> Snapshot:
-    """The snapshot of ``manifests``, its manifest list written, its summary naming each partition's version."""
+def _write_snapshot(table: Table, parent: Snapshot | None, manifests: list[ManifestFile], summary: Summary,
+                    wall_ms: int, built: _Built) -> Snapshot:
+    """The snapshot of ``manifests`` (with the id ``built`` holds, its manifest list written and listed in
+    ``built``), its ``summary`` naming each partition's version."""
+    snapshot_id, written = built.snapshot.snapshot_id, built.written
     metadata = table.metadata
     list_path = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{uuid.uuid4()}.avro")
     written.append(list_path)
@@ -327,10 +329,7 @@ def _write_snapshot(table: Table, snapshot_id: int, parent: Snapshot | None, man
     with write_manifest_list(2, table.io.new_output(list_path), snapshot_id, parent.snapshot_id if parent else None,
                              sequence_number, AVRO_CODEC) as list_writer:
         list_writer.add_manifests(manifests)
-    summary = update_snapshot_summaries(
-        Summary(Operation.APPEND if only_appends else Operation.OVERWRITE, **changed,
-                **{VERSIONS_PROPERTY: json.dumps({str(p): v for p, v in versions.items()})}),
-        parent.summary if parent else None)
+    summary = update_snapshot_summaries(summary, parent.summary if parent else None)
     return Snapshot.model_validate({"snapshot-id": snapshot_id, "sequence-number": sequence_number,
                                     "parent-snapshot-id": parent.snapshot_id if parent else None,
                                     # Engines (Iceberg's Java library) refuse a table whose snapshot log goes back

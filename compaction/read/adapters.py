@@ -1,4 +1,5 @@
-"""Thin adapters from a :class:`~compaction.read.scan.Scan` to other engines; each streams the scan's batches.
+"""Thin adapters from a :class:`~compaction.read.scan.Scan` to other engines; each streams the scan's batches. They
+take a scan as what they use of it (:class:`Scannable`), so that this module does not import the one that calls it.
 
 - Polars: a ``LazyFrame`` over an IO source: projections narrow the scan's columns, predicates and row
   limits apply batch by batch, nothing is materialised first.
@@ -13,9 +14,8 @@ Each engine is imported only when its adapter is used.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -27,10 +27,26 @@ if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection, DuckDBPyRelation
     from pyspark.sql import DataFrame, SparkSession
 
-    from compaction.read.scan import Scan
+
+class Scannable(Protocol):
+    """What an adapter uses of a scan: its schema and batches, narrower scans, its read tasks, and the Arrow
+    stream DuckDB reads."""
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    def select(self, columns: Sequence[str]) -> Scannable: ...
+
+    def rows_per_batch(self, rows: int) -> Scannable: ...
+
+    def batches(self) -> Iterator[pa.RecordBatch]: ...
+
+    def tasks(self, split: bool = False) -> list[ReadTask]: ...
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any: ...
 
 
-def to_polars(scan: Scan) -> pl.LazyFrame:
+def to_polars(scan: Scannable) -> pl.LazyFrame:
     import polars as pl
     from polars.io.plugins import register_io_source
 
@@ -40,7 +56,7 @@ def to_polars(scan: Scan) -> pl.LazyFrame:
                batch_size: int | None) -> Iterator[pl.DataFrame]:
         narrowed = scan if with_columns is None else scan.select(with_columns or ["offset"])
         if batch_size:
-            narrowed = replace(narrowed, batch_rows=batch_size)
+            narrowed = narrowed.rows_per_batch(batch_size)
         left = n_rows
         for batch in narrowed.batches():
             frame = pl.from_arrow(batch)
@@ -59,7 +75,7 @@ def to_polars(scan: Scan) -> pl.LazyFrame:
     return register_io_source(source, schema=schema)
 
 
-def to_duckdb(scan: Scan, connection: DuckDBPyConnection, name: str) -> DuckDBPyRelation:
+def to_duckdb(scan: Scannable, connection: DuckDBPyConnection, name: str) -> DuckDBPyRelation:
     """Register ``scan`` as the view ``name`` on ``connection`` and return it as a relation."""
     connection.register(name, scan)
     return connection.table(name)
@@ -73,7 +89,7 @@ def _task_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             yield from task.batches()
 
 
-def to_spark(scan: Scan, spark: SparkSession) -> DataFrame:
+def to_spark(scan: Scannable, spark: SparkSession) -> DataFrame:
     """The scan as a Spark DataFrame (the same records, in no particular order), on a classic or a Spark Connect
     session: each read task is a row, read on an executor."""
     from pyspark.sql.pandas.types import from_arrow_schema

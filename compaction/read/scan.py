@@ -75,6 +75,10 @@ class Scan:
         return replace(self, columns=tuple(check_columns([c for c in names if c != "partition"])),
                        with_partition="partition" in names)
 
+    def rows_per_batch(self, rows: int) -> Scan:
+        """The same scan in batches of at most ``rows`` records."""
+        return replace(self, batch_rows=rows)
+
     def tasks(self, split: bool = False) -> list[ReadTask]:
         """The scan as units of reading: one per partition, or with ``split`` one per live file where
         possible (a latest read keeps a partition whole)."""

@@ -373,7 +373,7 @@ def _placed(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], lo
 
 
 def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], latest: Manifest | None, *,
-                      time_ms: int, run_id: str, stream: Stream | None) -> Manifest | None:
+                      time_ms: int, run_id: str, stream: Stream | None = None) -> Manifest | None:
     """Append one partition's pieces in one commit; None when it already holds the streaming write's batch."""
     rewritten: dict[tuple[str, int], SegmentMeta] = {}
     claimed = pieces[0].claimed

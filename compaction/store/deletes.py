@@ -24,7 +24,7 @@ from compaction.store.storage import Storage
 DELETES_SCHEMA = pa.schema([("offset", pa.int64())])
 
 
-def write_deletes(storage: Storage, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
+def write_deletes(storage: Storage, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, *, created_ms: int,
                   live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
                   live_max_timestamp: int | None = None, object_id: str | None = None) -> DeletionVector:
     """Write a deletion vector (sorted, distinct offsets) for ``segment``; not yet committed. The caller gives

@@ -18,7 +18,6 @@ with the objects it found and when each went.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from compaction.errors import StoreError
@@ -58,6 +57,31 @@ class GcResult:
     erasures_completed: list[str] = field(default_factory=list)  # the key digests of the requests it completed
 
 
+@dataclass
+class _Collection:
+    """One partition's collection under way: the manifest versions gc read (each with when its object was
+    written), the pins, its clock and settings, and its result so far."""
+
+    store: Store
+    tp: TopicPartition
+    written: dict[int, int | None]
+    manifests: dict[int, Manifest]
+    pins: list[Pin]
+    wall_ms: int
+    erasure_grace: int
+    dry_run: bool
+    result: GcResult
+
+    @property
+    def versions(self) -> list[int]:
+        return sorted(self.written)
+
+    def superseded_since(self, version: int, grace: int) -> bool:
+        """Whether ``version``'s successor was written ``grace`` ago or more (by the wall clock)."""
+        successor = self.written.get(version + 1)
+        return successor is not None and successor + grace <= self.wall_ms
+
+
 def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms: int = DEFAULT_GRACE_MS,
                     keep_versions: int = DEFAULT_KEEP_VERSIONS, dry_run: bool = False,
                     erasure_grace_ms: int | None = None) -> GcResult:
@@ -79,10 +103,8 @@ def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms:
     pins = list_pins(store.storage, tp)
     pinned = {pin.version for pin in pins}
     result.pinned_versions = sorted(pinned & set(versions))
-
-    def superseded_since(version: int, grace: int) -> bool:
-        successor = written.get(version + 1)
-        return successor is not None and successor + grace <= wall_ms
+    part = _Collection(store, tp, written, manifests, pins, wall_ms, erasure_grace, dry_run, result)
+    superseded_since = part.superseded_since
 
     prunable = []
     for version in versions[: max(0, len(versions) - keep_versions)]:
@@ -95,8 +117,7 @@ def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms:
     holdings = erasure.Holdings.of(store.storage, tp, requests) if requests else None
     suspects = holdings.suspects if holdings else set()
     if holdings:
-        prunable = _erasure_prunable(store, tp, versions, manifests, suspects, pins, prunable, erasure_grace,
-                                     superseded_since, result)
+        prunable = _erasure_prunable(part, suspects, prunable)
     retained = [manifests[v] for v in versions if v not in set(prunable)]
     referenced = {seg.path for m in retained for seg in m.segments}
     referenced |= {seg.deletes.path for m in retained for seg in m.segments if seg.deletes is not None}
@@ -128,16 +149,17 @@ def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms:
             if rel in suspects:
                 result.erased_objects.append(rel)
     if holdings:
-        _erasure_progress(store, tp, holdings, present, written, wall_ms, erasure_grace, dry_run, result)
+        _erasure_progress(part, holdings, present)
     return result
 
 
-def _erasure_prunable(store: Store, tp: TopicPartition, versions: list[int], manifests: dict[int, Manifest],
-                      suspects: set[str], pins: list[Pin], prunable: list[int], erasure_grace: int,
-                      superseded_since: Callable[[int, int], bool], result: GcResult) -> list[int]:
+def _erasure_prunable(part: _Collection, suspects: set[str], prunable: list[int]) -> list[int]:
     """The versions to prune so that no retained version references an object holding an erased key: every
     version up to the last that does, once each was superseded ``erasure_grace`` ago and none is pinned (the newest
     is never pruned: an object it references is reported)."""
+    store, tp, versions, manifests, pins, result = part.store, part.tp, part.versions, part.manifests, part.pins, \
+        part.result
+    erasure_grace, superseded_since = part.erasure_grace, part.superseded_since
     holding = [v for v in versions if any(s.path in suspects or (s.deletes and s.deletes.path in suspects)
                                           for s in manifests[v].segments)]
     if holding and holding[-1] == versions[-1]:
@@ -161,11 +183,11 @@ def _erasure_prunable(store: Store, tp: TopicPartition, versions: list[int], man
     return upto if len(upto) > len(prunable) else prunable
 
 
-def _erasure_progress(store: Store, tp: TopicPartition, holdings: erasure.Holdings, present: set[str],
-                      written: dict[int, int | None], wall_ms: int, erasure_grace: int, dry_run: bool,
-                      result: GcResult) -> None:
+def _erasure_progress(part: _Collection, holdings: erasure.Holdings, present: set[str]) -> None:
     """Record what became of each open request; a request is complete when nothing left holds its key and its
     rewrite was committed ``erasure_grace`` ago (a pass or reader that started before it has finished)."""
+    store, tp, written, wall_ms, result = part.store, part.tp, part.written, part.wall_ms, part.result
+    erasure_grace, dry_run = part.erasure_grace, part.dry_run
     deleted = set(result.deleted_objects)
     # gc lists and deletes in segments/ and _manifests/ only: what lies elsewhere under the partition stays.
     present = present | {path for path in holdings.findings if path.rpartition("/")[0] not in (SEGMENT_DIR,

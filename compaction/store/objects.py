@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -57,6 +58,17 @@ from compaction.store.storage import Storage
 WHOLE_READ_BYTES = 8 << 20
 
 
+@dataclass(frozen=True)
+class _Encoded:
+    """A segment's bytes as written, and what its manifest entry says of its records."""
+
+    fmt: SegmentFormat
+    data: bytes | memoryview
+    stats: SegmentStats
+    producers: list[dict[str, Any]]
+    empty_batches: tuple[EmptyBatch, ...] = ()
+
+
 class Objects:
     """A store's objects, by partition: written new, read back against what their commit recorded, deleted."""
 
@@ -67,7 +79,7 @@ class Objects:
     # Writing: new objects, not yet committed ---------------------------------------------------------
 
     def write_segment(self, tp: TopicPartition, table: pa.Table, base_offset: int, next_offset: int,
-                      created_ms: int, compression: str = "zstd", object_id: str | None = None, *,
+                      created_ms: int, *, compression: str = "zstd", object_id: str | None = None,
                       segment_format: SegmentFormat = SegmentFormat.PARQUET, batches: pa.Table | None = None,
                       encoded: bytes | None = None) -> SegmentMeta:
         """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed.
@@ -92,7 +104,7 @@ class Objects:
             data = encode_parquet(table, compression)
             producers = record_producers(table)
             empty_batches = ()
-        return self._put_segment(tp, fmt, data, stats, producers, empty_batches, base_offset, next_offset,
+        return self._put_segment(tp, _Encoded(fmt, data, stats, producers, empty_batches), base_offset, next_offset,
                                  created_ms, object_id)
 
     def write_segment_pieces(self, tp: TopicPartition, pieces: Iterable[pa.Table], base_offset: int,
@@ -104,12 +116,12 @@ class Objects:
         if encoded is None:
             return None
         data, summary = encoded
-        return self._put_segment(tp, SegmentFormat.PARQUET, memoryview(data), segment_stats(summary),
-                                 record_producers(summary), (), base_offset, next_offset, created_ms, object_id)
+        segment = _Encoded(SegmentFormat.PARQUET, memoryview(data), segment_stats(summary), record_producers(summary))
+        return self._put_segment(tp, segment, base_offset, next_offset, created_ms, object_id)
 
-    def _put_segment(self, tp: TopicPartition, fmt: SegmentFormat, data: bytes | memoryview,
-                     stats: SegmentStats, producers: list[dict[str, Any]], empty_batches: tuple[EmptyBatch, ...],
-                     base_offset: int, next_offset: int, created_ms: int, object_id: str | None) -> SegmentMeta:
+    def _put_segment(self, tp: TopicPartition, encoded: _Encoded, base_offset: int, next_offset: int,
+                     created_ms: int, object_id: str | None) -> SegmentMeta:
+        fmt, data, stats = encoded.fmt, encoded.data, encoded.stats
         rel = segment_name(base_offset, object_id or uuid.uuid4().hex, fmt.extension)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data, flush=False)  # the commit naming it flushes it
         return SegmentMeta(
@@ -120,15 +132,17 @@ class Objects:
             tombstone_count=stats.tombstone_count, keyless_count=stats.keyless_count,
             transactional_count=stats.transactional_count, control_count=stats.control_count,
             min_delete_horizon_ms=stats.min_delete_horizon_ms,
-            producers=tuple(ProducerState(**p) for p in producers), empty_batches=empty_batches,
+            producers=tuple(ProducerState(**p) for p in encoded.producers), empty_batches=encoded.empty_batches,
         )
 
-    def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, created_ms: int,
+    def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, *, created_ms: int,
                       live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
                       live_max_timestamp: int | None = None, object_id: str | None = None) -> DeletionVector:
         """Write a deletion vector for ``segment``; not yet committed (see :func:`.deletes.write_deletes`)."""
-        return deletes.write_deletes(self.storage, tp, segment, offsets, created_ms, live_min_delete_horizon_ms,
-                                     live_first_timestamp, live_max_timestamp, object_id)
+        return deletes.write_deletes(self.storage, tp, segment, offsets, created_ms=created_ms,
+                                     live_min_delete_horizon_ms=live_min_delete_horizon_ms,
+                                     live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp,
+                                     object_id=object_id)
 
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
         """The offsets a committed deletion vector removes, checked against its commit."""
