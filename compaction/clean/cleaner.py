@@ -45,7 +45,7 @@ from compaction.clean.planner import (
     Uncleanable,
     plan,
 )
-from compaction.clean.results import PartitionResult, RunReport
+from compaction.clean.results import PartitionResult, RunIdentity, RunReport
 from compaction.clean.settings import CleanerConfig
 from compaction.clean.sizing import apply_policy, key_range_count
 from compaction.engine.phases import as_ms
@@ -138,8 +138,8 @@ class Cleaner:
                 case Skipped() | Uncleanable():
                     results.append(PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
-        report = RunReport.build(self.store.url, self.writer.run_id, now_ms, self.winner_search, the_plan, results,
-                                 elapsed_ms=_elapsed_ms(started))
+        run = RunIdentity(self.store.url, self.writer.run_id, now_ms, self.winner_search)
+        report = RunReport.build(run, the_plan, results, elapsed_ms=_elapsed_ms(started))
         report.phases_ms.update(as_ms(phases))
         report.phases_ms.update(as_ms(seconds, prefix="task_"))
         if self.stages is not None:

@@ -112,8 +112,7 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
         committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=p.manifest)
     except StoreError as err:
         return PartitionResult.failed(p.plan, f"{type(err).__name__}: {err}")
-    return PartitionResult.cleaned(p, committed, work.segment_counts, work.jobs, added, work.records_written,
-                                   work.bytes_written, elapsed_ms=elapsed_ms)
+    return PartitionResult.cleaned(p, committed, work, added, elapsed_ms=elapsed_ms)
 
 
 def reset_checkpoint(store: Store, p: Skipped, reset: CheckpointReset, writer: Writer, now_ms: int

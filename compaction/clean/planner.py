@@ -459,7 +459,7 @@ def erasures_overdue(erasures: Sequence[ErasureRequest], now_ms: int) -> int:
 
 
 def measure(manifest: Manifest, segments: Sequence[SegmentMeta], retention: Retention, rolled: Roll,
-            config: TopicConfig, now_ms: int, deletion_vector_max_age_ms: int | None) -> Figures:
+            config: TopicConfig, now_ms: int, *, deletion_vector_max_age_ms: int | None = None) -> Figures:
     """Kafka's figures of a partition with ``segments`` left after retention, and the erasure requests the range
     covers: these are carried out now, due at once, overdue past their deadline."""
     offsets = cleanable_offsets(manifest, segments, retention.log_start_offset, rolled, config, now_ms)
@@ -534,7 +534,8 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
     retention = delete_old_segments(manifest, config, now_ms, rolled)
     segments = manifest.segments[len(retention.expired_segments):]
     if segments:
-        figures = measure(manifest, segments, retention, rolled, config, now_ms, deletion_vector_max_age_ms)
+        figures = measure(manifest, segments, retention, rolled, config, now_ms,
+                          deletion_vector_max_age_ms=deletion_vector_max_age_ms)
         return choose(tp, manifest, config, retention, figures)
     if not retention.expired_segments and not pending:
         return Skipped(tp, manifest, config, Reasons(EmptyLog()), retention)

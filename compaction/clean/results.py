@@ -9,7 +9,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compaction.clean.layout import SegmentCounts
 from compaction.clean.planner import CompactionPlan, Figures, LogToClean, Retention, Selected, Skipped, Uncleanable
@@ -20,6 +20,22 @@ if TYPE_CHECKING:
     from compaction.clean.payloads import ApplyJob
 
 log = logging.getLogger("compaction.cleaner")
+
+
+class PartitionDone(Protocol):
+    """What a pass did of a partition, as its result counts it (a :class:`~compaction.clean.commit.PartitionWork`)."""
+
+    @property
+    def segment_counts(self) -> dict[int, SegmentCounts]: ...
+
+    @property
+    def jobs(self) -> Sequence[ApplyJob]: ...
+
+    @property
+    def records_written(self) -> int: ...
+
+    @property
+    def bytes_written(self) -> int: ...
 
 
 class Status(StrEnum):
@@ -106,10 +122,12 @@ class PartitionResult:
                    clean_range=clean_range, stats=CleanerStats(cleanable_bytes=cleanable_bytes))
 
     @classmethod
-    def cleaned(cls, target: LogToClean, committed: Manifest, segment_counts: dict[int, SegmentCounts],
-                jobs: Sequence[ApplyJob], added: list[SegmentMeta], records_written: int, bytes_written: int,
+    def cleaned(cls, target: LogToClean, committed: Manifest, work: PartitionDone, added: list[SegmentMeta],
                 elapsed_ms: int) -> PartitionResult:
+        """A partition committed: ``work`` is what the pass did of it, ``added`` the segments its commit added."""
         p = target
+        segment_counts, jobs = work.segment_counts, work.jobs
+        records_written, bytes_written = work.records_written, work.bytes_written
         dropped: dict[str, int] = {}
         for counts in segment_counts.values():
             for reason, count in counts.dropped.items():
@@ -176,6 +194,16 @@ class RunGc:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which run a report is of: the store's URL, the run's id, its ``now`` and its winner search."""
+
+    store: str
+    run_id: str
+    now_ms: int
+    dedupe_plan: str
+
+
 @dataclass
 class RunReport:
     """The machine-readable record of one run (written as JSON with ``--report``)."""
@@ -204,8 +232,8 @@ class RunReport:
     driver_bytes: int = 0
 
     @classmethod
-    def build(cls, store: str, run_id: str, now_ms: int, dedupe_plan: str, plan: CompactionPlan,
-              results: list[PartitionResult], elapsed_ms: int) -> RunReport:
+    def build(cls, run: RunIdentity, plan: CompactionPlan, results: list[PartitionResult],
+              elapsed_ms: int) -> RunReport:
         cleaned = [r for r in results if r.status is Status.CLEANED]
         bad = [r for r in results if r.status in FAILURES]
         totals: dict[str, Any] = {"partitions": len(results), "cleaned": len(cleaned), "failed": len(bad),
@@ -226,7 +254,7 @@ class RunReport:
             "max-clean-time-secs": elapsed_ms // 1000,
             "cleaner-recopy-percent": 100 * totals["bytes_written"] // max(totals["bytes_read"], 1),
         }
-        return cls(run_id, store, now_ms, dedupe_plan, elapsed_ms, results, totals, metrics)
+        return cls(run.run_id, run.store, run.now_ms, run.dedupe_plan, elapsed_ms, results, totals, metrics)
 
     @property
     def failed(self) -> list[PartitionResult]:

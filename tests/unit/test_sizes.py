@@ -183,11 +183,6 @@ KNOWN_OFFENCES = {
     "dataclass compaction/clean/results.py PartitionResult (13 fields)",
     "dataclass compaction/clean/results.py RunReport (13 fields)",
     "dataclass compaction/clean/settings.py TopicConfig (14 fields)",
-    "function compaction/clean/planner.py measure (7 positional, 7 required)",
-    "function compaction/clean/results.py cleaned (8 positional, 8 required)",
-    "function compaction/clean/results.py build (7 positional, 7 required)",
-    "function compaction/clean/tasks/apply.py write_vector (7 positional, 7 required)",
-    "function compaction/clean/tasks/facts.py facts_table (10 positional, 10 required)",
 }
 
 

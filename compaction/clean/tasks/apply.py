@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import cast
+from typing import Protocol, cast
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ from compaction.clean.payloads import (
     Verdicts,
 )
 from compaction.clean.tasks.decide import TaskVerdicts, decide_facts, hand_over
-from compaction.clean.tasks.facts import REMOTE_READ_AHEAD, ahead, facts_table, hidden_erased
+from compaction.clean.tasks.facts import REMOTE_READ_AHEAD, RowFacts, ahead, facts_table, hidden_erased
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
@@ -166,14 +166,30 @@ def _extend_deletes(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     with phase("read"):
         table = job.store.objects.read_segment(job.tp, segment, VECTOR_COLUMNS, start=job.log_start_offset)
     keep = survivors.keep_mask(segment, table.column("offset").to_numpy())
-    updated = write_vector(job.store, job.tp, segment, table, keep, job.now_ms, job.pass_id)
+    updated = write_vector(job, segment, table, keep)
     return AppliedJob.of(job, segment=updated, bytes_written=updated.deletes.size_bytes if updated.deletes else 0)
 
 
-def write_vector(store: Store, tp: TopicPartition, segment: SegmentMeta, table: pa.Table, keep: np.ndarray,
-                 now_ms: int, pass_id: str) -> SegmentMeta:
+class InPass(Protocol):
+    """A unit of a pass that writes objects of one partition (a partition's task, an apply job)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def tp(self) -> TopicPartition: ...
+
+    @property
+    def now_ms(self) -> int: ...
+
+    @property
+    def pass_id(self) -> str: ...
+
+
+def write_vector(unit: InPass, segment: SegmentMeta, table: pa.Table, keep: np.ndarray) -> SegmentMeta:
     """Write ``segment``'s deletion vector extended with its live rows ``keep`` leaves out (``table``: its live rows'
     :data:`VECTOR_COLUMNS`, at least); returns the segment with it, and the live figures of what it keeps."""
+    store, tp, now_ms, pass_id = unit.store, unit.tp, unit.now_ms, unit.pass_id
     offsets = table.column("offset").to_numpy()
     deleted = pa.array(offsets[~keep], pa.int64())
     created = now_ms
@@ -321,7 +337,7 @@ def clean_run(run: CleanRun) -> Verdicts:
             keep = np.ones(table.num_rows, dtype=bool)
             keep[doubt] = code == rules.KEPT
             with phase("write"):
-                vector = write_vector(task.store, task.tp, segment, table, keep, task.now_ms, task.pass_id)
+                vector = write_vector(task, segment, table, keep)
             parts.append(None)
         else:  # the rows it drops, and its markers to stamp, listed for the apply stage
             listed = code != rules.KEPT
@@ -349,10 +365,8 @@ def _decide_clean_segment(task: CleanTask, table: pa.Table, beaten: np.ndarray
     rows = table.filter(pa.array(doubt))
     n = rows.num_rows
     offsets = rows.column("offset")
-    none = np.zeros(n, dtype=bool)
-    facts = facts_table(task, offsets, rows.column("key"), np.ones(n, dtype=np.int8), offsets.to_numpy(),
-                        rows.column("delete_horizon_ms"), pc.is_valid(rows.column("key")).to_numpy(
-                            zero_copy_only=False), none, none, none)
+    facts = facts_table(task, RowFacts.without_transactions(offsets, rows.column("key"), np.ones(n, dtype=np.int8),
+                                                            offsets.to_numpy(), rows.column("delete_horizon_ms")))
     decided = winners.decide(facts, now_ms=task.now_ms, keyless_drop=task.keyless_drop, beaten=beaten[doubt])
     counts = SegmentCounts.from_verdicts(decided.code, decided.stamp,
                                            rules.upcoming_horizons(facts, decided.code, task.now_ms))

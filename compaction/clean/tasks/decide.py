@@ -7,12 +7,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from compaction import rules, winners
 from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
-from compaction.clean.tasks.facts import Facts, erased_keys, facts_table, read_task_facts
+from compaction.clean.tasks.facts import Facts, RowFacts, erased_keys, facts_table, read_task_facts
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.store.manifest import SegmentMeta
@@ -115,12 +114,10 @@ def decide_handed(task: CleanTask) -> Verdicts:
         starts = np.cumsum(read_lengths) - read_lengths
         selected = np.zeros(int(read_lengths.sum()), dtype=bool)
         selected[np.repeat(starts, lengths) + rows.column("position").to_numpy()] = True
-        keyed = pc.is_valid(rows.column("key")).to_numpy(zero_copy_only=False)
-        none = np.zeros(rows.num_rows, dtype=bool)
         valid, version = ((rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
                           if "version" in rows.column_names else
                           rules.versions(rows, task.strategy, task.strategy_header))
-        table = facts_table(task, rows.column("offset"), rows.column("key"), valid, version,
-                               rows.column("delete_horizon_ms"), keyed, none, none, none)
+        table = facts_table(task, RowFacts.without_transactions(rows.column("offset"), rows.column("key"), valid,
+                                                                version, rows.column("delete_horizon_ms")))
         del rows, tables
     return hand_over(task, _decide(task, Facts(table, lengths, read_lengths, selected)))

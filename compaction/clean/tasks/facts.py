@@ -304,17 +304,42 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
-    table = facts_table(task, raw.column("offset"), raw.column("key"), valid, version,
-                           raw.column("delete_horizon_ms"), keyed, control, aborted, pending)
+    table = facts_table(task, RowFacts(raw.column("offset"), raw.column("key"), valid, version,
+                                       raw.column("delete_horizon_ms"), keyed, control, aborted, pending))
     assumed = np.array(read.assumed_kept, dtype=np.int64) if any(read.assumed_kept) else None
     return Facts(table, counts, read_lengths, mine, read.records, read.logs, assumed)
 
 
-def facts_table(task: CleanTask, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
-                   delete_horizon_ms: Any, keyed: np.ndarray, control: np.ndarray, aborted: np.ndarray,
-                   pending: np.ndarray) -> pa.Table:
-    """The decision facts (:data:`FACT_COLUMNS`) of rows in offset order, with the tail guard applied and the
-    rows the task's erasure requests erase marked."""
+@dataclass(frozen=True)
+class RowFacts:
+    """What the rules need of rows read, in offset order (arrays of one length): their offsets and keys, versions
+    under the strategy, delete horizons, and which are keyed, control records, aborted, or markers still pending."""
+
+    offset: Any  # an Arrow or NumPy array
+    key: Any
+    valid: np.ndarray
+    version: np.ndarray
+    delete_horizon_ms: Any
+    keyed: np.ndarray
+    control: np.ndarray
+    aborted: np.ndarray
+    pending: np.ndarray
+
+    @classmethod
+    def without_transactions(cls, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
+                             delete_horizon_ms: Any) -> RowFacts:
+        """Rows of a range without control records or aborted transactions."""
+        none = np.zeros(len(valid), dtype=bool)
+        return cls(offset, key, valid, version, delete_horizon_ms,
+                   pc.is_valid(key).to_numpy(zero_copy_only=False), none, none, none)
+
+
+def facts_table(task: CleanTask, rows: RowFacts) -> pa.Table:
+    """The decision facts (:data:`FACT_COLUMNS`) of ``rows``, with the tail guard applied and the rows the task's
+    erasure requests erase marked."""
+    offset, key, valid, version = rows.offset, rows.key, rows.valid, rows.version
+    delete_horizon_ms, keyed, control, aborted, pending = (rows.delete_horizon_ms, rows.keyed, rows.control,
+                                                           rows.aborted, rows.pending)
     erased = np.zeros(len(keyed), dtype=bool)
     if task.erasures:
         offsets = offset.to_numpy() if isinstance(offset, (pa.Array, pa.ChunkedArray)) else np.asarray(offset)
