@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from compaction.clean.figures import CheckpointReset
 from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanTask, SourceVerdicts, Verdicts, lists_kept
-from compaction.clean.planner import CheckpointReset, LogToClean, Skipped
+from compaction.clean.planner import LogToClean, Skipped
 from compaction.clean.results import PartitionResult
 from compaction.engine.isolation import Failure
 from compaction.errors import SegmentChangedError, StoreError

@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from compaction.clean.figures import Figures, Retention
 from compaction.clean.layout import SegmentCounts
-from compaction.clean.planner import CompactionPlan, Figures, LogToClean, Retention, Selected, Skipped, Uncleanable
+from compaction.clean.planner import CompactionPlan, LogToClean, Selected, Skipped, Uncleanable
 from compaction.display import human_bytes
 from compaction.store.manifest import Manifest, SegmentMeta
 

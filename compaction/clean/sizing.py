@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from compaction.clean.figures import Roll
 from compaction.clean.layout import ApplyPolicy
-from compaction.clean.planner import LogToClean, Roll
+from compaction.clean.planner import LogToClean
 from compaction.clean.settings import CleanerSettings
 from compaction.store.manifest import SegmentMeta
 

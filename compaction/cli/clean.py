@@ -14,8 +14,9 @@ from pyspark.sql import SparkSession
 
 from compaction import lineage
 from compaction.clean.cleaner import plan_store
+from compaction.clean.figures import Figures
 from compaction.clean.plan_json import plan_json
-from compaction.clean.planner import CompactionPlan, Figures, PartitionPlan, Selected, Skipped, Uncleanable
+from compaction.clean.planner import CompactionPlan, PartitionPlan, Selected, Skipped, Uncleanable
 from compaction.cli import common
 from compaction.cli.common import Command, Parser
 from compaction.cli.output import Output

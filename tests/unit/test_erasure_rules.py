@@ -6,8 +6,9 @@ import hashlib
 from dataclasses import replace
 
 from compaction import winners
+from compaction.clean.figures import Roll
 from compaction.clean.layout import ApplyPolicy, SegmentCounts, lay_out
-from compaction.clean.planner import Decision, Roll, Selected, plan, plan_partition
+from compaction.clean.planner import Decision, Selected, plan, plan_partition
 from compaction.clean.settings import CleanerSettings, TopicConfig
 from compaction.clean.sizing import apply_policy
 from compaction.rules import KEPT, DropReason

@@ -10,11 +10,11 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
+from compaction.clean.figures import Roll
 from compaction.clean.layout import ApplyPolicy
 from compaction.clean.plan_json import plan_json
 from compaction.clean.planner import (
     Decision,
-    Roll,
     Selected,
     Skipped,
     Uncleanable,
