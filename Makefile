@@ -112,8 +112,9 @@ bench-quick: $(BIN)/.bench-installed sail-setup ## the same harness at small siz
 bench-codec: $(BIN)/.bench-installed ## Kafka batch codec MB/s vs kafka-python, one core (bench/results/kafka_codec.*)
 	$(BIN)/python bench/kafka_codec.py --codecs none,gzip,snappy,lz4,zstd
 
-lint: setup ## ruff, mypy, the layer contract (import-linter) and dead code (vulture)
+lint: setup ## ruff (lint and format), mypy (strict on compaction/), the layer contract (import-linter), dead code (vulture)
 	$(BIN)/ruff check compaction tests bench jobs dags dagster-defs scripts pyspark_compaction.py
+	$(BIN)/ruff format --check compaction tests bench jobs dags dagster-defs scripts pyspark_compaction.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60

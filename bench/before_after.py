@@ -25,8 +25,12 @@ def job_rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if name == "scaling":
             rows.update({f"scaling {int(size):,}": row for size, row in scenario.items()})
         elif name == "S7" and "many" in scenario:
-            rows.update({f"S7 {scenario[which]['partitions']:,} partitions": scenario[which]["job"]
-                         for which in ("many", "few")})
+            rows.update(
+                {
+                    f"S7 {scenario[which]['partitions']:,} partitions": scenario[which]["job"]
+                    for which in ("many", "few")
+                }
+            )
         elif isinstance(scenario.get("job"), dict):
             rows[name] = scenario["job"]
             if "dirty_alone" in scenario:
@@ -44,8 +48,10 @@ def main() -> int:
     args = parser.parse_args()
     before = job_rows(json.loads(args.before.read_text()))
     after = job_rows(json.loads(args.after.read_text()))
-    header = (f"{'scenario':<22} {'before s':>9} {'after s':>9} {'after/before':>12} {'before RSS MB':>13} "
-              f"{'after RSS MB':>12}")
+    header = (
+        f"{'scenario':<22} {'before s':>9} {'after s':>9} {'after/before':>12} {'before RSS MB':>13} "
+        f"{'after RSS MB':>12}"
+    )
     print(header)
     print("-" * len(header))
     slower = []
@@ -54,8 +60,10 @@ def main() -> int:
         ratio = new["seconds"] / old["seconds"]
         if ratio > 1 + args.tolerance:
             slower.append(name)
-        print(f"{name:<22} {old['seconds']:>9.1f} {new['seconds']:>9.1f} {ratio:>12.2f} {old['peak_rss_mb']:>13,} "
-              f"{new['peak_rss_mb']:>12,}")
+        print(
+            f"{name:<22} {old['seconds']:>9.1f} {new['seconds']:>9.1f} {ratio:>12.2f} {old['peak_rss_mb']:>13,} "
+            f"{new['peak_rss_mb']:>12,}"
+        )
     if slower:
         print(f"slower by more than {args.tolerance:.0%}: {', '.join(slower)}")
     return 1 if slower else 0

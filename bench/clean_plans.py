@@ -39,15 +39,27 @@ def main() -> None:
     source = work / f"source-{args.records}-{args.keys}-{args.partitions}"
     if not source.exists():
         started = time.perf_counter()
-        spec = GenerateSpec(records=args.records, keys=args.keys, partitions=args.partitions,
-                            segment_records=args.segment_records, tombstone_ratio=0.01, end_time_ms=NOW - 3_600_000)
+        spec = GenerateSpec(
+            records=args.records,
+            keys=args.keys,
+            partitions=args.partitions,
+            segment_records=args.segment_records,
+            tombstone_ratio=0.01,
+            end_time_ms=NOW - 3_600_000,
+        )
         generate(Store.open(str(source)), spec, now_ms=NOW - 3_600_000)
         print(f"generated {args.records:,} records in {time.perf_counter() - started:.1f} s at {source}")
     # log.roll.ms of one minute makes each partition's hour-old last segment count as rolled: all records clean.
     settings = Settings.load(overrides={"log.cleanup.policy": "compact", "log.roll.ms": 60_000}, environ={})
     started = time.perf_counter()
-    spark = spark_session("local[*]", conf={"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false",
-                                            "spark.ui.showConsoleProgress": "false"})
+    spark = spark_session(
+        "local[*]",
+        conf={
+            "spark.driver.memory": args.driver_memory,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
     print(f"spark start-up {time.perf_counter() - started:.1f} s (not included below)")
 
     def clean_copy(name: str, plan: str) -> tuple[float, dict]:
@@ -68,10 +80,16 @@ def main() -> None:
             elapsed, totals = clean_copy(plan, plan)
             times.append(elapsed)
         best = min(times)
-        results[plan] = {"seconds": round(best, 2), "records_per_second": int(totals["messages_read"] / best),
-                         "messages_read": totals["messages_read"], "messages_written": totals["messages_written"]}
-        print(f"{plan:>9}: {best:.1f} s, {totals['messages_read'] / best:,.0f} records/s "
-              f"({totals['messages_read']:,} read, {totals['messages_written']:,} written)")
+        results[plan] = {
+            "seconds": round(best, 2),
+            "records_per_second": int(totals["messages_read"] / best),
+            "messages_read": totals["messages_read"],
+            "messages_written": totals["messages_written"],
+        }
+        print(
+            f"{plan:>9}: {best:.1f} s, {totals['messages_read'] / best:,.0f} records/s "
+            f"({totals['messages_read']:,} read, {totals['messages_written']:,} written)"
+        )
     print(json.dumps({"machine": f"{os.cpu_count()} cores", "results": results}))
 
 

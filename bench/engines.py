@@ -74,9 +74,12 @@ def split_segments(store_url: str) -> dict[str, tuple[list[str], list[str]]]:
     for tp in store.topic_partitions():
         manifest = store.manifest(tp)
         paths = live_segments_of(store, tp)
-        clean = [path for segment, path in zip(manifest.segments, paths, strict=True)
-                 if segment.next_offset <= manifest.first_dirty_offset]
-        result[str(tp)] = (clean, paths[len(clean):])
+        clean = [
+            path
+            for segment, path in zip(manifest.segments, paths, strict=True)
+            if segment.next_offset <= manifest.first_dirty_offset
+        ]
+        result[str(tp)] = (clean, paths[len(clean) :])
     return result
 
 
@@ -100,13 +103,17 @@ def duckdb_merge(inputs: dict[str, tuple[list[str], list[str]]], output: Path) -
     con.execute(f"SET threads = {THREADS}")
     for name, (table, increment) in inputs.items():
         night = f"read_parquet({_listing(increment)})"
-        kept = (f'SELECT * FROM {night} WHERE key IS NULL OR "offset" IN '
-                f'(SELECT max("offset") FROM {night} GROUP BY key)')
+        kept = (
+            f'SELECT * FROM {night} WHERE key IS NULL OR "offset" IN (SELECT max("offset") FROM {night} GROUP BY key)'
+        )
         if table:
-            kept = (f"SELECT * FROM read_parquet({_listing(table)}) t ANTI JOIN (SELECT DISTINCT key FROM {night} "
-                    f"WHERE key IS NOT NULL) n USING (key) UNION ALL {kept}")
-        con.execute(f"COPY ({kept} ORDER BY \"offset\") TO '{output / name}.parquet' "
-                    "(FORMAT parquet, COMPRESSION zstd)")
+            kept = (
+                f"SELECT * FROM read_parquet({_listing(table)}) t ANTI JOIN (SELECT DISTINCT key FROM {night} "
+                f"WHERE key IS NOT NULL) n USING (key) UNION ALL {kept}"
+            )
+        con.execute(
+            f"COPY ({kept} ORDER BY \"offset\") TO '{output / name}.parquet' (FORMAT parquet, COMPRESSION zstd)"
+        )
 
 
 def polars_merge(inputs: dict[str, tuple[list[str], list[str]]], output: Path) -> None:
@@ -133,8 +140,10 @@ def _duckdb(query: str) -> Callable[[dict[str, list[str]], Path], None]:
         con.execute(f"SET threads = {THREADS}")
         for name, files in inputs.items():
             listing = "[" + ", ".join(f"'{f}'" for f in files) + "]"
-            con.execute(f"COPY ({query.format(files=listing)} ORDER BY \"offset\") TO '{output / name}.parquet' "
-                        "(FORMAT parquet, COMPRESSION zstd)")
+            con.execute(
+                f"COPY ({query.format(files=listing)} ORDER BY \"offset\") TO '{output / name}.parquet' "
+                "(FORMAT parquet, COMPRESSION zstd)"
+            )
 
     return run
 
@@ -155,15 +164,15 @@ def _polars(survivors: Callable[[Any, Any], Any]) -> Callable[[dict[str, list[st
 def _polars_semi_join(pl: Any, frame: Any) -> Any:
     keyed = frame.filter(pl.col("key").is_not_null())
     latest = keyed.group_by("key").agg(pl.col("offset").max())
-    kept = pl.concat([latest.select("offset"),
-                      frame.filter(pl.col("key").is_null()).select("offset")])
+    kept = pl.concat([latest.select("offset"), frame.filter(pl.col("key").is_null()).select("offset")])
     return frame.join(kept, on="offset", how="semi")
 
 
 def _polars_unique(pl: Any, frame: Any) -> Any:
     keyed = frame.filter(pl.col("key").is_not_null())
-    return pl.concat([keyed.unique(subset="key", keep="last", maintain_order=True),
-                      frame.filter(pl.col("key").is_null())])
+    return pl.concat(
+        [keyed.unique(subset="key", keep="last", maintain_order=True), frame.filter(pl.col("key").is_null())]
+    )
 
 
 def _polars_window(pl: Any, frame: Any) -> Any:
@@ -195,7 +204,7 @@ def _survivor_pieces(files: list[str], offsets: Any) -> Any:
         if not table.num_rows:
             continue
         low, high = pc.min_max(table.column("offset")).values()
-        ours = offsets[np.searchsorted(offsets, low.as_py()):np.searchsorted(offsets, high.as_py(), side="right")]
+        ours = offsets[np.searchsorted(offsets, low.as_py()) : np.searchsorted(offsets, high.as_py(), side="right")]
         yield table.filter(pc.is_in(table.column("offset"), value_set=pa.array(ours)))
 
 
@@ -265,8 +274,9 @@ def floor_write(inputs: dict[str, list[str]], output: Path, survivors: Path) -> 
         writer = None
         for piece in _survivor_pieces(files, kept(name)):
             started = time.perf_counter()
-            writer = writer or pq.ParquetWriter(output / f"{name}.parquet", piece.schema,
-                                                compression=PARQUET_COMPRESSION, **PARQUET_WRITE_OPTIONS)
+            writer = writer or pq.ParquetWriter(
+                output / f"{name}.parquet", piece.schema, compression=PARQUET_COMPRESSION, **PARQUET_WRITE_OPTIONS
+            )
             writer.write_table(piece)
             seconds += time.perf_counter() - started
             records += piece.num_rows
@@ -284,8 +294,13 @@ def _spark(survivors: Callable[[Any], Any]) -> Callable[[dict[str, list[str]], P
     def run(inputs: dict[str, list[str]], output: Path) -> None:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.master("local[*]").appName("keep-latest") \
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        spark = (
+            SparkSession.builder.master("local[*]")
+            .appName("keep-latest")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         try:
             for name, files in inputs.items():
@@ -334,13 +349,19 @@ def read_duckdb(store_url: str) -> int:
 #: Each engine's formulations, its fastest first (as measured here; ``harness.py`` still takes the fastest of
 #: every run as the bar).
 ENGINES: dict[str, Callable[[dict[str, list[str]], Path], None]] = {
-    "duckdb": _duckdb('SELECT * FROM read_parquet({files}) WHERE key IS NULL OR "offset" IN '
-                      '(SELECT max("offset") FROM read_parquet({files}) GROUP BY key)'),
-    "duckdb-qualify": _duckdb('SELECT * FROM read_parquet({files}) QUALIFY key IS NULL OR '
-                              'row_number() OVER (PARTITION BY key ORDER BY "offset" DESC) = 1'),
-    "duckdb-argmax": _duckdb('SELECT * FROM (SELECT unnest(arg_max(t, t."offset")) FROM read_parquet({files}) t '
-                             'WHERE key IS NOT NULL GROUP BY key UNION ALL '
-                             'SELECT * FROM read_parquet({files}) WHERE key IS NULL)'),
+    "duckdb": _duckdb(
+        'SELECT * FROM read_parquet({files}) WHERE key IS NULL OR "offset" IN '
+        '(SELECT max("offset") FROM read_parquet({files}) GROUP BY key)'
+    ),
+    "duckdb-qualify": _duckdb(
+        "SELECT * FROM read_parquet({files}) QUALIFY key IS NULL OR "
+        'row_number() OVER (PARTITION BY key ORDER BY "offset" DESC) = 1'
+    ),
+    "duckdb-argmax": _duckdb(
+        'SELECT * FROM (SELECT unnest(arg_max(t, t."offset")) FROM read_parquet({files}) t '
+        "WHERE key IS NOT NULL GROUP BY key UNION ALL "
+        "SELECT * FROM read_parquet({files}) WHERE key IS NULL)"
+    ),
     "polars": _polars(_polars_semi_join),
     "polars-unique": _polars(_polars_unique),
     "polars-window": _polars(_polars_window),

@@ -148,8 +148,23 @@ SPARK_SQL_GOAL = 3.0
 MANY_GOAL = LATENCY_GOAL = 1.5
 PLAN_COMMIT_GOAL_S = 60
 #: The scenarios a run measures unless told (``--scenarios``), at full size and with ``--quick``.
-DEFAULT = ("startup", "S1", "S5", "S6", "S9", "S2", "S3", "S4", "K1", "S7", "S8", "plan-commit", "scaling",
-           "read", "source")
+DEFAULT = (
+    "startup",
+    "S1",
+    "S5",
+    "S6",
+    "S9",
+    "S2",
+    "S3",
+    "S4",
+    "K1",
+    "S7",
+    "S8",
+    "plan-commit",
+    "scaling",
+    "read",
+    "source",
+)
 QUICK = tuple(name for name in DEFAULT if name != "S4")
 #: The latency the proxy adds to every request to the S3 server (real S3 answers in 20-100 ms).
 LATENCY_S = 0.05
@@ -172,15 +187,18 @@ class OverMemoryCap(RuntimeError):
 MEMORY_CAP = {"bytes": int(psutil.virtual_memory().total * 0.75)}
 
 
-def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: Callable[[psutil.Process],
-                 list[psutil.Process]] | None = None, cwd: Path = ROOT) -> Measure:
+def run_measured(
+    command: list[str],
+    env: dict[str, str] | None = None,
+    rss_of: Callable[[psutil.Process], list[psutil.Process]] | None = None,
+    cwd: Path = ROOT,
+) -> Measure:
     """Run a command in ``cwd``; wall time and the peak RSS of its process tree (sampled every 50 ms). A tree
     that grows past :data:`MEMORY_CAP` is killed, process by process, and :class:`OverMemoryCap` raised."""
     peak = 0
     capped = threading.Event()
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                               text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd, text=True)
     done = threading.Event()
 
     def sample() -> None:
@@ -219,8 +237,10 @@ def run_measured(command: list[str], env: dict[str, str] | None = None, rss_of: 
     done.set()
     sampler.join()
     if capped.is_set():
-        raise OverMemoryCap(f"stopped after {seconds:.0f} s holding {peak / 2**30:.1f} GB, past the memory cap of "
-                            f"{MEMORY_CAP['bytes'] / 2**30:.1f} GB (--memory-cap-gb)")
+        raise OverMemoryCap(
+            f"stopped after {seconds:.0f} s holding {peak / 2**30:.1f} GB, past the memory cap of "
+            f"{MEMORY_CAP['bytes'] / 2**30:.1f} GB (--memory-cap-gb)"
+        )
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
     return Measure(seconds, peak, {"stdout": out}, cpu)
@@ -236,8 +256,10 @@ def store_bytes(url: str) -> tuple[int, int]:
     """Records and bytes of the store's live segments."""
     store = Store.open(url)
     manifests = [store.manifest(tp) for tp in store.topic_partitions()]
-    return (sum(s.live_records for m in manifests for s in m.segments),
-            sum(s.size_bytes for m in manifests for s in m.segments))
+    return (
+        sum(s.live_records for m in manifests for s in m.segments),
+        sum(s.size_bytes for m in manifests for s in m.segments),
+    )
 
 
 def generated(work: Path, name: str, *specs: GenerateSpec, clean_between: bool = False, parts: int = 1) -> str:
@@ -263,8 +285,16 @@ def in_parts(spec: GenerateSpec, parts: int) -> list[GenerateSpec]:
     if parts == 1:
         return [spec]
     span = spec.time_span_ms // parts
-    return [replace(spec, records=spec.records // parts, time_span_ms=span, seed=spec.seed * 1000 + index,
-                    end_time_ms=spec.end_time_ms - (parts - 1 - index) * span) for index in range(parts)]
+    return [
+        replace(
+            spec,
+            records=spec.records // parts,
+            time_span_ms=span,
+            seed=spec.seed * 1000 + index,
+            end_time_ms=spec.end_time_ms - (parts - 1 - index) * span,
+        )
+        for index in range(parts)
+    ]
 
 
 def copy_store(source: str, target: str, link: bool = False) -> None:
@@ -292,12 +322,21 @@ def files_of(path: str) -> dict[str, tuple[int, int, int]]:
 def unchanged(source: str, before: dict[str, tuple[int, int, int]]) -> None:
     """The source store's files are as they were (a run on a copy of hard links must not have written into one)."""
     if files_of(source) != before:
-        raise RuntimeError(f"the job changed files of {source} through the hard links of its copy: the store is "
-                           "spoilt, delete it (it is generated again)")
+        raise RuntimeError(
+            f"the job changed files of {source} through the hard links of its copy: the store is "
+            "spoilt, delete it (it is generated again)"
+        )
 
 
-def run_job(work: Path, url: str, extra: list[str] | None = None, command: list[str] | None = None,
-            python: str = PYTHON, environ: dict[str, str] | None = None, cwd: Path = ROOT) -> Measure:
+def run_job(
+    work: Path,
+    url: str,
+    extra: list[str] | None = None,
+    command: list[str] | None = None,
+    python: str = PYTHON,
+    environ: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+) -> Measure:
     """`compaction run` on the store at ``url`` (``environ``: its environment, else :func:`env`'s), run in ``cwd``
     (where Spark's Python workers start, with that folder first on their path); adds the report's figures."""
     conf = work / "bench.toml"
@@ -305,17 +344,36 @@ def run_job(work: Path, url: str, extra: list[str] | None = None, command: list[
     report = work / "report.json"
     report.unlink(missing_ok=True)
     try:
-        measure = run_measured([*(command or [PYTHON, "-m", "compaction.cli"]), "run", url, "--conf", str(conf),
-                                "--now", str(NOW), "--allow-future-now", "--report", str(report), *(extra or [])],
-                               env=environ or env(python), cwd=cwd)
+        measure = run_measured(
+            [
+                *(command or [PYTHON, "-m", "compaction.cli"]),
+                "run",
+                url,
+                "--conf",
+                str(conf),
+                "--now",
+                str(NOW),
+                "--allow-future-now",
+                "--report",
+                str(report),
+                *(extra or []),
+            ],
+            env=environ or env(python),
+            cwd=cwd,
+        )
     except RuntimeError as err:  # the report, when the run wrote one, says first what failed
         if report.exists():
             raise RuntimeError(f"the job failed partitions: {json.loads(report.read_text())['failures']}") from err
         raise
     doc = json.loads(report.read_text())
-    measure.extra = {"records_read": doc["totals"]["messages_read"], "bytes_written": doc["totals"]["bytes_written"],
-                     "run_seconds": doc["elapsed_ms"] / 1000, "failed": doc["totals"]["failed"],
-                     "phases_ms": doc.get("phases_ms", {}), "driver_bytes": doc.get("driver_bytes")}
+    measure.extra = {
+        "records_read": doc["totals"]["messages_read"],
+        "bytes_written": doc["totals"]["bytes_written"],
+        "run_seconds": doc["elapsed_ms"] / 1000,
+        "failed": doc["totals"]["failed"],
+        "phases_ms": doc.get("phases_ms", {}),
+        "driver_bytes": doc.get("driver_bytes"),
+    }
     if doc["totals"]["failed"]:
         raise RuntimeError(f"the job failed partitions: {doc['failures']}")
     return measure
@@ -323,6 +381,7 @@ def run_job(work: Path, url: str, extra: list[str] | None = None, command: list[
 
 def survivors_of(store: Store, threads: int = 1) -> dict[str, np.ndarray]:
     """Per partition, the offsets of the live log (``threads`` partitions read at once: an object store's)."""
+
     def offsets(tp: Any) -> np.ndarray:
         return store.read(tp, columns=["offset"]).column("offset").to_numpy()
 
@@ -331,9 +390,17 @@ def survivors_of(store: Store, threads: int = 1) -> dict[str, np.ndarray]:
         return {str(tp): found for tp, found in zip(partitions, pool.map(offsets, partitions), strict=True)}
 
 
-def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = None,
-        command: list[str] | None = None, python: str = PYTHON, environ: dict[str, str] | None = None,
-        cwd: Path = ROOT, link: bool = False) -> Measure:
+def job(
+    work: Path,
+    source: str,
+    copy: bool = True,
+    extra: list[str] | None = None,
+    command: list[str] | None = None,
+    python: str = PYTHON,
+    environ: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    link: bool = False,
+) -> Measure:
     """`compaction run` on (a copy of) the store, as :func:`run_job` runs it (``link``: the copy made of hard
     links); adds the survivors it left (``extra["survivors"]``: per partition, the live log's offsets)."""
     target = source
@@ -355,8 +422,14 @@ def job(work: Path, source: str, copy: bool = True, extra: list[str] | None = No
 
 def sail_job(work: Path, source: str, link: bool = False) -> Measure:
     """The job on Sail, as :func:`job` runs it on local Spark: ``--remote sail``, the server's start included."""
-    return job(work, source, command=[str(SAIL / "compaction")], python=str(SAIL / "python"),
-               extra=["--remote", "sail"], link=link)
+    return job(
+        work,
+        source,
+        command=[str(SAIL / "compaction")],
+        python=str(SAIL / "python"),
+        extra=["--remote", "sail"],
+        link=link,
+    )
 
 
 def engine(work: Path, name: str, source: str, survivors: Path | None = None) -> Measure:
@@ -365,17 +438,27 @@ def engine(work: Path, name: str, source: str, survivors: Path | None = None) ->
     ``records`` (what it saw)."""
     output = work / f"out-{name}"
     shutil.rmtree(output, ignore_errors=True)
-    measure = run_measured([PYTHON, str(ROOT / "bench" / "engines.py"), name, source, str(output),
-                            *([str(survivors)] if survivors else [])])
+    measure = run_measured(
+        [
+            PYTHON,
+            str(ROOT / "bench" / "engines.py"),
+            name,
+            source,
+            str(output),
+            *([str(survivors)] if survivors else []),
+        ]
+    )
     if name in PHASE_FLOORS:
         figures = json.loads(measure.extra["stdout"].strip().splitlines()[-1])
         measure.extra.update(floor_seconds=figures["seconds"], records=figures["records"])
     written = list(output.glob("*.parquet"))
-    measure.extra["bytes_written"] = sum(f.stat().st_size for p in written
-                                         for f in ([p] if p.is_file() else p.rglob("*.parquet")))
+    measure.extra["bytes_written"] = sum(
+        f.stat().st_size for p in written for f in ([p] if p.is_file() else p.rglob("*.parquet"))
+    )
     if name != "floor-read":
-        measure.extra["survivors"] = {p.stem: pq.read_table(p, columns=["offset"]).column("offset").to_numpy()
-                                      for p in written}
+        measure.extra["survivors"] = {
+            p.stem: pq.read_table(p, columns=["offset"]).column("offset").to_numpy() for p in written
+        }
     shutil.rmtree(output, ignore_errors=True)
     return measure
 
@@ -393,20 +476,26 @@ def check_output(name: str, measure: Measure, expected: tuple[int, str]) -> None
     found = digest(measure.extra.pop("survivors"))
     measure.extra["survivors_checked"] = found
     if found != expected:
-        raise RuntimeError(f"{name} kept {found[0]:,} records (offsets digest {found[1]}); the job kept "
-                           f"{expected[0]:,} ({expected[1]}): their outputs differ")
+        raise RuntimeError(
+            f"{name} kept {found[0]:,} records (offsets digest {found[1]}); the job kept "
+            f"{expected[0]:,} ({expected[1]}): their outputs differ"
+        )
 
 
 #: Spark's bare start and stop, as pyspark gives them (a local session of Spark's defaults): what a run of a small
 #: store is held to (issue 44: within 1.0x).
-BARE_SPARK = ("from pyspark.sql import SparkSession; "
-              "SparkSession.builder.master('local[*]').config('spark.ui.enabled', 'false').getOrCreate().stop()")
+BARE_SPARK = (
+    "from pyspark.sql import SparkSession; "
+    "SparkSession.builder.master('local[*]').config('spark.ui.enabled', 'false').getOrCreate().stop()"
+)
 
 
 def spark_startup() -> Measure:
-    code = ("import time; from compaction.engine.session import spark_session; t = time.perf_counter(); "
-            "s = spark_session('local[*]', conf={'spark.ui.enabled': 'false'}); "
-            "print(time.perf_counter() - t); s.stop()")
+    code = (
+        "import time; from compaction.engine.session import spark_session; t = time.perf_counter(); "
+        "s = spark_session('local[*]', conf={'spark.ui.enabled': 'false'}); "
+        "print(time.perf_counter() - t); s.stop()"
+    )
     measure = run_measured([PYTHON, "-c", code], env=env())
     measure.extra["session_seconds"] = float(measure.extra["stdout"].strip().splitlines()[-1])
     return measure
@@ -433,16 +522,25 @@ def spread(row: dict[str, Any]) -> float:
 
 def median(measures: list[Measure]) -> dict[str, Any]:
     pick = sorted(measures, key=lambda m: m.seconds)[len(measures) // 2]
-    result = {"seconds": round(statistics.median(m.seconds for m in measures), 2),
-              "peak_rss_mb": round(max(m.peak_rss for m in measures) / 2**20),
-              "runs": [round(m.seconds, 2) for m in measures],
-              "cpu_seconds": round(statistics.median(m.cpu_seconds for m in measures), 2)}
+    result = {
+        "seconds": round(statistics.median(m.seconds for m in measures), 2),
+        "peak_rss_mb": round(max(m.peak_rss for m in measures) / 2**20),
+        "runs": [round(m.seconds, 2) for m in measures],
+        "cpu_seconds": round(statistics.median(m.cpu_seconds for m in measures), 2),
+    }
     result.update({k: v for k, v in pick.extra.items() if k not in ("stdout", "survivors")})
     return result
 
 
-def compare(work: Path, source: str, runs: int, job_source: str | None = None, also: tuple[str, ...] = (),
-            link: bool = False, merges: bool = False) -> dict[str, Any]:
+def compare(
+    work: Path,
+    source: str,
+    runs: int,
+    job_source: str | None = None,
+    also: tuple[str, ...] = (),
+    link: bool = False,
+    merges: bool = False,
+) -> dict[str, Any]:
     """The job (on ``job_source``, else ``source``; ``link``: on a copy of hard links) against every peer's
     formulations (with ``merges``, the nightly merges too) and the floor, and the engines named in ``also`` (the
     phases' floors, PySpark SQL), all on
@@ -465,10 +563,17 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
         if expected is None:
             expected = digest(ran.extra["survivors"])
             kept = ran.extra["survivors"]
-            pq.write_table(pa.table({
-                "partition": pa.array(np.repeat(np.array(list(kept), dtype=object), [len(o) for o in kept.values()]),
-                                      pa.string()),
-                "offset": np.concatenate(list(kept.values()))}), survivors)
+            pq.write_table(
+                pa.table(
+                    {
+                        "partition": pa.array(
+                            np.repeat(np.array(list(kept), dtype=object), [len(o) for o in kept.values()]), pa.string()
+                        ),
+                        "offset": np.concatenate(list(kept.values())),
+                    }
+                ),
+                survivors,
+            )
         check_output("the job", ran, expected)
         measured["job"].append(ran)
         if sail:
@@ -486,8 +591,9 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
                 continue
             if name == "floor-read":
                 if measure.extra["records"] != records:
-                    raise RuntimeError(f"floor-read read {measure.extra['records']:,} records; the store holds "
-                                       f"{records:,}")
+                    raise RuntimeError(
+                        f"floor-read read {measure.extra['records']:,} records; the store holds {records:,}"
+                    )
             else:
                 check_output(name, measure, expected)
             measured[name].append(measure)
@@ -503,8 +609,9 @@ def compare(work: Path, source: str, runs: int, job_source: str | None = None, a
             row["floor_seconds"] = round(statistics.median(m.extra["floor_seconds"] for m in measures), 2)
         rows[name] = row
     job_ms = rows["job"].get("phases_ms") or {}
-    rows["job"]["task_us_per_record"] = round(sum(job_ms.get(f"task_{p}", 0) for p in ("read", "decide", "write"))
-                                              * 1000 / max(1, records), 3)
+    rows["job"]["task_us_per_record"] = round(
+        sum(job_ms.get(f"task_{p}", 0) for p in ("read", "decide", "write")) * 1000 / max(1, records), 3
+    )
     for name in (*peers, "floor"):
         if name in rows and "cpu_seconds" in rows[name]:
             rows[name]["cpu_us_per_record"] = round(rows[name]["cpu_seconds"] * 1e6 / max(1, records), 3)
@@ -539,8 +646,12 @@ def phase_floors(measured: dict[str, list[Measure]]) -> dict[str, Any]:
             continue
         task_s = statistics.median(m.extra["phases_ms"].get(f"task_{phase}", 0) / 1000 for m in measured["job"])
         floor_s = statistics.median(m.extra["floor_seconds"] for m in floors)
-        result[phase] = {"job_task_seconds": round(task_s, 2), "floor_seconds": round(floor_s, 2),
-                         "x_floor": round(task_s / floor_s, 2), "goal": goal}
+        result[phase] = {
+            "job_task_seconds": round(task_s, 2),
+            "floor_seconds": round(floor_s, 2),
+            "x_floor": round(task_s / floor_s, 2),
+            "goal": goal,
+        }
     return result
 
 
@@ -593,8 +704,9 @@ def max_task_records(source: str) -> tuple[int, int]:
 
 
 def s1_spec(records: int) -> GenerateSpec:
-    return GenerateSpec(records=records, keys=records // 5, partitions=4, segment_records=500_000,
-                        end_time_ms=WRITTEN, seed=1)
+    return GenerateSpec(
+        records=records, keys=records // 5, partitions=4, segment_records=500_000, end_time_ms=WRITTEN, seed=1
+    )
 
 
 def s1(work: Path, runs: int, records: int) -> dict[str, Any]:
@@ -619,10 +731,18 @@ def k1(work: Path, runs: int, records: int) -> dict[str, Any]:
 
 
 def s2(work: Path, runs: int, records: int) -> dict[str, Any]:
-    base = GenerateSpec(records=records * 10, keys=records * 10, update_ratio=0.0, partitions=4,
-                        segment_records=500_000, end_time_ms=WRITTEN, seed=2)
-    dirty = GenerateSpec(records=records, keys=records * 10, partitions=4, segment_records=250_000,
-                         end_time_ms=WRITTEN, seed=3)
+    base = GenerateSpec(
+        records=records * 10,
+        keys=records * 10,
+        update_ratio=0.0,
+        partitions=4,
+        segment_records=500_000,
+        end_time_ms=WRITTEN,
+        seed=2,
+    )
+    dirty = GenerateSpec(
+        records=records, keys=records * 10, partitions=4, segment_records=250_000, end_time_ms=WRITTEN, seed=3
+    )
     source = generated(work, f"s2-{records}", base, dirty, clean_between=True)
     alone = generated(work, f"s2-alone-{records}", dirty)
     result = nightly(compare(work, source, runs, merges=True), source)
@@ -636,8 +756,16 @@ def s2(work: Path, runs: int, records: int) -> dict[str, Any]:
 
 
 def s3(work: Path, runs: int, records: int) -> dict[str, Any]:
-    spec = GenerateSpec(records=records, keys=records // 5, partitions=4, segment_records=500_000,
-                        partition0_share=0.8, hot_key_records=records // 20, end_time_ms=WRITTEN, seed=4)
+    spec = GenerateSpec(
+        records=records,
+        keys=records // 5,
+        partitions=4,
+        segment_records=500_000,
+        partition0_share=0.8,
+        hot_key_records=records // 20,
+        end_time_ms=WRITTEN,
+        seed=4,
+    )
     source = generated(work, f"s3-{records}", spec)
     result = compare(work, source, runs)
     if not SELECTED["peers"]:
@@ -658,24 +786,46 @@ def s4(work: Path, records: int) -> dict[str, Any]:
     conf.write_text(CONFIG)
     with spark_cluster(work / "cluster", workers=1, cores=2, memory="3g") as cluster:
         for size in (records // 4, records // 2, records):
-            spec = GenerateSpec(records=size, keys=size // 5, partitions=4, segment_records=500_000,
-                                end_time_ms=WRITTEN, seed=5)
+            spec = GenerateSpec(
+                records=size, keys=size // 5, partitions=4, segment_records=500_000, end_time_ms=WRITTEN, seed=5
+            )
             source = generated(work, f"s4-{size}", spec)
             target = str(work / "run-copy")
             shutil.rmtree(target, ignore_errors=True)
             copy_store(source, target)
             report = work / "report.json"
-            measure = run_measured([str(ROOT / "scripts" / "spark-submit.sh"), "--master", cluster.url,
-                                    "--driver-memory", "1g", "--executor-memory", "2g", "--config", str(conf),
-                                    "--python", PYTHON, "--", target, "--now", str(NOW), "--allow-future-now",
-                                    "--report", str(report)],
-                                   env=env())
+            measure = run_measured(
+                [
+                    str(ROOT / "scripts" / "spark-submit.sh"),
+                    "--master",
+                    cluster.url,
+                    "--driver-memory",
+                    "1g",
+                    "--executor-memory",
+                    "2g",
+                    "--config",
+                    str(conf),
+                    "--python",
+                    PYTHON,
+                    "--",
+                    target,
+                    "--now",
+                    str(NOW),
+                    "--allow-future-now",
+                    "--report",
+                    str(report),
+                ],
+                env=env(),
+            )
             doc = json.loads(report.read_text())
             if doc["totals"]["failed"]:
                 raise RuntimeError(f"S4 failed partitions: {doc['failures']}")
-            result[str(size)] = {"seconds": round(measure.seconds, 1), "driver_peak_rss_mb": measure.peak_rss // 2**20,
-                                 "records_read": doc["totals"]["messages_read"],
-                                 "records_per_second": int(doc["totals"]["messages_read"] / measure.seconds)}
+            result[str(size)] = {
+                "seconds": round(measure.seconds, 1),
+                "driver_peak_rss_mb": measure.peak_rss // 2**20,
+                "records_read": doc["totals"]["messages_read"],
+                "records_per_second": int(doc["totals"]["messages_read"] / measure.seconds),
+            }
             shutil.rmtree(target)
     return result
 
@@ -705,13 +855,18 @@ def s6_store(work: Path, records: int, scenario: str = "S6", extra_gb: float = 0
     run_gb = 2 * records // 5 * RECORD_BYTES / 1e9 + extra_gb  # the survivors (a fifth), then one engine's at a time
     kept = (work / "stores" / f"s6-{records}" / ".complete").exists()
     free_gb = shutil.disk_usage(work).free / 1e9
-    print(f"   {scenario} needs ~{store_gb + run_gb:.1f} GB of disk under {work}: S6's store, {store_gb:.1f} GB "
-          f"(generated once and kept{'; there already' if kept else ''}), and {run_gb:.1f} GB besides; {free_gb:.1f} "
-          "GB free", flush=True)
+    print(
+        f"   {scenario} needs ~{store_gb + run_gb:.1f} GB of disk under {work}: S6's store, {store_gb:.1f} GB "
+        f"(generated once and kept{'; there already' if kept else ''}), and {run_gb:.1f} GB besides; {free_gb:.1f} "
+        "GB free",
+        flush=True,
+    )
     need_gb = run_gb + (0 if kept else store_gb)
     if free_gb < need_gb * 1.1:
-        raise Refused(f"{scenario} refused: it needs {need_gb:.1f} GB free under {work} and {free_gb:.1f} GB are "
-                      "(free some, or point --work at a bigger disk)")
+        raise Refused(
+            f"{scenario} refused: it needs {need_gb:.1f} GB free under {work} and {free_gb:.1f} GB are "
+            "(free some, or point --work at a bigger disk)"
+        )
     return generated(work, f"s6-{records}", s6_spec(records), parts=S6_PARTS)
 
 
@@ -728,8 +883,16 @@ def s6(work: Path, runs: int, records: int) -> dict[str, Any]:
 def night_spec(records: int, keys: int, segment_records: int, seed: int) -> GenerateSpec:
     """A night's new records on a compacted log of ``keys`` keys: keys drawn from a twentieth more than it holds
     (about 95% updates of existing keys, 5% new ones), 5% tombstones, written over the last day."""
-    return GenerateSpec(records=records, keys=keys * 21 // 20, partitions=1, tombstone_ratio=0.05,
-                        segment_records=segment_records, end_time_ms=WRITTEN, time_span_ms=86_400_000, seed=seed)
+    return GenerateSpec(
+        records=records,
+        keys=keys * 21 // 20,
+        partitions=1,
+        tombstone_ratio=0.05,
+        segment_records=segment_records,
+        end_time_ms=WRITTEN,
+        time_span_ms=86_400_000,
+        seed=seed,
+    )
 
 
 def s9(work: Path, runs: int, records: int) -> dict[str, Any]:
@@ -747,8 +910,12 @@ def s9(work: Path, runs: int, records: int) -> dict[str, Any]:
         copy_store(source6, str(path), link=True)
         job(work, str(path), copy=False)  # the first run
         unchanged(source6, before)
-        generate(Store.open(str(path)), night_spec(records // 100, spec.keys, spec.segment_records, seed=90),
-                 now_ms=WRITTEN, threads=2)
+        generate(
+            Store.open(str(path)),
+            night_spec(records // 100, spec.keys, spec.segment_records, seed=90),
+            now_ms=WRITTEN,
+            threads=2,
+        )
         (path / ".complete").touch()
     result = nightly(compare(work, str(path), runs, link=True, merges=True), str(path))
     result["driver_memory"] = "Spark's default driver memory (no spark.driver.memory given)"
@@ -770,15 +937,23 @@ def nightly(result: dict[str, Any], source: str) -> dict[str, Any]:
 
 def many_spec(partitions: int, records: int, segments: int = 4, seed: int = 7) -> GenerateSpec:
     """``partitions`` partitions of ``records`` records each in ``segments`` segments, a fifth as many keys."""
-    return GenerateSpec(records=partitions * records, keys=partitions * records // 5, partitions=partitions,
-                        segment_records=records // segments, end_time_ms=WRITTEN, seed=seed)
+    return GenerateSpec(
+        records=partitions * records,
+        keys=partitions * records // 5,
+        partitions=partitions,
+        segment_records=records // segments,
+        end_time_ms=WRITTEN,
+        seed=seed,
+    )
 
 
 def s7(work: Path, runs: int, partitions: int) -> dict[str, Any]:
     """``partitions`` partitions of 2,000 records against the same number of records in 4 partitions (a fifth as
     many keys as records in each, 4 segments each), the job on both in turns; DuckDB on both checks the outputs."""
-    stores = {"many": generated(work, f"s7-{partitions}x2000", many_spec(partitions, 2_000)),
-              "few": generated(work, f"s7-4x{partitions * 500}", many_spec(4, partitions * 500))}
+    stores = {
+        "many": generated(work, f"s7-{partitions}x2000", many_spec(partitions, 2_000)),
+        "few": generated(work, f"s7-4x{partitions * 500}", many_spec(4, partitions * 500)),
+    }
     contenders: dict[str, tuple[str, Callable[[], Measure]]] = {}
     for which, source in stores.items():
         contenders[f"job {which}"] = (which, lambda source=source: job(work, source))
@@ -788,10 +963,14 @@ def s7(work: Path, runs: int, partitions: int) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for which, source in stores.items():
         records, size = store_bytes(source)
-        result[which] = {"partitions": len(Store.open(source).topic_partitions()), "input_records": records,
-                         "input_bytes": size}
-        result[which].update({name: job_row(measured[f"{name} {which}"]) for name in ("job", "duckdb")
-                              if f"{name} {which}" in measured})
+        result[which] = {
+            "partitions": len(Store.open(source).topic_partitions()),
+            "input_records": records,
+            "input_bytes": size,
+        }
+        result[which].update(
+            {name: job_row(measured[f"{name} {which}"]) for name in ("job", "duckdb") if f"{name} {which}" in measured}
+        )
     result["x_many_vs_few"] = round(result["many"]["job"]["seconds"] / result["few"]["job"]["seconds"], 2)
     result["goal"] = MANY_GOAL
     return result
@@ -834,8 +1013,9 @@ def s3_job(work: Path, source: str, endpoint: str, fs: Any, proxy: Any = None) -
         if proxy is not None:
             proxy.clear()
         via = proxy.endpoint if proxy is not None else endpoint
-        measure = run_job(work, url, extra=["--storage-option", f"client_kwargs.endpoint_url={via}"],
-                          environ=s3_environment())
+        measure = run_job(
+            work, url, extra=["--storage-option", f"client_kwargs.endpoint_url={via}"], environ=s3_environment()
+        )
         if proxy is not None:
             measure.extra["requests"] = len(proxy.requests)
             measure.extra["requests_by_kind"] = request_kinds(proxy.requests)
@@ -851,8 +1031,15 @@ def request_kinds(requests: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for entry in requests:
         method, _, path = entry.partition(" ")
-        kind = ("listings" if "list-type=" in path or "prefix=" in path else "manifests" if "/_manifests/" in path
-                else "segments" if "/segments/" in path else "other")
+        kind = (
+            "listings"
+            if "list-type=" in path or "prefix=" in path
+            else "manifests"
+            if "/_manifests/" in path
+            else "segments"
+            if "/segments/" in path
+            else "other"
+        )
         counts[f"{method} {kind}"] = counts.get(f"{method} {kind}", 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
@@ -875,8 +1062,13 @@ def s8(work: Path, runs: int, partitions: int) -> dict[str, Any]:
         if not SELECTED["peers"]:  # --job-only
             del contenders["duckdb"]
         measured = take_turns(runs, contenders)
-    result = {"partitions": partitions, "input_records": records, "input_bytes": size,
-              "latency_ms": round(LATENCY_S * 1000), **{name: job_row(found) for name, found in measured.items()}}
+    result = {
+        "partitions": partitions,
+        "input_records": records,
+        "input_bytes": size,
+        "latency_ms": round(LATENCY_S * 1000),
+        **{name: job_row(found) for name, found in measured.items()},
+    }
     result["x_latency"] = round(result["job, 50 ms a request"]["seconds"] / result["job"]["seconds"], 2)
     result["goal"] = LATENCY_GOAL
     return result
@@ -896,9 +1088,14 @@ def plan_commit(work: Path, partitions: int) -> dict[str, Any]:
             del contenders["duckdb"]
         measured = take_turns(1, contenders)
     row = job_row(measured["job, 50 ms a request"])
-    return {"partitions": partitions, "latency_ms": round(LATENCY_S * 1000), "job": row,
-            "plan_seconds": row["phases_ms"].get("plan", 0) / 1000,
-            "commit_seconds": row["phases_ms"].get("commit", 0) / 1000, "goal_seconds": PLAN_COMMIT_GOAL_S}
+    return {
+        "partitions": partitions,
+        "latency_ms": round(LATENCY_S * 1000),
+        "job": row,
+        "plan_seconds": row["phases_ms"].get("plan", 0) / 1000,
+        "commit_seconds": row["phases_ms"].get("commit", 0) / 1000,
+        "goal_seconds": PLAN_COMMIT_GOAL_S,
+    }
 
 
 def startup(work: Path, runs: int) -> dict[str, Any]:
@@ -908,8 +1105,11 @@ def startup(work: Path, runs: int) -> dict[str, Any]:
     warm-up itself, and the wheel's first run after it (the first a user of the README meets)."""
     from tests.helpers.jobenv import build_wheel, job_environment
 
-    small = generated(work, "startup", GenerateSpec(records=10_000, keys=2_000, partitions=1, segment_records=2_500,
-                                                    end_time_ms=WRITTEN, seed=7))
+    small = generated(
+        work,
+        "startup",
+        GenerateSpec(records=10_000, keys=2_000, partitions=1, segment_records=2_500, end_time_ms=WRITTEN, seed=7),
+    )
     installed = work / "wheel-venv"
     shutil.rmtree(installed, ignore_errors=True)  # a fresh environment of the code measured, and no archive
     shutil.rmtree(work / "dist", ignore_errors=True)
@@ -918,22 +1118,27 @@ def startup(work: Path, runs: int) -> dict[str, Any]:
     commands = {"dev checkout": ([PYTHON, "-m", "compaction.cli"], PYTHON), "installed wheel": wheel}
     if SELECTED.get("sail"):
         commands["sail"] = ([str(SAIL / "compaction")], str(SAIL / "python"))
-    rows: dict[str, Any] = {"installed wheel, no warm-up": median([job(work, small, command=wheel[0],
-                                                                       python=wheel[1])])}
+    rows: dict[str, Any] = {
+        "installed wheel, no warm-up": median([job(work, small, command=wheel[0], python=wheel[1])])
+    }
     warm_up = run_measured([*wheel[0], "warm-up"], env=env(wheel[1]))
     rows["installed wheel, first run"] = median([job(work, small, command=wheel[0], python=wheel[1])])
     measured: dict[str, list[Measure]] = {where: [] for where in commands}
     bare: list[Measure] = []
     for _ in range(runs):
         for where, (command, python) in commands.items():
-            measured[where].append(job(work, small, command=command, python=python,
-                                       extra=["--remote", "sail"] if where == "sail" else None))
+            measured[where].append(
+                job(
+                    work, small, command=command, python=python, extra=["--remote", "sail"] if where == "sail" else None
+                )
+            )
         bare.append(run_measured([PYTHON, "-c", BARE_SPARK], env=env()))
     rows.update({where: median(measures) for where, measures in measured.items()})
     for row in rows.values():
         row["session_seconds"] = row["phases_ms"].get("startup", 0) / 1000
-    rows["installed wheel"]["x_first_run"] = round(rows["installed wheel, first run"]["seconds"]
-                                                   / rows["installed wheel"]["seconds"], 2)
+    rows["installed wheel"]["x_first_run"] = round(
+        rows["installed wheel, first run"]["seconds"] / rows["installed wheel"]["seconds"], 2
+    )
     rows["Spark alone"] = median(bare)
     for where in commands:
         rows[where]["x_bare_spark"] = round(rows[where]["seconds"] / rows["Spark alone"]["seconds"], 2)
@@ -944,8 +1149,9 @@ def startup(work: Path, runs: int) -> dict[str, Any]:
 def scaling(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
     result = {}
     for size in sizes:
-        spec = GenerateSpec(records=size, keys=size // 5, partitions=4, segment_records=500_000,
-                            end_time_ms=WRITTEN, seed=1)
+        spec = GenerateSpec(
+            records=size, keys=size // 5, partitions=4, segment_records=500_000, end_time_ms=WRITTEN, seed=1
+        )
         source = generated(work, f"s1-{size}", spec)
         row = median([job(work, source) for _ in range(runs)])
         row["run_records_per_second"] = int(row["records_read"] / row["run_seconds"])
@@ -960,8 +1166,9 @@ def read(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
     """Stream S1's stores (5M, 10M, 20M records) with the read API and with DuckDB over a plain glob."""
     result: dict[str, Any] = {}
     for size in sizes:
-        spec = GenerateSpec(records=size, keys=size // 5, partitions=4, segment_records=500_000,
-                            end_time_ms=WRITTEN, seed=1)
+        spec = GenerateSpec(
+            records=size, keys=size // 5, partitions=4, segment_records=500_000, end_time_ms=WRITTEN, seed=1
+        )
         source = generated(work, f"s1-{size}", spec)
         records, size_bytes = store_bytes(source)
         row: dict[str, Any] = {"input_records": records, "input_bytes": size_bytes}
@@ -982,8 +1189,12 @@ def read(work: Path, runs: int, sizes: tuple[int, ...]) -> dict[str, Any]:
 
 #: The data source's formulations (bench/spark_source.py), taking turns; the goals of their ratios.
 SOURCE_FORMULATIONS = ("read-source", "read-parquet", "read-floor", "write-source", "write-parquet", "stream-source")
-SOURCE_PAIRS = {"read": ("read-source", "read-parquet"), "read_floor": ("read-floor", "read-parquet"),
-                "write": ("write-source", "write-parquet"), "stream": ("stream-source", "write-source")}
+SOURCE_PAIRS = {
+    "read": ("read-source", "read-parquet"),
+    "read_floor": ("read-floor", "read-parquet"),
+    "write": ("write-source", "write-parquet"),
+    "stream": ("stream-source", "write-source"),
+}
 SOURCE_GOALS = {"read": 1.2, "write": 1.3, "stream": 1.5}
 
 
@@ -997,20 +1208,32 @@ def spark_source(work: Path, runs: int, records: int) -> dict[str, Any]:
     measured: dict[str, list[dict[str, Any]]] = {name: [] for name in SOURCE_FORMULATIONS}
     for _ in range(runs):  # the formulations take turns, so a busy spell of the machine hits all alike
         for name in SOURCE_FORMULATIONS:
-            figures = json.loads(run_measured([*script, name, source, str(folder)], env=env()).extra["stdout"]
-                                 .strip().splitlines()[-1])
+            figures = json.loads(
+                run_measured([*script, name, source, str(folder)], env=env()).extra["stdout"].strip().splitlines()[-1]
+            )
             for when in ("cold", "warm"):
                 if figures[when]["records"] != live:
-                    raise RuntimeError(f"{name} ({when}) saw {figures[when]['records']:,} records; the store's live "
-                                       f"log holds {live:,}")
+                    raise RuntimeError(
+                        f"{name} ({when}) saw {figures[when]['records']:,} records; the store's live log holds {live:,}"
+                    )
             measured[name].append(figures)
     rows: dict[str, Any] = {"input_records": live, "input_bytes": size}
     for name, results in measured.items():
-        rows[name] = {when: {figure: round(statistics.median(r[when][figure] for r in results), 2)
-                             for figure in ("seconds", "cpu_seconds")} for when in ("cold", "warm")}
-    rows["ratios"] = {what: {f"{when}_{figure}": round(rows[a][when][figure] / rows[b][when][figure], 2)
-                             for when in ("cold", "warm") for figure in ("seconds", "cpu_seconds")}
-                      for what, (a, b) in SOURCE_PAIRS.items()}
+        rows[name] = {
+            when: {
+                figure: round(statistics.median(r[when][figure] for r in results), 2)
+                for figure in ("seconds", "cpu_seconds")
+            }
+            for when in ("cold", "warm")
+        }
+    rows["ratios"] = {
+        what: {
+            f"{when}_{figure}": round(rows[a][when][figure] / rows[b][when][figure], 2)
+            for when in ("cold", "warm")
+            for figure in ("seconds", "cpu_seconds")
+        }
+        for what, (a, b) in SOURCE_PAIRS.items()
+    }
     rows["goals"] = SOURCE_GOALS
     return rows
 
@@ -1023,24 +1246,41 @@ def machine() -> dict[str, Any]:
 
     cpu = platform.processor() or ""
     with contextlib.suppress(OSError, StopIteration):
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30),
-            "python": platform.python_version(), "pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__,
-            "duckdb": duckdb.__version__, "polars": polars.__version__, "date": time.strftime("%Y-%m-%d")}
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "pyarrow": pyarrow.__version__,
+        "duckdb": duckdb.__version__,
+        "polars": polars.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def table(results: dict[str, Any]) -> str:
     machine_ = results["machine"]
-    lines = [f"machine: {machine_['cpu']}, {machine_['cores']} cores, {machine_['memory_gb']} GB; pyspark "
-             f"{machine_['pyspark']}, duckdb {machine_['duckdb']}, polars {machine_['polars']}, pyarrow "
-             f"{machine_['pyarrow']}; medians of {results['runs']} runs, the engines taking turns",
-             f"Spark start-up (session only, median): {results['spark_startup_seconds']:.1f} s", ""]
-    header = (f"{'scenario':<9} {'engine':<15} {'wall s':>7} {'spread':>7} {'records/s':>11} {'peak RSS MB':>11} "
-              f"{'x fastest':>9} {'x floor':>8} {'driver MB':>9}")
+    lines = [
+        f"machine: {machine_['cpu']}, {machine_['cores']} cores, {machine_['memory_gb']} GB; pyspark "
+        f"{machine_['pyspark']}, duckdb {machine_['duckdb']}, polars {machine_['polars']}, pyarrow "
+        f"{machine_['pyarrow']}; medians of {results['runs']} runs, the engines taking turns",
+        f"Spark start-up (session only, median): {results['spark_startup_seconds']:.1f} s",
+        "",
+    ]
+    header = (
+        f"{'scenario':<9} {'engine':<15} {'wall s':>7} {'spread':>7} {'records/s':>11} {'peak RSS MB':>11} "
+        f"{'x fastest':>9} {'x floor':>8} {'driver MB':>9}"
+    )
     scenarios = results["scenarios"]
-    compared = [name for name in ("S1", "S5", "S6", "S9", "S3", "K1", "S2") if name in scenarios
-                and "job" in scenarios[name]]
+    compared = [
+        name for name in ("S1", "S5", "S6", "S9", "S3", "K1", "S2") if name in scenarios and "job" in scenarios[name]
+    ]
     if compared:
         lines += [header, "-" * len(header)]
     for name in compared:
@@ -1051,82 +1291,114 @@ def table(results: dict[str, Any]) -> str:
                 lines.append(f"{name:<9} {engine_name:<15} {row['error']}")
             elif row:
                 label = engine_name + (" *" if engine_name == rows.get("fastest_peer") else "")
-                lines.append(f"{name:<9} {label:<15} {row['seconds']:>7.1f} {row['spread']:>7.0%} "
-                             f"{row['records_per_second']:>11,} {row['peak_rss_mb']:>11,} "
-                             f"{row.get('x_fastest', float('nan')):>9.2f} {row.get('x_floor', float('nan')):>8.2f} "
-                             f"{driver_mb(row) if engine_name == 'job' else '':>9}")
+                lines.append(
+                    f"{name:<9} {label:<15} {row['seconds']:>7.1f} {row['spread']:>7.0%} "
+                    f"{row['records_per_second']:>11,} {row['peak_rss_mb']:>11,} "
+                    f"{row.get('x_fastest', float('nan')):>9.2f} {row.get('x_floor', float('nan')):>8.2f} "
+                    f"{driver_mb(row) if engine_name == 'job' else '':>9}"
+                )
     if compared:
-        lines.append("(* the fastest peer, the bar; every engine's output checked against the job's: the same "
-                     "records, the same offsets; driver MB: what the pass's Spark stages sent to executors and "
-                     "collected from them; floor-*: wall time of the process, their own figures below)")
+        lines.append(
+            "(* the fastest peer, the bar; every engine's output checked against the job's: the same "
+            "records, the same offsets; driver MB: what the pass's Spark stages sent to executors and "
+            "collected from them; floor-*: wall time of the process, their own figures below)"
+        )
     for name in compared:
         rows = scenarios[name]
         for engine_name in ("job", "sail"):
             if rows.get(engine_name, {}).get("phases_ms"):
                 lines.append(f"{name} {engine_name} phases (s): {phases(rows[engine_name])}")
         if rows.get("phase_floors"):
-            lines.append(f"{name} phases against their floors (the job's task-s, summed over tasks / the floor's s, "
-                         "one thread): " + "; ".join(
-                             f"{phase} {f['job_task_seconds']:.1f} / {f['floor_seconds']:.2f} = {f['x_floor']:.2f}x "
-                             f"(goal <= {f['goal']}x)" for phase, f in rows["phase_floors"].items()))
+            lines.append(
+                f"{name} phases against their floors (the job's task-s, summed over tasks / the floor's s, "
+                "one thread): "
+                + "; ".join(
+                    f"{phase} {f['job_task_seconds']:.1f} / {f['floor_seconds']:.2f} = {f['x_floor']:.2f}x "
+                    f"(goal <= {f['goal']}x)"
+                    for phase, f in rows["phase_floors"].items()
+                )
+            )
         if any(rows.get(sql) for sql in SPARK_SQL):
-            lines.append(f"{name} PySpark SQL as a data engineer writes it: " + "; ".join(
-                f"{sql} {rows[sql]['seconds']:.1f} s = {rows[sql]['x_job']:.2f}x the job" for sql in SPARK_SQL
-                if rows.get(sql)) + f" (goal: the job >= {SPARK_SQL_GOAL:.0f}x faster)")
+            lines.append(
+                f"{name} PySpark SQL as a data engineer writes it: "
+                + "; ".join(
+                    f"{sql} {rows[sql]['seconds']:.1f} s = {rows[sql]['x_job']:.2f}x the job"
+                    for sql in SPARK_SQL
+                    if rows.get(sql)
+                )
+                + f" (goal: the job >= {SPARK_SQL_GOAL:.0f}x faster)"
+            )
     s6_rows = scenarios.get("S6")
     if s6_rows and "fastest_peer" in s6_rows:
         job_ = s6_rows["job"]
-        lines.append(f"\nS6: {s6_rows['input_records']:,} records in one partition ({s6_rows['input_bytes'] / 1e9:.1f} "
-                     f"GB), {s6_rows['driver_memory']}: job {job_['seconds']:.1f} s = {job_['x_fastest']:.2f}x the "
-                     f"fastest peer ({s6_rows['fastest_peer']}, {s6_rows[s6_rows['fastest_peer']]['seconds']:.1f} s; "
-                     f"goal <= {s6_rows['goals']['x_fastest']}x); peak RSS of the job's process tree "
-                     f"{job_['peak_rss_mb']:,} MB (goal <= {s6_rows['goals']['peak_rss_mb']:,} MB); driver "
-                     f"{driver_mb(job_)} MB")
+        lines.append(
+            f"\nS6: {s6_rows['input_records']:,} records in one partition ({s6_rows['input_bytes'] / 1e9:.1f} "
+            f"GB), {s6_rows['driver_memory']}: job {job_['seconds']:.1f} s = {job_['x_fastest']:.2f}x the "
+            f"fastest peer ({s6_rows['fastest_peer']}, {s6_rows[s6_rows['fastest_peer']]['seconds']:.1f} s; "
+            f"goal <= {s6_rows['goals']['x_fastest']}x); peak RSS of the job's process tree "
+            f"{job_['peak_rss_mb']:,} MB (goal <= {s6_rows['goals']['peak_rss_mb']:,} MB); driver "
+            f"{driver_mb(job_)} MB"
+        )
         if "duckdb" in s6_rows and "cpu_us_per_record" in s6_rows["duckdb"]:
-            lines.append(f"S6: the tasks' work {job_['task_us_per_record']:.2f} us a record (their read, decide and "
-                         f"write seconds) against DuckDB's CPU {s6_rows['duckdb']['cpu_us_per_record']:.2f} us (user + "
-                         "system of its whole query; goal: at most)")
+            lines.append(
+                f"S6: the tasks' work {job_['task_us_per_record']:.2f} us a record (their read, decide and "
+                f"write seconds) against DuckDB's CPU {s6_rows['duckdb']['cpu_us_per_record']:.2f} us (user + "
+                "system of its whole query; goal: at most)"
+            )
     for name in ("S9", "S2"):
         night = scenarios.get(name)
         if night and "fastest_peer" in night and "goals" in night:
             job_, goals = night["job"], night["goals"]
-            lines.append(f"\n{name}: a night of {night['increment_records']:,} new records "
-                         f"({night['increment_bytes'] / 2**20:,.1f} MB) on {night['input_records']:,} live records: "
-                         f"job {job_['seconds']:.1f} s = {job_['x_fastest']:.2f}x the fastest peer "
-                         f"({night['fastest_peer']}, {night[night['fastest_peer']]['seconds']:.1f} s; goal <= "
-                         f"{goals['x_fastest']}x); bytes written {job_['bytes_written'] / 2**20:,.1f} MB = "
-                         f"{night['x_bytes_written_vs_increment']}x the increment's (goal <= "
-                         f"{goals['x_bytes_written_vs_increment']}x); peak RSS {job_['peak_rss_mb']:,} MB (goal <= "
-                         f"{goals['peak_rss_mb']:,} MB)")
+            lines.append(
+                f"\n{name}: a night of {night['increment_records']:,} new records "
+                f"({night['increment_bytes'] / 2**20:,.1f} MB) on {night['input_records']:,} live records: "
+                f"job {job_['seconds']:.1f} s = {job_['x_fastest']:.2f}x the fastest peer "
+                f"({night['fastest_peer']}, {night[night['fastest_peer']]['seconds']:.1f} s; goal <= "
+                f"{goals['x_fastest']}x); bytes written {job_['bytes_written'] / 2**20:,.1f} MB = "
+                f"{night['x_bytes_written_vs_increment']}x the increment's (goal <= "
+                f"{goals['x_bytes_written_vs_increment']}x); peak RSS {job_['peak_rss_mb']:,} MB (goal <= "
+                f"{goals['peak_rss_mb']:,} MB)"
+            )
     s7_rows = scenarios.get("S7")
     if s7_rows and "many" in s7_rows:
         many, few = s7_rows["many"], s7_rows["few"]
-        lines.append(f"\nS7: {many['partitions']:,} partitions x {many['input_records'] // many['partitions']:,} "
-                     f"records: job {many['job']['seconds']:.1f} s against the same {few['input_records']:,} records "
-                     f"in {few['partitions']} partitions {few['job']['seconds']:.1f} s = {s7_rows['x_many_vs_few']}x "
-                     f"(goal <= {s7_rows['goal']}x); runs {many['job']['runs']} vs {few['job']['runs']}"
-                     + (f"; DuckDB {many['duckdb']['seconds']:.1f} s vs {few['duckdb']['seconds']:.1f} s"
-                        if "duckdb" in many else ""))
+        lines.append(
+            f"\nS7: {many['partitions']:,} partitions x {many['input_records'] // many['partitions']:,} "
+            f"records: job {many['job']['seconds']:.1f} s against the same {few['input_records']:,} records "
+            f"in {few['partitions']} partitions {few['job']['seconds']:.1f} s = {s7_rows['x_many_vs_few']}x "
+            f"(goal <= {s7_rows['goal']}x); runs {many['job']['runs']} vs {few['job']['runs']}"
+            + (
+                f"; DuckDB {many['duckdb']['seconds']:.1f} s vs {few['duckdb']['seconds']:.1f} s"
+                if "duckdb" in many
+                else ""
+            )
+        )
         for row in (many, few):
-            lines.append(f"S7 job phases, {row['partitions']:,} partitions (s): {phases(row['job'])}; driver "
-                         f"{driver_mb(row['job'])} MB")
+            lines.append(
+                f"S7 job phases, {row['partitions']:,} partitions (s): {phases(row['job'])}; driver "
+                f"{driver_mb(row['job'])} MB"
+            )
     s8_rows = scenarios.get("S8")
     if s8_rows and "x_latency" in s8_rows:
         slow, fast = s8_rows["job, 50 ms a request"], s8_rows["job"]
-        lines.append(f"\nS8: {s8_rows['partitions']:,} partitions x 1,000 records on S3 (moto): job "
-                     f"{slow['seconds']:.1f} s with {s8_rows['latency_ms']} ms added to each of its "
-                     f"{slow.get('requests', 0):,} requests against {fast['seconds']:.1f} s without = "
-                     f"{s8_rows['x_latency']}x (goal <= {s8_rows['goal']}x); runs {slow['runs']} vs {fast['runs']}")
+        lines.append(
+            f"\nS8: {s8_rows['partitions']:,} partitions x 1,000 records on S3 (moto): job "
+            f"{slow['seconds']:.1f} s with {s8_rows['latency_ms']} ms added to each of its "
+            f"{slow.get('requests', 0):,} requests against {fast['seconds']:.1f} s without = "
+            f"{s8_rows['x_latency']}x (goal <= {s8_rows['goal']}x); runs {slow['runs']} vs {fast['runs']}"
+        )
         for label, row in (("with 50 ms", slow), ("without", fast)):
             lines.append(f"S8 job phases {label} (s): {phases(row)}; driver {driver_mb(row)} MB")
         lines.append(f"S8 requests with 50 ms: {kinds(slow)}")
     tiny = scenarios.get("plan-commit")
     if tiny and "job" in tiny:
-        lines.append(f"\nplan-commit: {tiny['partitions']:,} partitions on S3 (moto) at {tiny['latency_ms']} ms a "
-                     f"request: plan {tiny['plan_seconds']:.1f} s, commit {tiny['commit_seconds']:.1f} s (goal < "
-                     f"{tiny['goal_seconds']} s each); the run {tiny['job']['seconds']:.1f} s, "
-                     f"{tiny['job'].get('requests', 0):,} requests ({kinds(tiny['job'])}); phases (s): "
-                     f"{phases(tiny['job'])}; driver {driver_mb(tiny['job'])} MB")
+        lines.append(
+            f"\nplan-commit: {tiny['partitions']:,} partitions on S3 (moto) at {tiny['latency_ms']} ms a "
+            f"request: plan {tiny['plan_seconds']:.1f} s, commit {tiny['commit_seconds']:.1f} s (goal < "
+            f"{tiny['goal_seconds']} s each); the run {tiny['job']['seconds']:.1f} s, "
+            f"{tiny['job'].get('requests', 0):,} requests ({kinds(tiny['job'])}); phases (s): "
+            f"{phases(tiny['job'])}; driver {driver_mb(tiny['job'])} MB"
+        )
     for name, rows in scenarios.items():
         if rows.get("refused"):
             lines.append(rows["error"])
@@ -1134,72 +1406,107 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"{name}: FAILED: {rows['error'].strip().splitlines()[0][:300]}")
     s2_rows = results["scenarios"].get("S2")
     if s2_rows:
-        lines.append(f"\nS2: job {s2_rows['job']['seconds']:.1f} s vs the 2M dirty records alone "
-                     f"{s2_rows['dirty_alone']['seconds']:.1f} s = {s2_rows['x_time_vs_alone']}x "
-                     f"(run only: {s2_rows['x_run_time_vs_alone']}x); bytes written "
-                     f"{s2_rows['job']['bytes_written'] / 2**20:,.1f} MB vs "
-                     f"{s2_rows['dirty_alone']['bytes_written'] / 2**20:,.1f} MB = "
-                     f"{s2_rows['x_bytes_written_vs_alone']}x; runs {s2_rows['job']['runs']} vs "
-                     f"{s2_rows['dirty_alone']['runs']} (spread {spread(s2_rows['job']):.0%})")
+        lines.append(
+            f"\nS2: job {s2_rows['job']['seconds']:.1f} s vs the 2M dirty records alone "
+            f"{s2_rows['dirty_alone']['seconds']:.1f} s = {s2_rows['x_time_vs_alone']}x "
+            f"(run only: {s2_rows['x_run_time_vs_alone']}x); bytes written "
+            f"{s2_rows['job']['bytes_written'] / 2**20:,.1f} MB vs "
+            f"{s2_rows['dirty_alone']['bytes_written'] / 2**20:,.1f} MB = "
+            f"{s2_rows['x_bytes_written_vs_alone']}x; runs {s2_rows['job']['runs']} vs "
+            f"{s2_rows['dirty_alone']['runs']} (spread {spread(s2_rows['job']):.0%})"
+        )
     s3_rows = results["scenarios"].get("S3")
     if s3_rows and "S1" in results["scenarios"] and "max_records_per_task" in s3_rows:
         per_record = (s3_rows["job"]["seconds"] / s3_rows["input_records"]) / (
-            results["scenarios"]["S1"]["job"]["seconds"] / results["scenarios"]["S1"]["input_records"])
-        lines.append(f"S3: largest task holds {s3_rows['max_records_per_task']:,} of the skewed partition's "
-                     f"{s3_rows['largest_partition_records']:,} records ({s3_rows['task_share_of_largest']:.0%}); "
-                     f"time per record {per_record:.2f}x S1's")
+            results["scenarios"]["S1"]["job"]["seconds"] / results["scenarios"]["S1"]["input_records"]
+        )
+        lines.append(
+            f"S3: largest task holds {s3_rows['max_records_per_task']:,} of the skewed partition's "
+            f"{s3_rows['largest_partition_records']:,} records ({s3_rows['task_share_of_largest']:.0%}); "
+            f"time per record {per_record:.2f}x S1's"
+        )
     k1_rows = results["scenarios"].get("K1")
     if k1_rows:
-        lines.append(f"K1: the job on .log segments ({k1_rows['log_bytes'] / 2**20:,.0f} MB of zstd record batches), "
-                     f"the peers on the Parquet copy ({k1_rows['input_bytes'] / 2**20:,.0f} MB)")
+        lines.append(
+            f"K1: the job on .log segments ({k1_rows['log_bytes'] / 2**20:,.0f} MB of zstd record batches), "
+            f"the peers on the Parquet copy ({k1_rows['input_bytes'] / 2**20:,.0f} MB)"
+        )
     s4_rows = results["scenarios"].get("S4")
     if s4_rows:
-        lines.append("S4 (standalone cluster, driver 1 GB, executors 2 GB): " + "; ".join(
-            f"{int(size):,} records {row['seconds']:.0f} s, driver peak RSS {row['driver_peak_rss_mb']:,} MB"
-            for size, row in s4_rows.items()))
+        lines.append(
+            "S4 (standalone cluster, driver 1 GB, executors 2 GB): "
+            + "; ".join(
+                f"{int(size):,} records {row['seconds']:.0f} s, driver peak RSS {row['driver_peak_rss_mb']:,} MB"
+                for size, row in s4_rows.items()
+            )
+        )
     startup = results["scenarios"].get("startup")
     if startup:
-        lines.append("start-up (a run of a 10,000-record store; wall, and the Spark session's part): " + "; ".join(
-            f"{where} {row['seconds']:.1f} s" + (f" (session {row['session_seconds']:.1f} s)"
-                                                 if "session_seconds" in row else "")
-            for where, row in startup.items()))
+        lines.append(
+            "start-up (a run of a 10,000-record store; wall, and the Spark session's part): "
+            + "; ".join(
+                f"{where} {row['seconds']:.1f} s"
+                + (f" (session {row['session_seconds']:.1f} s)" if "session_seconds" in row else "")
+                for where, row in startup.items()
+            )
+        )
         if "x_bare_spark" in startup.get("dev checkout", {}):
-            lines.append(f"start-up: a run of the small store takes {startup['dev checkout']['x_bare_spark']}x Spark's "
-                         f"bare start and stop ({startup['Spark alone']['seconds']:.1f} s; goal <= 1.0x)")
+            lines.append(
+                f"start-up: a run of the small store takes {startup['dev checkout']['x_bare_spark']}x Spark's "
+                f"bare start and stop ({startup['Spark alone']['seconds']:.1f} s; goal <= 1.0x)"
+            )
         if "x_first_run" in startup.get("installed wheel", {}):
-            lines.append(f"start-up: the wheel's first run after its warm-up takes "
-                         f"{startup['installed wheel']['x_first_run']}x a later run's time")
+            lines.append(
+                f"start-up: the wheel's first run after its warm-up takes "
+                f"{startup['installed wheel']['x_first_run']}x a later run's time"
+            )
     reads = results["scenarios"].get("read")
     if reads:
-        lines.append("read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): " + "; ".join(
-            f"{int(size):,} records {row['read']['seconds']:.1f} s ({row['read']['records_per_second']:,} records/s, "
-            f"peak RSS {row['read']['peak_rss_mb']:,} MB) vs DuckDB {row['duckdb-read']['seconds']:.1f} s "
-            f"(peak RSS {row['duckdb-read']['peak_rss_mb']:,} MB) = {row['x_duckdb']}x"
-            for size, row in reads.items()))
+        lines.append(
+            "read (stream every column as Arrow batches; read API vs DuckDB over a plain glob): "
+            + "; ".join(
+                f"{int(size):,} records {row['read']['seconds']:.1f} s ({row['read']['records_per_second']:,} "
+                f"records/s, "
+                f"peak RSS {row['read']['peak_rss_mb']:,} MB) vs DuckDB {row['duckdb-read']['seconds']:.1f} s "
+                f"(peak RSS {row['duckdb-read']['peak_rss_mb']:,} MB) = {row['x_duckdb']}x"
+                for size, row in reads.items()
+            )
+        )
     sourced = results["scenarios"].get("source")
     if sourced and "ratios" in sourced:
         for what, (a, b) in SOURCE_PAIRS.items():
             ratio = sourced["ratios"][what]
-            lines.append(f"source {what}: {a} {sourced[a]['warm']['seconds']:.1f} s warm "
-                         f"({sourced[a]['cold']['seconds']:.1f} s cold) vs {b} {sourced[b]['warm']['seconds']:.1f} s "
-                         f"({sourced[b]['cold']['seconds']:.1f} s) = {ratio['warm_seconds']}x warm, "
-                         f"{ratio['cold_seconds']}x cold; CPU {ratio['warm_cpu_seconds']}x warm, "
-                         f"{ratio['cold_cpu_seconds']}x cold"
-                         + (f" (goal {SOURCE_GOALS[what]}x)" if what in SOURCE_GOALS else ""))
+            lines.append(
+                f"source {what}: {a} {sourced[a]['warm']['seconds']:.1f} s warm "
+                f"({sourced[a]['cold']['seconds']:.1f} s cold) vs {b} {sourced[b]['warm']['seconds']:.1f} s "
+                f"({sourced[b]['cold']['seconds']:.1f} s) = {ratio['warm_seconds']}x warm, "
+                f"{ratio['cold_seconds']}x cold; CPU {ratio['warm_cpu_seconds']}x warm, "
+                f"{ratio['cold_cpu_seconds']}x cold"
+                + (f" (goal {SOURCE_GOALS[what]}x)" if what in SOURCE_GOALS else "")
+            )
     scale = results["scenarios"].get("scaling")
     if scale:
         rates = [row["run_records_per_second"] for row in scale.values()]
         memory = [row["peak_rss_mb"] for row in scale.values()]
-        lines.append("scaling (job, run time without start-up): " + "; ".join(
-            f"{int(size):,} records {row['run_seconds']:.1f} s ({row['run_records_per_second']:,} records/s, "
-            f"peak RSS {row['peak_rss_mb']:,} MB)" for size, row in scale.items())
+        lines.append(
+            "scaling (job, run time without start-up): "
+            + "; ".join(
+                f"{int(size):,} records {row['run_seconds']:.1f} s ({row['run_records_per_second']:,} records/s, "
+                f"peak RSS {row['peak_rss_mb']:,} MB)"
+                for size, row in scale.items()
+            )
             + f"; time per record varies {max(rates) / min(rates) - 1:.0%} and peak RSS "
-              f"{max(memory) / min(memory) - 1:.0%} across sizes")
+            f"{max(memory) / min(memory) - 1:.0%} across sizes"
+        )
         if all("sail" in row for row in scale.values()):
-            lines.append("scaling on Sail (run time without start-up): " + "; ".join(
-                f"{int(size):,} records {row['sail']['run_seconds']:.1f} s "
-                f"({row['sail']['run_records_per_second']:,} records/s, peak RSS {row['sail']['peak_rss_mb']:,} MB)"
-                for size, row in scale.items()))
+            lines.append(
+                "scaling on Sail (run time without start-up): "
+                + "; ".join(
+                    f"{int(size):,} records {row['sail']['run_seconds']:.1f} s "
+                    f"({row['sail']['run_records_per_second']:,} records/s, peak RSS {row['sail']['peak_rss_mb']:,} MB)"
+                    for size, row in scale.items()
+                )
+            )
     return "\n".join(lines)
 
 
@@ -1209,13 +1516,20 @@ def chart(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = [s for s in ("S1", "S5", "S6", "S9", "S3", "K1", "S2") if s in results["scenarios"]
-                 and "fastest_peer" in results["scenarios"][s]]
+    scenarios = [
+        s
+        for s in ("S1", "S5", "S6", "S9", "S3", "K1", "S2")
+        if s in results["scenarios"] and "fastest_peer" in results["scenarios"][s]
+    ]
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.25
     for i, name in enumerate(("job", "fastest peer", "floor")):
-        values = [results["scenarios"][s][results["scenarios"][s]["fastest_peer"] if name == "fastest peer"
-                                          else name]["seconds"] for s in scenarios]
+        values = [
+            results["scenarios"][s][results["scenarios"][s]["fastest_peer"] if name == "fastest peer" else name][
+                "seconds"
+            ]
+            for s in scenarios
+        ]
         axes[0].bar([x + i * width for x in range(len(scenarios))], values, width, label=name)
     axes[0].axhline(results["spark_startup_seconds"], color="grey", linestyle=":", label="Spark start-up")
     axes[0].set_xticks([x + width for x in range(len(scenarios))], scenarios)
@@ -1239,18 +1553,28 @@ def chart(results: dict[str, Any], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each (a few minutes)")
-    parser.add_argument("--scenarios", default=None, help=f"comma list (default: {','.join(DEFAULT)}; with --quick "
-                                                          f"{','.join(QUICK)})")
+    parser.add_argument(
+        "--scenarios", default=None, help=f"comma list (default: {','.join(DEFAULT)}; with --quick {','.join(QUICK)})"
+    )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--no-sail", action="store_true", help="leave out the job on Sail (run from .venv-sail, "
-                                                                 "made by make sail-setup)")
-    parser.add_argument("--job-only", action="store_true", help="time the job alone (no peers, no floor): a "
-                                                                  "before/after of a change")
-    parser.add_argument("--peers", default=None, help=f"comma list of the peers' formulations to run (default: all, "
-                                                      f"{','.join(PEERS)})")
-    parser.add_argument("--memory-cap-gb", type=float, default=MEMORY_CAP["bytes"] / 2**30,
-                        help="stop a measured process tree that holds more (default: three quarters of the machine's "
-                             "memory); a peer stopped so is left out of the bar and its row says why")
+    parser.add_argument(
+        "--no-sail",
+        action="store_true",
+        help="leave out the job on Sail (run from .venv-sail, made by make sail-setup)",
+    )
+    parser.add_argument(
+        "--job-only", action="store_true", help="time the job alone (no peers, no floor): a before/after of a change"
+    )
+    parser.add_argument(
+        "--peers", default=None, help=f"comma list of the peers' formulations to run (default: all, {','.join(PEERS)})"
+    )
+    parser.add_argument(
+        "--memory-cap-gb",
+        type=float,
+        default=MEMORY_CAP["bytes"] / 2**30,
+        help="stop a measured process tree that holds more (default: three quarters of the machine's "
+        "memory); a peer stopped so is left out of the bar and its row says why",
+    )
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "compaction-bench"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args()
@@ -1271,8 +1595,9 @@ def main() -> int:
         "S7": lambda: s7(work, runs, 100 if args.quick else 1_000),
         "S8": lambda: s8(work, runs, 20 if args.quick else 300),
         "plan-commit": lambda: plan_commit(work, 50 if args.quick else 10_000),
-        "scaling": lambda: scaling(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000,
-                                                                           50_000_000))),
+        "scaling": lambda: scaling(
+            work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000, 50_000_000))
+        ),
         "read": lambda: read(work, runs, tuple(n // scale for n in (5_000_000, 10_000_000, 20_000_000))),
         "source": lambda: spark_source(work, runs, 20_000_000 // scale),
     }

@@ -90,16 +90,23 @@ def main() -> None:
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
     crc = calc_crc32c.__defaults__[0] if calc_crc32c.__defaults__ else calc_crc32c
-    lines = [f"kafka-python CRC-32C: {getattr(crc, '__module__', crc)}.{getattr(crc, '__name__', '')}",
-             f"{args.batches} batches x {args.records} records, {args.value_bytes}-byte values, "
-             f"median of {args.repeat}, one core ({platform.processor() or platform.machine()})",
-             f"{'codec':<8}{'MB':>7}  {'decode MB/s':>12} {'kafka-py':>9} {'ratio':>6}  "
-             f"{'encode MB/s':>12} {'kafka-py':>9} {'ratio':>6}"]
+    lines = [
+        f"kafka-python CRC-32C: {getattr(crc, '__module__', crc)}.{getattr(crc, '__name__', '')}",
+        f"{args.batches} batches x {args.records} records, {args.value_bytes}-byte values, "
+        f"median of {args.repeat}, one core ({platform.processor() or platform.machine()})",
+        f"{'codec':<8}{'MB':>7}  {'decode MB/s':>12} {'kafka-py':>9} {'ratio':>6}  "
+        f"{'encode MB/s':>12} {'kafka-py':>9} {'ratio':>6}",
+    ]
     print(*lines, sep="\n", flush=True)
 
     rng = np.random.default_rng(7)
-    rows = [[(i, BASE_TIMESTAMP + b * args.records + i, b"key-%08d" % rng.integers(10**8),
-              rng.bytes(args.value_bytes)) for i in range(args.records)] for b in range(args.batches)]
+    rows = [
+        [
+            (i, BASE_TIMESTAMP + b * args.records + i, b"key-%08d" % rng.integers(10**8), rng.bytes(args.value_bytes))
+            for i in range(args.records)
+        ]
+        for b in range(args.batches)
+    ]
     figures: dict[str, dict[str, float]] = {}
     for name in args.codecs.split(","):
         codec = CODECS.index(name)
@@ -117,24 +124,45 @@ def main() -> None:
         decode_theirs = median_seconds(lambda: kafka_python_decode(data), args.repeat)  # noqa: B023
         encode_ours = median_seconds(lambda: encode(decoded.records, decoded.batches), args.repeat)  # noqa: B023
         encode_theirs = median_seconds(lambda: kafka_python_encode(rows, codec), args.repeat)  # noqa: B023
-        figures[name] = {"mb": mb, "decode_mb_s": mb / decode_ours, "kafka_python_decode_mb_s": mb / decode_theirs,
-                         "decode_ratio": decode_theirs / decode_ours, "encode_mb_s": mb / encode_ours,
-                         "kafka_python_encode_mb_s": mb / encode_theirs, "encode_ratio": encode_theirs / encode_ours}
+        figures[name] = {
+            "mb": mb,
+            "decode_mb_s": mb / decode_ours,
+            "kafka_python_decode_mb_s": mb / decode_theirs,
+            "decode_ratio": decode_theirs / decode_ours,
+            "encode_mb_s": mb / encode_ours,
+            "kafka_python_encode_mb_s": mb / encode_theirs,
+            "encode_ratio": encode_theirs / encode_ours,
+        }
         f = figures[name]
-        lines.append(f"{name:<8}{mb:>7.1f}  {f['decode_mb_s']:>12.0f} {f['kafka_python_decode_mb_s']:>9.1f} "
-                     f"{f['decode_ratio']:>5.1f}x  {f['encode_mb_s']:>12.0f} {f['kafka_python_encode_mb_s']:>9.1f} "
-                     f"{f['encode_ratio']:>5.1f}x")
+        lines.append(
+            f"{name:<8}{mb:>7.1f}  {f['decode_mb_s']:>12.0f} {f['kafka_python_decode_mb_s']:>9.1f} "
+            f"{f['decode_ratio']:>5.1f}x  {f['encode_mb_s']:>12.0f} {f['kafka_python_encode_mb_s']:>9.1f} "
+            f"{f['encode_ratio']:>5.1f}x"
+        )
         print(lines[-1], flush=True)
     if "none" in figures:
         met = min(figures["none"]["decode_ratio"], figures["none"]["encode_ratio"]) >= TARGET_RATIO
-        lines.append(f"target (uncompressed, decode and encode >= {TARGET_RATIO:.0f}x kafka-python): "
-                     f"{'met' if met else 'MISSED'}")
+        lines.append(
+            f"target (uncompressed, decode and encode >= {TARGET_RATIO:.0f}x kafka-python): "
+            f"{'met' if met else 'MISSED'}"
+        )
         print(lines[-1])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "kafka_codec.txt").write_text("\n".join(lines) + "\n")
-    (args.out / "kafka_codec.json").write_text(json.dumps({
-        "batches": args.batches, "records": args.records, "value_bytes": args.value_bytes, "repeat": args.repeat,
-        "target_ratio": TARGET_RATIO, "codecs": figures}, indent=2) + "\n")
+    (args.out / "kafka_codec.json").write_text(
+        json.dumps(
+            {
+                "batches": args.batches,
+                "records": args.records,
+                "value_bytes": args.value_bytes,
+                "repeat": args.repeat,
+                "target_ratio": TARGET_RATIO,
+                "codecs": figures,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -28,18 +28,40 @@ def manifests(partitions: int, segments: int) -> dict[TopicPartition, Manifest]:
         metas = []
         for s in range(segments):
             base = s * 1000
-            metas.append(SegmentMeta.model_construct(
-                path=f"segments/{base:020d}-x.parquet", format="parquet", base_offset=base, next_offset=base + 1000,
-                record_count=1000, size_bytes=100_000 + (p * 7919 + s * 104729) % 50_000, checksum="sha256:0",
-                created_ms=NOW, first_timestamp=NOW - (segments - s) * HOUR,
-                max_timestamp=NOW - (segments - s - 1) * HOUR,
-                tombstone_count=0, keyless_count=0, transactional_count=0, control_count=0, min_delete_horizon_ms=None,
-                deletes=None))
+            metas.append(
+                SegmentMeta.model_construct(
+                    path=f"segments/{base:020d}-x.parquet",
+                    format="parquet",
+                    base_offset=base,
+                    next_offset=base + 1000,
+                    record_count=1000,
+                    size_bytes=100_000 + (p * 7919 + s * 104729) % 50_000,
+                    checksum="sha256:0",
+                    created_ms=NOW,
+                    first_timestamp=NOW - (segments - s) * HOUR,
+                    max_timestamp=NOW - (segments - s - 1) * HOUR,
+                    tombstone_count=0,
+                    keyless_count=0,
+                    transactional_count=0,
+                    control_count=0,
+                    min_delete_horizon_ms=None,
+                    deletes=None,
+                )
+            )
         end = segments * 1000
         result[TopicPartition(f"topic-{p % 100}", p)] = Manifest.model_construct(
-            format_version=1, topic=f"topic-{p % 100}", partition=p, version=1, log_start_offset=0,
-            log_end_offset=end, last_stable_offset=end, first_dirty_offset=(p % segments) * 1000,
-            open_transactions={}, segments=tuple(metas), writer=writer)
+            format_version=1,
+            topic=f"topic-{p % 100}",
+            partition=p,
+            version=1,
+            log_start_offset=0,
+            log_end_offset=end,
+            last_stable_offset=end,
+            first_dirty_offset=(p % segments) * 1000,
+            open_transactions={},
+            segments=tuple(metas),
+            writer=writer,
+        )
     return result
 
 
@@ -66,8 +88,10 @@ def main() -> None:
     for partitions in (args.partitions // 10, args.partitions):
         elapsed, peak, selected = measure(partitions, args.segments)
         count = partitions * args.segments
-        print(f"{partitions:>7} partitions x {args.segments} segments: plan {elapsed:.2f} s "
-              f"({selected} selected), peak allocation {peak / 2**20:.1f} MiB = {peak / count:.0f} B/segment")
+        print(
+            f"{partitions:>7} partitions x {args.segments} segments: plan {elapsed:.2f} s "
+            f"({selected} selected), peak allocation {peak / 2**20:.1f} MiB = {peak / count:.0f} B/segment"
+        )
 
 
 if __name__ == "__main__":

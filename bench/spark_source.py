@@ -53,8 +53,11 @@ BATCHES = 10
 def live_files(store: Store) -> list[str]:
     """Every live segment object of the store (the benchmark's stores have neither deletion vectors nor log starts
     inside a segment: a plain read of these files is the live log)."""
-    return [store.storage.path(f"{tp.prefix}/{s.path}") for tp in store.topic_partitions()
-            for s in store.manifest(tp).segments]
+    return [
+        store.storage.path(f"{tp.prefix}/{s.path}")
+        for tp in store.topic_partitions()
+        for s in store.manifest(tp).segments
+    ]
 
 
 def new_store(url: str, partitions: int) -> Store:
@@ -95,15 +98,32 @@ class FloorReader(DataSourceReader):
         for batch in pq.ParquetFile(partition.value).iter_batches(batch_size=65_536, columns=list(FLOOR_COLUMNS)):
             rows = batch.num_rows
             stamps = pc.multiply(batch.column("timestamp"), 1000).cast(pa.timestamp("us", tz="UTC"))
-            yield pa.record_batch([batch.column("key"), batch.column("value"), pa.repeat(TOPIC, rows),
-                                   pa.repeat(pa.scalar(0, pa.int32()), rows), batch.column("offset"), stamps,
-                                   pa.repeat(pa.scalar(0, pa.int32()), rows)], schema=FLOOR_SCHEMA)
+            yield pa.record_batch(
+                [
+                    batch.column("key"),
+                    batch.column("value"),
+                    pa.repeat(TOPIC, rows),
+                    pa.repeat(pa.scalar(0, pa.int32()), rows),
+                    batch.column("offset"),
+                    stamps,
+                    pa.repeat(pa.scalar(0, pa.int32()), rows),
+                ],
+                schema=FLOOR_SCHEMA,
+            )
 
 
 FLOOR_COLUMNS = ("key", "value", "offset", "timestamp")
-FLOOR_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                          ("partition", pa.int32()), ("offset", pa.int64()),
-                          ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
+FLOOR_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+)
 
 
 class FloorSource(DataSource):
@@ -114,8 +134,10 @@ class FloorSource(DataSource):
         return "floor"
 
     def schema(self) -> str:
-        return ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-                "timestampType int")
+        return (
+            "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
+            "timestampType int"
+        )
 
     def reader(self, schema: Any) -> DataSourceReader:
         return FloorReader(json.loads(self.options["files"]))
@@ -143,15 +165,24 @@ def run(formulation: str, source: str, work: Path, spark: Any, attempt: int) -> 
             spark.dataSource.register(FloorSource)
             frame = spark.read.format("floor").option("files", json.dumps(files)).load()
         else:
-            frame = spark.read.format("compaction").load(source) if formulation == "read-source" else \
-                spark.read.parquet(*files)
+            frame = (
+                spark.read.format("compaction").load(source)
+                if formulation == "read-source"
+                else spark.read.parquet(*files)
+            )
         with clock:
             frame.write.format("noop").mode("overwrite").save()
         return {"seconds": clock.seconds, "cpu_seconds": clock.cpu, "records": frame.count()}
     if formulation == "inputs":
         if not (work / "inputs" / "_SUCCESS").exists():
-            (spark.read.format("compaction").load(source).select("topic", "partition", "key", "value", "timestamp")
-             .repartition(INPUT_FILES).write.mode("overwrite").parquet(inputs))
+            (
+                spark.read.format("compaction")
+                .load(source)
+                .select("topic", "partition", "key", "value", "timestamp")
+                .repartition(INPUT_FILES)
+                .write.mode("overwrite")
+                .parquet(inputs)
+            )
         return {"seconds": 0, "cpu_seconds": 0, "records": spark.read.parquet(inputs).count()}
     target = str(work / f"out-{formulation}-{attempt}")
     if formulation == "write-parquet":
@@ -170,9 +201,15 @@ def run(formulation: str, source: str, work: Path, spark: Any, attempt: int) -> 
         checkpoint = work / f"checkpoint-{attempt}"
         shutil.rmtree(checkpoint, ignore_errors=True)
         with clock:
-            query = (spark.readStream.schema(schema).option("maxFilesPerTrigger", INPUT_FILES // BATCHES)
-                     .parquet(inputs).writeStream.format("compaction").option("checkpointLocation", str(checkpoint))
-                     .trigger(availableNow=True).start(target))
+            query = (
+                spark.readStream.schema(schema)
+                .option("maxFilesPerTrigger", INPUT_FILES // BATCHES)
+                .parquet(inputs)
+                .writeStream.format("compaction")
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start(target)
+            )
             query.awaitTermination()
         shutil.rmtree(checkpoint)
         if query.exception() is not None:

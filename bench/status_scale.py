@@ -1,6 +1,6 @@
 """Measure `compaction status` on a store of many partitions x segments (default 1,000 x 50, local disk).
 
-    python bench/status_scale.py [--partitions 1000] [--segments 50] [--store DIR]
+python bench/status_scale.py [--partitions 1000] [--segments 50] [--store DIR]
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ def main() -> None:
     store = Store.open(str(root))
     if not store.topics():
         started = time.perf_counter()
-        spec = GenerateSpec(topics=("scale",), partitions=args.partitions, records=args.partitions * args.segments * 10,
-                            keys=args.partitions * 100, segment_records=10, value_bytes=20)
+        spec = GenerateSpec(
+            topics=("scale",),
+            partitions=args.partitions,
+            records=args.partitions * args.segments * 10,
+            keys=args.partitions * 100,
+            segment_records=10,
+            value_bytes=20,
+        )
         generate(store, spec, now_ms=spec.end_time_ms, threads=8)
         print(f"generated {args.partitions} x {args.segments} segments in {time.perf_counter() - started:.1f} s")
     started = time.perf_counter()
@@ -35,11 +41,12 @@ def main() -> None:
     library = time.perf_counter() - started
     segments = sum(len(m.segments) for m in manifests.values() if not isinstance(m, Exception))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "compaction.cli", "status", str(root)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "compaction.cli", "status", str(root)], check=True, stdout=subprocess.DEVNULL)
     command = time.perf_counter() - started
-    print(f"status over {len(manifests)} partitions, {segments} segments: library {library:.2f} s, "
-          f"command (with interpreter start-up) {command:.2f} s")
+    print(
+        f"status over {len(manifests)} partitions, {segments} segments: library {library:.2f} s, "
+        f"command (with interpreter start-up) {command:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,12 @@ def turn(work: Path, checkout: Path, store: str) -> dict[str, Any]:
     # anywhere else they would import that folder's package, not the checkout's.
     measure = job(work, store, command=command, environ=variables, cwd=checkout)
     phases = measure.extra["phases_ms"]
-    return {"seconds": measure.seconds, "rss_mb": measure.peak_rss // 2**20,
-            "tasks": [phases.get(f"task_{name}", 0) / 1000 for name in ("read", "decide", "write")],
-            "survivors": digest(measure.extra["survivors"])}
+    return {
+        "seconds": measure.seconds,
+        "rss_mb": measure.peak_rss // 2**20,
+        "tasks": [phases.get(f"task_{name}", 0) / 1000 for name in ("read", "decide", "write")],
+        "survivors": digest(measure.extra["survivors"]),
+    }
 
 
 def main() -> int:
@@ -60,9 +63,11 @@ def main() -> int:
         for side, found in runs.items():
             medians[side] = statistics.median(r["seconds"] for r in found)
             tasks = "/".join(f"{statistics.median(r['tasks'][i] for r in found):.1f}" for i in range(3))
-            print(f"{Path(store).name:24s} {side:6s} {medians[side]:9.1f} "
-                  f"{statistics.median(r['rss_mb'] for r in found):7,.0f} {tasks:>25s}  "
-                  f"{[round(r['seconds'], 1) for r in found]}")
+            print(
+                f"{Path(store).name:24s} {side:6s} {medians[side]:9.1f} "
+                f"{statistics.median(r['rss_mb'] for r in found):7,.0f} {tasks:>25s}  "
+                f"{[round(r['seconds'], 1) for r in found]}"
+            )
         print(f"{'':24s} after / before {medians['after'] / medians['before']:.2f}")
         digests = {r["survivors"] for found in runs.values() for r in found}
         if len(digests) != 1:

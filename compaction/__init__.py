@@ -114,12 +114,18 @@ def _public_api() -> dict[str, str]:
     try:
         source = inspect.getsource(sys.modules[__name__])
     except OSError as err:  # an installation of compiled files only
-        raise ImportError("compaction's public API is read from the source of compaction/__init__.py, which this "
-                          "installation does not hold: install the wheel of `make dist`") from err
+        raise ImportError(
+            "compaction's public API is read from the source of compaction/__init__.py, which this "
+            "installation does not hold: install the wheel of `make dist`"
+        ) from err
     for node in ast.parse(source).body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            return {alias.name: str(imported.module) for imported in node.body if isinstance(imported, ast.ImportFrom)
-                    for alias in imported.names}
+            return {
+                alias.name: str(imported.module)
+                for imported in node.body
+                if isinstance(imported, ast.ImportFrom)
+                for alias in imported.names
+            }
     raise ImportError("compaction/__init__.py has no `if TYPE_CHECKING:` block of public names")
 
 

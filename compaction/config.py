@@ -118,8 +118,10 @@ class Settings(BaseModel):
     @property
     def defaults(self) -> TopicConfig:
         """The broker-level defaults as a topic configuration: Kafka's, with the broker names given."""
-        values = {TOPIC_KEYS[BROKER_NAMES[name]][0]: check_value(BROKER_NAMES[name], value, name)
-                  for name, value in self.broker.items()}
+        values = {
+            TOPIC_KEYS[BROKER_NAMES[name]][0]: check_value(BROKER_NAMES[name], value, name)
+            for name, value in self.broker.items()
+        }
         return replace(TopicConfig(), **values)
 
     def topic_config(self, topic: str) -> TopicConfig:
@@ -140,8 +142,13 @@ class Settings(BaseModel):
             self.topic_config(pattern)
 
     @classmethod
-    def load(cls, conf_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
-             environ: Mapping[str, str] | None = None, flags: Sequence[str] = ()) -> Settings:
+    def load(
+        cls,
+        conf_file: str | Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+        flags: Sequence[str] = (),
+    ) -> Settings:
         """Merge Kafka's defaults < the file (TOML, or Kafka's ``.properties``) < the environment < ``overrides``
         (a mapping shaped like the TOML file) < ``--set`` ``flags``; validate, and return the settings.
 
@@ -181,7 +188,7 @@ def _describe(err: ValidationError, entries: Sequence[Entry]) -> str:
 def _source_of(entries: Sequence[Entry], location: tuple[str, ...]) -> str:
     """`` (set in FILE line N)`` for the last entry that set the value at ``location``, if one did."""
     for entry in reversed(entries):
-        if entry.path == location or (len(location) > len(entry.path) and location[:len(entry.path)] == entry.path):
+        if entry.path == location or (len(location) > len(entry.path) and location[: len(entry.path)] == entry.path):
             return f" (set in {entry.source})"
     return ""
 
@@ -246,8 +253,9 @@ def _check_names(entries: list[Entry], ignore_unknown: bool = False) -> list[Ent
                 continue
             hint = did_you_mean(name, _known(table[:1]))
             if table[:1] == (TOPICS,):  # Kafka's wording for topic-level names
-                raise ConfigError(f"Unknown topic config name: {name}{hint} (in [topics.{table[1]!r}], set in "
-                                  f"{entry.source})")
+                raise ConfigError(
+                    f"Unknown topic config name: {name}{hint} (in [topics.{table[1]!r}], set in {entry.source})"
+                )
             where = f" in [{'.'.join(table)}]" if table else ""
             raise ConfigError(f"Unknown configuration '{name}'{where}{hint} (set in {entry.source})")
         kept.append(entry)
@@ -259,8 +267,11 @@ def _check_names(entries: list[Entry], ignore_unknown: bool = False) -> list[Ent
     for entry in kept:
         if entry.path[-1] in UNIT_NAMES:
             target, factor = UNIT_NAMES[entry.path[-1]]
-            value = entry.value * factor if isinstance(entry.value, int) and not isinstance(entry.value, bool) \
+            value = (
+                entry.value * factor
+                if isinstance(entry.value, int) and not isinstance(entry.value, bool)
                 else entry.value
+            )
             entry = Entry((*entry.path[:-1], target), value, entry.source)
         converted.append(entry)
     for entry in converted:  # each value on its own, so that an error names where it was set
@@ -278,15 +289,18 @@ def read_file(path: Path) -> list[Entry]:
     if not path.is_file():
         raise ConfigError(f"configuration file {path} does not exist")
     if path.suffix == ".properties":
-        entries = [Entry((name,), _parse_scalar(value), f"{path} line {line}")
-                   for name, value, line in read_properties(path.read_bytes(), str(path))]
+        entries = [
+            Entry((name,), _parse_scalar(value), f"{path} line {line}")
+            for name, value, line in read_properties(path.read_bytes(), str(path))
+        ]
         return _check_names(entries, ignore_unknown=True)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         line = path.read_bytes().count(b"\n", 0, err.start) + 1
-        raise ConfigError(f"configuration file {path} is not UTF-8 text (TOML is): byte 0x{err.object[err.start]:02x} "
-                          f"on line {line}") from None
+        raise ConfigError(
+            f"configuration file {path} is not UTF-8 text (TOML is): byte 0x{err.object[err.start]:02x} on line {line}"
+        ) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -316,8 +330,10 @@ def read_properties(data: bytes, source: str) -> list[tuple[str, str, int]]:
         try:
             element = next(elements, None)
         except javaproperties.InvalidUEscapeError as err:  # Java: "Malformed \uxxxx encoding."
-            raise ConfigError(f"configuration file {source} line {line}: malformed \\uXXXX escape "
-                              f"{err.escape} (a \\u takes 4 hexadecimal digits)") from None
+            raise ConfigError(
+                f"configuration file {source} line {line}: malformed \\uXXXX escape "
+                f"{err.escape} (a \\u takes 4 hexadecimal digits)"
+            ) from None
         if element is None:
             return settings
         if isinstance(element, javaproperties.KeyValue):
@@ -338,13 +354,17 @@ def from_mapping(doc: Mapping[str, Any], source: str, lines: Sequence[str] = ())
         if key == TOPICS and isinstance(value, Mapping):
             for pattern, table in value.items():
                 if not isinstance(table, Mapping):
-                    raise ConfigError(f"[topics] must hold tables of settings per topic; {pattern!r} is "
-                                      f"{value!r} (set in {source})")
+                    raise ConfigError(
+                        f"[topics] must hold tables of settings per topic; {pattern!r} is {value!r} (set in {source})"
+                    )
                 entries += [Entry((TOPICS, pattern, name), v, source) for name, v in _dotted(table)]
         elif key == STORE and isinstance(value, Mapping):
             for name, v in value.items():
-                entries += [Entry((STORE, "options"), dict(v), source)] if name == "options" else \
-                    [Entry((STORE, n), x, source) for n, x in _dotted({name: v})]
+                entries += (
+                    [Entry((STORE, "options"), dict(v), source)]
+                    if name == "options"
+                    else [Entry((STORE, n), x, source) for n, x in _dotted({name: v})]
+                )
         elif key == CLEANER and isinstance(value, Mapping):
             entries += [Entry((CLEANER, name), v, source) for name, v in _dotted(value)]
         elif key == PUBLISH and isinstance(value, Mapping):
@@ -382,7 +402,7 @@ def from_environment(environ: Mapping[str, str]) -> list[Entry]:
     for variable, raw in environ.items():
         if not variable.startswith(ENV_PREFIX):
             continue
-        section, _, leaf = variable[len(ENV_PREFIX):].lower().rpartition("__")
+        section, _, leaf = variable[len(ENV_PREFIX) :].lower().rpartition("__")
         path = (section, leaf.replace("_", ".")) if section else (leaf.replace("_", "."),)
         entries.append(Entry(path, _parse_scalar(raw), f"environment variable {variable}"))
     return _check_names(entries)

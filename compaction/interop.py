@@ -99,8 +99,9 @@ class _Transactions:
 def _read_txn_index(path: Path) -> list[AbortedTxn]:
     data = path.read_bytes()
     if len(data) % _ABORTED_TXN.size:
-        raise InvalidRecordsError(f"{path}: {len(data)} bytes is not a whole number of {_ABORTED_TXN.size}-byte "
-                                  "aborted transaction entries")
+        raise InvalidRecordsError(
+            f"{path}: {len(data)} bytes is not a whole number of {_ABORTED_TXN.size}-byte aborted transaction entries"
+        )
     return [AbortedTxn(*entry[1:]) for entry in _ABORTED_TXN.iter_unpack(data)]
 
 
@@ -146,15 +147,19 @@ def _check_txn_indexes(files: Sequence[_LogFile]) -> None:
             continue
         listed = {(t.producer_id, t.last_offset) for t in _read_txn_index(index)}
         for producer, offset in sorted(listed - found):
-            raise InvalidRecordsError(f"{index}: aborted transaction of producer {producer} ending at offset "
-                                      f"{offset} has no abort marker there in {file.path.name}")
+            raise InvalidRecordsError(
+                f"{index}: aborted transaction of producer {producer} ending at offset "
+                f"{offset} has no abort marker there in {file.path.name}"
+            )
         for producer, offset in sorted(found - listed):
-            raise InvalidRecordsError(f"{file.path}: the abort marker at offset {offset} (producer {producer}) is "
-                                      f"missing from {index.name}")
+            raise InvalidRecordsError(
+                f"{file.path}: the abort marker at offset {offset} (producer {producer}) is missing from {index.name}"
+            )
 
 
-def import_partition(store: Store, tp: TopicPartition, directory: str | Path, *, now_ms: int,
-                     writer: Writer | None = None) -> Manifest:
+def import_partition(
+    store: Store, tp: TopicPartition, directory: str | Path, *, now_ms: int, writer: Writer | None = None
+) -> Manifest:
     """Load a Kafka partition directory's ``.log`` files as segments and commit them as the partition's log (or
     after it, when the first file starts at its log end offset)."""
     directory = Path(directory)
@@ -163,9 +168,11 @@ def import_partition(store: Store, tp: TopicPartition, directory: str | Path, *,
     first = files[0].base_offset
     latest = store.latest(tp)
     if latest is not None and latest.log_end_offset != first:
-        raise InvalidRecordsError(f"{directory}: the first file starts at offset {first}, but partition {tp} ends at "
-                                  f"offset {latest.log_end_offset}: an import keeps its offsets, so it must start "
-                                  "there (or go into a partition of its own)")
+        raise InvalidRecordsError(
+            f"{directory}: the first file starts at offset {first}, but partition {tp} ends at "
+            f"offset {latest.log_end_offset}: an import keeps its offsets, so it must start "
+            "there (or go into a partition of its own)"
+        )
     segments: list[SegmentMeta] = []
     transactional = []
     for i, file in enumerate(files):
@@ -174,12 +181,22 @@ def import_partition(store: Store, tp: TopicPartition, directory: str | Path, *,
             continue  # an empty file (a fresh active segment) holds no offset
         last = int(file.log.batch_last_offsets[-1])
         next_offset = files[i + 1].base_offset if i + 1 < len(files) else last + 1
-        segments.append(store.objects.write_segment(tp, file.log.records, file.base_offset, next_offset,
-                                                    created_ms=now_ms, segment_format=SegmentFormat.KAFKA,
-                                                    batches=batches, encoded=file.data))
+        segments.append(
+            store.objects.write_segment(
+                tp,
+                file.log.records,
+                file.base_offset,
+                next_offset,
+                created_ms=now_ms,
+                segment_format=SegmentFormat.KAFKA,
+                batches=batches,
+                encoded=file.data,
+            )
+        )
         records = file.log.records
-        involved = pc.or_(pc.fill_null(records.column("is_control"), False),
-                          pc.fill_null(records.column("is_transactional"), False))
+        involved = pc.or_(
+            pc.fill_null(records.column("is_control"), False), pc.fill_null(records.column("is_transactional"), False)
+        )
         transactional.append(records.filter(involved))
     if not segments:
         raise InvalidRecordsError(f"{directory}: its .log files hold no record batch")
@@ -198,8 +215,9 @@ def import_partition(store: Store, tp: TopicPartition, directory: str | Path, *,
     return store.commit(tp, build, writer=writer or Writer(id="compaction-import"), operation="append", now_ms=now_ms)
 
 
-def build_indexes(log: LogSegment, base_offset: int,
-                  index_interval_bytes: int = INDEX_INTERVAL_BYTES) -> tuple[bytes, bytes]:
+def build_indexes(
+    log: LogSegment, base_offset: int, index_interval_bytes: int = INDEX_INTERVAL_BYTES
+) -> tuple[bytes, bytes]:
     """The ``.index`` and ``.timeindex`` of a segment file, as ``LogSegment.recover`` builds and trims them."""
     batches = log.batches
     positions = batches.column("position").to_numpy()
@@ -216,8 +234,7 @@ def build_indexes(log: LogSegment, base_offset: int,
             time_index.append(_TIME_ENTRY.pack(timestamp, offset - base_offset))
             last_time = timestamp
 
-    for position, last, max_timestamp in zip(positions.tolist(), lasts.tolist(), max_timestamps.tolist(),
-                                             strict=True):
+    for position, last, max_timestamp in zip(positions.tolist(), lasts.tolist(), max_timestamps.tolist(), strict=True):
         if max_timestamp > top:
             top, top_offset = max_timestamp, last
         if position - last_entry > index_interval_bytes:
@@ -228,8 +245,9 @@ def build_indexes(log: LogSegment, base_offset: int,
     return b"".join(offset_index), b"".join(time_index)
 
 
-def _exported(store: Store, tp: TopicPartition, manifest: Manifest, segment: SegmentMeta,
-              policy: BatchPolicy) -> LogSegment:
+def _exported(
+    store: Store, tp: TopicPartition, manifest: Manifest, segment: SegmentMeta, policy: BatchPolicy
+) -> LogSegment:
     """A live segment as the batches Kafka reads: hidden records left out, Parquet records framed."""
     where = store.describe(tp, segment.path)
     if segment.format != SegmentFormat.KAFKA:
@@ -251,8 +269,10 @@ def export_partition(store: Store, tp: TopicPartition, directory: str | Path) ->
         raise InvalidArgumentError(f"{directory} exists and is not an empty directory: export writes a new one")
     manifest = store.manifest(tp)
     # A batch a deletion vector empties stays as an empty batch while it is its producer's last.
-    policy = BatchPolicy(-1, {pid: (last.producer_epoch, last.last_data_offset)
-                              for pid, last in producer_state(manifest.segments).items()})
+    policy = BatchPolicy(
+        -1,
+        {pid: (last.producer_epoch, last.last_data_offset) for pid, last in producer_state(manifest.segments).items()},
+    )
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     transactions = _Transactions()

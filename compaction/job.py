@@ -27,7 +27,6 @@ from compaction.store.gc import collect_store
 log = logging.getLogger("compaction.job")
 
 
-
 @dataclass(frozen=True)
 class JobOptions:
     """A run's inputs besides the store and the configuration; ``now_ms`` is explicit (backfills and retries
@@ -43,8 +42,13 @@ class JobOptions:
     run_id: str | None = None
 
 
-def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory: Callable[[], SparkSession],
-            out: Callable[[str], None] = print) -> tuple[int, RunReport | CompactionPlan]:
+def run_job(
+    store: Store,
+    options: JobOptions,
+    settings: Settings,
+    spark_factory: Callable[[], SparkSession],
+    out: Callable[[str], None] = print,
+) -> tuple[int, RunReport | CompactionPlan]:
     """Plan and (unless a dry run) clean ``store`` (opened by the caller, with the storage options it needs:
     reports and metrics go beside it with the same options); returns the exit code and the report (or the plan
     of a dry run).
@@ -72,8 +76,9 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
     spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
     started_spark = time.perf_counter()
     stages = SparkStages(spark, warm=TASK_MODULES) if spark is not None else None
-    cleaner = Cleaner(stages, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say,
-                      wall_ms=options.wall_ms)
+    cleaner = Cleaner(
+        stages, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say, wall_ms=options.wall_ms
+    )
     try:
         report = cleaner.run(options.now_ms, compaction_plan=the_plan)
     finally:
@@ -84,33 +89,50 @@ def run_job(store: Store, options: JobOptions, settings: Settings, spark_factory
         if failed.trace is not None:  # an internal error: its traceback, masked, in the report and with -v
             failed.trace = logs.redact(failed.trace, secrets)
             log.debug("internal error in %s:\n%s", failed.partition, failed.trace)
-    report.phases_ms = {"plan": round((planned - started) * 1000), "startup": round((started_spark - planned) * 1000),
-                        **report.phases_ms}
+    report.phases_ms = {
+        "plan": round((planned - started) * 1000),
+        "startup": round((started_spark - planned) * 1000),
+        **report.phases_ms,
+    }
     if settings.publish.after_run:  # every partition has committed (or failed) by now; before gc, which keeps pins
         # The snapshots' time is when they are committed, at the end of the run, not when it started.
-        report.published = publish_topics(store, options.topics, publish_target(settings),
-                                          options.wall_ms + report.elapsed_ms, say)
+        report.published = publish_topics(
+            store, options.topics, publish_target(settings), options.wall_ms + report.elapsed_ms, say
+        )
     if options.gc:  # before the report is written, so that it names the partitions gc skipped
         report.gc = collect(store, options, settings, say)
     # After gc, which completes requests: what is still late as the run ends, in the partitions the plan found
     # requests in (the plan read every manifest; a request made during the run counts next run).
-    requested = {p.partition: p.manifest for p in the_plan.partitions
-                 if not isinstance(p, Uncleanable) and p.manifest.erasures}
+    requested = {
+        p.partition: p.manifest for p in the_plan.partitions if not isinstance(p, Uncleanable) and p.manifest.erasures
+    }
     report.erasure_overdue_requests = overdue_requests(store, requested, options.now_ms, settings.cleaner.erasure_grace)
     if report.erasure_overdue_requests:
         say(f"{report.erasure_overdue_requests} erasure request(s) late: 'compaction erasure' says what each waits for")
     if options.report_path:
         write_report(report, options.report_path, storage_options)
         say(f"report written to {options.report_path}")
-    write_metrics(report, settings.cleaner.metrics_textfile, settings.cleaner.metrics_pushgateway,
-                  finished_ms=options.wall_ms + report.elapsed_ms, storage_options=storage_options)
+    write_metrics(
+        report,
+        settings.cleaner.metrics_textfile,
+        settings.cleaner.metrics_pushgateway,
+        finished_ms=options.wall_ms + report.elapsed_ms,
+        storage_options=storage_options,
+    )
     if any(r.internal for r in report.failed):
         return EXIT_FAILED, report
     return (EXIT_OK if report.succeeded else EXIT_PARTIAL), report
 
 
-def check_selection(store: Store, settings: Settings, topics: Sequence[str] | None, *, strict: bool,
-                    configured: bool = True, asked: str | None = None) -> None:
+def check_selection(
+    store: Store,
+    settings: Settings,
+    topics: Sequence[str] | None,
+    *,
+    strict: bool,
+    configured: bool = True,
+    asked: str | None = None,
+) -> None:
     """Name the likely mistakes that would make a run select nothing: ``topics`` (glob patterns; ``asked``, the
     --topics text they came from) matching no topic, a ``[topics."x"]`` table naming no topic, no topic compacted
     (without a configuration file, Kafka's default policy is delete: ``configured`` false says none was given).
@@ -123,19 +145,29 @@ def check_selection(store: Store, settings: Settings, topics: Sequence[str] | No
         log.warning("--topics %r matches no topic of %s%s", pattern, store.url, did_you_mean(pattern, names))
     for pattern in settings.topics:
         if not any(fnmatch.fnmatchcase(t, pattern) for t in names):
-            log.warning("configuration [topics.%r] names no topic of %s%s", pattern, store.url,
-                        did_you_mean(pattern, names))
+            log.warning(
+                "configuration [topics.%r] names no topic of %s%s", pattern, store.url, did_you_mean(pattern, names)
+            )
     chosen = [t for t in names if topics is None or any(fnmatch.fnmatchcase(t, p) for p in topics)]
     if topics and not chosen:
-        problem = (f"--topics {asked or ','.join(topics)!r} matches no topic of {store.url}"
-                   f"{did_you_mean(unmatched[0], names) if len(unmatched) == 1 else ''}")
+        problem = (
+            f"--topics {asked or ','.join(topics)!r} matches no topic of {store.url}"
+            f"{did_you_mean(unmatched[0], names) if len(unmatched) == 1 else ''}"
+        )
         if strict:
             raise InvalidArgumentError(problem)
         return
     if chosen and not any(settings.topic_config(t).compact for t in chosen):
-        problem = (f"none of the {len(chosen)} topic(s) selected has cleanup.policy=compact, so nothing can be "
-                   "cleaned" + ("" if configured else "; no --conf was given and Kafka's default policy is delete: "
-                                "pass --conf FILE (e.g. conf/production.toml) or --set log.cleanup.policy=compact"))
+        problem = (
+            f"none of the {len(chosen)} topic(s) selected has cleanup.policy=compact, so nothing can be "
+            "cleaned"
+            + (
+                ""
+                if configured
+                else "; no --conf was given and Kafka's default policy is delete: "
+                "pass --conf FILE (e.g. conf/production.toml) or --set log.cleanup.policy=compact"
+            )
+        )
         if strict:
             raise InvalidArgumentError(problem)
         log.warning(problem)
@@ -143,12 +175,19 @@ def check_selection(store: Store, settings: Settings, topics: Sequence[str] | No
 
 def collect(store: Store, options: JobOptions, settings: Settings, out: Callable[[str], None]) -> RunGc:
     """gc after the commits; a partition it skips is named with the reason (and fails the run, exit code 3)."""
-    results, failures = collect_store(store, store.topic_partitions(options.topics), wall_ms=options.wall_ms,
-                                      grace_ms=settings.cleaner.gc_grace_ms,
-                                      keep_versions=settings.cleaner.gc_keep_versions,
-                                      erasure_grace_ms=settings.cleaner.erasure_grace)
-    outcome = RunGc(sum(len(r.deleted_objects) for r in results), sum(r.deleted_bytes for r in results),
-                        {name: str(err) for name, err in failures.items()})
+    results, failures = collect_store(
+        store,
+        store.topic_partitions(options.topics),
+        wall_ms=options.wall_ms,
+        grace_ms=settings.cleaner.gc_grace_ms,
+        keep_versions=settings.cleaner.gc_keep_versions,
+        erasure_grace_ms=settings.cleaner.erasure_grace,
+    )
+    outcome = RunGc(
+        sum(len(r.deleted_objects) for r in results),
+        sum(r.deleted_bytes for r in results),
+        {name: str(err) for name, err in failures.items()},
+    )
     for name, reason in outcome.skipped.items():
         out(f"gc skipped {name}, nothing deleted: {reason}")
     out(f"gc deleted {outcome.deleted_objects} object(s); {len(outcome.skipped)} partition(s) skipped")
@@ -158,5 +197,10 @@ def collect(store: Store, options: JobOptions, settings: Settings, out: Callable
 def publish_target(settings: Settings, catalog: str | None = None) -> Target:
     """Where ``[publish]`` says topics go (in ``catalog``, when given), and how long the snapshots a publish replaces
     stay (gc's grace periods)."""
-    return Target(catalog or settings.publish.catalog, settings.publish.properties, settings.publish.namespace,
-                  settings.cleaner.gc_grace_ms, settings.cleaner.erasure_grace)
+    return Target(
+        catalog or settings.publish.catalog,
+        settings.publish.properties,
+        settings.publish.namespace,
+        settings.cleaner.gc_grace_ms,
+        settings.cleaner.erasure_grace,
+    )

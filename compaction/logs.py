@@ -16,9 +16,17 @@ MASK = "****"
 MIN_SECRET_LENGTH = 4
 
 #: Environment variables whose values are credentials (the ones botocore, gcsfs and adlfs read).
-SECRET_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                    "AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
-                    "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET")
+SECRET_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_CLIENT_SECRET",
+)
 #: Storage options whose values are credentials (s3fs's key/secret/token, botocore's aws_*_key..., passwords).
 SECRET_OPTION = re.compile(r"key|secret|token|password|credential|sas|connection_string", re.IGNORECASE)
 #: Credentials recognisable in text whatever their source (a profile, an instance role): AWS access key ids,
@@ -32,8 +40,7 @@ _PATTERNS = (
 )
 #: Libraries whose debug logs print every request (headers included), and whose INFO lines ("Found credentials
 #: in environment variables.") mean nothing to a user: WARNING by default, INFO under -v, DEBUG under -vv.
-STORAGE_CLIENT_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec", "urllib3", "aiohttp", "gcsfs", "adlfs",
-                          "azure")
+STORAGE_CLIENT_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec", "urllib3", "aiohttp", "gcsfs", "adlfs", "azure")
 
 
 def secrets_in(environ: Mapping[str, str], storage_options: Mapping[str, Any] | None = None) -> set[str]:

@@ -44,8 +44,7 @@ def _protocol(url: str) -> str:
     return "file" if protocol in (None, "file", "local") else protocol
 
 
-def output_location(url: str, store_url: str, storage_options: Mapping[str, Any] | None = None
-                    ) -> tuple[Storage, str]:
+def output_location(url: str, store_url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
     """The folder and object name of an output file (a report, a metrics file) given as a path or URL.
 
     It is reached as the store is: on the store's filesystem (``s3://`` beside an ``s3://`` store) with the
@@ -53,11 +52,15 @@ def output_location(url: str, store_url: str, storage_options: Mapping[str, Any]
     """
     folder, _, name = url.rstrip("/").rpartition("/")
     if not name or folder.endswith((":", ":/", "://")):
-        raise InvalidArgumentError(f"output path {url!r} must name a file in a folder or bucket (e.g. "
-                                   "s3://bucket/reports/run.json)")
+        raise InvalidArgumentError(
+            f"output path {url!r} must name a file in a folder or bucket (e.g. s3://bucket/reports/run.json)"
+        )
     same = _protocol(url) == _protocol(store_url)
-    options = dict(storage_options or {}) if same else {
-        k: v for k, v in (storage_options or {}).items() if k == RETRY_BUDGET_OPTION}
+    options = (
+        dict(storage_options or {})
+        if same
+        else {k: v for k, v in (storage_options or {}).items() if k == RETRY_BUDGET_OPTION}
+    )
     return Storage.from_url(folder or ".", options), name
 
 
@@ -83,8 +86,14 @@ def _previous_samples(storage: Storage, name: str) -> dict[str, dict[str, float]
     return samples
 
 
-def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: str | None = None, *,
-                  finished_ms: int | None = None, storage_options: Mapping[str, Any] | None = None) -> None:
+def write_metrics(
+    report: RunReport,
+    textfile: str | None = None,
+    pushgateway: str | None = None,
+    *,
+    finished_ms: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Kafka's cleaner gauges in Prometheus form: a text file (node-exporter style) and/or a Pushgateway.
 
     Each store's gauges stay apart: labelled by store, grouped by job and store on the Pushgateway, and merged
@@ -104,10 +113,13 @@ def write_metrics(report: RunReport, textfile: str | None = None, pushgateway: s
             raise ValueError("a successful run's metrics need the wall-clock time it finished")
         values[LAST_SUCCESS] = finished_ms / 1000
     help_texts = {metric_name(g): text for g, text in GAUGES.items()}
-    help_texts[LAST_SUCCESS] = ("Wall-clock time at which a run last cleaned every partition it selected (not the "
-                                "run's --now)")
-    help_texts[ERASURE_OVERDUE] = ("Erasure requests (compaction forget) past their deadline whose key is not yet "
-                                   "physically gone from every object, at the run's end")
+    help_texts[LAST_SUCCESS] = (
+        "Wall-clock time at which a run last cleaned every partition it selected (not the run's --now)"
+    )
+    help_texts[ERASURE_OVERDUE] = (
+        "Erasure requests (compaction forget) past their deadline whose key is not yet "
+        "physically gone from every object, at the run's end"
+    )
 
     def gauges(samples: Mapping[str, Mapping[str, float]]) -> CollectorRegistry:
         target = CollectorRegistry()

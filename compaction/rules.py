@@ -82,27 +82,29 @@ SURVIVAL_ORDER = ("version_valid", "version", "offset")
 
 #: What every winner search decides on, one row per record of the cleaned range (plus one ``error`` row for a
 #: partition that failed to read). Spark's schema for it is derived from this one.
-FACTS_SCHEMA = pa.schema([
-    ("task", pa.int32()),  # the stage's task the row comes from (one partition's cleaned range)
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("segment_base", pa.int64()),
-    ("position", pa.int64()),  # the row's index among its segment's live rows
-    ("offset", pa.int64()),
-    ("key", pa.binary()),
-    ("version_valid", pa.int8()),
-    ("version", pa.int64()),
-    ("competes", pa.bool_()),
-    ("delete_horizon_ms", pa.int64()),
-    ("is_control", pa.bool_()),
-    ("aborted", pa.bool_()),
-    ("marker_pending", pa.bool_()),
-    ("guarded", pa.bool_()),
-    ("erased", pa.bool_()),  # a record an erasure request erases (rule 0)
-    ("error", pa.string()),  # set in the one row of a task that failed, with the two below
-    ("internal", pa.bool_()),
-    ("trace", pa.string()),
-])
+FACTS_SCHEMA = pa.schema(
+    [
+        ("task", pa.int32()),  # the stage's task the row comes from (one partition's cleaned range)
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("segment_base", pa.int64()),
+        ("position", pa.int64()),  # the row's index among its segment's live rows
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("version_valid", pa.int8()),
+        ("version", pa.int64()),
+        ("competes", pa.bool_()),
+        ("delete_horizon_ms", pa.int64()),
+        ("is_control", pa.bool_()),
+        ("aborted", pa.bool_()),
+        ("marker_pending", pa.bool_()),
+        ("guarded", pa.bool_()),
+        ("erased", pa.bool_()),  # a record an erasure request erases (rule 0)
+        ("error", pa.string()),  # set in the one row of a task that failed, with the two below
+        ("internal", pa.bool_()),
+        ("trace", pa.string()),
+    ]
+)
 
 
 def saturating_add(time_ms: int, duration_ms: int) -> int:
@@ -245,17 +247,23 @@ def guarded_by_tail(facts: pa.Table, candidates: np.ndarray, tail: pa.Table) -> 
     rows = np.flatnonzero(candidates)
     if not len(rows) or tail.num_rows == 0:
         return result
-    lowest = tail.group_by("key", use_threads=False).aggregate(
-        [("version_valid", "min"), ("version", "min")])
+    lowest = tail.group_by("key", use_threads=False).aggregate([("version_valid", "min"), ("version", "min")])
     # Invalid versions are all -1, so the minimum version over a key is the lowest valid one unless an
     # invalid record exists (then version_valid_min is 0, which is lower than any valid record).
-    mine = pa.table({"key": facts.column("key").take(pa.array(rows)), "row": pa.array(rows),
-                     "valid": facts.column("version_valid").take(pa.array(rows)),
-                     "version": facts.column("version").take(pa.array(rows))})
+    mine = pa.table(
+        {
+            "key": facts.column("key").take(pa.array(rows)),
+            "row": pa.array(rows),
+            "valid": facts.column("version_valid").take(pa.array(rows)),
+            "version": facts.column("version").take(pa.array(rows)),
+        }
+    )
     joined = mine.join(lowest, "key", join_type="inner", use_threads=False)
     valid = joined.column("valid").to_numpy().astype(bool)
-    lower = valid & ((joined.column("version_valid_min").to_numpy() == 0)
-                     | (joined.column("version_min").to_numpy() < joined.column("version").to_numpy()))
+    lower = valid & (
+        (joined.column("version_valid_min").to_numpy() == 0)
+        | (joined.column("version_min").to_numpy() < joined.column("version").to_numpy())
+    )
     result[joined.column("row").to_numpy()[lower]] = True
     return result
 
@@ -333,8 +341,9 @@ class UncleanableBound(StrEnum):
     MIN_COMPACTION_LAG = "min.compaction.lag.ms"
 
 
-def uncleanable_offset(*, first_dirty_offset: int, active_base: int, last_stable_offset: int,
-                       lag_bound: int | None) -> tuple[int, UncleanableBound]:
+def uncleanable_offset(
+    *, first_dirty_offset: int, active_base: int, last_stable_offset: int, lag_bound: int | None
+) -> tuple[int, UncleanableBound]:
     """Where cleaning must stop and which bound decided it (Kafka's ``cleanableOffsets``): ``max(first dirty,
     min(last stable offset, active segment's base, base of the first dirty segment newer than
     min.compaction.lag.ms))``, the last given as ``lag_bound``."""

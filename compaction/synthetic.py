@@ -54,14 +54,23 @@ class GenerateSpec:
     transaction_records: int = 100  # records per transaction
 
     def check(self) -> None:
-        for name in ("update_ratio", "tombstone_ratio", "keyless_ratio", "missing_timestamp_ratio",
-                     "partition0_share", "transactional_ratio", "abort_ratio"):
+        for name in (
+            "update_ratio",
+            "tombstone_ratio",
+            "keyless_ratio",
+            "missing_timestamp_ratio",
+            "partition0_share",
+            "transactional_ratio",
+            "abort_ratio",
+        ):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise InvalidRecordsError(f"generate: {name} must be in [0, 1], got {value}")
         if self.segment_format not in list(SegmentFormat):
-            raise InvalidRecordsError(f"generate: no segment format {self.segment_format!r}; the formats are "
-                                      f"{[f.value for f in SegmentFormat]}")
+            raise InvalidRecordsError(
+                f"generate: no segment format {self.segment_format!r}; the formats are "
+                f"{[f.value for f in SegmentFormat]}"
+            )
         if self.compression not in CODECS:
             raise InvalidRecordsError(f"generate: no compression {self.compression!r}; Kafka's are {list(CODECS)}")
         if self.compression != "none" and self.segment_format != SegmentFormat.KAFKA:
@@ -102,8 +111,9 @@ def _fixed_binary(data: np.ndarray, width: int, valid: np.ndarray | None) -> pa.
     if valid is not None and not valid.all():
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
         null_count = int((~valid).sum())
-    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.tobytes()),
-                                                  pa.py_buffer(data.tobytes())], null_count=null_count)
+    return pa.Array.from_buffers(
+        pa.binary(), n, [bitmap, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data.tobytes())], null_count=null_count
+    )
 
 
 def key_bytes(ids: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -113,7 +123,7 @@ def key_bytes(ids: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     out = np.empty((n, width), dtype=np.uint8)
     out[:, : len(KEY_PREFIX)] = np.frombuffer(KEY_PREFIX, dtype=np.uint8)
     powers = 10 ** np.arange(KEY_DIGITS - 1, -1, -1, dtype=np.int64)
-    out[:, len(KEY_PREFIX):] = (ids[:, None] // powers) % 10 + 48
+    out[:, len(KEY_PREFIX) :] = (ids[:, None] // powers) % 10 + 48
     return _fixed_binary(out.reshape(-1), width, valid)
 
 
@@ -167,23 +177,32 @@ def _transactions(spec: GenerateSpec, rng: np.random.Generator, table: pa.Table,
     producer = FIRST_PRODUCER_ID + np.arange(runs) % TRANSACTIONAL_PRODUCERS
     run_of = np.arange(n) // size
     txn = in_txn[run_of]
-    table = table.set_column(table.column_names.index("producer_id"), "producer_id",
-                             pa.array(np.where(txn, producer[run_of], NO_PRODUCER), pa.int64()))
-    table = table.set_column(table.column_names.index("producer_epoch"), "producer_epoch",
-                             pa.array(np.where(txn, 0, -1).astype(np.int16)))
+    table = table.set_column(
+        table.column_names.index("producer_id"),
+        "producer_id",
+        pa.array(np.where(txn, producer[run_of], NO_PRODUCER), pa.int64()),
+    )
+    table = table.set_column(
+        table.column_names.index("producer_epoch"), "producer_epoch", pa.array(np.where(txn, 0, -1).astype(np.int16))
+    )
     table = table.set_column(table.column_names.index("is_transactional"), "is_transactional", pa.array(txn))
     ends = np.flatnonzero(in_txn)
     last_row = np.minimum((ends + 1) * size, n) - 1
     stamps = table.column("timestamp").take(pa.array(last_row))
-    markers = pa.table({
-        "timestamp": stamps, "key": pa.nulls(len(ends), pa.binary()), "value": pa.nulls(len(ends), pa.binary()),
-        "headers": pa.nulls(len(ends), HEADER_TYPE), "producer_id": pa.array(producer[ends], pa.int64()),
-        "producer_epoch": pa.array(np.zeros(len(ends), dtype=np.int16)),
-        "is_transactional": pa.array(np.ones(len(ends), dtype=bool)),
-        "is_control": pa.array(np.ones(len(ends), dtype=bool)),
-        "control_type": pa.array(np.where(aborts[ends], "abort", "commit")),
-        "delete_horizon_ms": pa.nulls(len(ends), pa.int64()),
-    })
+    markers = pa.table(
+        {
+            "timestamp": stamps,
+            "key": pa.nulls(len(ends), pa.binary()),
+            "value": pa.nulls(len(ends), pa.binary()),
+            "headers": pa.nulls(len(ends), HEADER_TYPE),
+            "producer_id": pa.array(producer[ends], pa.int64()),
+            "producer_epoch": pa.array(np.zeros(len(ends), dtype=np.int16)),
+            "is_transactional": pa.array(np.ones(len(ends), dtype=bool)),
+            "is_control": pa.array(np.ones(len(ends), dtype=bool)),
+            "control_type": pa.array(np.where(aborts[ends], "abort", "commit")),
+            "delete_horizon_ms": pa.nulls(len(ends), pa.int64()),
+        }
+    )
     # Each marker follows its transaction's last record: sort by (row, marker after data).
     order = np.argsort(np.concatenate([np.arange(n) * 2, last_row * 2 + 1]), kind="stable")
     data = table.drop_columns(["offset"])
@@ -206,8 +225,9 @@ def sequenced_batches(records: pa.Table, compression: str, sequences: dict[int, 
             continue
         base_sequence.append(sequences.get(producer, 0))
         sequences[producer] = base_sequence[-1] + count
-    return batches.set_column(batches.column_names.index("base_sequence"), "base_sequence",
-                              pa.array(base_sequence, pa.int32()))
+    return batches.set_column(
+        batches.column_names.index("base_sequence"), "base_sequence", pa.array(base_sequence, pa.int32())
+    )
 
 
 def _version_headers(rng: np.random.Generator, n: int, name: str | None) -> pa.Array:
@@ -221,8 +241,9 @@ def _version_headers(rng: np.random.Generator, n: int, name: str | None) -> pa.A
     return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), entries, type=HEADER_TYPE)
 
 
-def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | None = None,
-             threads: int = 4) -> list[Manifest]:
+def generate(
+    store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | None = None, threads: int = 4
+) -> list[Manifest]:
     """Write the spec's topics into the store (after any existing log end) and commit each partition."""
     spec.check()
     writer = writer or Writer(id="compaction-generate")
@@ -238,10 +259,22 @@ def generate(store: Store, spec: GenerateSpec, *, now_ms: int, writer: Writer | 
         for start in range(0, table.num_rows, spec.segment_records):
             chunk = table.slice(start, spec.segment_records)
             base = chunk.column("offset")[0].as_py()
-            batches = (sequenced_batches(chunk, spec.compression, sequences)
-                       if spec.segment_format == SegmentFormat.KAFKA else None)
-            segments.append(store.objects.write_segment(tp, chunk, base, base + chunk.num_rows, created_ms=now_ms,
-                                                        segment_format=spec.segment_format, batches=batches))
+            batches = (
+                sequenced_batches(chunk, spec.compression, sequences)
+                if spec.segment_format == SegmentFormat.KAFKA
+                else None
+            )
+            segments.append(
+                store.objects.write_segment(
+                    tp,
+                    chunk,
+                    base,
+                    base + chunk.num_rows,
+                    created_ms=now_ms,
+                    segment_format=spec.segment_format,
+                    batches=batches,
+                )
+            )
 
         def build(current: Manifest | None) -> dict[str, Any]:
             if (current.log_end_offset if current else 0) != first:

@@ -59,8 +59,12 @@ def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:
     if unique_before is not None:
         late = competing & (offsets >= unique_before)
         early = competing & ~late
-        contested = early & pc.fill_null(pc.is_in(keys, value_set=keys.filter(pa.array(late))), False).to_numpy(
-            zero_copy_only=False) if late.any() else np.zeros(n, dtype=bool)
+        contested = (
+            early
+            & pc.fill_null(pc.is_in(keys, value_set=keys.filter(pa.array(late))), False).to_numpy(zero_copy_only=False)
+            if late.any()
+            else np.zeros(n, dtype=bool)
+        )
         result |= early & ~contested
         competing = late | contested
     rows = np.flatnonzero(competing)
@@ -70,8 +74,14 @@ def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:
     return result
 
 
-def decide(facts: pa.Table, *, now_ms: int, keyless_drop: bool, unique_before: int | None = None,
-           beaten: np.ndarray | None = None) -> rules.RowVerdicts:
+def decide(
+    facts: pa.Table,
+    *,
+    now_ms: int,
+    keyless_drop: bool,
+    unique_before: int | None = None,
+    beaten: np.ndarray | None = None,
+) -> rules.RowVerdicts:
     """The rules' verdicts on a partition's (or key range's) facts, rows in offset order; ``beaten``: the rows a
     greater competing record of their key beyond ``facts`` beats (a clean section's rows whose keys the dirty
     section holds, under the offset strategy)."""

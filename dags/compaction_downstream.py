@@ -28,8 +28,10 @@ with DAG(
     def read_orders(triggering_asset_events=None) -> None:  # type: ignore[no-untyped-def]
         for event in triggering_asset_events[ORDERS]:
             figures = event.extra
-            print(f"{ORDERS.uri} cleaned by {event.source_dag_id} ({event.source_run_id}): "
-                  f"{figures.get('records_before')} -> {figures.get('records_after')} records, versions "
-                  f"{figures.get('versions')}")
+            print(
+                f"{ORDERS.uri} cleaned by {event.source_dag_id} ({event.source_run_id}): "
+                f"{figures.get('records_before')} -> {figures.get('records_after')} records, versions "
+                f"{figures.get('versions')}"
+            )
 
     read_orders()

@@ -84,8 +84,7 @@ def setting(params: dict[str, Any], name: str) -> str:
     """A setting from the run's params, else the Airflow Variable ``compaction_<name>``, else its default."""
     value = params.get(name) or Variable.get(f"compaction_{name}", default=None) or DEFAULTS.get(name)
     if value is None or (not value and name not in DEFAULTS):
-        raise AirflowFailException(f"no {name}: set the DAG param {name!r} or the Airflow Variable "
-                                   f"'compaction_{name}'")
+        raise AirflowFailException(f"no {name}: set the DAG param {name!r} or the Airflow Variable 'compaction_{name}'")
     return str(value)
 
 
@@ -100,8 +99,9 @@ def cleaned_topics(report_path: str) -> dict[str, dict[str, Any]]:
     the report's figures of it."""
     with fsspec.open(report_path, "rt") as stream:
         topics = json.load(stream).get("topics", {})
-    return {topic: figures for topic, figures in topics.items()
-            if figures["compacted"] and not figures["partitions_failed"]}
+    return {
+        topic: figures for topic, figures in topics.items() if figures["compacted"] and not figures["partitions_failed"]
+    }
 
 
 def job_environment(ti: Any) -> dict[str, str]:
@@ -134,15 +134,18 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "retry_exponential_backoff": True},
-    params={name: Param(None, type=["null", "string"], description=description) for name, description in {
-        "executable": "the job's command on the worker (Variable compaction_executable; default: compaction)",
-        "store": "store URL (Variable compaction_store)",
-        "config": "configuration file on the worker, TOML or server.properties (Variable compaction_config)",
-        "master": "Spark master (Variable compaction_master; default local[*])",
-        "remote": "Spark Connect server sc://HOST:PORT, or sail, instead of a master (Variable compaction_remote)",
-        "report_dir": "folder or URL for the run reports (Variable compaction_report_dir)",
-        "run_options": "more `compaction run` flags (Variable compaction_run_options)",
-    }.items()},
+    params={
+        name: Param(None, type=["null", "string"], description=description)
+        for name, description in {
+            "executable": "the job's command on the worker (Variable compaction_executable; default: compaction)",
+            "store": "store URL (Variable compaction_store)",
+            "config": "configuration file on the worker, TOML or server.properties (Variable compaction_config)",
+            "master": "Spark master (Variable compaction_master; default local[*])",
+            "remote": "Spark Connect server sc://HOST:PORT, or sail, instead of a master (Variable compaction_remote)",
+            "report_dir": "folder or URL for the run reports (Variable compaction_report_dir)",
+            "run_options": "more `compaction run` flags (Variable compaction_run_options)",
+        }.items()
+    },
     tags=["compaction"],
 ) as dag:
 
@@ -154,30 +157,52 @@ with DAG(
         params, ti = context["params"], context["ti"]
         run_id = context["run_id"]
         logical = context.get("logical_date") or context["dag_run"].run_after
-        report = (f"{setting(params, 'report_dir').rstrip('/')}/{context['dag'].dag_id}/"
-                  f"{run_id.replace(':', '').replace('+', '_')}.json")
+        report = (
+            f"{setting(params, 'report_dir').rstrip('/')}/{context['dag'].dag_id}/"
+            f"{run_id.replace(':', '').replace('+', '_')}.json"
+        )
         remote, store = setting(params, "remote"), setting(params, "store")
         session = ["--remote", remote] if remote else ["--master", setting(params, "master")]
-        command = [setting(params, "executable"), "run", store, "--conf", setting(params, "config"),
-                   *session, "--now", logical.isoformat(), "--run-id", run_id,
-                   "--report", report, *shlex.split(setting(params, "run_options"))]
+        command = [
+            setting(params, "executable"),
+            "run",
+            store,
+            "--conf",
+            setting(params, "config"),
+            *session,
+            "--now",
+            logical.isoformat(),
+            "--run-id",
+            run_id,
+            "--report",
+            report,
+            *shlex.split(setting(params, "run_options")),
+        ]
         print("running " + shlex.join(command), flush=True)
         try:
             code = subprocess.run(command, check=False, env=job_environment(ti)).returncode
         except OSError as err:  # the executable is missing or not executable: no retry makes it appear
-            raise AirflowFailException(f"cannot run the job {command[0]!r}: {err}; install the project's wheel on "
-                                       "the worker and set the Variable compaction_executable") from err
+            raise AirflowFailException(
+                f"cannot run the job {command[0]!r}: {err}; install the project's wheel on "
+                "the worker and set the Variable compaction_executable"
+            ) from err
         if code in (EXIT_USAGE, EXIT_INVALID):
-            raise AirflowFailException(f"the job refused its configuration or arguments (exit code {code}; the "
-                                       "reason is in the log above): retrying would not help")
+            raise AirflowFailException(
+                f"the job refused its configuration or arguments (exit code {code}; the "
+                "reason is in the log above): retrying would not help"
+            )
         bugs = internal_errors(report) if code == EXIT_FAILED else []
         if bugs:
-            raise AirflowFailException(f"an internal error (a bug in the job, not a problem of the data) stopped "
-                                       f"{', '.join(bugs)}; the report {report} has its traceback: retrying would "
-                                       "not help")
+            raise AirflowFailException(
+                f"an internal error (a bug in the job, not a problem of the data) stopped "
+                f"{', '.join(bugs)}; the report {report} has its traceback: retrying would "
+                "not help"
+            )
         if code == EXIT_PARTIAL and ti.try_number <= ti.max_tries:
-            raise AirflowException(f"some partitions could not be cleaned (exit code {code}); the others were "
-                                   f"committed; attempt {ti.try_number} of {ti.max_tries + 1}, retrying")
+            raise AirflowException(
+                f"some partitions could not be cleaned (exit code {code}); the others were "
+                f"committed; attempt {ti.try_number} of {ti.max_tries + 1}, retrying"
+            )
         if code not in (EXIT_OK, EXIT_PARTIAL):
             raise AirflowException(f"the job failed with exit code {code}")
         for topic, figures in cleaned_topics(report).items():
@@ -191,8 +216,10 @@ with DAG(
         failures = report.get("failures", [])
         ti.xcom_push(key="failures", value=failures)
         totals = report["totals"]
-        print(f"{totals['cleaned']} partition(s) cleaned, {totals['failed']} uncleanable, "
-              f"{totals['skipped']} skipped; report {report_path}")
+        print(
+            f"{totals['cleaned']} partition(s) cleaned, {totals['failed']} uncleanable, "
+            f"{totals['skipped']} skipped; report {report_path}"
+        )
         return "partitions_uncleanable" if failures else "all_cleaned"
 
     @task(task_id="partitions_uncleanable", retries=0)

@@ -40,9 +40,16 @@ CHECK = "partitions_cleanable"
 NOW_TAG = "compaction/now"
 
 
-def job_command(store: str, config: str, topics: Sequence[str], *, executable: str = "compaction",
-                spark_submit: str | None = None, spark_options: Sequence[str] = (),
-                run_options: Sequence[str] = ()) -> list[str]:
+def job_command(
+    store: str,
+    config: str,
+    topics: Sequence[str],
+    *,
+    executable: str = "compaction",
+    spark_submit: str | None = None,
+    spark_options: Sequence[str] = (),
+    run_options: Sequence[str] = (),
+) -> list[str]:
     """The job's command line: ``compaction run`` or, with ``spark_submit``, that script with ``spark_options``."""
     job = [store, "--topics", ",".join(topics), *run_options]
     if spark_submit:
@@ -57,18 +64,26 @@ def partial_is_reported(command: Sequence[str]) -> list[str]:
     return ["sh", "-c", f'"$@"; code=$?; [ "$code" -eq {EXIT_PARTIAL} ] && exit 0; exit "$code"', "sh", *command]
 
 
-def compaction_assets(topics: Sequence[str], command: Sequence[str], prefix: Sequence[str] = ("kafka",)
-                      ) -> dg.AssetsDefinition:
+def compaction_assets(
+    topics: Sequence[str], command: Sequence[str], prefix: Sequence[str] = ("kafka",)
+) -> dg.AssetsDefinition:
     """One asset per topic (``prefix/topic``) with its blocking check, materialized together by one run of
     ``command``."""
 
     @dg.multi_asset(
         name="compaction",
-        specs=[dg.AssetSpec([*prefix, topic], description=f"topic {topic}, compacted", kinds={"spark"})
-               for topic in topics],
-        check_specs=[dg.AssetCheckSpec(CHECK, asset=[*prefix, topic], blocking=True,
-                                       description="no partition of the topic failed or stayed uncleanable")
-                     for topic in topics],
+        specs=[
+            dg.AssetSpec([*prefix, topic], description=f"topic {topic}, compacted", kinds={"spark"}) for topic in topics
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                CHECK,
+                asset=[*prefix, topic],
+                blocking=True,
+                description="no partition of the topic failed or stayed uncleanable",
+            )
+            for topic in topics
+        ],
     )
     def compaction(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient):  # type: ignore[no-untyped-def]
         when = context.run.tags.get(NOW_TAG)
@@ -83,11 +98,14 @@ def _from_environment() -> dg.Definitions:
     if not topics:
         return dg.Definitions()
     command = job_command(
-        os.environ["COMPACTION_STORE"], os.environ["COMPACTION_CONFIG"], topics,
+        os.environ["COMPACTION_STORE"],
+        os.environ["COMPACTION_CONFIG"],
+        topics,
         executable=os.environ.get("COMPACTION_EXECUTABLE", "compaction"),
         spark_submit=os.environ.get("COMPACTION_SPARK_SUBMIT"),
         spark_options=shlex.split(os.environ.get("COMPACTION_SPARK_OPTIONS", "")),
-        run_options=shlex.split(os.environ.get("COMPACTION_RUN_OPTIONS", "")))
+        run_options=shlex.split(os.environ.get("COMPACTION_RUN_OPTIONS", "")),
+    )
     assets = compaction_assets(topics, command)
     job = dg.define_asset_job("compaction_nightly", selection=[assets])
 
@@ -95,8 +113,9 @@ def _from_environment() -> dg.Definitions:
     def nightly(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         return dg.RunRequest(tags={NOW_TAG: context.scheduled_execution_time.isoformat()})
 
-    return dg.Definitions(assets=[assets], jobs=[job], schedules=[nightly],
-                          resources={"pipes": dg.PipesSubprocessClient()})
+    return dg.Definitions(
+        assets=[assets], jobs=[job], schedules=[nightly], resources={"pipes": dg.PipesSubprocessClient()}
+    )
 
 
 defs = _from_environment()

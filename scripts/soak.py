@@ -31,16 +31,22 @@ from compaction.store.segment import records
 from compaction.store.verify import verify
 
 TOPIC = "soak"
-SETTINGS = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.1,
-            "log.cleaner.delete.retention.ms": 20_000, "log.roll.ms": 5_000, "log.segment.bytes": 1_048_576}
+SETTINGS = {
+    "log.cleanup.policy": "compact",
+    "log.cleaner.min.cleanable.ratio": 0.1,
+    "log.cleaner.delete.retention.ms": 20_000,
+    "log.roll.ms": 5_000,
+    "log.segment.bytes": 1_048_576,
+}
 
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-def append_forever(store_url: str, appender: int, partitions: int, keys: int, ledger: str, stop_at: float,
-                   go: Any, idle: Any) -> None:
+def append_forever(
+    store_url: str, appender: int, partitions: int, keys: int, ledger: str, stop_at: float, go: Any, idle: Any
+) -> None:
     """One appender: batches of its own keys to random partitions until ``stop_at``; a ledger line each.
     It appends while ``go`` is set and says ``idle`` (its ledger complete) while it waits."""
     store = Store.open(store_url)
@@ -58,8 +64,9 @@ def append_forever(store_url: str, appender: int, partitions: int, keys: int, le
             for _ in range(rng.randint(1, 200)):
                 seq += 1
                 key = f"w{appender}-k{rng.randrange(keys)}"
-                rows.append({"key": key, "value": None if rng.random() < 0.05 else f"{appender}:{seq}",
-                             "timestamp": wall_ms()})
+                rows.append(
+                    {"key": key, "value": None if rng.random() < 0.05 else f"{appender}:{seq}", "timestamp": wall_ms()}
+                )
             manifest = store.append(tp, records(rows), now_ms=wall_ms(), writer=Writer(id=f"soak-{appender}"))
             base = manifest.segments[-1].base_offset
             for i, row in enumerate(rows):
@@ -137,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     go = context.Event()
     idle = [context.Event() for _ in range(args.appenders)]
     go.set()
-    writers = [context.Process(target=append_forever, args=(store_url, i, args.partitions, args.keys, str(ledgers[i]),
-                                                             stop_at, go, idle[i])) for i in range(args.appenders)]
+    writers = [
+        context.Process(
+            target=append_forever,
+            args=(store_url, i, args.partitions, args.keys, str(ledgers[i]), stop_at, go, idle[i]),
+        )
+        for i in range(args.appenders)
+    ]
     for writer in writers:
         writer.start()
     cycles = failures = 0
@@ -156,9 +168,12 @@ def main(argv: list[str] | None = None) -> int:
             problems = check(store, read_ledgers(ledgers), args.partitions)
             go.set()
             cycles += 1
-            print(f"cycle {cycles}: {report.totals['cleaned']} cleaned, {len(report.failed)} failed, "
-                  f"{report.totals['records_before']:,} -> {report.totals['records_after']:,} records; "
-                  f"{len(problems)} problem(s)", flush=True)
+            print(
+                f"cycle {cycles}: {report.totals['cleaned']} cleaned, {len(report.failed)} failed, "
+                f"{report.totals['records_before']:,} -> {report.totals['records_after']:,} records; "
+                f"{len(problems)} problem(s)",
+                flush=True,
+            )
     finally:
         go.set()
         for writer in writers:
@@ -170,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     spark.stop()
     appended = sum(len(rows) for rows in read_ledgers(ledgers).values())
     live = sum(s.live_records for tp in store.topic_partitions(TOPIC) for s in store.manifest(tp).segments)
-    print(f"\nsoak: {cycles} cycle(s) in {args.minutes:g} min, {appended:,} records appended by "
-          f"{args.appenders} appender(s), {live:,} live, {failures} partition failure(s), "
-          f"{len(problems)} problem(s); store {store_url}")
+    print(
+        f"\nsoak: {cycles} cycle(s) in {args.minutes:g} min, {appended:,} records appended by "
+        f"{args.appenders} appender(s), {live:,} live, {failures} partition failure(s), "
+        f"{len(problems)} problem(s); store {store_url}"
+    )
     for problem in problems[:20]:
         print(f"PROBLEM {problem}")
     return 1 if problems or failures else 0

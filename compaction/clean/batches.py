@@ -54,14 +54,17 @@ def active_producers(manifest: Manifest, expiration_ms: int, now_ms: int) -> dic
     """The producers still active at ``now_ms``: a transaction open, or a last batch whose max timestamp is less
     than ``producer.id.expiration.ms`` old (Kafka expires a producer at ``now - lastTimestamp >= expiration``)."""
     open_transactions = set(manifest.open_transactions)
-    return {pid: (last.producer_epoch, last.last_data_offset)
-            for pid, last in producer_state(manifest.segments).items()
-            if pid in open_transactions or now_ms - last.max_timestamp < expiration_ms}
+    return {
+        pid: (last.producer_epoch, last.last_data_offset)
+        for pid, last in producer_state(manifest.segments).items()
+        if pid in open_transactions or now_ms - last.max_timestamp < expiration_ms
+    }
 
 
 def last_offsets(batches: pa.Table) -> np.ndarray:
-    last: np.ndarray = (batches.column("base_offset").to_numpy()
-                        + batches.column("last_offset_delta").to_numpy().astype(np.int64))
+    last: np.ndarray = batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(
+        np.int64
+    )
     return last
 
 
@@ -69,13 +72,18 @@ def retain_empty(batches: pa.Table, policy: BatchPolicy) -> np.ndarray:
     """Which batches are kept, empty if need be (``checkBatchRetention``'s RETAIN_EMPTY): the last batch before
     the first uncleanable offset, and each active producer's last batch (its last data batch, or with no data
     since an epoch bump, its markers of that epoch)."""
-    return _retained(last_offsets(batches), batches.column("producer_id").to_numpy(),
-                     batches.column("producer_epoch").to_numpy(),
-                     (batches.column("attributes").to_numpy() & CONTROL) != 0, policy)
+    return _retained(
+        last_offsets(batches),
+        batches.column("producer_id").to_numpy(),
+        batches.column("producer_epoch").to_numpy(),
+        (batches.column("attributes").to_numpy() & CONTROL) != 0,
+        policy,
+    )
 
 
-def _retained(last: np.ndarray, producer: np.ndarray, epoch: np.ndarray, control: np.ndarray,
-              policy: BatchPolicy) -> np.ndarray:
+def _retained(
+    last: np.ndarray, producer: np.ndarray, epoch: np.ndarray, control: np.ndarray, policy: BatchPolicy
+) -> np.ndarray:
     keep = last + 1 == policy.first_uncleanable_offset
     for pid in np.unique(producer[producer >= 0]).tolist():
         known = policy.active_producers.get(pid)
@@ -98,10 +106,13 @@ def stale_empty_batches(segments: Sequence[SegmentMeta], policy: BatchPolicy | N
         if not segment.empty_batches:
             continue
         empty = segment.empty_batches
-        kept = _retained(np.array([b.last_offset for b in empty], dtype=np.int64),
-                         np.array([b.producer_id for b in empty], dtype=np.int64),
-                         np.array([b.producer_epoch for b in empty], dtype=np.int64),
-                         np.array([b.control for b in empty], dtype=bool), policy)
+        kept = _retained(
+            np.array([b.last_offset for b in empty], dtype=np.int64),
+            np.array([b.producer_id for b in empty], dtype=np.int64),
+            np.array([b.producer_epoch for b in empty], dtype=np.int64),
+            np.array([b.control for b in empty], dtype=bool),
+            policy,
+        )
         if not kept.all():
             stale.add(segment.base_offset)
     return frozenset(stale)
@@ -118,10 +129,12 @@ class Framed:
 
     @classmethod
     def join(cls, parts: Sequence[Framed], schema: pa.Schema) -> Framed:
-        return cls(b"".join(p.data for p in parts),
-                   pa.concat_tables([p.records for p in parts]) if parts else schema.empty_table(),
-                   pa.concat_tables([p.batches for p in parts]) if parts else BATCH_SCHEMA.empty_table(),
-                   sum(p.stamped for p in parts))
+        return cls(
+            b"".join(p.data for p in parts),
+            pa.concat_tables([p.records for p in parts]) if parts else schema.empty_table(),
+            pa.concat_tables([p.batches for p in parts]) if parts else BATCH_SCHEMA.empty_table(),
+            sum(p.stamped for p in parts),
+        )
 
 
 def frame_records(records: pa.Table, stamped: int = 0) -> Framed:
@@ -149,18 +162,21 @@ def reframe(segment: LogSegment, keep: np.ndarray, stamps: np.ndarray, horizon_m
     empty = (survivors == 0) & (counts > 0) & guarded
     if stamped.any():
         # The horizon is the batch's: a decoder gives it to the batch's tombstones and markers (null values).
-        concerned = pc.and_(pa.array(stamped[kept_batch]),
-                            pc.or_(pc.is_null(kept.column("value")), kept.column("is_control")))
+        concerned = pc.and_(
+            pa.array(stamped[kept_batch]), pc.or_(pc.is_null(kept.column("value")), kept.column("is_control"))
+        )
         horizons = pc.if_else(concerned, pa.scalar(horizon_ms, pa.int64()), kept.column("delete_horizon_ms"))
         kept = kept.set_column(kept.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizons)
     written = rebuild | empty
     rows = batches.filter(pa.array(written))
     if rows.num_rows:
         new_counts = np.where(empty, 0, survivors)[written]
-        horizon = pc.if_else(pa.array(stamped[written]), pa.scalar(horizon_ms, pa.int64()),
-                             rows.column("delete_horizon_ms"))
-        rows = rows.set_column(rows.column_names.index("record_count"), "record_count",
-                               pa.array(new_counts, pa.int32()))
+        horizon = pc.if_else(
+            pa.array(stamped[written]), pa.scalar(horizon_ms, pa.int64()), rows.column("delete_horizon_ms")
+        )
+        rows = rows.set_column(
+            rows.column_names.index("record_count"), "record_count", pa.array(new_counts, pa.int32())
+        )
         rows = rows.set_column(rows.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizon)
         encoded = memoryview(encode(kept.filter(pa.array(rebuild[kept_batch])), rows))
     else:
@@ -184,12 +200,13 @@ def reframe(segment: LogSegment, keep: np.ndarray, stamps: np.ndarray, horizon_m
             pieces.append(source[run_start:run_end])
             run_start = run_end = -1
         length = LOG_OVERHEAD + _LENGTH.unpack_from(encoded, at + 8)[0]
-        pieces.append(encoded[at:at + length])
+        pieces.append(encoded[at : at + length])
         at += length
     if run_end > run_start:
         pieces.append(source[run_start:run_end])
     out_rows = batches.filter(pa.array(copy | written))
     out_counts = np.where(empty, 0, survivors)[copy | written]
-    out_rows = out_rows.set_column(out_rows.column_names.index("record_count"), "record_count",
-                                   pa.array(out_counts, pa.int32()))
+    out_rows = out_rows.set_column(
+        out_rows.column_names.index("record_count"), "record_count", pa.array(out_counts, pa.int32())
+    )
     return Framed(b"".join(pieces), kept, out_rows, int(stamp.sum()))

@@ -70,30 +70,45 @@ def _elapsed_ms(started: float) -> int:
     return int((time.perf_counter() - started) * 1000)
 
 
-def plan_store(store: Store, settings: CleanerConfig, now_ms: int,
-               topics: str | Sequence[str] | None = None) -> CompactionPlan:
+def plan_store(
+    store: Store, settings: CleanerConfig, now_ms: int, topics: str | Sequence[str] | None = None
+) -> CompactionPlan:
     """Read the partitions' newest manifests and plan them (no Spark involved)."""
     manifests = read_manifests(store, store.topic_partitions(topics))
     for topic in sorted({tp.topic for tp in manifests}):
         settings.topic_config(topic)  # a bad combination of overrides fails before any work
     cleaner = settings.cleaner
-    return plan(manifests, settings.topic_config, now_ms, cleaner.max_bytes_per_run,
-                deletion_vector_max_age_ms=cleaner.deletion_vector_max_age_ms)
+    return plan(
+        manifests,
+        settings.topic_config,
+        now_ms,
+        cleaner.max_bytes_per_run,
+        deletion_vector_max_age_ms=cleaner.deletion_vector_max_age_ms,
+    )
 
 
 class Cleaner:
     """Runs clean passes of one store, with the stages of one SparkSession (classic or Spark Connect)."""
 
-    def __init__(self, spark: SparkSession | Stages | None, store: Store, settings: CleanerConfig, *,
-                 dedupe_plan: str | None = None, writer: Writer | None = None,
-                 progress: Progress | None = None, wall_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession | Stages | None,
+        store: Store,
+        settings: CleanerConfig,
+        *,
+        dedupe_plan: str | None = None,
+        writer: Writer | None = None,
+        progress: Progress | None = None,
+        wall_ms: int | None = None,
+    ) -> None:
         """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
         plus ``delete.retention.ms``, so a backdated ``now`` cannot shorten a tombstone's life in real time."""
         try:
             self.winner_search = rules.WinnerSearch(dedupe_plan or settings.cleaner.dedupe_plan)
         except ValueError as err:
-            raise CompactionError(f"unknown dedupe plan {dedupe_plan!r}; expected one of "
-                                  f"{[p.value for p in rules.WinnerSearch]}") from err
+            raise CompactionError(
+                f"unknown dedupe plan {dedupe_plan!r}; expected one of {[p.value for p in rules.WinnerSearch]}"
+            ) from err
         self.stages = spark if isinstance(spark, Stages) or spark is None else SparkStages(spark)
         self.store = store
         self.settings = settings
@@ -108,8 +123,13 @@ class Cleaner:
             raise CompactionError("this plan needs records read, which needs a SparkSession")
         return self.stages
 
-    def run(self, now_ms: int, topics: str | None = None, compaction_plan: CompactionPlan | None = None,
-            before_commit: Callable[[], object] | None = None) -> RunReport:
+    def run(
+        self,
+        now_ms: int,
+        topics: str | None = None,
+        compaction_plan: CompactionPlan | None = None,
+        before_commit: Callable[[], object] | None = None,
+    ) -> RunReport:
         """Plan (unless given a plan), clean the selected partitions, commit them; never raises for one partition.
 
         ``before_commit`` runs between the Spark stages and the commits (tests use it to interleave writers).
@@ -119,8 +139,10 @@ class Cleaner:
         the_plan = compaction_plan or plan_store(self.store, self.settings, now_ms, topics)
         phases = {"plan": time.perf_counter() - started} if compaction_plan is None else {}
         selected = the_plan.to_clean
-        self.progress(f"planned {len(the_plan.partitions)} partition(s): {len(selected)} to clean, "
-                      f"{len(the_plan.uncleanable)} uncleanable")
+        self.progress(
+            f"planned {len(the_plan.partitions)} partition(s): {len(selected)} to clean, "
+            f"{len(the_plan.uncleanable)} uncleanable"
+        )
         work = [PartitionWork(p, self.task(p, now_ms)) for p in selected]
         cleaning = time.perf_counter()
         seconds = self.clean([w for w in work if w.log.needs_dedupe])
@@ -151,9 +173,12 @@ class Cleaner:
         cores, those one leaves idle serving another). Returns the tasks' seconds by phase."""
         if not work:
             return {}
-        runner = Runner(self.required_stages, self.settings.cleaner.task_max_records,
-                        LOCAL_UNIT_THREADS if self.store.storage.outcomes_are_certain else REMOTE_UNIT_THREADS,
-                        self.progress)
+        runner = Runner(
+            self.required_stages,
+            self.settings.cleaner.task_max_records,
+            LOCAL_UNIT_THREADS if self.store.storage.outcomes_are_certain else REMOTE_UNIT_THREADS,
+            self.progress,
+        )
         paths: dict[Path, list[PartitionWork]] = {}
         for item in work:
             paths.setdefault(path_of(item.task), []).append(item)
@@ -198,20 +223,39 @@ class Cleaner:
         arrow = self.winner_search is rules.WinnerSearch.ARROW
         key_ranges = key_range_count(p, cleaner.task_max_records) if arrow else 1
         # The horizon this pass stamps: from ``now``, or from the wall clock if that is later (SPEC §3).
-        horizon = rules.delete_horizon(max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms),
-                                       p.config.delete_retention_ms)
+        horizon = rules.delete_horizon(
+            max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms), p.config.delete_retention_ms
+        )
         segment_format = SegmentFormat(p.segment_format)
         # What keeps a .log batch that loses every record (only a pass that writes .log segments needs it).
-        batches = BatchPolicy(p.first_uncleanable_offset, active_producers(
-            p.manifest, p.config.producer_id_expiration_ms, now_ms)) if segment_format == SegmentFormat.KAFKA else None
+        batches = (
+            BatchPolicy(
+                p.first_uncleanable_offset, active_producers(p.manifest, p.config.producer_id_expiration_ms, now_ms)
+            )
+            if segment_format == SegmentFormat.KAFKA
+            else None
+        )
         task = CleanTask(
-            tp=p.partition, store=self.store, segments=p.segments, tail=p.tail,
-            strategy=rules.Strategy(p.config.compaction_strategy), strategy_header=p.config.compaction_strategy_header,
-            keyless_drop=cleaner.keyless_records == "drop", now_ms=now_ms, log_start_offset=p.log_start_offset,
-            first_dirty_offset=p.first_dirty_offset, clean_keys_unique=p.manifest.clean_keys_unique,
-            policy=apply_policy(p, now_ms, cleaner, key_ranges), horizon_ms=horizon, segment_format=segment_format,
-            batch_policy=batches, pass_id=self.pass_id, erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
-            winner_search=self.winner_search, key_ranges=key_ranges)
+            tp=p.partition,
+            store=self.store,
+            segments=p.segments,
+            tail=p.tail,
+            strategy=rules.Strategy(p.config.compaction_strategy),
+            strategy_header=p.config.compaction_strategy_header,
+            keyless_drop=cleaner.keyless_records == "drop",
+            now_ms=now_ms,
+            log_start_offset=p.log_start_offset,
+            first_dirty_offset=p.first_dirty_offset,
+            clean_keys_unique=p.manifest.clean_keys_unique,
+            policy=apply_policy(p, now_ms, cleaner, key_ranges),
+            horizon_ms=horizon,
+            segment_format=segment_format,
+            batch_policy=batches,
+            pass_id=self.pass_id,
+            erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
+            winner_search=self.winner_search,
+            key_ranges=key_ranges,
+        )
         if key_ranges > 1 and against_dirty_keys(task):  # its clean section holds only the rows the dirty keys contest
             key_ranges = key_range_count(p, cleaner.task_max_records, clean_section=False)
             task = replace(task, key_ranges=key_ranges, policy=apply_policy(p, now_ms, cleaner, key_ranges))

@@ -57,11 +57,15 @@ class PartitionWork:
         found = [(v.path, s) for v in self.verdicts for s in v.segments if s.segment_base == segment.base_offset]
         rows = {s.rows for _, s in found}
         if len(rows) > 1:
-            raise SegmentChangedError(f"the key ranges of {self.task.tp} read {sorted(rows)} live rows of segment "
-                                      f"{segment.path}: it changed while they read it")
-        return SourceVerdicts(rows=rows.pop() if rows else 0, kept=lists_kept(segment, self.task.first_dirty_offset),
-                              listed=tuple((path, s.row_group) for path, s in found
-                                           if path is not None and s.row_group is not None))
+            raise SegmentChangedError(
+                f"the key ranges of {self.task.tp} read {sorted(rows)} live rows of segment "
+                f"{segment.path}: it changed while they read it"
+            )
+        return SourceVerdicts(
+            rows=rows.pop() if rows else 0,
+            kept=lists_kept(segment, self.task.first_dirty_offset),
+            listed=tuple((path, s.row_group) for path, s in found if path is not None and s.row_group is not None),
+        )
 
     def handed_paths(self) -> list[str]:
         """The hand-over objects the pass wrote for it (verdicts, pieces): deleted once it ends."""
@@ -86,8 +90,9 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
     """Commit a partition's pass (or report why it cannot be committed)."""
     p = work.log
     if work.failure is not None:
-        return PartitionResult.failed(p.plan, work.failure.error, internal=work.failure.internal,
-                                      trace=work.failure.trace)
+        return PartitionResult.failed(
+            p.plan, work.failure.error, internal=work.failure.internal, trace=work.failure.trace
+        )
     missing = [j.job_id for j in work.jobs if j.job_id not in work.results]
     if missing:
         return PartitionResult.failed(p.plan, f"apply job(s) {missing} produced no output", internal=True)
@@ -97,18 +102,28 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
     holding = {s.path: work.segment_counts.get(s.base_offset, empty).erased_keys for s in p.segments}
     unrewritten = [path for path, keys in holding.items() if keys and path not in {s.path for s in removed}]
     if unrewritten:  # lay_out rewrites every such segment: this is a bug, never committed as done
-        return PartitionResult.failed(p.plan, f"segment(s) {unrewritten} hold records of erased keys but were not "
-                                              "rewritten", internal=True)
+        return PartitionResult.failed(
+            p.plan, f"segment(s) {unrewritten} hold records of erased keys but were not rewritten", internal=True
+        )
     change = Replacement(
-        removed=(*p.expired_segments, *removed), added=tuple(added),
-        expected_first_dirty_offset=p.manifest.first_dirty_offset, first_dirty_offset=p.checkpoint_after,
-        expected_log_start_offset=p.manifest.log_start_offset, log_start_offset=p.log_start_offset,
+        removed=(*p.expired_segments, *removed),
+        added=tuple(added),
+        expected_first_dirty_offset=p.manifest.first_dirty_offset,
+        first_dirty_offset=p.checkpoint_after,
+        expected_log_start_offset=p.manifest.log_start_offset,
+        log_start_offset=p.log_start_offset,
         # A pass leaves one competing record per key in the range it decided, whatever the strategy.
-        clean_keys_unique=True if p.needs_dedupe else None, last_clean_ms=now_ms if p.needs_dedupe else None,
+        clean_keys_unique=True if p.needs_dedupe else None,
+        last_clean_ms=now_ms if p.needs_dedupe else None,
         next_horizon_ms=work.next_horizon_ms(),
-        erased=tuple(Erased(r.key_sha256, r.tombstone_offset,
-                            tuple(path for path, keys in holding.items() if r.key_sha256 in keys))
-                     for r in p.erasures), time_ms=now_ms)
+        erased=tuple(
+            Erased(
+                r.key_sha256, r.tombstone_offset, tuple(path for path, keys in holding.items() if r.key_sha256 in keys)
+            )
+            for r in p.erasures
+        ),
+        time_ms=now_ms,
+    )
     try:
         committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=p.manifest)
     except StoreError as err:
@@ -116,13 +131,18 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
     return PartitionResult.cleaned(p, committed, work, added, elapsed_ms=elapsed_ms)
 
 
-def reset_checkpoint(store: Store, p: Skipped, reset: CheckpointReset, writer: Writer, now_ms: int
-                     ) -> PartitionResult:
+def reset_checkpoint(store: Store, p: Skipped, reset: CheckpointReset, writer: Writer, now_ms: int) -> PartitionResult:
     """Write a checkpoint the planner reset (below the log start or past the log end) at once, as Kafka does
     even for a partition it does not clean; a reset that cannot be committed is a failure of the partition."""
     manifest = p.manifest
-    change = Replacement((), (), manifest.first_dirty_offset, reset.first_dirty_offset, manifest.log_start_offset,
-                         manifest.log_start_offset)
+    change = Replacement(
+        (),
+        (),
+        manifest.first_dirty_offset,
+        reset.first_dirty_offset,
+        manifest.log_start_offset,
+        manifest.log_start_offset,
+    )
     try:
         store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=manifest)
     except StoreError as err:

@@ -42,9 +42,15 @@ BATCH_ROWS = 131_072
 FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
 #: The facts :func:`classify` passes through to :func:`per_segment`, before the verdicts' own columns.
 PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", "error", "internal", "trace")
-DECIDED_SCHEMA = pa.schema([*(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
-                            ("code", pa.int8()), ("stamp", pa.bool_()), ("upcoming_horizon_ms", pa.int64()),
-                            ("erased_key", pa.string())])
+DECIDED_SCHEMA = pa.schema(
+    [
+        *(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
+        ("code", pa.int8()),
+        ("stamp", pa.bool_()),
+        ("upcoming_horizon_ms", pa.int64()),
+        ("erased_key", pa.string()),
+    ]
+)
 DECIDED_TYPE: StructType = from_arrow_schema(DECIDED_SCHEMA)
 RESULT_TYPE: StructType = from_arrow_schema(RESULT_SCHEMA)
 
@@ -59,7 +65,9 @@ def winners_by_window(df: DataFrame) -> DataFrame:
     order = ", ".join(f"`{name}` DESC" for name in ("competes", *rules.SURVIVAL_ORDER))
     return df.sparkSession.sql(
         f"SELECT *, competes AND row_number() OVER (PARTITION BY {_names(*KEY)} ORDER BY {order}) = 1 AS is_winner "
-        "FROM {facts}", facts=df)
+        "FROM {facts}",
+        facts=df,
+    )
 
 
 def winners_by_aggregate(df: DataFrame) -> DataFrame:
@@ -69,7 +77,8 @@ def winners_by_aggregate(df: DataFrame) -> DataFrame:
         f"WITH best AS (SELECT {_names(*KEY)}, max(struct({_names(*rules.SURVIVAL_ORDER)})).`offset` AS winner "
         f"FROM {{facts}} WHERE competes GROUP BY {_names(*KEY)}) "
         f"SELECT f.*, f.competes AND f.`offset` = b.winner AS is_winner FROM {{facts}} f LEFT JOIN best b ON {joined}",
-        facts=df)
+        facts=df,
+    )
 
 
 WINNER_SEARCHES: dict[rules.WinnerSearch, Callable[[DataFrame], DataFrame]] = {
@@ -94,9 +103,16 @@ def classify(df: DataFrame, *, now_ms: int, keyless_drop: bool) -> DataFrame:
             digests: list[str | None] = [None] * table.num_rows
             for row in np.flatnonzero(erased).tolist():
                 digests[row] = key_digest(table.column("key")[row].as_py())
-            yield from pa.table([*columns, pa.array(decided.code), pa.array(decided.stamp),
-                                 pa.array(upcoming, mask=upcoming == LONG_MAX), pa.array(digests, pa.string())],
-                                schema=DECIDED_SCHEMA).to_batches()
+            yield from pa.table(
+                [
+                    *columns,
+                    pa.array(decided.code),
+                    pa.array(decided.stamp),
+                    pa.array(upcoming, mask=upcoming == LONG_MAX),
+                    pa.array(digests, pa.string()),
+                ],
+                schema=DECIDED_SCHEMA,
+            ).to_batches()
 
     return df.mapInArrow(body, DECIDED_TYPE)
 
@@ -127,8 +143,13 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     chosen = listed | stamp
     path, group = None, None
     if chosen.any():
-        part = pa.table({"position": table.column("position").filter(pa.array(chosen)).cast(pa.int32()),
-                         "listed": listed[chosen], "stamp": stamp[chosen]})
+        part = pa.table(
+            {
+                "position": table.column("position").filter(pa.array(chosen)).cast(pa.int32()),
+                "listed": listed[chosen],
+                "stamp": stamp[chosen],
+            }
+        )
         path, (group,) = task.store.objects.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
     return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, counts, table.num_rows, group),))
 
@@ -152,8 +173,14 @@ def facts_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             found = run(partial(_read_facts, index), payload, ident=str(index))
             if isinstance(found, Failed):
                 row: dict[str, list[Any]] = {name: [None] for name in rules.FACTS_SCHEMA.names}
-                row.update(task=[index], segment_base=[-1], offset=[-1], error=[found.failure.error],
-                           internal=[found.failure.internal], trace=[found.failure.trace])
+                row.update(
+                    task=[index],
+                    segment_base=[-1],
+                    offset=[-1],
+                    error=[found.failure.error],
+                    internal=[found.failure.internal],
+                    trace=[found.failure.trace],
+                )
                 facts = pa.table(row, schema=rules.FACTS_SCHEMA)
             else:
                 facts = found.value
@@ -166,8 +193,9 @@ def _read_facts(index: int, payload: bytes) -> pa.Table:
     return read_facts(task, index)
 
 
-def decide_with_sql(stages: SparkStages, tasks: Sequence[CleanTask], search: rules.WinnerSearch, now_ms: int,
-                    keyless_drop: bool) -> list[Outcome]:
+def decide_with_sql(
+    stages: SparkStages, tasks: Sequence[CleanTask], search: rules.WinnerSearch, now_ms: int, keyless_drop: bool
+) -> list[Outcome]:
     """The verdicts on whole partitions by one of the Spark SQL winner searches: one outcome per segment (of the
     partitions whose facts were read), or a partition's failure."""
     if not tasks:

@@ -102,9 +102,20 @@ class Figures:
         """A log whose every segment goes: nothing to measure, the range ends at the log end, where the active
         segment's base would be; its erasure requests are carried out now, overdue as in a measured log."""
         erasing = erasures_overdue(erasures, now_ms)
-        return cls(CleanableOffsets(log_end_offset, None, log_end_offset, log_end_offset,
-                                    UncleanableBound.ACTIVE_SEGMENT), 0, 0, 0.0, 0, Roll.NONE, False, -1, erasing,
-                   erasing if erasing >= 0 else None, (), erasures)
+        return cls(
+            CleanableOffsets(log_end_offset, None, log_end_offset, log_end_offset, UncleanableBound.ACTIVE_SEGMENT),
+            0,
+            0,
+            0.0,
+            0,
+            Roll.NONE,
+            False,
+            -1,
+            erasing,
+            erasing if erasing >= 0 else None,
+            (),
+            erasures,
+        )
 
     @property
     def active_segment_rolled(self) -> bool:

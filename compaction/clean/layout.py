@@ -36,14 +36,20 @@ class SegmentCounts:
         return cls(records=0, kept=0, stamped=0, dropped={})
 
     @classmethod
-    def from_verdicts(cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray,
-                      erased_keys: frozenset[str] = frozenset()) -> SegmentCounts:
+    def from_verdicts(
+        cls, code: np.ndarray, stamp: np.ndarray, upcoming: np.ndarray, erased_keys: frozenset[str] = frozenset()
+    ) -> SegmentCounts:
         """The counts of one segment's decided rows: their codes (``KEPT`` or a reason's), which markers to
         stamp, their upcoming delete horizons (``LONG_MAX`` where none), and the digests of the keys of those
         it erases."""
-        return cls(records=len(code), kept=int(np.count_nonzero(code == KEPT)), stamped=int(stamp.sum()),
-                   dropped=reason_counts(code), erased_keys=erased_keys,
-                   next_horizon_ms=int(upcoming.min()) if len(upcoming) and upcoming.min() < LONG_MAX else None)
+        return cls(
+            records=len(code),
+            kept=int(np.count_nonzero(code == KEPT)),
+            stamped=int(stamp.sum()),
+            dropped=reason_counts(code),
+            erased_keys=erased_keys,
+            next_horizon_ms=int(upcoming.min()) if len(upcoming) and upcoming.min() < LONG_MAX else None,
+        )
 
     @property
     def lost(self) -> int:
@@ -55,10 +61,14 @@ class SegmentCounts:
         for reason, count in other.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
         horizons = [h for h in (self.next_horizon_ms, other.next_horizon_ms) if h is not None]
-        return SegmentCounts(records=self.records + other.records, kept=self.kept + other.kept,
-                              stamped=self.stamped + other.stamped, dropped=dropped,
-                              next_horizon_ms=min(horizons, default=None),
-                              erased_keys=self.erased_keys | other.erased_keys)
+        return SegmentCounts(
+            records=self.records + other.records,
+            kept=self.kept + other.kept,
+            stamped=self.stamped + other.stamped,
+            dropped=dropped,
+            next_horizon_ms=min(horizons, default=None),
+            erased_keys=self.erased_keys | other.erased_keys,
+        )
 
     def with_hidden_erased(self, keys: frozenset[str]) -> SegmentCounts:
         """These counts, with the keys of erased records found among those no reader sees."""
@@ -120,14 +130,27 @@ def takes_vector(segment: SegmentMeta, counts: SegmentCounts, first_dirty_offset
     (a segment that takes a deletion vector stands alone)."""
     old = segment.deletes
     deleted = (old.count if old else 0) + counts.lost
-    changed = (segment.next_offset > first_dirty_offset or bool(counts.erased_keys)
-               or _needs_stamp(segment, counts, first_dirty_offset) or _aged(segment, policy))
-    return bool(counts.lost) and not changed and policy.deletion_vector_max_ratio > 0 \
+    changed = (
+        segment.next_offset > first_dirty_offset
+        or bool(counts.erased_keys)
+        or _needs_stamp(segment, counts, first_dirty_offset)
+        or _aged(segment, policy)
+    )
+    return (
+        bool(counts.lost)
+        and not changed
+        and policy.deletion_vector_max_ratio > 0
         and deleted <= policy.deletion_vector_max_ratio * segment.record_count
+    )
 
 
-def lay_out(segments: Sequence[SegmentMeta], segment_counts: dict[int, SegmentCounts], first_dirty_offset: int,
-              policy: ApplyPolicy, reframe: frozenset[int] = frozenset()) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
+def lay_out(
+    segments: Sequence[SegmentMeta],
+    segment_counts: dict[int, SegmentCounts],
+    first_dirty_offset: int,
+    policy: ApplyPolicy,
+    reframe: frozenset[int] = frozenset(),
+) -> list[tuple[tuple[SegmentMeta, ...], bool]]:
     """The apply jobs for a partition's cleaned range: ``(sources, deletes_only)`` pairs.
 
     A segment that holds a record an erasure request erases (seen or hidden) is rewritten: a deletion vector
@@ -152,8 +175,11 @@ def lay_out(segments: Sequence[SegmentMeta], segment_counts: dict[int, SegmentCo
     # The share of the work: max_group_records of the records read, with their part of the writes. Compared in
     # integers (work * read against the share's numerator), so that a share of every record fits them all.
     read = max(1, sum(s.live_records for s in segments))
-    share_of_work = None if policy.max_group_records is None else \
-        policy.max_group_records * (read + WRITE_COST * sum(segment_counts[s.base_offset].kept for s in segments))
+    share_of_work = (
+        None
+        if policy.max_group_records is None
+        else policy.max_group_records * (read + WRITE_COST * sum(segment_counts[s.base_offset].kept for s in segments))
+    )
 
     def flush() -> None:
         nonlocal group, size, work
@@ -166,8 +192,13 @@ def lay_out(segments: Sequence[SegmentMeta], segment_counts: dict[int, SegmentCo
         counts = segment_counts[base]
         if takes_vector(segment, counts, first_dirty_offset, policy):
             vector.add(base)
-        elif counts.lost or counts.erased_keys or _needs_stamp(segment, counts, first_dirty_offset) \
-                or _aged(segment, policy) or base in reframe:
+        elif (
+            counts.lost
+            or counts.erased_keys
+            or _needs_stamp(segment, counts, first_dirty_offset)
+            or _aged(segment, policy)
+            or base in reframe
+        ):
             rewrite.add(base)
         estimate = counts.estimated_bytes(segment)
         if base in vector or (base not in rewrite and estimate >= policy.segment_bytes // SMALL_SEGMENT_DIVISOR):

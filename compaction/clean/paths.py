@@ -85,16 +85,24 @@ class Runner:
                 sizes.append(size)
         return bins
 
-    def tasks(self, body: Callable[[Any], Any], units: Sequence[Any], owners: dict[str, PartitionWork], take: Take,
-              weight: Callable[[Any], int] = lambda unit: 0) -> None:
+    def tasks(
+        self,
+        body: Callable[[Any], Any],
+        units: Sequence[Any],
+        owners: dict[str, PartitionWork],
+        take: Take,
+        weight: Callable[[Any], int] = lambda unit: 0,
+    ) -> None:
         """``body`` on each unit (packed by ``weight``), each outcome taken by the partition that owns its unit."""
+
         def call(chosen: list[Any]) -> list[Outcome]:
             return self.stages.map_tasks(body, self.packed(chosen, weight), self.threads)
 
         self.gather(isolated(call, _by_partition(units, owners), self.progress), owners, take)
 
-    def gather(self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take,
-               complete: bool = True) -> None:
+    def gather(
+        self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take, complete: bool = True
+    ) -> None:
         """The one place outcomes meet their partitions: a failure is the partition's, a value is taken by it; with
         ``complete`` (every unit returns an outcome), a unit that returned nothing fails its partition as a bug."""
         seen = set()
@@ -150,8 +158,10 @@ class Whole(Path):
 
     def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
         tasks = [w.task for w in items]
-        runner.progress(f"cleaning {len(items)} partition(s) in {len(runner.packed(tasks, _records))} task(s), "
-                        f"{extent(items)} (plan: arrow)")
+        runner.progress(
+            f"cleaning {len(items)} partition(s) in {len(runner.packed(tasks, _records))} task(s), "
+            f"{extent(items)} (plan: arrow)"
+        )
         runner.tasks(clean_in_task, tasks, {w.task.ident: w for w in items}, _take_cleaned, _records)
 
 
@@ -173,8 +183,12 @@ class Staged(Path):
     def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
         """Erased records that only the objects hold, then the layout of each partition's new objects (on the
         driver, from the counts), then one task per apply job (small ones packed)."""
-        erasing = [w for w in items if w.task.erasures and any(
-            s.deletes is not None or s.base_offset < w.task.log_start_offset for s in w.task.segments)]
+        erasing = [
+            w
+            for w in items
+            if w.task.erasures
+            and any(s.deletes is not None or s.base_offset < w.task.log_start_offset for s in w.task.segments)
+        ]
         if erasing:
             runner.tasks(hidden_erased, [w.task for w in erasing], {w.task.ident: w for w in erasing}, _take_hidden)
         jobs: list[tuple[ApplyJob, PartitionWork]] = []
@@ -182,11 +196,18 @@ class Staged(Path):
             task = item.task
             for segment in task.segments:
                 item.segment_counts.setdefault(segment.base_offset, SegmentCounts.empty())
-            laid_out = lay_out(task.segments, item.segment_counts, task.first_dirty_offset, task.policy,
-                                 stale_empty_batches(task.segments, task.batch_policy))
+            laid_out = lay_out(
+                task.segments,
+                item.segment_counts,
+                task.first_dirty_offset,
+                task.policy,
+                stale_empty_batches(task.segments, task.batch_policy),
+            )
             try:
-                item.jobs = [task.job(job_id, sources, deletes_only, tuple(item.source_verdicts(s) for s in sources))
-                             for job_id, (sources, deletes_only) in enumerate(laid_out)]
+                item.jobs = [
+                    task.job(job_id, sources, deletes_only, tuple(item.source_verdicts(s) for s in sources))
+                    for job_id, (sources, deletes_only) in enumerate(laid_out)
+                ]
             except CompactionError as err:
                 item.fail(Failure.of(err))
                 continue
@@ -200,11 +221,17 @@ class Staged(Path):
         if not jobs:
             return
         rewrites = [job for job, _ in jobs if not job.deletes_only]
-        runner.progress(f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
-                        f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)")
-        runner.tasks(apply_listed, [job for job, _ in jobs], {job.ident: item for job, item in jobs},
-                     lambda item, result: item.add(result),
-                     lambda job: sum(s.live_records for s in job.sources))
+        runner.progress(
+            f"applying: {len(rewrites)} rewrite(s) of {sum(len(j.sources) for j in rewrites)} "
+            f"segment(s), {len(jobs) - len(rewrites)} deletion vector(s)"
+        )
+        runner.tasks(
+            apply_listed,
+            [job for job, _ in jobs],
+            {job.ident: item for job, item in jobs},
+            lambda item, result: item.add(result),
+            lambda job: sum(s.live_records for s in job.sources),
+        )
 
 
 def _take_hidden(item: PartitionWork, found: dict[int, frozenset[str]]) -> None:
@@ -222,8 +249,10 @@ class Ranges(Staged):
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
         runner.tasks(sample_bounds, [w.task for w in items], {w.task.ident: w for w in items}, _take_bounds)
         standing = [w for w in items if w.failure is None]
-        runner.progress(f"deciding survivors in {len(standing)} partition(s) with "
-                        f"{sum(w.task.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})")
+        runner.progress(
+            f"deciding survivors in {len(standing)} partition(s) with "
+            f"{sum(w.task.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})"
+        )
         owners = {}
         for item in standing:
             owners.update({replace(item.task, key_range=b).ident: item for b in range(item.task.key_ranges)})
@@ -251,18 +280,35 @@ class RangesHanded(Ranges):
 
     def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
         """Each run of segments read once, its rows handed to the key ranges in the store; then a task per range."""
-        runs = [RunRead(task=replace(task, segments=segments)) for task in ranges if task.key_range == 0
-                for segments in segment_runs(task.segments, runner.task_max_records)]
+        runs = [
+            RunRead(task=replace(task, segments=segments))
+            for task in ranges
+            if task.key_range == 0
+            for segments in segment_runs(task.segments, runner.task_max_records)
+        ]
         by_run = {run.ident: owners[run.task.ident] for run in runs}
         handed: dict[int, list[HandedRun]] = {}
-        runner.tasks(hand_out, runs, by_run, lambda item, run: handed.setdefault(id(item), []).append(run),
-                     lambda run: run.task.records)
+        runner.tasks(
+            hand_out,
+            runs,
+            by_run,
+            lambda item, run: handed.setdefault(id(item), []).append(run),
+            lambda run: run.task.records,
+        )
         standing = [task for task in ranges if owners[task.ident].failure is None]
         for task in standing:
             item = owners[task.ident]
             item.handed.update(run.path for run in handed[id(item)])
-        chosen = [replace(task, pieces=tuple(run.piece(task.key_range) for run in sorted(
-            handed[id(owners[task.ident])], key=lambda r: r.first_segment))) for task in standing]
+        chosen = [
+            replace(
+                task,
+                pieces=tuple(
+                    run.piece(task.key_range)
+                    for run in sorted(handed[id(owners[task.ident])], key=lambda r: r.first_segment)
+                ),
+            )
+            for task in standing
+        ]
         runner.tasks(decide_handed, chosen, owners, _take_verdicts, lambda task: runner.task_max_records)
 
 
@@ -278,15 +324,18 @@ class AgainstDirtyKeys(Staged):
         for item in items:
             task = item.task
             dirty = tuple(s for s in task.segments if s.next_offset > task.first_dirty_offset)
-            clean = task.segments[:len(task.segments) - len(dirty)]
-            mine = [CleanRun(task=replace(task, segments=run), dirty=dirty)
-                    for run in segment_runs(clean, runner.task_max_records)]
+            clean = task.segments[: len(task.segments) - len(dirty)]
+            mine = [
+                CleanRun(task=replace(task, segments=run), dirty=dirty)
+                for run in segment_runs(clean, runner.task_max_records)
+            ]
             if dirty:
                 mine.append(CleanRun(task=replace(task, segments=dirty)))
             runs += mine
             owners.update({run.ident: item for run in mine})
-        runner.progress(f"deciding survivors in {len(items)} partition(s) in {len(runs)} run(s), {extent(items)} "
-                        f"({self.name})")
+        runner.progress(
+            f"deciding survivors in {len(items)} partition(s) in {len(runs)} run(s), {extent(items)} ({self.name})"
+        )
         runner.tasks(clean_run, runs, owners, _take_verdicts, lambda run: run.records)
 
 
@@ -313,8 +362,9 @@ class SqlWinnerSearch(Staged):
 
         # An outcome per segment with live rows: a partition with none has nothing to decide, and no outcome.
         owners = {w.task.ident: w for w in items}
-        runner.gather(isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts,
-                      complete=False)
+        runner.gather(
+            isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts, complete=False
+        )
 
 
 WHOLE = Whole()
@@ -343,9 +393,13 @@ def against_dirty_keys(task: CleanTask) -> bool:
     winner search under the offset strategy (a dirty record then beats every clean record of its key), a unique clean
     section read sparsely (no transactions, no erasure requests: ``facts.reads_clean_sparsely``) holding more than
     :data:`DIRTY_KEYS_FROM_BYTES`. Its key ranges are then counted by its dirty section alone."""
-    return (task.winner_search is rules.WinnerSearch.ARROW and task.strategy is rules.Strategy.OFFSET
-            and reads_clean_sparsely(task) and sum(s.live_size_bytes for s in task.segments
-                                                   if s.next_offset <= task.first_dirty_offset) > DIRTY_KEYS_FROM_BYTES)
+    return (
+        task.winner_search is rules.WinnerSearch.ARROW
+        and task.strategy is rules.Strategy.OFFSET
+        and reads_clean_sparsely(task)
+        and sum(s.live_size_bytes for s in task.segments if s.next_offset <= task.first_dirty_offset)
+        > DIRTY_KEYS_FROM_BYTES
+    )
 
 
 def path_of(task: CleanTask) -> Path:

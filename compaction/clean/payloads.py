@@ -76,14 +76,29 @@ class CleanTask(Payload):
         """Live records of the segments it covers."""
         return sum(s.live_records for s in self.segments)
 
-    def job(self, job_id: int, sources: tuple[SegmentMeta, ...], deletes_only: bool,
-            verdicts: tuple[SourceVerdicts, ...] = ()) -> ApplyJob:
+    def job(
+        self,
+        job_id: int,
+        sources: tuple[SegmentMeta, ...],
+        deletes_only: bool,
+        verdicts: tuple[SourceVerdicts, ...] = (),
+    ) -> ApplyJob:
         """Apply job ``job_id`` of this pass: rewrite ``sources`` into one segment, or extend a deletion vector
         (``verdicts``: where the verdicts on each source are listed, unless the job runs in the deciding task)."""
-        return ApplyJob(tp=self.tp, store=self.store, job_id=job_id, sources=sources, horizon_ms=self.horizon_ms,
-                        now_ms=self.now_ms, log_start_offset=self.log_start_offset, deletes_only=deletes_only,
-                        pass_id=self.pass_id, segment_format=self.segment_format, batch_policy=self.batch_policy,
-                        verdicts=verdicts)
+        return ApplyJob(
+            tp=self.tp,
+            store=self.store,
+            job_id=job_id,
+            sources=sources,
+            horizon_ms=self.horizon_ms,
+            now_ms=self.now_ms,
+            log_start_offset=self.log_start_offset,
+            deletes_only=deletes_only,
+            pass_id=self.pass_id,
+            segment_format=self.segment_format,
+            batch_policy=self.batch_policy,
+            verdicts=verdicts,
+        )
 
 
 @dataclass(frozen=True)
@@ -225,8 +240,13 @@ class AppliedJob(Payload):
     @classmethod
     def of(cls, job: ApplyJob, **figures: Any) -> AppliedJob:
         """The result of ``job`` with the given figures (fields of this class)."""
-        return cls(tp=job.tp, job_id=job.job_id, sources=tuple(s.base_offset for s in job.sources),
-                   deletes_only=job.deletes_only, **figures)
+        return cls(
+            tp=job.tp,
+            job_id=job.job_id,
+            sources=tuple(s.base_offset for s in job.sources),
+            deletes_only=job.deletes_only,
+            **figures,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

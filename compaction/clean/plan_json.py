@@ -45,6 +45,7 @@ def partition_json(p: PartitionPlan) -> dict[str, Any]:
         "expired_segments": [s.path for s in retention.expired_segments] if retention else [],
         "erasures": [r.key_sha256 for r in figures.erasures] if figures else [],
         "clean_range": [retention.log_start_offset, offsets.first_uncleanable_offset]
-        if isinstance(p, Selected) and retention and offsets else None,
+        if isinstance(p, Selected) and retention and offsets
+        else None,
         "segments": [s.path for s in figures.segments] if figures else [],
     }

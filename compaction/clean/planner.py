@@ -90,10 +90,19 @@ class Selected:
     def to_clean(self) -> LogToClean:
         """The partition as a clean pass takes it."""
         offsets = self.figures.offsets
-        return LogToClean(self, self.partition, self.manifest, self.config, self.retention.log_start_offset,
-                          offsets.first_dirty_offset, offsets.first_uncleanable_offset, self.figures.segments,
-                          self.retention.expired_segments, self.needs_dedupe, self.figures.erasures)
-
+        return LogToClean(
+            self,
+            self.partition,
+            self.manifest,
+            self.config,
+            self.retention.log_start_offset,
+            offsets.first_dirty_offset,
+            offsets.first_uncleanable_offset,
+            self.figures.segments,
+            self.retention.expired_segments,
+            self.needs_dedupe,
+            self.figures.erasures,
+        )
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,6 @@ class Skipped:
         return self.figures.offsets.checkpoint_reset if self.figures is not None else None
 
 
-
 @dataclass(frozen=True)
 class Uncleanable:
     """A partition that cannot be planned: its manifest could not be read (the reason says why)."""
@@ -123,7 +131,6 @@ class Uncleanable:
     decision: ClassVar[Decision] = Decision.UNCLEANABLE
     partition: TopicPartition
     reason: Reasons
-
 
 
 #: One partition's plan: the tag is the class (and its ``decision``).
@@ -233,8 +240,9 @@ def roll(manifest: Manifest, config: TopicConfig, now_ms: int, pending: Sequence
     return Roll.FOR_ERASURE if pending else Roll.NONE
 
 
-def expired_by_retention(segments: Sequence[SegmentMeta], config: TopicConfig, now_ms: int,
-                         rolled: bool) -> tuple[SegmentMeta, ...]:
+def expired_by_retention(
+    segments: Sequence[SegmentMeta], config: TopicConfig, now_ms: int, rolled: bool
+) -> tuple[SegmentMeta, ...]:
     """Leading non-active segments past ``retention.ms`` or beyond ``retention.bytes`` (Kafka's
     deleteOldSegments); the last segment is a candidate once it counts as rolled."""
     if not config.delete:
@@ -263,7 +271,7 @@ def delete_old_segments(manifest: Manifest, config: TopicConfig, now_ms: int, ro
     below = len(list(itertools.takewhile(lambda s: s.next_offset <= manifest.log_start_offset, manifest.segments)))
     retained = expired_by_retention(manifest.segments[below:], config, now_ms, rolled is Roll.AGED)
     expired = (*manifest.segments[:below], *retained)
-    left = manifest.segments[len(expired):]
+    left = manifest.segments[len(expired) :]
     log_start = (left[0].base_offset if left else manifest.log_end_offset) if retained else manifest.log_start_offset
     return Retention(log_start, expired, below, len(retained))
 
@@ -282,8 +290,9 @@ def non_active_segments(segments: Sequence[SegmentMeta], rolled: Roll) -> Sequen
     return segments if rolled is not Roll.NONE else segments[:-1]
 
 
-def cleanable_offsets(manifest: Manifest, segments: Sequence[SegmentMeta], log_start: int, rolled: Roll,
-                      config: TopicConfig, now_ms: int) -> CleanableOffsets:
+def cleanable_offsets(
+    manifest: Manifest, segments: Sequence[SegmentMeta], log_start: int, rolled: Roll, config: TopicConfig, now_ms: int
+) -> CleanableOffsets:
     """Kafka's ``cleanableOffsets``: the validated checkpoint, and the first uncleanable offset, the least of the
     active segment's base, the last stable offset and the first dirty segment newer than ``min.compaction.lag.ms``
     (``max``'d with the first dirty offset), rounded down to a segment boundary."""
@@ -293,12 +302,23 @@ def cleanable_offsets(manifest: Manifest, segments: Sequence[SegmentMeta], log_s
     lag_bound = None
     if config.min_compaction_lag_ms > 0:
         min_lag_cutoff_ms = now_ms - config.min_compaction_lag_ms  # a segment with a record after it is too new
-        lag_bound = next((s.base_offset for s in non_active[_floor_index(non_active, first_dirty):]
-                          if s.time_ms > min_lag_cutoff_ms), None)
-    uncleanable, bound = rules.uncleanable_offset(first_dirty_offset=first_dirty, active_base=active_base,
-                                                  last_stable_offset=manifest.last_stable_offset, lag_bound=lag_bound)
-    first_uncleanable = rules.first_uncleanable_offset(uncleanable, [s.base_offset for s in non_active],
-                                                       [s.next_offset for s in non_active], active_base)
+        lag_bound = next(
+            (
+                s.base_offset
+                for s in non_active[_floor_index(non_active, first_dirty) :]
+                if s.time_ms > min_lag_cutoff_ms
+            ),
+            None,
+        )
+    uncleanable, bound = rules.uncleanable_offset(
+        first_dirty_offset=first_dirty,
+        active_base=active_base,
+        last_stable_offset=manifest.last_stable_offset,
+        lag_bound=lag_bound,
+    )
+    first_uncleanable = rules.first_uncleanable_offset(
+        uncleanable, [s.base_offset for s in non_active], [s.next_offset for s in non_active], active_base
+    )
     return CleanableOffsets(first_dirty, reset, uncleanable, first_uncleanable, bound)
 
 
@@ -321,8 +341,9 @@ def dirty_ratio(clean_bytes: int, cleanable_bytes: int) -> float:
 def max_compaction_delay(dirty: Sequence[SegmentMeta], config: TopicConfig, now_ms: int) -> int:
     """Kafka's ``maxCompactionDelay``: how long past ``max.compaction.lag.ms`` the earliest first record of the
     dirty non-active segments is (0 if within it; first timestamps of 0 or less do not count)."""
-    first_times = [s.live_first_timestamp for s in dirty
-                   if s.live_first_timestamp is not None and s.live_first_timestamp > 0]
+    first_times = [
+        s.live_first_timestamp for s in dirty if s.live_first_timestamp is not None and s.live_first_timestamp > 0
+    ]
     earliest = min(first_times, default=None)
     clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
     return clean_until - earliest if earliest is not None and earliest < clean_until else 0
@@ -333,8 +354,9 @@ def is_purge_due(manifest: Manifest, in_range: Sequence[SegmentMeta], cleanable_
     horizon is due; the horizons that had passed by then and stayed are guarded until the range grows (or, for a
     log no pass has recorded that for, any passed horizon counts)."""
     if manifest.last_clean_ms is None or cleanable_bytes > 0:
-        return any(s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms
-                   for s in in_range)
+        return any(
+            s.live_min_delete_horizon_ms is not None and s.live_min_delete_horizon_ms <= now_ms for s in in_range
+        )
     # (the last pass's range may have held the active segment, rolled for an erasure: not this one's)
     return bool(in_range) and manifest.next_horizon_ms is not None and manifest.next_horizon_ms <= now_ms
 
@@ -344,27 +366,49 @@ def deletion_vectors_overdue(in_range: Sequence[SegmentMeta], max_age_ms: int | 
     ``deletion.vector.max.age.ms`` (-1: none is due, or no maximum age)."""
     if max_age_ms is None:
         return -1
-    return max((now_ms - rules.saturating_add(s.deletes.created_ms, max_age_ms)
-                for s in in_range if s.deletes is not None), default=-1)
+    return max(
+        (now_ms - rules.saturating_add(s.deletes.created_ms, max_age_ms) for s in in_range if s.deletes is not None),
+        default=-1,
+    )
 
 
-def measure(manifest: Manifest, segments: Sequence[SegmentMeta], retention: Retention, rolled: Roll,
-            config: TopicConfig, now_ms: int, *, deletion_vector_max_age_ms: int | None = None) -> Figures:
+def measure(
+    manifest: Manifest,
+    segments: Sequence[SegmentMeta],
+    retention: Retention,
+    rolled: Roll,
+    config: TopicConfig,
+    now_ms: int,
+    *,
+    deletion_vector_max_age_ms: int | None = None,
+) -> Figures:
     """Kafka's figures of a partition with ``segments`` left after retention, and the erasure requests the range
     covers: these are carried out now, due at once, overdue past their deadline."""
     offsets = cleanable_offsets(manifest, segments, retention.log_start_offset, rolled, config, now_ms)
     clean_bytes, cleanable_bytes = calculate_cleanable_bytes(segments, offsets)
     non_active = non_active_segments(segments, rolled)
-    delay = max_compaction_delay(non_active[_floor_index(non_active, offsets.first_dirty_offset):], config, now_ms)
+    delay = max_compaction_delay(non_active[_floor_index(non_active, offsets.first_dirty_offset) :], config, now_ms)
     in_range = tuple(s for s in segments if s.base_offset < offsets.first_uncleanable_offset)
     vectors_overdue = deletion_vectors_overdue(in_range, deletion_vector_max_age_ms, now_ms)
-    erasures = tuple(r for r in manifest.erasures
-                     if r.state == "pending" and r.tombstone_offset < offsets.first_uncleanable_offset)
+    erasures = tuple(
+        r for r in manifest.erasures if r.state == "pending" and r.tombstone_offset < offsets.first_uncleanable_offset
+    )
     erasing = erasures_overdue(erasures, now_ms)
     overdue = max(delay if delay > 0 and cleanable_bytes > 0 else -1, vectors_overdue, erasing)
-    return Figures(offsets, clean_bytes, cleanable_bytes, dirty_ratio(clean_bytes, cleanable_bytes), delay, rolled,
-                   is_purge_due(manifest, in_range, cleanable_bytes, now_ms), vectors_overdue, erasing,
-                   overdue if overdue >= 0 else None, in_range, erasures)
+    return Figures(
+        offsets,
+        clean_bytes,
+        cleanable_bytes,
+        dirty_ratio(clean_bytes, cleanable_bytes),
+        delay,
+        rolled,
+        is_purge_due(manifest, in_range, cleanable_bytes, now_ms),
+        vectors_overdue,
+        erasing,
+        overdue if overdue >= 0 else None,
+        in_range,
+        erasures,
+    )
 
 
 def grounds(figures: Figures, retention: Retention, config: TopicConfig) -> Reason | None:
@@ -386,8 +430,9 @@ def grounds(figures: Figures, retention: Retention, config: TopicConfig) -> Reas
     return None
 
 
-def choose(tp: TopicPartition, manifest: Manifest, config: TopicConfig, retention: Retention,
-           figures: Figures) -> Selected | Skipped:
+def choose(
+    tp: TopicPartition, manifest: Manifest, config: TopicConfig, retention: Retention, figures: Figures
+) -> Selected | Skipped:
     """Select a measured partition with its reasons, or skip it with why nothing selects it; either way the pending
     erasure requests past the range say what they wait for."""
     waiting = sum(1 for r in manifest.erasures if r.state == "pending") - len(figures.erasures)
@@ -402,15 +447,30 @@ def choose(tp: TopicPartition, manifest: Manifest, config: TopicConfig, retentio
             why = NothingCleanable(figures.offsets.bound, manifest.last_stable_offset)
         return Skipped(tp, manifest, config, Reasons(why, wait), retention, figures)
     # Aged deletion vectors and retention are named after the rest, unless they decided (then they come first).
-    aged = () if figures.deletion_vectors_overdue_ms < 0 or isinstance(first, DeletionVectorsAged) \
+    aged = (
+        ()
+        if figures.deletion_vectors_overdue_ms < 0 or isinstance(first, DeletionVectorsAged)
         else (DeletionVectorsAged(figures.deletion_vectors_overdue_ms),)
+    )
     expired = () if not retention.expired_segments or isinstance(first, RetentionExpired) else (retention.reason,)
-    return Selected(tp, manifest, config, Reasons(first, (*wait, *aged, *expired)), retention, figures,
-                    dedupe=not isinstance(first, RetentionExpired))
+    return Selected(
+        tp,
+        manifest,
+        config,
+        Reasons(first, (*wait, *aged, *expired)),
+        retention,
+        figures,
+        dedupe=not isinstance(first, RetentionExpired),
+    )
 
 
-def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int,
-                   deletion_vector_max_age_ms: int | None = None) -> Selected | Skipped:
+def plan_partition(
+    tp: TopicPartition,
+    manifest: Manifest,
+    config: TopicConfig,
+    now_ms: int,
+    deletion_vector_max_age_ms: int | None = None,
+) -> Selected | Skipped:
     """Kafka's selection arithmetic for one partition (no budget, no ordering), and its erasure requests'.
 
     A pending erasure request selects the partition at once, whatever its dirty ratio, and rolls the active
@@ -422,10 +482,11 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
         return Skipped(tp, manifest, config, Reasons(NotCompacted(config.cleanup_policy, len(pending))))
     rolled = roll(manifest, config, now_ms, pending)
     retention = delete_old_segments(manifest, config, now_ms, rolled)
-    segments = manifest.segments[len(retention.expired_segments):]
+    segments = manifest.segments[len(retention.expired_segments) :]
     if segments:
-        figures = measure(manifest, segments, retention, rolled, config, now_ms,
-                          deletion_vector_max_age_ms=deletion_vector_max_age_ms)
+        figures = measure(
+            manifest, segments, retention, rolled, config, now_ms, deletion_vector_max_age_ms=deletion_vector_max_age_ms
+        )
         return choose(tp, manifest, config, retention, figures)
     if not retention.expired_segments and not pending:
         return Skipped(tp, manifest, config, Reasons(EmptyLog()), retention)
@@ -438,8 +499,13 @@ def plan_partition(tp: TopicPartition, manifest: Manifest, config: TopicConfig, 
 # The run ----------------------------------------------------------------------------------------------------------
 
 
-def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Callable[[str], TopicConfig], now_ms: int,
-         byte_budget: int | None = None, deletion_vector_max_age_ms: int | None = None) -> CompactionPlan:
+def plan(
+    manifests: Mapping[TopicPartition, Manifest | Exception],
+    config: Callable[[str], TopicConfig],
+    now_ms: int,
+    byte_budget: int | None = None,
+    deletion_vector_max_age_ms: int | None = None,
+) -> CompactionPlan:
     """Plan a run: select cleanable partitions, within an optional byte budget.
 
     ``config(topic)`` gives a topic's effective configuration. A partition whose manifest could not be
@@ -465,8 +531,10 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
     max_delay = max((f.compaction_delay_ms for f in measured), default=0)
     delayed = sum(1 for f in measured if f.compaction_delay_ms > 0)
 
-    selected = sorted((p for p in plans if isinstance(p, Selected)), key=lambda p: (
-        p.figures.overdue_ms is None, -(p.figures.overdue_ms or 0), -p.figures.cleanable_ratio))
+    selected = sorted(
+        (p for p in plans if isinstance(p, Selected)),
+        key=lambda p: (p.figures.overdue_ms is None, -(p.figures.overdue_ms or 0), -p.figures.cleanable_ratio),
+    )
     skipped: list[PartitionPlan] = [p for p in plans if isinstance(p, Skipped)]
     if byte_budget is not None:
         within: list[Selected] = []
@@ -475,8 +543,9 @@ def plan(manifests: Mapping[TopicPartition, Manifest | Exception], config: Calla
             if within and spent + p.work_bytes > byte_budget:
                 skipped.append(_deferred(p, byte_budget))
                 continue
-            within.append(p if p.figures.overdue_ms is None
-                          else replace(p, reason=p.reason.adding(OverdueFirstInBudget())))
+            within.append(
+                p if p.figures.overdue_ms is None else replace(p, reason=p.reason.adding(OverdueFirstInBudget()))
+            )
             spent += p.work_bytes
         selected = within
     return CompactionPlan(now_ms, tuple(selected + skipped + uncleanable), max_dirty, max_delay, delayed, byte_budget)

@@ -37,8 +37,11 @@ class NotCompacted(Reason):
     stranded_erasures: int
 
     def __str__(self) -> str:
-        stranded = (f"; {self.stranded_erasures} erasure request(s) cannot be carried out (a tombstone deletes "
-                    "nothing there)") if self.stranded_erasures else ""
+        stranded = (
+            (f"; {self.stranded_erasures} erasure request(s) cannot be carried out (a tombstone deletes nothing there)")
+            if self.stranded_erasures
+            else ""
+        )
         return f"cleanup.policy={','.join(self.cleanup_policy)}: not compacted{stranded}"
 
 
@@ -113,8 +116,10 @@ class RetentionExpired(Reason):
     below_log_start: int
 
     def __str__(self) -> str:
-        notes = ((self.past_retention, f"retention: {self.past_retention} segment(s) expired"),
-                 (self.below_log_start, f"{self.below_log_start} segment(s) below the log start"))
+        notes = (
+            (self.past_retention, f"retention: {self.past_retention} segment(s) expired"),
+            (self.below_log_start, f"{self.below_log_start} segment(s) below the log start"),
+        )
         return "; ".join(note for count, note in notes if count)
 
 

@@ -103,28 +103,46 @@ class PartitionResult:
             case Skipped():
                 # The checkpoint the planner read: none for a topic it did not look into (not compacted).
                 checkpoint = p.manifest.first_dirty_offset if p.retention is not None else None
-                return cls(str(p.partition), Status.SKIPPED, str(p.reason), version_before=p.manifest.version,
-                           checkpoint_before=checkpoint)
+                return cls(
+                    str(p.partition),
+                    Status.SKIPPED,
+                    str(p.reason),
+                    version_before=p.manifest.version,
+                    checkpoint_before=checkpoint,
+                )
 
     @classmethod
-    def failed(cls, p: Selected | Skipped, error: str, *, internal: bool = False, trace: str | None = None
-               ) -> PartitionResult:
+    def failed(
+        cls, p: Selected | Skipped, error: str, *, internal: bool = False, trace: str | None = None
+    ) -> PartitionResult:
         """A selected partition whose pass or commit failed, or a skipped one whose checkpoint reset failed."""
         log.warning("partition %s is uncleanable: %s%s", p.partition, "internal error: " if internal else "", error)
         match p:
-            case Selected(retention=retention, figures=figures) | Skipped(retention=Retention() as retention,
-                                                                          figures=Figures() as figures):
+            case (
+                Selected(retention=retention, figures=figures)
+                | Skipped(retention=Retention() as retention, figures=Figures() as figures)
+            ):
                 clean_range = [retention.log_start_offset, figures.offsets.first_uncleanable_offset]
                 cleanable_bytes = figures.cleanable_bytes
             case _:  # (the planner resets only a checkpoint it measured the log for)
                 clean_range, cleanable_bytes = [0, 0], 0
-        return cls(str(p.partition), Status.FAILED, str(p.reason), error=error, internal=internal, trace=trace,
-                   version_before=p.manifest.version, checkpoint_before=p.manifest.first_dirty_offset,
-                   clean_range=clean_range, stats=CleanerStats(cleanable_bytes=cleanable_bytes))
+        return cls(
+            str(p.partition),
+            Status.FAILED,
+            str(p.reason),
+            error=error,
+            internal=internal,
+            trace=trace,
+            version_before=p.manifest.version,
+            checkpoint_before=p.manifest.first_dirty_offset,
+            clean_range=clean_range,
+            stats=CleanerStats(cleanable_bytes=cleanable_bytes),
+        )
 
     @classmethod
-    def cleaned(cls, target: LogToClean, committed: Manifest, work: PartitionDone, added: list[SegmentMeta],
-                elapsed_ms: int) -> PartitionResult:
+    def cleaned(
+        cls, target: LogToClean, committed: Manifest, work: PartitionDone, added: list[SegmentMeta], elapsed_ms: int
+    ) -> PartitionResult:
         """A partition committed: ``work`` is what the pass did of it, ``added`` the segments its commit added."""
         p = target
         segment_counts, jobs = work.segment_counts, work.jobs
@@ -151,7 +169,8 @@ class PartitionResult:
             segments_rewritten=len(rewritten),
             segments_written=len(added) - sum(1 for j in jobs if j.deletes_only),
             # rewrites that kept no record: their segments go, their range stays part of the log
-            segments_emptied=sum(1 for j in jobs if not j.deletes_only) - len(added)
+            segments_emptied=sum(1 for j in jobs if not j.deletes_only)
+            - len(added)
             + sum(1 for j in jobs if j.deletes_only),
             deletion_vectors_written=sum(1 for j in jobs if j.deletes_only),
             segments_untouched=len(p.segments) - len(replaced),
@@ -161,28 +180,39 @@ class PartitionResult:
             records_before=sum(s.live_records for s in range_before),
             records_after=sum(s.live_records for s in range_after),
         )
-        return cls(str(p.partition), Status.CLEANED, str(target.plan.reason),
-                   version_before=target.manifest.version, version_after=committed.version,
-                   checkpoint_before=target.manifest.first_dirty_offset, checkpoint_after=committed.first_dirty_offset,
-                   clean_range=[target.log_start_offset, target.first_uncleanable_offset], stats=stats,
-                   elapsed_ms=elapsed_ms)
+        return cls(
+            str(p.partition),
+            Status.CLEANED,
+            str(target.plan.reason),
+            version_before=target.manifest.version,
+            version_after=committed.version,
+            checkpoint_before=target.manifest.first_dirty_offset,
+            checkpoint_after=committed.first_dirty_offset,
+            clean_range=[target.log_start_offset, target.first_uncleanable_offset],
+            stats=stats,
+            elapsed_ms=elapsed_ms,
+        )
 
     def summary(self) -> str:
         """Kafka's cleaner log line, shortened: ``cleaned orders-3 [0, 48210): 2.1 GB -> 420 MB, ...``."""
         if self.internal:
-            return (f"{self.status} {self.partition}: internal error (a bug in compaction, not a problem of the data; "
-                    f"the run report and -v show its traceback): {self.error}")
+            return (
+                f"{self.status} {self.partition}: internal error (a bug in compaction, not a problem of the data; "
+                f"the run report and -v show its traceback): {self.error}"
+            )
         if self.status is not Status.CLEANED:
             return f"{self.status} {self.partition}: {self.error or self.reason}"
         s = self.stats
         size = 100 * (1 - s.size_after / s.size_before) if s.size_before else 0.0
         messages = 100 * (1 - s.records_after / s.records_before) if s.records_before else 0.0
         start, end = self.clean_range or [0, 0]
-        return (f"cleaned {self.partition} [{start}, {end}): {human_bytes(s.size_before)} -> "
-                f"{human_bytes(s.size_after)}, {size:.1f}% size reduction, {messages:.1f}% fewer messages "
-                f"({s.segments_rewritten} segment(s) rewritten into {s.segments_written}, "
-                f"{s.deletion_vectors_written} with new deletions, {s.segments_untouched} untouched; "
-                f"{self.reason})")
+        return (
+            f"cleaned {self.partition} [{start}, {end}): {human_bytes(s.size_before)} -> "
+            f"{human_bytes(s.size_after)}, {size:.1f}% size reduction, {messages:.1f}% fewer messages "
+            f"({s.segments_rewritten} segment(s) rewritten into {s.segments_written}, "
+            f"{s.deletion_vectors_written} with new deletions, {s.segments_untouched} untouched; "
+            f"{self.reason})"
+        )
 
 
 @dataclass
@@ -233,14 +263,28 @@ class RunReport:
     driver_bytes: int = 0
 
     @classmethod
-    def build(cls, run: RunIdentity, plan: CompactionPlan, results: list[PartitionResult],
-              elapsed_ms: int) -> RunReport:
+    def build(
+        cls, run: RunIdentity, plan: CompactionPlan, results: list[PartitionResult], elapsed_ms: int
+    ) -> RunReport:
         cleaned = [r for r in results if r.status is Status.CLEANED]
         bad = [r for r in results if r.status in FAILURES]
-        totals: dict[str, Any] = {"partitions": len(results), "cleaned": len(cleaned), "failed": len(bad),
-                                  "skipped": len(results) - len(cleaned) - len(bad)}
-        for key in ("messages_read", "bytes_read", "map_bytes_read", "messages_written", "bytes_written",
-                    "size_before", "size_after", "records_before", "records_after"):
+        totals: dict[str, Any] = {
+            "partitions": len(results),
+            "cleaned": len(cleaned),
+            "failed": len(bad),
+            "skipped": len(results) - len(cleaned) - len(bad),
+        }
+        for key in (
+            "messages_read",
+            "bytes_read",
+            "map_bytes_read",
+            "messages_written",
+            "bytes_written",
+            "size_before",
+            "size_after",
+            "records_before",
+            "records_after",
+        ):
             totals[key] = sum(getattr(r.stats, key) for r in cleaned)
         dropped: dict[str, int] = {}
         for r in cleaned:
@@ -275,12 +319,24 @@ class RunReport:
         figures: dict[str, dict[str, Any]] = {}
         for r in self.partitions:
             topic, _, number = r.partition.rpartition("-")
-            f = figures.setdefault(topic, {"compacted": False, "partitions_cleaned": 0, "partitions_failed": 0,
-                                           "partitions_skipped": 0, "records_before": 0, "records_after": 0,
-                                           "bytes_before": 0, "bytes_after": 0, "versions": {}})
+            f = figures.setdefault(
+                topic,
+                {
+                    "compacted": False,
+                    "partitions_cleaned": 0,
+                    "partitions_failed": 0,
+                    "partitions_skipped": 0,
+                    "records_before": 0,
+                    "records_after": 0,
+                    "bytes_before": 0,
+                    "bytes_after": 0,
+                    "versions": {},
+                },
+            )
             f["compacted"] = f["compacted"] or r.status is not Status.SKIPPED or r.checkpoint_before is not None
             key = {Status.CLEANED: "partitions_cleaned", Status.SKIPPED: "partitions_skipped"}.get(
-                r.status, "partitions_failed")
+                r.status, "partitions_failed"
+            )
             f[key] += 1
             if r.status is Status.CLEANED:
                 f["records_before"] += r.stats.records_before
@@ -293,8 +349,10 @@ class RunReport:
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["topics"] = self.topics()
-        doc["failures"] = [{"partition": r.partition, "error": r.error, "internal": r.internal, "trace": r.trace}
-                           for r in self.failed] + [
+        doc["failures"] = [
+            {"partition": r.partition, "error": r.error, "internal": r.internal, "trace": r.trace} for r in self.failed
+        ] + [
             {"partition": name, "error": f"gc skipped it, nothing deleted: {reason}", "internal": False, "trace": None}
-            for name, reason in (self.gc.skipped.items() if self.gc else ())]
+            for name, reason in (self.gc.skipped.items() if self.gc else ())
+        ]
         return doc

@@ -131,8 +131,10 @@ def check_value(key: str, value: Any, name: str | None = None) -> Any:
 def check_topic(config: TopicConfig, where: str) -> TopicConfig:
     """Kafka's cross-field rules (LogConfig.validateValues and KIP-280's topic validation)."""
     if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
-        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) > "
-                          f"max.compaction.lag.ms ({config.max_compaction_lag_ms}){where}")
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) > "
+            f"max.compaction.lag.ms ({config.max_compaction_lag_ms}){where}"
+        )
     if config.compaction_strategy == "header" and not config.compaction_strategy_header:
         raise ConfigError(f"compaction.strategy.header must be specified.{where}")
     return config
@@ -146,10 +148,12 @@ class CleanerSettings(BaseModel):
     keyless_records: Literal["keep", "drop"] = Field("keep", alias="keyless.records")
     dedupe_plan: WinnerSearch = Field(WinnerSearch.ARROW, alias="dedupe.plan")
     task_max_records: int = Field(5_000_000, alias="task.max.records", ge=1)
-    deletion_vector_max_ratio: float = Field(DEFAULT_DELETION_VECTOR_MAX_RATIO, alias="deletion.vector.max.ratio",
-                                             ge=0, lt=1)
-    deletion_vector_max_age_ms: int = Field(DEFAULT_DELETION_VECTOR_MAX_AGE_MS, alias="deletion.vector.max.age.ms",
-                                            ge=0)
+    deletion_vector_max_ratio: float = Field(
+        DEFAULT_DELETION_VECTOR_MAX_RATIO, alias="deletion.vector.max.ratio", ge=0, lt=1
+    )
+    deletion_vector_max_age_ms: int = Field(
+        DEFAULT_DELETION_VECTOR_MAX_AGE_MS, alias="deletion.vector.max.age.ms", ge=0
+    )
     max_bytes_per_run: int | None = Field(None, alias="max.bytes.per.run", ge=1)
     gc_grace_ms: int = Field(DEFAULT_GRACE_MS, alias="gc.grace.ms", ge=0)
     gc_keep_versions: int = Field(DEFAULT_KEEP_VERSIONS, alias="gc.keep.versions", ge=1)
@@ -160,7 +164,6 @@ class CleanerSettings(BaseModel):
     erasure_grace_ms: int | None = Field(None, alias="erasure.grace.ms", ge=0, le=LONG_MAX)
     metrics_textfile: str | None = Field(None, alias="metrics.textfile")
     metrics_pushgateway: str | None = Field(None, alias="metrics.pushgateway")
-
 
     @property
     def erasure_grace(self) -> int:

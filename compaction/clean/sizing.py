@@ -29,8 +29,9 @@ def key_range_count(p: LogToClean, task_max_records: int, clean_section: bool = 
     """
     dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
     total = p.records if clean_section else 0
-    return max(1, math.ceil(dirty / task_max_records),
-               math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
+    return max(
+        1, math.ceil(dirty / task_max_records), math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records))
+    )
 
 
 def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tuple[SegmentMeta, ...]]:
@@ -53,5 +54,11 @@ def apply_policy(p: LogToClean, now_ms: int, cleaner: CleanerSettings, key_range
     than one of its key ranges' tasks."""
     share = math.ceil(p.records / key_ranges)
     apart = p.segments[-1].base_offset if p.plan.figures.roll is Roll.FOR_ERASURE and p.segments else None
-    return ApplyPolicy(p.config.segment_bytes, now_ms, cleaner.deletion_vector_max_ratio,
-                       cleaner.deletion_vector_max_age_ms, max(1, min(cleaner.task_max_records, share)), apart)
+    return ApplyPolicy(
+        p.config.segment_bytes,
+        now_ms,
+        cleaner.deletion_vector_max_ratio,
+        cleaner.deletion_vector_max_age_ms,
+        max(1, min(cleaner.task_max_records, share)),
+        apart,
+    )

@@ -13,5 +13,4 @@ that reads the clock.
 from compaction.cli.console import build_parser, check_run, main
 from compaction.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 
-__all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "build_parser", "check_run",
-           "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "build_parser", "check_run", "main"]

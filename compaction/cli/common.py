@@ -36,19 +36,25 @@ def wall_clock_ms() -> int:
 def add_command(sub: argparse._SubParsersAction[Parser], command: Command, help: str) -> Parser:
     """The parser of ``command`` (a function ``cmd_NAME``; ``cmd_warm_up`` is ``warm-up``): ``help`` in the list of
     commands, the function's docstring as its description, the function run when it is chosen."""
-    parser = sub.add_parser(command.__name__.removeprefix("cmd_").replace("_", "-"), help=help,
-                            description=inspect.getdoc(command))
+    parser = sub.add_parser(
+        command.__name__.removeprefix("cmd_").replace("_", "-"), help=help, description=inspect.getdoc(command)
+    )
     parser.set_defaults(func=command)
     return parser
 
 
 def add_store(parser: Parser) -> None:
     parser.add_argument("store", metavar="STORE", help="store URL: a path, file://, s3://bucket/prefix, memory://...")
-    parser.add_argument("--storage-option", metavar="KEY=VALUE", action="append", type=parse_storage_option,
-                        help="fsspec storage option, repeatable (e.g. client_kwargs.endpoint_url=http://...); "
-                             "credentials are better left to the environment (AWS_* variables); "
-                             "retry_budget_ms=N bounds how long a failing storage call retries (default "
-                             f"{DEFAULT_RETRY_BUDGET_MS})")
+    parser.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        type=parse_storage_option,
+        help="fsspec storage option, repeatable (e.g. client_kwargs.endpoint_url=http://...); "
+        "credentials are better left to the environment (AWS_* variables); "
+        "retry_budget_ms=N bounds how long a failing storage call retries (default "
+        f"{DEFAULT_RETRY_BUDGET_MS})",
+    )
 
 
 def add_topic(parser: Parser, partition: str | None = None, *, optional: bool = False) -> None:
@@ -61,27 +67,44 @@ def add_topic(parser: Parser, partition: str | None = None, *, optional: bool = 
 
 
 def add_config(parser: Parser) -> None:
-    parser.add_argument("--conf", metavar="FILE", action="append", type=parse_conf,
-                        help="configuration file: TOML (e.g. conf/local.toml) or Kafka's server.properties; without "
-                             "it, Kafka's defaults apply (cleanup.policy=delete: nothing is compacted). As with "
-                             "spark-submit, --conf spark.KEY=VALUE sets a Spark property instead")
-    parser.add_argument("--set", metavar="NAME=VALUE", action="append",
-                        help="override a setting, repeatable: a broker-level name (log.cleaner.min.cleanable."
-                             "ratio=0.2), TOPIC:NAME=VALUE for a topic (orders:min.cleanable.dirty.ratio=0.1), "
-                             "cleaner.NAME=VALUE or publish.NAME=VALUE")
+    parser.add_argument(
+        "--conf",
+        metavar="FILE",
+        action="append",
+        type=parse_conf,
+        help="configuration file: TOML (e.g. conf/local.toml) or Kafka's server.properties; without "
+        "it, Kafka's defaults apply (cleanup.policy=delete: nothing is compacted). As with "
+        "spark-submit, --conf spark.KEY=VALUE sets a Spark property instead",
+    )
+    parser.add_argument(
+        "--set",
+        metavar="NAME=VALUE",
+        action="append",
+        help="override a setting, repeatable: a broker-level name (log.cleaner.min.cleanable."
+        "ratio=0.2), TOPIC:NAME=VALUE for a topic (orders:min.cleanable.dirty.ratio=0.1), "
+        "cleaner.NAME=VALUE or publish.NAME=VALUE",
+    )
 
 
 def add_now(parser: Parser, what: str) -> None:
-    parser.add_argument("--now", type=parse_time, default=None,
-                        help=f"{what}, epoch ms or ISO-8601 (default: the clock); more than "
-                             f"{FUTURE_NOW_TOLERANCE_MS // 60_000} minutes ahead of the clock is refused")
-    parser.add_argument("--allow-future-now", action="store_true",
-                        help="accept a --now in the future (tests and replays)")
+    parser.add_argument(
+        "--now",
+        type=parse_time,
+        default=None,
+        help=f"{what}, epoch ms or ISO-8601 (default: the clock); more than "
+        f"{FUTURE_NOW_TOLERANCE_MS // 60_000} minutes ahead of the clock is refused",
+    )
+    parser.add_argument(
+        "--allow-future-now", action="store_true", help="accept a --now in the future (tests and replays)"
+    )
 
 
 def add_selection(parser: Parser) -> None:
-    parser.add_argument("--topics", metavar="PATTERN", help="only these topics: a glob ('orders*') or a "
-                                                           "comma-separated list of names or globs ('orders,pay*')")
+    parser.add_argument(
+        "--topics",
+        metavar="PATTERN",
+        help="only these topics: a glob ('orders*') or a comma-separated list of names or globs ('orders,pay*')",
+    )
 
 
 def add_versions(parser: Parser, help: str) -> None:
@@ -117,7 +140,8 @@ def command_now(args: argparse.Namespace, clock: int | None = None) -> int:
         raise InvalidArgumentError(
             f"--now {show_ms(now)} is in the future: this machine's clock says {show_ms(clock)} (a "
             f"{FUTURE_NOW_TOLERANCE_MS // 60_000}-minute skew is tolerated); use --allow-future-now for tests and "
-            "replays")
+            "replays"
+        )
     return now
 
 

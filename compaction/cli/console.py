@@ -33,27 +33,35 @@ from compaction.errors import (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compaction",
-        description="An offline log cleaner: Kafka's log-compaction guarantees for segment stores on object "
-                    "storage.",
+        description="An offline log cleaner: Kafka's log-compaction guarantees for segment stores on object storage.",
         epilog=f"exit codes: {EXIT_OK} ok; {EXIT_FAILED} failed or problems found; {EXIT_USAGE} bad arguments; "
-               f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
-               "or input (nothing changed). run, forget, gc and publish send OpenLineage events when OpenLineage is "
-               "configured (OPENLINEAGE_URL, OPENLINEAGE_CONFIG, openlineage.yml), and a run launched by Dagster "
-               "Pipes reports its topics to Dagster",
+        f"{EXIT_PARTIAL} some partitions failed, the rest committed; {EXIT_INVALID} invalid configuration "
+        "or input (nothing changed). run, forget, gc and publish send OpenLineage events when OpenLineage is "
+        "configured (OPENLINEAGE_URL, OPENLINEAGE_CONFIG, openlineage.yml), and a run launched by Dagster "
+        "Pipes reports its topics to Dagster",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log debug details; -vv also the storage clients' requests (credentials are masked "
-                             "at every level)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log debug details; -vv also the storage clients' requests (credentials are masked at every level)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (clean, store, kafka, read, erasure, environment):
         group.add_commands(sub)
     return parser
 
 
-def run_command(func: Callable[[argparse.Namespace], int], args: argparse.Namespace,
-                secrets: Iterable[str] = (), told: Callable[[str], None] | None = None) -> int:
+def run_command(
+    func: Callable[[argparse.Namespace], int],
+    args: argparse.Namespace,
+    secrets: Iterable[str] = (),
+    told: Callable[[str], None] | None = None,
+) -> int:
     """``func(args)``, its errors printed (masked) and turned into exit codes; ``told`` hears each error too."""
+
     def error(text: str) -> None:
         Output().line(f"error: {logs.redact(text, secrets)}", aside=True)
         if told is not None:

@@ -22,8 +22,11 @@ def cmd_warm_up(args: argparse.Namespace) -> int:
     check_java()
     built = build_class_archive([sys.executable, "-m", "compaction.cli.warm_up"], force=args.force)
     size = human_bytes(built.size_bytes)
-    Output().line(f"class archive {built.archive} ({size}): built in {built.seconds:.1f} s" if built.built
-                  else f"class archive {built.archive} ({size}): already built (--force builds it again)")
+    Output().line(
+        f"class archive {built.archive} ({size}): built in {built.seconds:.1f} s"
+        if built.built
+        else f"class archive {built.archive} ({size}): already built (--force builds it again)"
+    )
     return EXIT_OK
 
 

@@ -58,15 +58,23 @@ def cmd_forget(args: argparse.Namespace) -> int:
         if not config.compact:  # nothing would carry the request out; without a configuration it is not known
             raise InvalidArgumentError(
                 f"topic {args.topic} has cleanup.policy={','.join(config.cleanup_policy)} in this configuration: a "
-                "tombstone deletes nothing there, so no run would carry an erasure request out")
+                "tombstone deletes nothing there, so no run would carry an erasure request out"
+            )
     max_delay = args.max_delay if args.max_delay is not None else settings.cleaner.erasure_max_delay_ms
-    outcomes = forget(store, args.topic, given_keys(args), now_ms=now, max_delay_ms=max_delay,
-                      partitions=args.partitions)
+    outcomes = forget(
+        store, args.topic, given_keys(args), now_ms=now, max_delay_ms=max_delay, partitions=args.partitions
+    )
     lineage.forgot(args, store, args.topic, outcomes)
     out = Output.of(args)
     if out.as_json:
-        out.result({"topic": args.topic, "requested_ms": now, "deadline_ms": now + max_delay,
-                    "keys": [o.to_dict() for o in outcomes]})
+        out.result(
+            {
+                "topic": args.topic,
+                "requested_ms": now,
+                "deadline_ms": now + max_delay,
+                "keys": [o.to_dict() for o in outcomes],
+            }
+        )
     for outcome in outcomes:
         name = f"key sha256:{outcome.key_sha256[:16]}"
         for partition, error in sorted(outcome.errors.items()):
@@ -77,10 +85,15 @@ def cmd_forget(args: argparse.Namespace) -> int:
             where = ", ".join(f"{args.topic}-{p} at offset {o}" for p, o in sorted(outcome.tombstones.items()))
             out.line(f"{name}: tombstone appended and erasure requested in {where}; due by {iso_time(now + max_delay)}")
         elif not outcome.errors:
-            absent = "; " + ", ".join(f"{args.topic}-{p}" for p in outcome.absent) + " has no log in the store" \
-                if outcome.absent else ""
-            out.line(f"{name}: found nowhere in {args.topic} ({len(outcome.searched)} partition(s) searched{absent}): "
-                     "nothing to erase, no tombstone appended")
+            absent = (
+                "; " + ", ".join(f"{args.topic}-{p}" for p in outcome.absent) + " has no log in the store"
+                if outcome.absent
+                else ""
+            )
+            out.line(
+                f"{name}: found nowhere in {args.topic} ({len(outcome.searched)} partition(s) searched{absent}): "
+                "nothing to erase, no tombstone appended"
+            )
     return EXIT_FAILED if any(o.errors for o in outcomes) else EXIT_OK
 
 
@@ -97,27 +110,45 @@ def cmd_erasure(args: argparse.Namespace) -> int:
     store.require_exists()
     if args.topic is not None and not store.partitions(args.topic):
         raise StoreNotFoundError(f"topic {args.topic!r} has no partition in {store.url}")
-    statuses, errors = erasure_status(store, [args.topic] if args.topic else None, now, settings.topic_config,
-                                      settings.cleaner.erasure_grace)
+    statuses, errors = erasure_status(
+        store, [args.topic] if args.topic else None, now, settings.topic_config, settings.cleaner.erasure_grace
+    )
     overdue = [s for s in statuses if s.overdue]
-    rows = [[str(s.partition), s.request.key_sha256[:16], s.request.state + (" OVERDUE" if s.overdue else ""),
-             s.request.tombstone_offset, iso_time(s.request.requested_ms), iso_time(s.request.deadline_ms),
-             f"{iso_time(s.request.rewritten_ms)} (v{s.request.rewritten_version})"
-             if s.request.rewritten_ms is not None else "-",
-             iso_time(s.request.completed_ms) if s.request.completed_ms is not None else "-"]
-            for s in statuses]
-    notes = [f"{s.partition} {s.request.key_sha256[:16]}: {held.path} held it (found {iso_time(held.found_ms)}), "
-             + (f"gone by {iso_time(held.removed_ms)}" if held.removed_ms is not None else "still there")
-             for s in statuses for held in s.request.held]
+    rows = [
+        [
+            str(s.partition),
+            s.request.key_sha256[:16],
+            s.request.state + (" OVERDUE" if s.overdue else ""),
+            s.request.tombstone_offset,
+            iso_time(s.request.requested_ms),
+            iso_time(s.request.deadline_ms),
+            f"{iso_time(s.request.rewritten_ms)} (v{s.request.rewritten_version})"
+            if s.request.rewritten_ms is not None
+            else "-",
+            iso_time(s.request.completed_ms) if s.request.completed_ms is not None else "-",
+        ]
+        for s in statuses
+    ]
+    notes = [
+        f"{s.partition} {s.request.key_sha256[:16]}: {held.path} held it (found {iso_time(held.found_ms)}), "
+        + (f"gone by {iso_time(held.removed_ms)}" if held.removed_ms is not None else "still there")
+        for s in statuses
+        for held in s.request.held
+    ]
     notes += [f"{s.partition} {s.request.key_sha256[:16]}: waits for {wait}" for s in statuses for wait in s.waits]
-    states = ", ".join(f"{sum(1 for s in statuses if s.request.state == state)} {state}"
-                       for state in ("pending", "rewritten", "gone"))
-    notes += [f"\n{len(statuses)} request(s): {states}; {len(overdue)} late",
-              *(f"unreadable: {name}: {error}" for name, error in errors.items())]
-    Output.of(args).result({"now_ms": now, "requests": [s.to_dict() for s in statuses], "overdue": len(overdue),
-                            "errors": errors},
-                           ["partition", "key sha256", "state", "tombstone", "requested", "deadline", "rewritten",
-                            "gone"], rows, notes)
+    states = ", ".join(
+        f"{sum(1 for s in statuses if s.request.state == state)} {state}" for state in ("pending", "rewritten", "gone")
+    )
+    notes += [
+        f"\n{len(statuses)} request(s): {states}; {len(overdue)} late",
+        *(f"unreadable: {name}: {error}" for name, error in errors.items()),
+    ]
+    Output.of(args).result(
+        {"now_ms": now, "requests": [s.to_dict() for s in statuses], "overdue": len(overdue), "errors": errors},
+        ["partition", "key sha256", "state", "tombstone", "requested", "deadline", "rewritten", "gone"],
+        rows,
+        notes,
+    )
     return EXIT_FAILED if overdue or errors else EXIT_OK
 
 
@@ -135,13 +166,19 @@ def cmd_attest(args: argparse.Namespace) -> int:
     (key,) = given_keys(args)[:1]
     if args.output:
         output_location(args.output, store.url, common.storage_options(args))  # one that cannot be written fails first
-    proof = attest(store, args.topic, key, wall_ms=common.wall_clock_ms(), program_version=__version__,
-                   partitions=args.partitions)
+    proof = attest(
+        store, args.topic, key, wall_ms=common.wall_clock_ms(), program_version=__version__, partitions=args.partitions
+    )
     objects = sum(len(p.objects) for p in proof.partitions)
-    summary = (f"key sha256:{proof.key_sha256[:16]} in {args.topic}: {objects} object(s) read in "
-               f"{len(proof.partitions)} partition(s): "
-               + ("no record of it is left that an erasure request erases, and no value without one"
-                  if proof.passed else f"{len(proof.problems)} object(s) still hold it"))
+    summary = (
+        f"key sha256:{proof.key_sha256[:16]} in {args.topic}: {objects} object(s) read in "
+        f"{len(proof.partitions)} partition(s): "
+        + (
+            "no record of it is left that an erasure request erases, and no value without one"
+            if proof.passed
+            else f"{len(proof.problems)} object(s) still hold it"
+        )
+    )
     out = Output()
     if args.output:
         storage, name = output_location(args.output, store.url, common.storage_options(args))
@@ -162,29 +199,48 @@ def add_keys(parser: Parser, many: bool, partitions: str) -> None:
     """TOPIC, its keys (--key, and with ``many`` --keys-file), --base64 and --partitions (``partitions``: its help)."""
     common.add_topic(parser)
     parser.add_argument("--partitions", type=positive_int, default=None, metavar="N", help=partitions)
-    parser.add_argument("--key", action="append", default=[], metavar="KEY", required=not many,
-                        help="the key as UTF-8 text (with --base64: base64 of its bytes)"
-                             + (", repeatable" if many else ""))
+    parser.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        required=not many,
+        help="the key as UTF-8 text (with --base64: base64 of its bytes)" + (", repeatable" if many else ""),
+    )
     if many:
-        parser.add_argument("--keys-file", metavar="FILE", default=None,
-                            help="keys, one per line (UTF-8 text, or base64 with --base64); blank lines are skipped")
+        parser.add_argument(
+            "--keys-file",
+            metavar="FILE",
+            default=None,
+            help="keys, one per line (UTF-8 text, or base64 with --base64); blank lines are skipped",
+        )
     parser.add_argument("--base64", action="store_true", help="keys are given as base64 of their bytes")
 
 
 def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
-    p = common.add_command(sub, cmd_forget, "erasure request: tombstone a key wherever it is and have its values "
-                                            "removed")
+    p = common.add_command(
+        sub, cmd_forget, "erasure request: tombstone a key wherever it is and have its values removed"
+    )
     common.add_store(p)
-    add_keys(p, many=True, partitions="the topic's partition count: search only the partition Kafka's default "
-                                      "partitioner sends each key to (murmur2), instead of every partition")
-    p.add_argument("--max-delay", type=parse_duration, default=None,
-                   help="the deadline, from now (default: [cleaner] erasure.max.delay.ms, 1d)")
+    add_keys(
+        p,
+        many=True,
+        partitions="the topic's partition count: search only the partition Kafka's default "
+        "partitioner sends each key to (murmur2), instead of every partition",
+    )
+    p.add_argument(
+        "--max-delay",
+        type=parse_duration,
+        default=None,
+        help="the deadline, from now (default: [cleaner] erasure.max.delay.ms, 1d)",
+    )
     common.add_json(p, "print JSON instead of lines")
     common.add_config(p)
     common.add_now(p, "the request's time")
 
-    p = common.add_command(sub, cmd_erasure, "list erasure requests: pending, rewritten or gone, and what each waits "
-                                             "for")
+    p = common.add_command(
+        sub, cmd_erasure, "list erasure requests: pending, rewritten or gone, and what each waits for"
+    )
     common.add_store(p)
     p.add_argument("topic", metavar="TOPIC", nargs="?", default=None, help="only this topic (default: every topic)")
     common.add_json(p)
@@ -193,7 +249,15 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
 
     p = common.add_command(sub, cmd_attest, "prove from every object that a key's erased records are gone")
     common.add_store(p)
-    add_keys(p, many=False, partitions="only the partition Kafka's default partitioner sends the key to among N "
-                                       "(default: every partition)")
-    p.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="write the proof (JSON) here, a path or a store-like URL (default: stdout)")
+    add_keys(
+        p,
+        many=False,
+        partitions="only the partition Kafka's default partitioner sends the key to among N (default: every partition)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="FILE",
+        help="write the proof (JSON) here, a path or a store-like URL (default: stdout)",
+    )

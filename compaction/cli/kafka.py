@@ -21,8 +21,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     tp = common.topic_partition(args)
     now = common.command_now(args)
     manifest = import_partition(common.open_store(args), tp, args.directory, now_ms=now)
-    Output().line(f"imported {len(manifest.segments)} segment(s), offsets [{manifest.log_start_offset}, "
-                  f"{manifest.log_end_offset}), into {tp} as manifest version {manifest.version}")
+    Output().line(
+        f"imported {len(manifest.segments)} segment(s), offsets [{manifest.log_start_offset}, "
+        f"{manifest.log_end_offset}), into {tp} as manifest version {manifest.version}"
+    )
     return EXIT_OK
 
 

@@ -48,8 +48,13 @@ class Output:
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         self.line(format_table(headers, rows))
 
-    def result(self, document: Any, headers: Sequence[str] | None = None, rows: Sequence[Sequence[Any]] = (),
-               notes: Iterable[str] = ()) -> None:
+    def result(
+        self,
+        document: Any,
+        headers: Sequence[str] | None = None,
+        rows: Sequence[Sequence[Any]] = (),
+        notes: Iterable[str] = (),
+    ) -> None:
         """``document`` as JSON; or the table of ``headers`` and ``rows`` (when given), then the ``notes``."""
         if self.as_json:
             self.line(json.dumps(document, indent=1))

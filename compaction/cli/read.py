@@ -41,10 +41,19 @@ def open_scan(args: argparse.Namespace, store: Store) -> Scan:
     for flag, value in (("--since", timestamps[0]), ("--until", timestamps[1])):
         if value is not None:
             common.check_long(flag, value)
-    return scan(store, args.topic, partition, version=common.read_versions(args), columns=columns,
-                keys=getattr(args, "key", None), offsets=(getattr(args, "start", None), getattr(args, "end", None)),
-                timestamps=timestamps, latest=getattr(args, "latest", False), strategy=strategy,
-                strategy_header=header)
+    return scan(
+        store,
+        args.topic,
+        partition,
+        version=common.read_versions(args),
+        columns=columns,
+        keys=getattr(args, "key", None),
+        offsets=(getattr(args, "start", None), getattr(args, "end", None)),
+        timestamps=timestamps,
+        latest=getattr(args, "latest", False),
+        strategy=strategy,
+        strategy_header=header,
+    )
 
 
 def _output_format(args: argparse.Namespace) -> str:
@@ -74,8 +83,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     batches = the_scan.batches()
     try:
         if args.output:
-            stream: IO[Any] = open(args.output, "w", encoding="utf-8") if fmt == "jsonl" \
-                else open(args.output, "wb")  # noqa: SIM115
+            stream: IO[Any] = open(args.output, "w", encoding="utf-8") if fmt == "jsonl" else open(args.output, "wb")  # noqa: SIM115
             with stream:
                 count = write_output(fmt, batches, the_scan, stream)
             Output().line(f"wrote {count} record(s) to {args.output}", aside=True)
@@ -111,14 +119,27 @@ def cmd_files(args: argparse.Namespace) -> int:
     for part in parts:
         for file in part.files:
             s = file.segment
-            rows.append([str(part.tp), part.version, f"[{part.log_start_offset}, {part.log_end_offset})",
-                         f"[{s.base_offset}, {s.next_offset})", s.live_records, human_bytes(s.size_bytes),
-                         s.deletes.count if s.deletes else 0, file.url])
+            rows.append(
+                [
+                    str(part.tp),
+                    part.version,
+                    f"[{part.log_start_offset}, {part.log_end_offset})",
+                    f"[{s.base_offset}, {s.next_offset})",
+                    s.live_records,
+                    human_bytes(s.size_bytes),
+                    s.deletes.count if s.deletes else 0,
+                    file.url,
+                ]
+            )
     Output.of(args).result(
         {"topic": args.topic, "store": the_scan.store.url, "partitions": [p.to_dict() for p in parts]},
-        ["partition", "version", "log", "offsets", "live", "size", "deleted", "file"], rows,
-        ["\nA reader reads each file's records with offsets inside the log range and skips those its deletion "
-         "vector lists (--json names them): globbing the folders reads superseded segments and deleted records."])
+        ["partition", "version", "log", "offsets", "live", "size", "deleted", "file"],
+        rows,
+        [
+            "\nA reader reads each file's records with offsets inside the log range and skips those its deletion "
+            "vector lists (--json names them): globbing the folders reads superseded segments and deleted records."
+        ],
+    )
     return EXIT_OK
 
 
@@ -132,12 +153,37 @@ def cmd_history(args: argparse.Namespace) -> int:
     def maybe(value: int | None, show: Callable[[int], str] = str) -> str:
         return "-" if value is None else show(value)
 
-    rows = [[e.partition, e.version, iso_time(e.time_ms), e.operation, maybe(e.records_in), maybe(e.records_out),
-             maybe(e.bytes_in, human_bytes), maybe(e.bytes_out, human_bytes), e.live_records,
-             f"{e.writer} {e.run_id[:12]}"] for e in entries]
-    Output.of(args).result([e.to_dict() for e in entries],
-                           ["partition", "version", "time", "operation", "records in", "records out", "bytes in",
-                            "bytes out", "live records", "writer (run)"], rows)
+    rows = [
+        [
+            e.partition,
+            e.version,
+            iso_time(e.time_ms),
+            e.operation,
+            maybe(e.records_in),
+            maybe(e.records_out),
+            maybe(e.bytes_in, human_bytes),
+            maybe(e.bytes_out, human_bytes),
+            e.live_records,
+            f"{e.writer} {e.run_id[:12]}",
+        ]
+        for e in entries
+    ]
+    Output.of(args).result(
+        [e.to_dict() for e in entries],
+        [
+            "partition",
+            "version",
+            "time",
+            "operation",
+            "records in",
+            "records out",
+            "bytes in",
+            "bytes out",
+            "live records",
+            "writer (run)",
+        ],
+        rows,
+    )
     return EXIT_OK
 
 
@@ -149,8 +195,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     the_scan = open_scan(args, common.open_store(args))
     result = snapshot(the_scan, args.dest, common.storage_options(args), written_ms=common.wall_clock_ms())
     versions = ", ".join(f"{p}@{v['version']}" for p, v in result.partitions.items())
-    Output().line(f"wrote {result.records:,} record(s) of {args.topic} (partition@version: {versions}) to "
-                  f"{result.dest}{' (latest per key)' if result.latest else ''}")
+    Output().line(
+        f"wrote {result.records:,} record(s) of {args.topic} (partition@version: {versions}) to "
+        f"{result.dest}{' (latest per key)' if result.latest else ''}"
+    )
     return EXIT_OK
 
 
@@ -166,16 +214,19 @@ def cmd_publish(args: argparse.Namespace) -> int:
     settings = common.load_settings(args)
     store = common.open_store(args, settings)
     target = job.publish_target(settings, args.catalog)
-    result = publish_topic(store, args.topic, target, wall_ms=common.wall_clock_ms(), table=args.table,
-                           version=common.read_versions(args))
+    result = publish_topic(
+        store, args.topic, target, wall_ms=common.wall_clock_ms(), table=args.table, version=common.read_versions(args)
+    )
     lineage.published(args, store, args.topic, target, result)
     Output.of(args).result(result.to_dict(), notes=[describe_publish(args.topic, result)])
     return EXIT_OK
 
 
 EVERY_PARTITION = "partition number; default: every partition"
-READ_VERSIONS = ("read manifest version V of every partition, or PARTITION=V (repeatable); default: the newest. A "
-                 "version gc removed is refused, naming the oldest readable one")
+READ_VERSIONS = (
+    "read manifest version V of every partition, or PARTITION=V (repeatable); default: the newest. A "
+    "version gc removed is refused, naming the oldest readable one"
+)
 
 
 def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -183,28 +234,46 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     common.add_store(p)
     common.add_topic(p, "partition number (0, 1, ...); default: every partition of the topic", optional=True)
     _scan(p)
-    p.add_argument("--columns", metavar="C,C", default=None,
-                   help="only these record columns, comma-separated: offset, timestamp, key, value, headers, "
-                        "producer_id, producer_epoch, is_transactional, is_control, control_type, delete_horizon_ms")
-    p.add_argument("--key", action="append", default=None, metavar="KEY",
-                   help="only records with this key (UTF-8), repeatable")
+    p.add_argument(
+        "--columns",
+        metavar="C,C",
+        default=None,
+        help="only these record columns, comma-separated: offset, timestamp, key, value, headers, "
+        "producer_id, producer_epoch, is_transactional, is_control, control_type, delete_horizon_ms",
+    )
+    p.add_argument(
+        "--key", action="append", default=None, metavar="KEY", help="only records with this key (UTF-8), repeatable"
+    )
     p.add_argument("--from", dest="start", type=int, default=None, help="first offset (inclusive)")
     p.add_argument("--to", dest="end", type=int, default=None, help="last offset (exclusive)")
-    p.add_argument("--since", type=parse_time, default=None,
-                   help="only records with a timestamp at or after this, epoch ms or ISO-8601")
-    p.add_argument("--until", type=parse_time, default=None,
-                   help="only records with a timestamp before this, epoch ms or ISO-8601 (with --latest: the "
-                        "table as of that time)")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="output format (default: from the --output suffix, .parquet or .csv, else jsonl); CSV "
-                        "shows keys and values as UTF-8 text, jsonl and parquet keep exact bytes")
+    p.add_argument(
+        "--since",
+        type=parse_time,
+        default=None,
+        help="only records with a timestamp at or after this, epoch ms or ISO-8601",
+    )
+    p.add_argument(
+        "--until",
+        type=parse_time,
+        default=None,
+        help="only records with a timestamp before this, epoch ms or ISO-8601 (with --latest: the "
+        "table as of that time)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: from the --output suffix, .parquet or .csv, else jsonl); CSV "
+        "shows keys and values as UTF-8 text, jsonl and parquet keep exact bytes",
+    )
     p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
 
     p = common.add_command(sub, cmd_files, "list the live files of a topic at a version, for wiring up other engines")
     common.add_store(p)
     common.add_topic(p, EVERY_PARTITION, optional=True)
-    common.add_versions(p, "manifest version for every partition (V) or one (PARTITION=V), repeatable; default: "
-                           "the newest")
+    common.add_versions(
+        p, "manifest version for every partition (V) or one (PARTITION=V), repeatable; default: the newest"
+    )
     common.add_json(p, "print JSON (files with full URLs) instead of a table")
 
     p = common.add_command(sub, cmd_history, "list a topic's committed versions: time, operation, records and bytes")
@@ -212,8 +281,9 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     common.add_topic(p, EVERY_PARTITION, optional=True)
     common.add_json(p)
 
-    p = common.add_command(sub, cmd_snapshot,
-                           "export a topic at a version as a plain Parquet dataset (hive-partitioned)")
+    p = common.add_command(
+        sub, cmd_snapshot, "export a topic at a version as a plain Parquet dataset (hive-partitioned)"
+    )
     common.add_store(p)
     common.add_topic(p)
     p.add_argument("dest", metavar="DEST", help="destination folder or URL (new or empty)")
@@ -222,21 +292,32 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     p = common.add_command(sub, cmd_publish, "publish a topic as an Iceberg table, without copying it")
     common.add_store(p)
     common.add_topic(p)
-    p.add_argument("--catalog", metavar="NAME", default=None,
-                   help="the catalog's name (default: [publish] catalog, else 'default')")
-    p.add_argument("--table", metavar="NAMESPACE.TABLE", default=None,
-                   help="the table (default: [publish] namespace, 'default', and the topic's name); created when "
-                        "absent")
-    common.add_versions(p, "publish manifest version V of every partition, or PARTITION=V (repeatable); default: the "
-                           "newest")
+    p.add_argument(
+        "--catalog",
+        metavar="NAME",
+        default=None,
+        help="the catalog's name (default: [publish] catalog, else 'default')",
+    )
+    p.add_argument(
+        "--table",
+        metavar="NAMESPACE.TABLE",
+        default=None,
+        help="the table (default: [publish] namespace, 'default', and the topic's name); created when absent",
+    )
+    common.add_versions(
+        p, "publish manifest version V of every partition, or PARTITION=V (repeatable); default: the newest"
+    )
     common.add_json(p, "print what was published as JSON")
     common.add_config(p)
 
 
 def _scan(parser: Parser) -> None:
     """The scan's arguments read and snapshot share: --latest, --version and the configuration (the strategy)."""
-    parser.add_argument("--latest", action="store_true",
-                        help="the table view: per key its winning record under the topic's compaction.strategy "
-                             "(from --conf / --set; default offset), tombstoned keys absent, keyless records left out")
+    parser.add_argument(
+        "--latest",
+        action="store_true",
+        help="the table view: per key its winning record under the topic's compaction.strategy "
+        "(from --conf / --set; default offset), tombstoned keys absent, keyless records left out",
+    )
     common.add_versions(parser, READ_VERSIONS)
     common.add_config(parser)

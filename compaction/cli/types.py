@@ -18,8 +18,7 @@ SECONDS_LIKE = (10**8, 10**11)
 MICROS_LIKE = 10**14
 #: The longest duration taken in a unit other than ms (a larger number was probably meant in milliseconds).
 MAX_PLAUSIBLE_DURATION_MS = 100 * 365 * 86_400_000
-DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000,
-                  "w": 7 * 86_400_000}
+DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
 
 def show_ms(ms: int) -> str:
@@ -46,11 +45,13 @@ def parse_time(text: str) -> int:
             if SECONDS_LIKE[0] <= abs(value) < SECONDS_LIKE[1]:
                 raise argparse.ArgumentTypeError(
                     f"{text} looks like epoch seconds ({show_ms(value * 1000)}); times are epoch milliseconds "
-                    f"or ISO-8601: did you mean {value * 1000}?")
+                    f"or ISO-8601: did you mean {value * 1000}?"
+                )
             if abs(value) >= MICROS_LIKE:
                 raise argparse.ArgumentTypeError(
                     f"{text} looks like epoch microseconds or nanoseconds (as milliseconds it is after the year "
-                    f"5000); times are epoch milliseconds or ISO-8601: did you mean {value // 1000}?")
+                    f"5000); times are epoch milliseconds or ISO-8601: did you mean {value // 1000}?"
+                )
         return value
     try:
         moment = datetime.fromisoformat(text)
@@ -90,8 +91,9 @@ def parse_spark_conf(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` of a Spark property."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"Spark setting {text!r} must look like KEY=VALUE (e.g. "
-                                         "spark.executor.memory=4g)")
+        raise argparse.ArgumentTypeError(
+            f"Spark setting {text!r} must look like KEY=VALUE (e.g. spark.executor.memory=4g)"
+        )
     return key.strip(), value
 
 

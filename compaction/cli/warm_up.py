@@ -29,9 +29,26 @@ def warm_up_pass(work: Path) -> int:
     conf.write_text(WARM_UP_CONF)
     hour_ago = str(int(time.time() * 1000) - 3_600_000)  # clock-ok: the store's records are an hour old
     for topic, partitions, records, seed in (("whole", "2", "4000", "1"), ("split", "1", "12000", "2")):
-        code = main(["generate", store, "--topics", topic, "--partitions", partitions, "--records", records,
-                     "--keys", str(int(records) // 4), "--segment-records", "1000", "--end-time", hour_ago,
-                     "--seed", seed])
+        code = main(
+            [
+                "generate",
+                store,
+                "--topics",
+                topic,
+                "--partitions",
+                partitions,
+                "--records",
+                records,
+                "--keys",
+                str(int(records) // 4),
+                "--segment-records",
+                "1000",
+                "--end-time",
+                hour_ago,
+                "--seed",
+                seed,
+            ]
+        )
         if code:
             return code
     code = main(["run", store, "--conf", str(conf), "--master", "local[2]"])

@@ -30,9 +30,16 @@ TASK_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary())])
 #: A stage's output: per unit of work (``ident``), its pickled value, or what stopped it: ``error`` is ``Type:
 #: message``; ``internal`` marks an error that is not the data's or the store's (a bug), whose executor traceback is
 #: in ``trace``. Then the seconds the unit spent in each phase.
-RESULT_SCHEMA = pa.schema([("ident", pa.string()), ("payload", pa.binary()), ("error", pa.string()),
-                           ("internal", pa.bool_()), ("trace", pa.string()),
-                           *((f"{name}_s", pa.float64()) for name in PHASES)])
+RESULT_SCHEMA = pa.schema(
+    [
+        ("ident", pa.string()),
+        ("payload", pa.binary()),
+        ("error", pa.string()),
+        ("internal", pa.bool_()),
+        ("trace", pa.string()),
+        *((f"{name}_s", pa.float64()) for name in PHASES),
+    ]
+)
 
 
 #: The first bytes of a payload: its framing (a pickle, compressed by zlib at its fastest level).
@@ -49,10 +56,12 @@ def dumps(value: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """The payload a row carries (a payload of another version is refused as it unpickles)."""
     if not data.startswith(FRAMING):
-        raise PayloadVersionError(f"a payload framed as {bytes(data[:len(FRAMING)])!r} cannot be read by this library, "
-                                  f"which reads {FRAMING!r} (payload version {PAYLOAD_VERSION}): the driver and the "
-                                  "executors run different versions of compaction")
-    return pickle.loads(zlib.decompress(data[len(FRAMING):]))
+        raise PayloadVersionError(
+            f"a payload framed as {bytes(data[: len(FRAMING)])!r} cannot be read by this library, "
+            f"which reads {FRAMING!r} (payload version {PAYLOAD_VERSION}): the driver and the "
+            "executors run different versions of compaction"
+        )
+    return pickle.loads(zlib.decompress(data[len(FRAMING) :]))
 
 
 @dataclass(frozen=True)
@@ -68,5 +77,6 @@ class Payload:
             raise PayloadVersionError(
                 f"{type(self).__name__} payload of version {found if found is not None else 'none'} cannot be read "
                 f"by this library, which reads payload version {PAYLOAD_VERSION}: the driver and the executors run "
-                "different versions of compaction")
+                "different versions of compaction"
+            )
         self.__dict__.update(state)

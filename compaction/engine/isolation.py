@@ -44,12 +44,15 @@ class Failure:
     @classmethod
     def of(cls, err: BaseException) -> Failure:
         if isinstance(err, MemoryError):  # the task's share of memory, not a bug: say which settings govern it
-            return cls(f"MemoryError: a task ran out of memory{f' ({err})' if str(err) else ''}: lower "
-                       "task.max.records, or give each task more memory (spark.executor.memory, "
-                       "spark.executor.pyspark.memory, fewer spark.executor.cores)")
+            return cls(
+                f"MemoryError: a task ran out of memory{f' ({err})' if str(err) else ''}: lower "
+                "task.max.records, or give each task more memory (spark.executor.memory, "
+                "spark.executor.pyspark.memory, fewer spark.executor.cores)"
+            )
         internal = not isinstance(err, DATA_ERRORS)
-        return cls(f"{type(err).__name__}: {err}", internal,
-                   "".join(traceback.format_exception(err)) if internal else None)
+        return cls(
+            f"{type(err).__name__}: {err}", internal, "".join(traceback.format_exception(err)) if internal else None
+        )
 
 
 @dataclass(frozen=True)
@@ -94,14 +97,17 @@ def release_memory() -> None:
 def result_table(outcomes: Sequence[Outcome]) -> pa.Table:
     """Result rows (:data:`~compaction.engine.codec.RESULT_SCHEMA`), one per outcome."""
     failures = [o.failure if isinstance(o, Failed) else None for o in outcomes]
-    return pa.table({
-        "ident": [o.ident for o in outcomes],
-        "payload": [dumps(o.value) if isinstance(o, Ok) else None for o in outcomes],
-        "error": [f.error if f else None for f in failures],
-        "internal": [bool(f and f.internal) for f in failures],
-        "trace": [f.trace if f else None for f in failures],
-        **{f"{name}_s": [o.phases.get(name, 0.0) for o in outcomes] for name in PHASES},
-    }, schema=RESULT_SCHEMA)
+    return pa.table(
+        {
+            "ident": [o.ident for o in outcomes],
+            "payload": [dumps(o.value) if isinstance(o, Ok) else None for o in outcomes],
+            "error": [f.error if f else None for f in failures],
+            "internal": [bool(f and f.internal) for f in failures],
+            "trace": [f.trace if f else None for f in failures],
+            **{f"{name}_s": [o.phases.get(name, 0.0) for o in outcomes] for name in PHASES},
+        },
+        schema=RESULT_SCHEMA,
+    )
 
 
 def outcome_of(row: dict[str, Any]) -> Outcome:
@@ -117,13 +123,22 @@ def _payloads(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Any]]:
         yield from zip(batch.column("task").to_pylist(), batch.column("payload").to_pylist(), strict=True)
 
 
-def with_payloads(carried: Sequence[bytes], body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def with_payloads(
+    carried: Sequence[bytes],
+    body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
     """``body`` on a stage's rows of task numbers, each given its payload from ``carried`` (the payloads that
     travel with the stage's function rather than in its rows)."""
-    rows = (pa.record_batch({"task": batch.column("task"),
-                             "payload": pa.array([carried[t] for t in batch.column("task").to_pylist()], pa.binary())})
-            for batch in batches)
+    rows = (
+        pa.record_batch(
+            {
+                "task": batch.column("task"),
+                "payload": pa.array([carried[t] for t in batch.column("task").to_pylist()], pa.binary()),
+            }
+        )
+        for batch in batches
+    )
     return body(rows)
 
 

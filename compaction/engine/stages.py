@@ -60,7 +60,7 @@ def spark_failure(err: Exception) -> str:
         return out_of_memory(text)
     attempts = re.search(r"failed (\d+) times", text)
     lost = re.search(r"most recent failure: Lost task .*?\): ", text)
-    cause = text[lost.end():] if lost else text
+    cause = text[lost.end() :] if lost else text
     lines = cause.strip().splitlines() or [""]
     if "Traceback (most recent call last)" in cause:  # a Python exception that left a task: its last line
         lines = [line for line in lines if line.strip() and not line[0].isspace()]
@@ -76,13 +76,16 @@ def out_of_memory(text: str) -> str:
     cause = re.search(r"java\.lang\.OutOfMemoryError[^\n]*", text)
     found = cause.group(0).strip() if cause else "java.lang.OutOfMemoryError"
     if "Lost task" in text:
-        return (f"a Spark task ran out of memory ({found}): give executors more memory (spark.executor.memory; in "
-                "local mode spark.driver.memory) or lower task.max.records")
+        return (
+            f"a Spark task ran out of memory ({found}): give executors more memory (spark.executor.memory; in "
+            "local mode spark.driver.memory) or lower task.max.records"
+        )
     return f"the Spark driver ran out of memory ({found}): raise spark.driver.memory"
 
 
-def isolated(call: Callable[[list[Any]], list[Outcome]], groups: Sequence[list[Any]],
-             said: Callable[[str], None] | None = None) -> list[Outcome]:
+def isolated(
+    call: Callable[[list[Any]], list[Outcome]], groups: Sequence[list[Any]], said: Callable[[str], None] | None = None
+) -> list[Outcome]:
     """``call`` over every group's units as one Spark job; if that job fails for good (a task that failed all its
     attempts: a killed worker, a lost executor), the groups run again in halves, and so on down to the one group
     whose job keeps failing, each of whose units fails with the job's reason. A failed job returns nothing, and
@@ -100,8 +103,10 @@ def isolated(call: Callable[[list[Any]], list[Outcome]], groups: Sequence[list[A
             failure = Failure(spark_failure(err))
             return [Failed(unit.ident, failure) for unit in units]
         if said is not None:
-            said(f"a Spark job failed ({spark_failure(err)}); running its {len(groups)} partition(s) again in "
-                 "smaller jobs, so that only the one that keeps failing is left out")
+            said(
+                f"a Spark job failed ({spark_failure(err)}); running its {len(groups)} partition(s) again in "
+                "smaller jobs, so that only the one that keeps failing is left out"
+            )
         half = len(groups) // 2
         with ThreadPoolExecutor(max_workers=2) as pool:  # two Spark jobs at once, as cores free up
             halves = list(pool.map(lambda part: isolated(call, part), (groups[:half], groups[half:])))
@@ -125,7 +130,6 @@ class Stages(ABC):
     def map_tasks(self, body: Callable[[Any], Any], bins: Sequence[Sequence[Any]], threads: int = 1) -> list[Outcome]:
         """``body`` run on each unit, one Spark task per bin of units; with ``threads``, that many units of a bin at
         once."""
-
 
 
 def _received(table: pa.Table) -> int:
@@ -166,14 +170,20 @@ class SparkStages(Stages):
             return []
         return self.collect(self.frame([list(b) for b in bins]).map(partial(task_rows, body, threads), RESULT_TYPE))
 
+
 class LocalStages(Stages):
     """The stages run in this process, through the same row bodies and codecs as on Spark (units pickled on the way
     in, outcomes on the way out): what would not reach an executor, or not come back, fails here too. It lets the
     job's own code run hundreds of times per test without a JVM; the Spark SQL winner searches need Spark."""
 
     def map_tasks(self, body: Callable[[Any], Any], bins: Sequence[Sequence[Any]], threads: int = 1) -> list[Outcome]:
-        rows = [pa.record_batch({"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(list(b))], pa.binary())},
-                                schema=TASK_SCHEMA) for i, b in enumerate(bins)]
+        rows = [
+            pa.record_batch(
+                {"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(list(b))], pa.binary())},
+                schema=TASK_SCHEMA,
+            )
+            for i, b in enumerate(bins)
+        ]
         self._count(sum(r.nbytes for r in rows), 0)
         return self._outcomes([out for row in rows for out in task_rows(body, threads, iter([row]))])
 
@@ -214,6 +224,7 @@ def task_frame(spark: SparkSession, payloads: Sequence[Any]) -> TaskFrame:
     if size <= CARRIED_BYTES:
         return TaskFrame(slots, tuple(blobs), size)
     # Many or large payloads join the task numbers by broadcast, which keeps that partitioning.
-    table = pa.table({"task": pa.array(range(len(blobs)), pa.int32()), "payload": pa.array(blobs, pa.binary())},
-                     schema=TASK_SCHEMA)
+    table = pa.table(
+        {"task": pa.array(range(len(blobs)), pa.int32()), "payload": pa.array(blobs, pa.binary())}, schema=TASK_SCHEMA
+    )
     return TaskFrame(slots.join(spark.createDataFrame(table, TASK_TYPE).hint("broadcast"), "task"), bytes=size)

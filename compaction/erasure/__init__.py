@@ -21,5 +21,14 @@ from compaction.erasure.proof import Proof, attest
 from compaction.erasure.requests import DEFAULT_ERASURE_MAX_DELAY_MS, Forgotten, forget, request_erasure
 from compaction.erasure.status import RequestStatus, erasure_status, overdue_requests
 
-__all__ = ["DEFAULT_ERASURE_MAX_DELAY_MS", "Forgotten", "Proof", "RequestStatus", "attest", "erasure_status",
-           "forget", "overdue_requests", "request_erasure"]
+__all__ = [
+    "DEFAULT_ERASURE_MAX_DELAY_MS",
+    "Forgotten",
+    "Proof",
+    "RequestStatus",
+    "attest",
+    "erasure_status",
+    "forget",
+    "overdue_requests",
+    "request_erasure",
+]

@@ -28,16 +28,35 @@ class PartitionProof:
 
     def to_dict(self) -> dict[str, Any]:
         def record(found: Any) -> dict[str, Any]:
-            where = "erased range" if self.tombstone_offset is not None and found.offset < self.tombstone_offset \
-                else "the request's tombstone" if found.offset == self.tombstone_offset \
-                else "after the request" if self.tombstone_offset is not None else "no request"
+            where = (
+                "erased range"
+                if self.tombstone_offset is not None and found.offset < self.tombstone_offset
+                else "the request's tombstone"
+                if found.offset == self.tombstone_offset
+                else "after the request"
+                if self.tombstone_offset is not None
+                else "no request"
+            )
             return {"offset": found.offset, "tombstone": found.tombstone, "where": where}
 
-        return {"partition": self.partition, "manifest_version": self.version, "requests": self.requests,
-                "tombstone_offset": self.tombstone_offset, "problems": self.problems,
-                "objects": [{"name": f.path, "kind": f.kind, "size": f.size, "sha256": f.sha256,
-                             "records": [record(r) for r in f.records], "unreadable": f.problem}
-                            for f in self.objects]}
+        return {
+            "partition": self.partition,
+            "manifest_version": self.version,
+            "requests": self.requests,
+            "tombstone_offset": self.tombstone_offset,
+            "problems": self.problems,
+            "objects": [
+                {
+                    "name": f.path,
+                    "kind": f.kind,
+                    "size": f.size,
+                    "sha256": f.sha256,
+                    "records": [record(r) for r in f.records],
+                    "unreadable": f.problem,
+                }
+                for f in self.objects
+            ],
+        }
 
 
 @dataclass
@@ -62,14 +81,23 @@ class Proof:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": PROOF_FORMAT, "program": {"name": "compaction", "version": self.program_version},
-                "store": self.store, "topic": self.topic, "key_sha256": self.key_sha256,
-                "attested_ms": self.attested_ms, "scope": self.scope, "passed": self.passed,
-                "problems": self.problems, "partitions": [p.to_dict() for p in self.partitions]}
+        return {
+            "format": PROOF_FORMAT,
+            "program": {"name": "compaction", "version": self.program_version},
+            "store": self.store,
+            "topic": self.topic,
+            "key_sha256": self.key_sha256,
+            "attested_ms": self.attested_ms,
+            "scope": self.scope,
+            "passed": self.passed,
+            "problems": self.problems,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
 
 
-def attest(store: Store, topic: str, key: bytes, *, wall_ms: int, program_version: str,
-           partitions: int | None = None) -> Proof:
+def attest(
+    store: Store, topic: str, key: bytes, *, wall_ms: int, program_version: str, partitions: int | None = None
+) -> Proof:
     """Read every object under the folders of each partition of ``topic`` (with ``partitions``, only the one Kafka's
     default partitioner sends the key to among that many) and say what each holds of ``key``; the proof names
     ``program_version``, the version of the program that read them.
@@ -95,15 +123,18 @@ def attest(store: Store, topic: str, key: bytes, *, wall_ms: int, program_versio
         requests = [r for r in manifest.erasures if r.key_sha256 == digest] if manifest else []
         tombstone = tombstone_offsets(requests).get(digest)
         objects = scan(store.storage, tp, KeyMatch.of_keys([key]), whole=True) if partition in existing else []
-        proof = PartitionProof(partition, manifest.version if manifest else None, tombstone,
-                               [r.model_dump() for r in requests], objects)
+        proof = PartitionProof(
+            partition, manifest.version if manifest else None, tombstone, [r.model_dump() for r in requests], objects
+        )
         for finding in objects:
             name = store.describe(tp, finding.path)
             if finding.problem is not None:
                 proof.problems.append(f"{name}: unreadable, so it may hold the key: {finding.problem}")
             elif tombstone is not None and (left := [r.offset for r in finding.records if r.offset < tombstone]):
-                proof.problems.append(f"{name}: holds {len(left)} record(s) of the key below its erasure request's "
-                                      f"tombstone at offset {tombstone} (offsets {_few(left)})")
+                proof.problems.append(
+                    f"{name}: holds {len(left)} record(s) of the key below its erasure request's "
+                    f"tombstone at offset {tombstone} (offsets {_few(left)})"
+                )
             elif tombstone is None and (values := [r.offset for r in finding.records if not r.tombstone]):
                 proof.problems.append(f"{name}: holds {len(values)} value(s) of the key (offsets {_few(values)})")
         proofs.append(proof)

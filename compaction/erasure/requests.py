@@ -43,15 +43,26 @@ class Forgotten:
         return bool(self.tombstones)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key_sha256": self.key_sha256, "searched": list(self.searched),
-                "tombstones": {str(p): o for p, o in sorted(self.tombstones.items())},
-                "errors": {str(p): e for p, e in sorted(self.errors.items())}, "absent": sorted(self.absent),
-                "found": self.found}
+        return {
+            "key_sha256": self.key_sha256,
+            "searched": list(self.searched),
+            "tombstones": {str(p): o for p, o in sorted(self.tombstones.items())},
+            "errors": {str(p): e for p, e in sorted(self.errors.items())},
+            "absent": sorted(self.absent),
+            "found": self.found,
+        }
 
 
-def forget(store: Store, topic: str, keys: Sequence[bytes], *, now_ms: int,
-           max_delay_ms: int = DEFAULT_ERASURE_MAX_DELAY_MS, partitions: int | None = None,
-           writer: Writer | None = None) -> list[Forgotten]:
+def forget(
+    store: Store,
+    topic: str,
+    keys: Sequence[bytes],
+    *,
+    now_ms: int,
+    max_delay_ms: int = DEFAULT_ERASURE_MAX_DELAY_MS,
+    partitions: int | None = None,
+    writer: Writer | None = None,
+) -> list[Forgotten]:
     """Forget ``keys`` in ``topic``: every partition is searched (with ``partitions``, only the one Kafka's default
     partitioner sends each key to among that many), and in each partition whose newest version holds a record of a
     key (seen or hidden by a deletion vector), a tombstone is appended for it and an erasure request recorded, due
@@ -64,8 +75,9 @@ def forget(store: Store, topic: str, keys: Sequence[bytes], *, now_ms: int,
     if not existing:
         raise StoreNotFoundError(f"topic {topic!r} has no partition in {store.url}")
     unique = list(dict.fromkeys(keys))
-    outcomes = [Forgotten(key, (default_partition(key, partitions),) if partitions else tuple(existing))
-                for key in unique]
+    outcomes = [
+        Forgotten(key, (default_partition(key, partitions),) if partitions else tuple(existing)) for key in unique
+    ]
     wanted: dict[int, list[Forgotten]] = {}
     for outcome in outcomes:
         for partition in outcome.searched:
@@ -92,9 +104,15 @@ def forget(store: Store, topic: str, keys: Sequence[bytes], *, now_ms: int,
         held = {r.key_sha256 for f in findings for r in f.records}
         found = [o for o in asked if o.key_sha256 in held]
         if found:
-            placed = request_erasure(store, tp, [o.key for o in found], now_ms=now_ms, deadline_ms=deadline,
-                                     writer=writer, segment_format=manifest.segments[-1].format
-                                     if manifest.segments else SegmentFormat.PARQUET)
+            placed = request_erasure(
+                store,
+                tp,
+                [o.key for o in found],
+                now_ms=now_ms,
+                deadline_ms=deadline,
+                writer=writer,
+                segment_format=manifest.segments[-1].format if manifest.segments else SegmentFormat.PARQUET,
+            )
             for outcome, offset in zip(found, placed, strict=True):
                 outcome.tombstones[partition] = offset
 
@@ -103,8 +121,16 @@ def forget(store: Store, topic: str, keys: Sequence[bytes], *, now_ms: int,
     return outcomes
 
 
-def request_erasure(store: Store, tp: TopicPartition, keys: Sequence[bytes], *, now_ms: int, deadline_ms: int,
-                    writer: Writer | None = None, segment_format: SegmentFormat = SegmentFormat.PARQUET) -> list[int]:
+def request_erasure(
+    store: Store,
+    tp: TopicPartition,
+    keys: Sequence[bytes],
+    *,
+    now_ms: int,
+    deadline_ms: int,
+    writer: Writer | None = None,
+    segment_format: SegmentFormat = SegmentFormat.PARQUET,
+) -> list[int]:
     """Append one tombstone per key to the partition (as a ``segment_format`` segment: forget keeps a ``.log``
     partition one) and record an erasure request for each, naming its offset, in one commit; returns the tombstones'
     offsets, in the order of ``keys``. Nothing is searched: :func:`forget` decides where."""
@@ -114,10 +140,22 @@ def request_erasure(store: Store, tp: TopicPartition, keys: Sequence[bytes], *, 
     def requests(latest: Manifest | None, placed: pa.Table) -> dict[str, Any]:
         offsets = placed.column("offset").to_pylist()
         placed_offsets[:] = offsets
-        new = tuple(ErasureRequest(key_sha256=key_digest(key), tombstone_offset=offset, requested_ms=now_ms,
-                                   deadline_ms=deadline_ms) for key, offset in zip(keys, offsets, strict=True))
+        new = tuple(
+            ErasureRequest(
+                key_sha256=key_digest(key), tombstone_offset=offset, requested_ms=now_ms, deadline_ms=deadline_ms
+            )
+            for key, offset in zip(keys, offsets, strict=True)
+        )
         return {"erasures": (*(latest.erasures if latest else ()), *new)}
 
-    store.append(tp, table, now_ms=now_ms, writer=writer or Writer(id="compaction-forget"),
-                 where=f"tombstones for {tp}", operation="forget", segment_format=segment_format, annotate=requests)
+    store.append(
+        tp,
+        table,
+        now_ms=now_ms,
+        writer=writer or Writer(id="compaction-forget"),
+        where=f"tombstones for {tp}",
+        operation="forget",
+        segment_format=segment_format,
+        annotate=requests,
+    )
     return placed_offsets

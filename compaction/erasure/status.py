@@ -27,15 +27,26 @@ class RequestStatus:
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
-        return {"partition": str(self.partition), "version": self.version, "key_sha256": r.key_sha256,
-                "state": r.state, "overdue": self.overdue, "tombstone_offset": r.tombstone_offset,
-                "requested_ms": r.requested_ms, "deadline_ms": r.deadline_ms, "rewritten_ms": r.rewritten_ms,
-                "rewritten_version": r.rewritten_version, "completed_ms": r.completed_ms,
-                "held": [h.model_dump() for h in r.held], "waits": list(self.waits)}
+        return {
+            "partition": str(self.partition),
+            "version": self.version,
+            "key_sha256": r.key_sha256,
+            "state": r.state,
+            "overdue": self.overdue,
+            "tombstone_offset": r.tombstone_offset,
+            "requested_ms": r.requested_ms,
+            "deadline_ms": r.deadline_ms,
+            "rewritten_ms": r.rewritten_ms,
+            "rewritten_version": r.rewritten_version,
+            "completed_ms": r.completed_ms,
+            "held": [h.model_dump() for h in r.held],
+            "waits": list(self.waits),
+        }
 
 
-def erasure_status(store: Store, topics: str | Sequence[str] | None, now_ms: int,
-                   config: Callable[[str], TopicConfig], grace_ms: int) -> tuple[list[RequestStatus], dict[str, str]]:
+def erasure_status(
+    store: Store, topics: str | Sequence[str] | None, now_ms: int, config: Callable[[str], TopicConfig], grace_ms: int
+) -> tuple[list[RequestStatus], dict[str, str]]:
     """Every request in the newest manifests of the partitions of ``topics`` (globs; default all), in partition
     order, late or not by ``grace_ms`` (the erasure grace period); and the partitions whose manifest could not be
     read, with the reason (a request there is unknown)."""
@@ -48,13 +59,15 @@ def erasure_status(store: Store, topics: str | Sequence[str] | None, now_ms: int
         if not manifest.erasures:
             continue
         waits = _waits(store, tp, manifest, config(tp.topic), now_ms)
-        statuses.extend(RequestStatus(tp, manifest.version, r, r.overdue(now_ms, grace_ms), waits(r))
-                        for r in manifest.erasures)
+        statuses.extend(
+            RequestStatus(tp, manifest.version, r, r.overdue(now_ms, grace_ms), waits(r)) for r in manifest.erasures
+        )
     return statuses, errors
 
 
-def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicConfig,
-           now_ms: int) -> Callable[[ErasureRequest], tuple[str, ...]]:
+def _waits(
+    store: Store, tp: TopicPartition, manifest: Manifest, config: TopicConfig, now_ms: int
+) -> Callable[[ErasureRequest], tuple[str, ...]]:
     """What each request of the partition waits for: a run (and why the planner would not carry it out yet), or gc
     (the objects still holding the key, and the pins that keep versions from before the rewrite)."""
     plan = plan_partition(tp, manifest, config, now_ms)
@@ -75,8 +88,10 @@ def _waits(store: Store, tp: TopicPartition, manifest: Manifest, config: TopicCo
                     holder = describe_pin(store.storage, tp, pin)
                 except StoreError as err:
                     holder = f"pin {pin.name} ({err})"
-                found.append(f"version {pin.version}, from before the rewrite, is pinned by {holder}: gc keeps it "
-                             "until the pin goes (publish expires a replaced snapshot after erasure.grace.ms)")
+                found.append(
+                    f"version {pin.version}, from before the rewrite, is pinned by {holder}: gc keeps it "
+                    "until the pin goes (publish expires a replaced snapshot after erasure.grace.ms)"
+                )
         return tuple(found) or ("gc: to remove what older versions and orphans hold, and record it done",)
 
     return waits
@@ -87,6 +102,9 @@ def overdue_requests(store: Store, planned: Mapping[TopicPartition, Manifest], n
     ``compaction_erasure_overdue_requests``), read from their newest manifests; a partition whose newest cannot be
     read is counted at its ``planned`` manifest."""
     newest = read_manifests(store, planned)
-    return sum(1 for tp, manifest in newest.items()
-               for r in (planned[tp] if isinstance(manifest, StoreError) else manifest).erasures
-               if r.overdue(now_ms, grace_ms))
+    return sum(
+        1
+        for tp, manifest in newest.items()
+        for r in (planned[tp] if isinstance(manifest, StoreError) else manifest).erasures
+        if r.overdue(now_ms, grace_ms)
+    )

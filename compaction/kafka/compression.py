@@ -31,13 +31,19 @@ def compress(codec: int, data: Any) -> bytes:
         view = memoryview(data).cast("B")
         parts = [_XERIAL_HEADER]
         for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
-            block = cramjam.snappy.compress_raw(view[start:start + _XERIAL_BLOCK_BYTES])
+            block = cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK_BYTES])
             parts += [_BLOCK_LENGTH.pack(len(block)), bytes(block)]
         return b"".join(parts)
     if codec == 3:
         # KafkaLZ4BlockOutputStream: one frame, 64 KiB independent blocks, no content size, no checksums.
-        framed: bytes = lz4.frame.compress(data, compression_level=_LZ4_LEVEL, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-                                           block_linked=False, content_checksum=False, store_size=False)
+        framed: bytes = lz4.frame.compress(
+            data,
+            compression_level=_LZ4_LEVEL,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
         return framed
     if codec == 4:
         return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
@@ -72,6 +78,6 @@ def _xerial_decompress(view: memoryview) -> bytes:
         pos += _BLOCK_LENGTH.size
         if length < 0 or pos + length > len(view):
             raise ValueError(f"xerial snappy block of {length} bytes runs past the stream's {len(view)} bytes")
-        parts.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + length])))
+        parts.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + length])))
         pos += length
     return b"".join(parts)

@@ -45,8 +45,9 @@ _MIN_RECORD_BYTES = 7
 _SCALAR_LANES = 8
 # How far a record reaches from its first byte, by the two-byte window there: its length varint's size plus
 # the length; 0 where the length takes three bytes or more (a record of 8 KiB or more) or is negative.
-_REACH = np.where((varint.SIZE_OF_WINDOW > 0) & (varint.VALUE_OF_WINDOW >= 0),
-                  varint.SIZE_OF_WINDOW + varint.VALUE_OF_WINDOW, 0)
+_REACH = np.where(
+    (varint.SIZE_OF_WINDOW > 0) & (varint.VALUE_OF_WINDOW >= 0), varint.SIZE_OF_WINDOW + varint.VALUE_OF_WINDOW, 0
+)
 
 
 def decode(data: Any, *, where: str) -> Decoded:
@@ -73,8 +74,11 @@ def decode(data: Any, *, where: str) -> Decoded:
     records_buf, region_start, region_end = _records_regions(view, positions, ends, header, where)
     batch_index = np.repeat(np.arange(len(positions), dtype=np.int32), counts)
     fields = _record_fields(records_buf, region_start, region_end, header, batch_index, where)
-    return Decoded(records=_records(records_buf, header, fields, batch_index, where),
-                   batches=_batches(header, positions, ends), batch_index=batch_index)
+    return Decoded(
+        records=_records(records_buf, header, fields, batch_index, where),
+        batches=_batches(header, positions, ends),
+        batch_index=batch_index,
+    )
 
 
 def _batch_headers(view: memoryview, positions: np.ndarray, where: str) -> np.ndarray:
@@ -84,8 +88,11 @@ def _batch_headers(view: memoryview, positions: np.ndarray, where: str) -> np.nd
     codecs = _codecs(header)
     counts = header["record_count"].astype(np.int64)
     for j in np.flatnonzero((codecs >= len(CODECS)) | (counts < 0)):
-        problem = (f"an unknown compression codec id {codecs[j]}" if codecs[j] >= len(CODECS)
-                   else f"a negative record count {counts[j]}")
+        problem = (
+            f"an unknown compression codec id {codecs[j]}"
+            if codecs[j] >= len(CODECS)
+            else f"a negative record count {counts[j]}"
+        )
         raise corrupt(where, int(header["base_offset"][j]), f"has {problem}")
     return header
 
@@ -95,8 +102,14 @@ def _codecs(header: np.ndarray) -> np.ndarray:
     return (header["attributes"].astype(np.int16) & CODEC_MASK).astype(np.int64)
 
 
-def _record_fields(records_buf: Any, region_start: np.ndarray, region_end: np.ndarray, header: np.ndarray,
-                   batch_index: np.ndarray, where: str) -> _Fields:
+def _record_fields(
+    records_buf: Any,
+    region_start: np.ndarray,
+    region_end: np.ndarray,
+    header: np.ndarray,
+    batch_index: np.ndarray,
+    where: str,
+) -> _Fields:
     """Every record's fields in the uncompressed records (each batch's ``[region_start, region_end)`` of
     ``records_buf``); CorruptBatchError when a batch claims more records than its bytes hold, or a record's
     fields do not fill its length."""
@@ -105,8 +118,11 @@ def _record_fields(records_buf: Any, region_start: np.ndarray, region_end: np.nd
     too_many = np.flatnonzero(counts * _MIN_RECORD_BYTES > region_end - region_start)
     if too_many.size:
         j = too_many[0]
-        raise corrupt(where, int(base_offsets[j]), f"claims {counts[j]} records in "
-                      f"{region_end[j] - region_start[j]} bytes of records")
+        raise corrupt(
+            where,
+            int(base_offsets[j]),
+            f"claims {counts[j]} records in {region_end[j] - region_start[j]} bytes of records",
+        )
     rb = np.frombuffer(records_buf, dtype=np.uint8)
     body, size = _record_bounds(records_buf, rb, region_start, region_end, counts)
     fields = _Fields.parse(rb, body, size)
@@ -114,8 +130,12 @@ def _record_fields(records_buf: Any, region_start: np.ndarray, region_end: np.nd
         first = int(np.argmax(~fields.ok))
         j = batch_index[first]
         within = first - int(np.searchsorted(batch_index, j))
-        raise corrupt(where, int(base_offsets[j]), f"has a malformed record (record {within} of {counts[j]}): "
-                      "its fields do not fill its length, or the records do not fill the batch")
+        raise corrupt(
+            where,
+            int(base_offsets[j]),
+            f"has a malformed record (record {within} of {counts[j]}): "
+            "its fields do not fill its length, or the records do not fill the batch",
+        )
     return fields
 
 
@@ -128,45 +148,55 @@ def _records(records_buf: Any, header: np.ndarray, fields: _Fields, batch_index:
     horizon_set = (attributes & DELETE_HORIZON) != 0
     base_ts = header["base_timestamp"].astype(np.int64)
     log_append = ((attributes & LOG_APPEND_TIME) != 0)[batch_index]
-    timestamps = np.where(log_append, header["max_timestamp"].astype(np.int64)[batch_index],
-                          base_ts[batch_index] + fields.ts_delta)
+    timestamps = np.where(
+        log_append, header["max_timestamp"].astype(np.int64)[batch_index], base_ts[batch_index] + fields.ts_delta
+    )
     record_horizon = horizon_set[batch_index] & ((fields.value_len < 0) | is_control)
-    return pa.Table.from_arrays([
-        pa.array(base_offsets[batch_index] + fields.offset_delta, pa.int64()),
-        pa.array(timestamps, pa.int64()),
-        _binary(arrow_buf, fields.key_start, fields.key_len),
-        _binary(arrow_buf, fields.value_start, fields.value_len),
-        _headers(arrow_buf, fields, where, base_offsets, batch_index),
-        pa.array(header["producer_id"].astype(np.int64)[batch_index], pa.int64()),
-        pa.array(header["producer_epoch"].astype(np.int16)[batch_index], pa.int16()),
-        pa.array(((attributes & TRANSACTIONAL) != 0)[batch_index], pa.bool_()),
-        pa.array(is_control, pa.bool_()),
-        _control_types(np.frombuffer(records_buf, dtype=np.uint8), fields, is_control, where, base_offsets,
-                       batch_index),
-        pa.array(base_ts[batch_index], pa.int64(), mask=~record_horizon),
-    ], schema=RECORD_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            pa.array(base_offsets[batch_index] + fields.offset_delta, pa.int64()),
+            pa.array(timestamps, pa.int64()),
+            _binary(arrow_buf, fields.key_start, fields.key_len),
+            _binary(arrow_buf, fields.value_start, fields.value_len),
+            _headers(arrow_buf, fields, where, base_offsets, batch_index),
+            pa.array(header["producer_id"].astype(np.int64)[batch_index], pa.int64()),
+            pa.array(header["producer_epoch"].astype(np.int16)[batch_index], pa.int16()),
+            pa.array(((attributes & TRANSACTIONAL) != 0)[batch_index], pa.bool_()),
+            pa.array(is_control, pa.bool_()),
+            _control_types(
+                np.frombuffer(records_buf, dtype=np.uint8), fields, is_control, where, base_offsets, batch_index
+            ),
+            pa.array(base_ts[batch_index], pa.int64(), mask=~record_horizon),
+        ],
+        schema=RECORD_SCHEMA,
+    )
 
 
 def _batches(header: np.ndarray, positions: np.ndarray, ends: np.ndarray) -> pa.Table:
     """The batch rows (:data:`BATCH_SCHEMA`) of the batches at ``[positions, ends)``."""
     attributes = header["attributes"].astype(np.int16)
     base_ts = header["base_timestamp"].astype(np.int64)
-    return pa.Table.from_arrays([
-        pa.array(header["base_offset"].astype(np.int64), pa.int64()),
-        pa.array(header["last_offset_delta"].astype(np.int32), pa.int32()),
-        pa.array(header["partition_leader_epoch"].astype(np.int32), pa.int32()),
-        pa.array(attributes, pa.int16()),
-        pa.DictionaryArray.from_arrays(pa.array(_codecs(header).astype(np.int8)), pa.array(CODECS)).cast(pa.string()),
-        pa.array(base_ts, pa.int64()),
-        pa.array(header["max_timestamp"].astype(np.int64), pa.int64()),
-        pa.array(header["producer_id"].astype(np.int64), pa.int64()),
-        pa.array(header["producer_epoch"].astype(np.int16), pa.int16()),
-        pa.array(header["base_sequence"].astype(np.int32), pa.int32()),
-        pa.array(header["record_count"].astype(np.int32), pa.int32()),
-        pa.array(base_ts, pa.int64(), mask=~((attributes & DELETE_HORIZON) != 0)),
-        pa.array(positions, pa.int64()),
-        pa.array((ends - positions).astype(np.int32), pa.int32()),
-    ], schema=BATCH_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            pa.array(header["base_offset"].astype(np.int64), pa.int64()),
+            pa.array(header["last_offset_delta"].astype(np.int32), pa.int32()),
+            pa.array(header["partition_leader_epoch"].astype(np.int32), pa.int32()),
+            pa.array(attributes, pa.int16()),
+            pa.DictionaryArray.from_arrays(pa.array(_codecs(header).astype(np.int8)), pa.array(CODECS)).cast(
+                pa.string()
+            ),
+            pa.array(base_ts, pa.int64()),
+            pa.array(header["max_timestamp"].astype(np.int64), pa.int64()),
+            pa.array(header["producer_id"].astype(np.int64), pa.int64()),
+            pa.array(header["producer_epoch"].astype(np.int16), pa.int16()),
+            pa.array(header["base_sequence"].astype(np.int32), pa.int32()),
+            pa.array(header["record_count"].astype(np.int32), pa.int32()),
+            pa.array(base_ts, pa.int64(), mask=~((attributes & DELETE_HORIZON) != 0)),
+            pa.array(positions, pa.int64()),
+            pa.array((ends - positions).astype(np.int32), pa.int32()),
+        ],
+        schema=BATCH_SCHEMA,
+    )
 
 
 def _bytes_view(data: Any) -> memoryview:
@@ -181,36 +211,50 @@ def _frame(view: memoryview, where: str) -> np.ndarray:
     pos = 0
     while pos < n:
         left = n - pos
-        base_offset = int.from_bytes(view[pos:pos + 8], "big", signed=True) if left >= 8 else None
+        base_offset = int.from_bytes(view[pos : pos + 8], "big", signed=True) if left >= 8 else None
         if left < LOG_OVERHEAD:
             raise corrupt(where, base_offset, f"at byte {pos} is truncated: {left} bytes left of its header")
-        length = int.from_bytes(view[pos + 8:pos + LOG_OVERHEAD], "big", signed=True)
+        length = int.from_bytes(view[pos + 8 : pos + LOG_OVERHEAD], "big", signed=True)
         if left > MAGIC_AT and view[pos + MAGIC_AT] != MAGIC:
             magic = view[pos + MAGIC_AT]
             known = "the message format v0/v1 of Kafka before 0.11" if magic in (0, 1) else "no known format"
-            raise corrupt(where, base_offset, f"at byte {pos} has magic {magic} ({known}); only record batch "
-                          f"v2 (magic {MAGIC}) is supported")
+            raise corrupt(
+                where,
+                base_offset,
+                f"at byte {pos} has magic {magic} ({known}); only record batch v2 (magic {MAGIC}) is supported",
+            )
         if left < HEADER_BYTES:
-            raise corrupt(where, base_offset, f"at byte {pos} is truncated: {left} of its "
-                          f"{HEADER_BYTES}-byte header are left")
+            raise corrupt(
+                where, base_offset, f"at byte {pos} is truncated: {left} of its {HEADER_BYTES}-byte header are left"
+            )
         if length < HEADER_BYTES - LOG_OVERHEAD:
             raise corrupt(where, base_offset, f"at byte {pos} has length {length}, less than a batch header")
         end = pos + LOG_OVERHEAD + length
         if end > n:
-            raise corrupt(where, base_offset, f"at byte {pos} declares {LOG_OVERHEAD + length} bytes, but the "
-                          f"buffer ends {left} bytes after its start (truncated, or a length past the end)")
-        stored = int.from_bytes(view[pos + CRC_AT:pos + CRC_FROM], "big")
-        computed = crc32c.crc32c(view[pos + CRC_FROM:end])
+            raise corrupt(
+                where,
+                base_offset,
+                f"at byte {pos} declares {LOG_OVERHEAD + length} bytes, but the "
+                f"buffer ends {left} bytes after its start (truncated, or a length past the end)",
+            )
+        stored = int.from_bytes(view[pos + CRC_AT : pos + CRC_FROM], "big")
+        computed = crc32c.crc32c(view[pos + CRC_FROM : end])
         if stored != computed:
-            raise corrupt(where, base_offset, f"at byte {pos} fails its CRC-32C: stored {stored:#010x}, "
-                          f"computed {computed:#010x}")
+            raise corrupt(
+                where, base_offset, f"at byte {pos} fails its CRC-32C: stored {stored:#010x}, computed {computed:#010x}"
+            )
         positions.append(pos)
         pos = end
     return np.array(positions, dtype=np.int64)
 
 
-def _records_regions(view: memoryview, positions: np.ndarray, ends: np.ndarray, header: np.ndarray, where: str,
-                     ) -> tuple[Any, np.ndarray, np.ndarray]:
+def _records_regions(
+    view: memoryview,
+    positions: np.ndarray,
+    ends: np.ndarray,
+    header: np.ndarray,
+    where: str,
+) -> tuple[Any, np.ndarray, np.ndarray]:
     """One buffer holding every batch's records uncompressed, and each batch's ``[start, end)`` in it (``header``:
     the batches' headers).
 
@@ -238,8 +282,9 @@ def _records_regions(view: memoryview, positions: np.ndarray, ends: np.ndarray, 
     return b"".join(pieces), region_end - lengths, region_end
 
 
-def _record_bounds(records_buf: Any, rb: np.ndarray, region_start: np.ndarray, region_end: np.ndarray,
-                   counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _record_bounds(
+    records_buf: Any, rb: np.ndarray, region_start: np.ndarray, region_end: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Where each record's body starts (after its length varint), and its length; -1 marks a bad record.
 
     Step ``s`` reads the length of the ``s``-th record of every batch ("lane") that has one, lanes sorted by
@@ -309,8 +354,14 @@ def _ranges(lengths: np.ndarray) -> np.ndarray:
     return cast(np.ndarray, np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths))
 
 
-def _walk(view: memoryview, region: tuple[int, int], first: int, from_step: int, count: int,
-          out: tuple[np.ndarray, np.ndarray]) -> None:
+def _walk(
+    view: memoryview,
+    region: tuple[int, int],
+    first: int,
+    from_step: int,
+    count: int,
+    out: tuple[np.ndarray, np.ndarray],
+) -> None:
     """Read one batch's record lengths one by one, from record ``from_step`` at the region's start (up to its end),
     into ``out`` (each record's body position and size, from index ``first``); a bad length stops the walk, marking
     it and the records after it bad."""
@@ -335,9 +386,9 @@ def _walk(view: memoryview, region: tuple[int, int], first: int, from_step: int,
             break
         pos += value
     index = first + from_step
-    body[index:index + len(bodies)] = bodies
-    size[index:index + len(sizes)] = sizes
-    size[index + len(sizes):first + count] = -1
+    body[index : index + len(bodies)] = bodies
+    size[index : index + len(sizes)] = sizes
+    size[index + len(sizes) : first + count] = -1
 
 
 @dataclass(frozen=True)
@@ -404,8 +455,20 @@ class _Fields:
                 ok[active[bad_hk | bad_hv | (length < 0) | (vlength < -1)]] = False
                 pos[active] = at
         ok &= pos == end
-        return cls(ok, ts_delta, offset_delta, key_start, key_len, value_start, value_len, counts,
-                   hk_start, hk_len, hv_start, hv_len)
+        return cls(
+            ok,
+            ts_delta,
+            offset_delta,
+            key_start,
+            key_len,
+            value_start,
+            value_len,
+            counts,
+            hk_start,
+            hk_len,
+            hv_start,
+            hv_len,
+        )
 
 
 def _binary(data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -419,37 +482,47 @@ def _binary(data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Arra
         return pa.array([], pa.binary())
     ends = starts + np.maximum(lengths, 0)
     bounds = np.empty(2 * n + 1, dtype=np.int64)
-    bounds[0:2 * n:2] = starts
-    bounds[1:2 * n:2] = ends
+    bounds[0 : 2 * n : 2] = starts
+    bounds[1 : 2 * n : 2] = ends
     bounds[2 * n] = ends[-1]
     wide = bounds[-1] >= 2**31
     valid = np.ones(2 * n, dtype=bool)
     valid[0::2] = lengths >= 0
     spread = pa.Array.from_buffers(
-        pa.large_binary() if wide else pa.binary(), 2 * n,
-        [pa.py_buffer(np.packbits(valid, bitorder="little")),
-         pa.py_buffer(bounds if wide else bounds.astype(np.int32)), data],
-        null_count=int(2 * n - valid.sum()))
+        pa.large_binary() if wide else pa.binary(),
+        2 * n,
+        [
+            pa.py_buffer(np.packbits(valid, bitorder="little")),
+            pa.py_buffer(bounds if wide else bounds.astype(np.int32)),
+            data,
+        ],
+        null_count=int(2 * n - valid.sum()),
+    )
     picked = spread.take(pa.array(np.arange(0, 2 * n, 2)))
     return picked.cast(pa.binary()) if wide else picked
 
 
-def _headers(data: pa.Buffer, fields: _Fields, where: str, base_offsets: np.ndarray,
-             batch_index: np.ndarray) -> pa.Array:
+def _headers(
+    data: pa.Buffer, fields: _Fields, where: str, base_offsets: np.ndarray, batch_index: np.ndarray
+) -> pa.Array:
     keys = _binary(data, fields.header_key_start, fields.header_key_len)
     try:
         keys = keys.cast(pa.string())
     except pa.ArrowInvalid as err:
         index = next(i for i, key in enumerate(keys.to_pylist()) if not _is_utf8(key))
         record = int(np.searchsorted(np.cumsum(fields.header_count), index, side="right"))
-        raise corrupt(where, int(base_offsets[batch_index[record]]),
-                      f"has a header key that is not UTF-8: {keys[index].as_py()!r}") from err
+        raise corrupt(
+            where,
+            int(base_offsets[batch_index[record]]),
+            f"has a header key that is not UTF-8: {keys[index].as_py()!r}",
+        ) from err
     values = _binary(data, fields.header_value_start, fields.header_value_len)
     entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE.value_type))
     offsets = np.zeros(len(fields.header_count) + 1, dtype=np.int32)
     np.cumsum(fields.header_count, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=HEADER_TYPE,
-                                    mask=pa.array(fields.header_count == 0))
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), entries, type=HEADER_TYPE, mask=pa.array(fields.header_count == 0)
+    )
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -460,8 +533,14 @@ def _is_utf8(raw: bytes) -> bool:
     return True
 
 
-def _control_types(rb: np.ndarray, fields: _Fields, is_control: np.ndarray, where: str,
-                   base_offsets: np.ndarray, batch_index: np.ndarray) -> pa.Array:
+def _control_types(
+    rb: np.ndarray,
+    fields: _Fields,
+    is_control: np.ndarray,
+    where: str,
+    base_offsets: np.ndarray,
+    batch_index: np.ndarray,
+) -> pa.Array:
     """``commit``/``abort`` from each control record's key (version int16, type int16); null for data
     records and for control types this product does not know (Kafka's UNKNOWN)."""
     codes = np.full(len(is_control), -1, dtype=np.int8)
@@ -469,8 +548,11 @@ def _control_types(rb: np.ndarray, fields: _Fields, is_control: np.ndarray, wher
     if control.size:
         short = control[fields.key_len[control] < 4]
         if short.size:
-            raise corrupt(where, int(base_offsets[batch_index[short[0]]]),
-                          "has a control record whose key is shorter than the 4 bytes of a control key")
+            raise corrupt(
+                where,
+                int(base_offsets[batch_index[short[0]]]),
+                "has a control record whose key is shorter than the 4 bytes of a control key",
+            )
         at = fields.key_start[control] + 2
         kind = (rb[at].astype(np.int16) << 8) | rb[at + 1].astype(np.int16)
         codes[control] = np.where(np.isin(kind, list(CONTROL_TYPES)), kind, -1)

@@ -54,6 +54,7 @@ _BATCH_DEFAULTS: dict[str, Any] = {
     "size": None,
 }
 
+
 def batch_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     """Build batch rows in ``BATCH_SCHEMA`` from dicts; missing fields take Kafka's "none" values (no producer
     id, epoch or sequence, partition leader epoch -1, no compression, no horizon)."""
@@ -95,7 +96,8 @@ def encode(records: pa.Table, batches: pa.Table, *, compression: str | None = No
         if compression not in CODECS:
             raise InvalidRecordsError(f"encode: no compression {compression!r}; Kafka's are {list(CODECS)}")
         batches = batches.drop_columns(["compression"]).append_column(
-            "compression", pa.repeat(pa.scalar(compression), batches.num_rows))
+            "compression", pa.repeat(pa.scalar(compression), batches.num_rows)
+        )
     rows = _BatchRows.of(batches, records.num_rows)
     offsets = _column(records, "offset", pa.int64())
     if offsets.null_count:
@@ -112,15 +114,48 @@ def encode(records: pa.Table, batches: pa.Table, *, compression: str | None = No
 
     parts: list[Any] = []
     view = memoryview(region.data)
-    columns = zip(rows.base_offset.tolist(), rows.last_offset_delta.tolist(), rows.leader_epoch.tolist(),
-                  rows.attributes.tolist(), rows.codec.tolist(), base_ts.tolist(), max_ts.tolist(),
-                  rows.producer_id.tolist(), rows.producer_epoch.tolist(), rows.base_sequence.tolist(),
-                  rows.counts.tolist(), region.starts.tolist(), region.ends.tolist(), strict=True)
-    for (base_offset, last_offset_delta, leader_epoch, attributes, codec, base_timestamp, max_timestamp,
-         producer_id, producer_epoch, base_sequence, count, start, end) in columns:
+    columns = zip(
+        rows.base_offset.tolist(),
+        rows.last_offset_delta.tolist(),
+        rows.leader_epoch.tolist(),
+        rows.attributes.tolist(),
+        rows.codec.tolist(),
+        base_ts.tolist(),
+        max_ts.tolist(),
+        rows.producer_id.tolist(),
+        rows.producer_epoch.tolist(),
+        rows.base_sequence.tolist(),
+        rows.counts.tolist(),
+        region.starts.tolist(),
+        region.ends.tolist(),
+        strict=True,
+    )
+    for (
+        base_offset,
+        last_offset_delta,
+        leader_epoch,
+        attributes,
+        codec,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+        start,
+        end,
+    ) in columns:
         payload = view[start:end] if codec == 0 else compress(codec, view[start:end])
-        tail = _TAIL.pack(attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
-                          producer_epoch, base_sequence, count)
+        tail = _TAIL.pack(
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
         crc = crc32c.crc32c(payload, value=crc32c.crc32c(tail))
         length = HEADER_BYTES - LOG_OVERHEAD + len(payload)
         parts += [_FRONT.pack(base_offset, length, leader_epoch, MAGIC, crc), tail, payload]
@@ -170,8 +205,9 @@ class _BatchRows:
         if (counts < 0).any():
             raise InvalidRecordsError("encode: a batch row has a negative record_count")
         if counts.sum() != record_total:
-            raise InvalidRecordsError(f"encode: the batch rows hold {counts.sum()} records, but {record_total} "
-                                      "were given")
+            raise InvalidRecordsError(
+                f"encode: the batch rows hold {counts.sum()} records, but {record_total} were given"
+            )
         codec_ids = pc.index_in(_column(batches, "compression", pa.string()), value_set=pa.array(CODECS))
         if codec_ids.null_count:
             raise InvalidRecordsError(f"encode: a batch row's compression is not one of {list(CODECS)}")
@@ -190,12 +226,22 @@ class _BatchRows:
         if (empty & ~has_last_offset_delta).any():
             raise InvalidRecordsError("encode: an empty batch row needs its last_offset_delta")
         return cls(
-            size=len(counts), counts=counts, base_offset=required("base_offset").astype(np.int64),
-            last_offset_delta=last_offset_delta.astype(np.int64), has_last_offset_delta=has_last_offset_delta,
-            leader_epoch=required("partition_leader_epoch"), attributes=attributes.astype(np.int16),
-            codec=codec, given_max_ts=given_max_ts, has_max_ts=has_max_ts, horizon=horizon,
-            has_horizon=has_horizon, producer_id=required("producer_id"),
-            producer_epoch=required("producer_epoch"), base_sequence=required("base_sequence"))
+            size=len(counts),
+            counts=counts,
+            base_offset=required("base_offset").astype(np.int64),
+            last_offset_delta=last_offset_delta.astype(np.int64),
+            has_last_offset_delta=has_last_offset_delta,
+            leader_epoch=required("partition_leader_epoch"),
+            attributes=attributes.astype(np.int16),
+            codec=codec,
+            given_max_ts=given_max_ts,
+            has_max_ts=has_max_ts,
+            horizon=horizon,
+            has_horizon=has_horizon,
+            producer_id=required("producer_id"),
+            producer_epoch=required("producer_epoch"),
+            base_sequence=required("base_sequence"),
+        )
 
     def check_offsets(self, offset_delta: np.ndarray, batch_of: np.ndarray) -> None:
         """Offsets must rise strictly inside a batch, from its base offset to at most its last offset; fills in
@@ -203,8 +249,9 @@ class _BatchRows:
         below = np.flatnonzero(offset_delta < 0)
         if below.size:
             base = self.base_offset[batch_of[below[0]]]
-            raise InvalidRecordsError(f"encode: record at offset {base + offset_delta[below[0]]} is below its "
-                                      f"batch's base offset {base}")
+            raise InvalidRecordsError(
+                f"encode: record at offset {base + offset_delta[below[0]]} is below its batch's base offset {base}"
+            )
         same_batch = batch_of[1:] == batch_of[:-1]
         if (same_batch & (offset_delta[1:] <= offset_delta[:-1])).any():
             raise InvalidRecordsError("encode: offsets are not strictly increasing inside a batch")
@@ -215,8 +262,10 @@ class _BatchRows:
         beyond = offset_delta[last] > self.last_offset_delta[nonempty]
         if beyond.any():
             j = nonempty[int(np.argmax(beyond))]
-            raise InvalidRecordsError(f"encode: batch at base offset {self.base_offset[j]} has a record past its "
-                                      f"last offset {self.base_offset[j] + self.last_offset_delta[j]}")
+            raise InvalidRecordsError(
+                f"encode: batch at base offset {self.base_offset[j]} has a record past its "
+                f"last offset {self.base_offset[j] + self.last_offset_delta[j]}"
+            )
         if (self.last_offset_delta > np.iinfo(np.int32).max).any() or (self.last_offset_delta < 0).any():
             raise InvalidRecordsError("encode: a batch's last offset delta is outside [0, 2**31)")
 
@@ -250,8 +299,10 @@ def _check_record_flags(records: pa.Table, rows: _BatchRows, batch_of: np.ndarra
         wrong = column.is_valid().to_numpy(zero_copy_only=False) & (given != per_batch[batch_of])
         if wrong.any():
             j = batch_of[int(np.argmax(wrong))]
-            raise InvalidRecordsError(f"encode: a record's {name} is {given[int(np.argmax(wrong))]} but its batch "
-                                      f"(base offset {rows.base_offset[j]}) has {per_batch[j]}")
+            raise InvalidRecordsError(
+                f"encode: a record's {name} is {given[int(np.argmax(wrong))]} but its batch "
+                f"(base offset {rows.base_offset[j]}) has {per_batch[j]}"
+            )
 
 
 #: Kafka's control keys (ControlRecordType: version int16 0, type int16) by control type name, and the value of
@@ -268,8 +319,11 @@ def _control_fields(records: pa.Table, control: np.ndarray) -> tuple[pa.Array, p
     if not control.any():
         return keys, values
     n = records.num_rows
-    types = (_column(records, "control_type", pa.string()) if "control_type" in records.column_names
-             else pa.nulls(n, pa.string()))
+    types = (
+        _column(records, "control_type", pa.string())
+        if "control_type" in records.column_names
+        else pa.nulls(n, pa.string())
+    )
     names = pa.array(list(_CONTROL_KEYS))
     expected = pc.take(pa.array(list(_CONTROL_KEYS.values()), pa.binary()), pc.index_in(types, value_set=names))
     is_control = pa.array(control)
@@ -281,8 +335,10 @@ def _control_fields(records: pa.Table, control: np.ndarray) -> tuple[pa.Array, p
     short = pc.less(pc.binary_length(keys), 4)
     wrong = pc.not_equal(pc.binary_slice(keys, 2, 4), pc.binary_slice(expected, 2, 4))
     if pc.any(pc.and_(keyed, pc.or_(short, wrong))).as_py():
-        raise InvalidRecordsError("encode: a control record's key is not a control key of its control_type "
-                                  "(4 bytes: version, then 0 abort or 1 commit)")
+        raise InvalidRecordsError(
+            "encode: a control record's key is not a control key of its control_type "
+            "(4 bytes: version, then 0 abort or 1 commit)"
+        )
     keys = pc.if_else(keyless, expected, keys)
     values = pc.if_else(pc.and_(is_control, values.is_null()), pa.scalar(_MARKER_VALUE, pa.binary()), values)
     return keys, values
@@ -297,8 +353,14 @@ class _Region:
     ends: np.ndarray
 
 
-def _encode_records(records: pa.Table, keys: pa.Array, values: pa.Array, offset_delta: np.ndarray,
-                    ts_delta: np.ndarray, counts: np.ndarray) -> _Region:
+def _encode_records(
+    records: pa.Table,
+    keys: pa.Array,
+    values: pa.Array,
+    offset_delta: np.ndarray,
+    ts_delta: np.ndarray,
+    counts: np.ndarray,
+) -> _Region:
     """Lay out every record's bytes with numpy (the varints) and one Arrow ``take`` (keys, values, headers).
 
     Each record is six pieces: its fixed prefix (length, attributes, timestamp delta, offset delta, key
@@ -314,8 +376,17 @@ def _encode_records(records: pa.Table, keys: pa.Array, values: pa.Array, offset_
     zz_key, zz_value, zz_count = varint.zigzag(key_len), varint.zigzag(value_len), varint.zigzag(header_count)
     s_ts, s_offset, s_key = varint.sizes(zz_ts), varint.sizes(zz_offset), varint.sizes(zz_key)
     s_value, s_count = varint.sizes(zz_value), varint.sizes(zz_count)
-    body = (1 + s_ts + s_offset + s_key + np.maximum(key_len, 0) + s_value + np.maximum(value_len, 0) + s_count
-            + header_bytes)
+    body = (
+        1
+        + s_ts
+        + s_offset
+        + s_key
+        + np.maximum(key_len, 0)
+        + s_value
+        + np.maximum(value_len, 0)
+        + s_count
+        + header_bytes
+    )
     zz_body = varint.zigzag(body)
     s_body = varint.sizes(zz_body)
 
@@ -327,29 +398,34 @@ def _encode_records(records: pa.Table, keys: pa.Array, values: pa.Array, offset_
     at = fixed_at
     varint.write(fixed, at, zz_body, s_body)
     at = at + s_body + 1  # the attributes byte stays 0
-    for encoded, nbytes in ((zz_ts, s_ts), (zz_offset, s_offset), (zz_key, s_key), (zz_value, s_value),
-                            (zz_count, s_count)):
+    for encoded, nbytes in (
+        (zz_ts, s_ts),
+        (zz_offset, s_offset),
+        (zz_key, s_key),
+        (zz_value, s_value),
+        (zz_count, s_count),
+    ):
         varint.write(fixed, at, encoded, nbytes)
         at = at + nbytes
     bounds = np.empty(3 * n + 1, dtype=np.int64)
-    bounds[0:3 * n:3] = fixed_at
-    bounds[1:3 * n:3] = fixed_at + prefix
-    bounds[2:3 * n:3] = fixed_at + prefix + s_value
+    bounds[0 : 3 * n : 3] = fixed_at
+    bounds[1 : 3 * n : 3] = fixed_at + prefix
+    bounds[2 : 3 * n : 3] = fixed_at + prefix + s_value
     bounds[3 * n] = len(fixed)
 
     total = int((body + s_body).sum())
     wide = total >= 2**31 or len(fixed) >= 2**31
     kind = pa.large_binary() if wide else pa.binary()
-    fixed_pieces = pa.Array.from_buffers(kind, 3 * n, [None, pa.py_buffer(bounds if wide else
-                                                                          bounds.astype(np.int32)),
-                                                       pa.py_buffer(fixed)])
+    fixed_pieces = pa.Array.from_buffers(
+        kind, 3 * n, [None, pa.py_buffer(bounds if wide else bounds.astype(np.int32)), pa.py_buffer(fixed)]
+    )
     source = pa.concat_arrays([fixed_pieces, keys.cast(kind), values.cast(kind), header_blobs.cast(kind)])
     rows = np.arange(n)
     # Per record: prefix, key, value length, value, header count, headers.
     order = rows[:, None] * np.array([3, 1, 3, 1, 3, 1]) + np.array([0, 3 * n, 1, 4 * n, 2, 5 * n])
     laid = source.take(pa.array(order.ravel()))
     piece_bounds = np.frombuffer(laid.buffers()[1], dtype=np.int64 if wide else np.int32)
-    piece_bounds = piece_bounds[laid.offset:laid.offset + len(laid) + 1]
+    piece_bounds = piece_bounds[laid.offset : laid.offset + len(laid) + 1]
     record_first = np.concatenate([[0], np.cumsum(counts)]) * order.shape[1]
     region_bounds = piece_bounds[record_first].astype(np.int64)
     return _Region(laid.buffers()[2], region_bounds[:-1], region_bounds[1:])
@@ -358,8 +434,9 @@ def _encode_records(records: pa.Table, keys: pa.Array, values: pa.Array, offset_
 def _encode_headers(records: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """Each record's headers as one blob (without the count), its size, and the header count."""
     n = records.num_rows
-    no_blobs = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.zeros(n + 1, dtype=np.int32)),
-                                                      pa.py_buffer(b"")])
+    no_blobs = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(np.zeros(n + 1, dtype=np.int32)), pa.py_buffer(b"")]
+    )
     if "headers" not in records.column_names:
         return no_blobs, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     headers = _column(records, "headers", HEADER_TYPE)
@@ -383,17 +460,16 @@ def _encode_headers(records: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray
     varint.write(fixed, fixed_at, zz_name, s_name)
     varint.write(fixed, fixed_at + s_name, zz_content, s_content)
     bounds = np.empty(2 * h + 1, dtype=np.int64)
-    bounds[0:2 * h:2] = fixed_at
-    bounds[1:2 * h:2] = fixed_at + s_name
+    bounds[0 : 2 * h : 2] = fixed_at
+    bounds[1 : 2 * h : 2] = fixed_at + s_name
     bounds[2 * h] = len(fixed)
-    fixed_pieces = pa.Array.from_buffers(pa.large_binary(), 2 * h, [None, pa.py_buffer(bounds),
-                                                                     pa.py_buffer(fixed)])
+    fixed_pieces = pa.Array.from_buffers(pa.large_binary(), 2 * h, [None, pa.py_buffer(bounds), pa.py_buffer(fixed)])
     source = pa.concat_arrays([fixed_pieces, names, contents])
     rows = np.arange(h)
     # Per header: key length, key, value length, value.
     order = rows[:, None] * np.array([2, 1, 2, 1]) + np.array([0, 2 * h, 1, 3 * h])
     laid = source.take(pa.array(order.ravel()))
-    piece_bounds = np.frombuffer(laid.buffers()[1], dtype=np.int64)[laid.offset:laid.offset + len(laid) + 1]
+    piece_bounds = np.frombuffer(laid.buffers()[1], dtype=np.int64)[laid.offset : laid.offset + len(laid) + 1]
     blob_bounds = piece_bounds[np.concatenate([[0], np.cumsum(count)]) * 4]
     blobs = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(blob_bounds), laid.buffers()[2]])
     return blobs, np.diff(blob_bounds), count

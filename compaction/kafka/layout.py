@@ -32,33 +32,46 @@ CONTROL_TYPES = {0: "abort", 1: "commit"}
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 #: The batch header, big-endian, as a numpy record (``DefaultRecordBatch``'s field order).
-HEADER = np.dtype([
-    ("base_offset", ">i8"), ("length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
-    ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
-    ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
-    ("record_count", ">i4"),
-])
+HEADER = np.dtype(
+    [
+        ("base_offset", ">i8"),
+        ("length", ">i4"),
+        ("partition_leader_epoch", ">i4"),
+        ("magic", "i1"),
+        ("crc", ">u4"),
+        ("attributes", ">i2"),
+        ("last_offset_delta", ">i4"),
+        ("base_timestamp", ">i8"),
+        ("max_timestamp", ">i8"),
+        ("producer_id", ">i8"),
+        ("producer_epoch", ">i2"),
+        ("base_sequence", ">i4"),
+        ("record_count", ">i4"),
+    ]
+)
 assert HEADER.itemsize == HEADER_BYTES
 
 #: One row per batch, in log order. ``compression`` and ``delete_horizon_ms`` restate attribute bits 0-2 and
 #: 6 (the horizon is the base timestamp when bit 6 is set); ``position`` and ``size`` locate the batch's
 #: bytes in the decoded buffer, so that a batch kept whole can be copied byte for byte.
-BATCH_SCHEMA = pa.schema([
-    ("base_offset", pa.int64()),
-    ("last_offset_delta", pa.int32()),
-    ("partition_leader_epoch", pa.int32()),
-    ("attributes", pa.int16()),
-    ("compression", pa.string()),
-    ("base_timestamp", pa.int64()),
-    ("max_timestamp", pa.int64()),
-    ("producer_id", pa.int64()),
-    ("producer_epoch", pa.int16()),
-    ("base_sequence", pa.int32()),
-    ("record_count", pa.int32()),
-    ("delete_horizon_ms", pa.int64()),
-    ("position", pa.int64()),
-    ("size", pa.int32()),
-])
+BATCH_SCHEMA = pa.schema(
+    [
+        ("base_offset", pa.int64()),
+        ("last_offset_delta", pa.int32()),
+        ("partition_leader_epoch", pa.int32()),
+        ("attributes", pa.int16()),
+        ("compression", pa.string()),
+        ("base_timestamp", pa.int64()),
+        ("max_timestamp", pa.int64()),
+        ("producer_id", pa.int64()),
+        ("producer_epoch", pa.int16()),
+        ("base_sequence", pa.int32()),
+        ("record_count", pa.int32()),
+        ("delete_horizon_ms", pa.int64()),
+        ("position", pa.int64()),
+        ("size", pa.int32()),
+    ]
+)
 
 
 @dataclass(frozen=True)

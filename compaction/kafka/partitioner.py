@@ -26,7 +26,7 @@ def murmur2(data: bytes) -> int:
     h = (SEED ^ length) & _MASK
     whole = length - length % 4
     for i in range(0, whole, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+        k = int.from_bytes(data[i : i + 4], "little")
         k = (k * _M) & _MASK
         k ^= k >> _R
         k = (k * _M) & _MASK
@@ -56,7 +56,7 @@ def _murmur2_chunk(keys: pa.Array) -> np.ndarray:
     """:func:`murmur2` of every key of a binary array (a null key hashes as an empty one), as uint32."""
     keys = keys.cast(pa.large_binary())
     n = len(keys)
-    bounds = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset:keys.offset + n + 1]
+    bounds = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset + n + 1]
     data_buffer = keys.buffers()[2]
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     starts = bounds[:-1]
@@ -70,8 +70,12 @@ def _murmur2_chunk(keys: pa.Array) -> np.ndarray:
             every = i < shortest  # keys mostly share a length: no row selection then
             rows = slice(None) if every else np.flatnonzero(blocks > i)
             at = starts[rows] + 4 * i
-            k = (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << 8)
-                 | (data[at + 2].astype(np.uint32) << 16) | (data[at + 3].astype(np.uint32) << 24))
+            k = (
+                data[at].astype(np.uint32)
+                | (data[at + 1].astype(np.uint32) << 8)
+                | (data[at + 2].astype(np.uint32) << 16)
+                | (data[at + 3].astype(np.uint32) << 24)
+            )
             k *= m
             k ^= k >> np.uint32(_R)
             k *= m

@@ -28,8 +28,11 @@ def _field(length: np.ndarray) -> np.ndarray:
     return cast(np.ndarray, varint.sizes(varint.zigzag(length)) + np.maximum(length, 0))
 
 
-def single_record_batch_bytes(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray,
-                              headers: pa.Array | pa.ChunkedArray | None = None) -> np.ndarray:
+def single_record_batch_bytes(
+    keys: pa.Array | pa.ChunkedArray,
+    values: pa.Array | pa.ChunkedArray,
+    headers: pa.Array | pa.ChunkedArray | None = None,
+) -> np.ndarray:
     """Per record, the size in bytes of an uncompressed record batch holding only it."""
     rows = len(keys)
     header_bytes = np.zeros(rows, dtype=np.int64)

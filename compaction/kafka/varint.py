@@ -51,8 +51,7 @@ def read(buf: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, 
     if len(buf):
         last = len(buf) - 1
         # Two byte gathers beat one gather of unaligned uint16 windows on large arrays.
-        window = (buf[np.minimum(pos, last)].astype(np.intp)
-                  | (buf[np.minimum(pos + 1, last)].astype(np.intp) << 8))
+        window = buf[np.minimum(pos, last)].astype(np.intp) | (buf[np.minimum(pos + 1, last)].astype(np.intp) << 8)
         sizes = SIZE_OF_WINDOW[window]
         values = VALUE_OF_WINDOW[window]
         slow = np.flatnonzero(sizes == 0)

@@ -73,8 +73,11 @@ class Invocation:
             self.parent = parent_run(environ)
             self.delivery = Delivery(_connect, self.secrets)
             self._send("START")
-        self.pipes = _guarded("Dagster Pipes", dagster.open_pipes) \
-            if command == "run" and dagster.launched_by_dagster(environ) else None
+        self.pipes = (
+            _guarded("Dagster Pipes", dagster.open_pipes)
+            if command == "run" and dagster.launched_by_dagster(environ)
+            else None
+        )
 
     def failed(self, message: str, trace: str | None = None) -> None:
         """The error that ended the command, and its traceback (told in the FAIL event, masked)."""
@@ -99,8 +102,11 @@ class Invocation:
         if code in COMPLETED:
             self._send("COMPLETE")
         else:
-            internal = [f"{f['partition']}: {f['error']}" for f in (self.outcome.failures if self.outcome else [])
-                        if f["internal"]]
+            internal = [
+                f"{f['partition']}: {f['error']}"
+                for f in (self.outcome.failures if self.outcome else [])
+                if f["internal"]
+            ]
             self.error = self.error or "; ".join(internal) or f"{self.command} ended with exit code {code}"
             self.trace = self.trace or (self.outcome.trace if self.outcome else None)
             self._send("FAIL")
@@ -113,9 +119,18 @@ class Invocation:
         def build() -> Any:
             from compaction.lineage.events import run_event
 
-            return run_event(state, run_id=self.run_id, namespace=self.namespace, name=self.name, event_ms=event_ms,
-                             nominal_ms=self.nominal_ms, parent=self.parent, outcome=outcome,
-                             error=error if state == "FAIL" else None, trace=trace if state == "FAIL" else None)
+            return run_event(
+                state,
+                run_id=self.run_id,
+                namespace=self.namespace,
+                name=self.name,
+                event_ms=event_ms,
+                nominal_ms=self.nominal_ms,
+                parent=self.parent,
+                outcome=outcome,
+                error=error if state == "FAIL" else None,
+                trace=trace if state == "FAIL" else None,
+            )
 
         self.delivery.send(build)
 
@@ -145,13 +160,17 @@ def _guarded(what: str, step: Callable[[], T]) -> T | None:
         return None
 
 
-def observe(args: argparse.Namespace, secrets: Iterable[str], command: Callable[[Callable[[str], None] | None], int]
-            ) -> int:
+def observe(
+    args: argparse.Namespace, secrets: Iterable[str], command: Callable[[Callable[[str], None] | None], int]
+) -> int:
     """Run ``command`` (given the function its errors are told to) as the command ``args`` asks for, with its lineage
     when it is told (not a dry run); the commands reach it as ``args.lineage``. Returns the exit code."""
     name = getattr(args, "command", None)
-    invocation = Invocation(name, getattr(args, "now", None), os.environ, secrets) \
-        if name in COMMANDS and not getattr(args, "dry_run", False) else None
+    invocation = (
+        Invocation(name, getattr(args, "now", None), os.environ, secrets)
+        if name in COMMANDS and not getattr(args, "dry_run", False)
+        else None
+    )
     args.lineage = invocation
     if invocation is None:
         return command(None)

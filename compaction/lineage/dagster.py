@@ -50,7 +50,8 @@ def report_run(context: PipesContext, report: RunReport) -> None:
     failures: dict[str, list[str]] = {}
     for failure in report.to_dict()["failures"]:
         failures.setdefault(failure["partition"].rpartition("-")[0], []).append(
-            f"{failure['partition']}: {failure['error']}")
+            f"{failure['partition']}: {failure['error']}"
+        )
     keys = asset_keys(context, list(topics))
     for topic, key in keys.items():
         figures = topics[topic]
@@ -61,8 +62,14 @@ def report_run(context: PipesContext, report: RunReport) -> None:
         context.report_asset_materialization(asset_key=key, metadata=metadata)
         problems = failures.get(topic, [])
         context.report_asset_check(
-            check_name=CHECK, asset_key=key, passed=not figures["partitions_failed"] and not problems,
-            severity="ERROR", metadata={"partitions_failed": figures["partitions_failed"],
-                                        "failures": {"raw_value": problems, "type": "json"}})
+            check_name=CHECK,
+            asset_key=key,
+            passed=not figures["partitions_failed"] and not problems,
+            severity="ERROR",
+            metadata={
+                "partitions_failed": figures["partitions_failed"],
+                "failures": {"raw_value": problems, "type": "json"},
+            },
+        )
     for topic in sorted(set(topics) - set(keys)):
         log.debug("Dagster Pipes: topic %s has no asset in this step; not reported", topic)

@@ -64,8 +64,10 @@ class Delivery:
         self._queue.put(None)
         self._thread.join(self._timeout_s)
         if self._thread.is_alive():
-            self._warn(f"OpenLineage events not delivered within {self._timeout_s:g} s (the transport did not "
-                       f"answer; {self._sent} delivered)")
+            self._warn(
+                f"OpenLineage events not delivered within {self._timeout_s:g} s (the transport did not "
+                f"answer; {self._sent} delivered)"
+            )
         elif self._failures:
             self._warn(f"{len(self._failures)} OpenLineage event(s) not delivered: {self._failures[0]}")
 

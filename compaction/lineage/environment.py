@@ -71,8 +71,11 @@ def parent_run(environ: Mapping[str, str]) -> Parent | None:
     parent = _run_ref("OPENLINEAGE_PARENT_ID", environ["OPENLINEAGE_PARENT_ID"])
     if parent is None:
         return None
-    root = _run_ref("OPENLINEAGE_ROOT_PARENT_ID", environ["OPENLINEAGE_ROOT_PARENT_ID"]) \
-        if environ.get("OPENLINEAGE_ROOT_PARENT_ID") else None
+    root = (
+        _run_ref("OPENLINEAGE_ROOT_PARENT_ID", environ["OPENLINEAGE_ROOT_PARENT_ID"])
+        if environ.get("OPENLINEAGE_ROOT_PARENT_ID")
+        else None
+    )
     return Parent(parent, root or parent)
 
 
@@ -81,8 +84,9 @@ def _run_ref(variable: str, text: str) -> RunRef | None:
     namespace, _, name = rest.partition("/")
     if namespace and name and _is_uuid(run_id):
         return RunRef(namespace, name, run_id)
-    log.warning("%s %r is not NAMESPACE/JOB/RUN_ID (a UUID): the run's parent is left out of its lineage", variable,
-                text)
+    log.warning(
+        "%s %r is not NAMESPACE/JOB/RUN_ID (a UUID): the run's parent is left out of its lineage", variable, text
+    )
     return None
 
 
@@ -91,15 +95,20 @@ def _from_context(text: str) -> Parent | None:
         parent = json.loads(text)["parent"]
         run = RunRef(parent["job"]["namespace"], parent["job"]["name"], parent["run"]["runId"])
         root_doc = parent.get("root") or {}
-        root = RunRef(root_doc["job"]["namespace"], root_doc["job"]["name"], root_doc["run"]["runId"]) \
-            if root_doc else run
+        root = (
+            RunRef(root_doc["job"]["namespace"], root_doc["job"]["name"], root_doc["run"]["runId"]) if root_doc else run
+        )
     except (ValueError, KeyError, TypeError) as err:
-        log.warning("OPENLINEAGE_CONTEXT is not a parent run's JSON (%s: %s): the run's parent is left out of its "
-                    "lineage", type(err).__name__, err)
+        log.warning(
+            "OPENLINEAGE_CONTEXT is not a parent run's JSON (%s: %s): the run's parent is left out of its lineage",
+            type(err).__name__,
+            err,
+        )
         return None
     if not (_is_uuid(run.run_id) and _is_uuid(root.run_id)):
-        log.warning("OPENLINEAGE_CONTEXT names a run id that is not a UUID: the run's parent is left out of its "
-                    "lineage")
+        log.warning(
+            "OPENLINEAGE_CONTEXT names a run id that is not a UUID: the run's parent is left out of its lineage"
+        )
         return None
     return Parent(run, root)
 
@@ -110,4 +119,3 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
-

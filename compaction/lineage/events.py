@@ -32,58 +32,94 @@ from compaction.schema import RECORD_SCHEMA
 STATES = {"START": RunState.START, "COMPLETE": RunState.COMPLETE, "FAIL": RunState.FAIL}
 
 
-def run_event(state: str, *, run_id: str, namespace: str, name: str, event_ms: int, nominal_ms: int | None,
-              parent: Parent | None = None, outcome: Outcome | None = None, error: str | None = None,
-              trace: str | None = None) -> RunEvent:
+def run_event(
+    state: str,
+    *,
+    run_id: str,
+    namespace: str,
+    name: str,
+    event_ms: int,
+    nominal_ms: int | None,
+    parent: Parent | None = None,
+    outcome: Outcome | None = None,
+    error: str | None = None,
+    trace: str | None = None,
+) -> RunEvent:
     """The event of ``state`` (START, COMPLETE or FAIL) of the command's run ``run_id``; ``outcome`` (what the command
     read and wrote) and ``error`` (why it failed) as far as known."""
     facets: dict[str, RunFacet] = {
         "processing_engine": processing_engine_run.ProcessingEngineRunFacet(
-            version=__version__, name="compaction", openlineageAdapterVersion=version("openlineage-python"),
-            producer=PRODUCER)}
+            version=__version__,
+            name="compaction",
+            openlineageAdapterVersion=version("openlineage-python"),
+            producer=PRODUCER,
+        )
+    }
     if nominal_ms is not None:
-        facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(nominalStartTime=_iso(nominal_ms),
-                                                                     producer=PRODUCER)
+        facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(
+            nominalStartTime=_iso(nominal_ms), producer=PRODUCER
+        )
     if parent is not None:
         facets["parent"] = parent_run.ParentRunFacet(
             run=parent_run.Run(runId=parent.run.run_id),
             job=parent_run.Job(namespace=parent.run.namespace, name=parent.run.name),
-            root=parent_run.Root(run=parent_run.RootRun(runId=parent.root.run_id),
-                                 job=parent_run.RootJob(namespace=parent.root.namespace, name=parent.root.name)),
-            producer=PRODUCER)
+            root=parent_run.Root(
+                run=parent_run.RootRun(runId=parent.root.run_id),
+                job=parent_run.RootJob(namespace=parent.root.namespace, name=parent.root.name),
+            ),
+            producer=PRODUCER,
+        )
     if error is not None:
         facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=error, programmingLanguage="python", stackTrace=trace, producer=PRODUCER)
+            message=error, programmingLanguage="python", stackTrace=trace, producer=PRODUCER
+        )
     if outcome is not None and outcome.failures:
-        facets["compaction_failures"] = _custom(RunFacet, "CompactionFailuresRunFacet",
-                                                {"failures": outcome.failures})
-    job_facets: dict[str, JobFacet] = {"jobType": job_type_job.JobTypeJobFacet(
-        processingType="BATCH", integration="COMPACTION", jobType="JOB", producer=PRODUCER)}
+        facets["compaction_failures"] = _custom(RunFacet, "CompactionFailuresRunFacet", {"failures": outcome.failures})
+    job_facets: dict[str, JobFacet] = {
+        "jobType": job_type_job.JobTypeJobFacet(
+            processingType="BATCH", integration="COMPACTION", jobType="JOB", producer=PRODUCER
+        )
+    }
     return RunEvent(
-        eventType=STATES[state], eventTime=_iso(event_ms), producer=PRODUCER,
-        run=Run(runId=run_id, facets=facets), job=Job(namespace=namespace, name=name, facets=job_facets),
-        inputs=[InputDataset(namespace=d.namespace, name=d.name, facets=_dataset_facets(d.topic))
-                for d in (outcome.inputs if outcome else [])],
-        outputs=[_output(w) for w in (outcome.outputs if outcome else [])])
+        eventType=STATES[state],
+        eventTime=_iso(event_ms),
+        producer=PRODUCER,
+        run=Run(runId=run_id, facets=facets),
+        job=Job(namespace=namespace, name=name, facets=job_facets),
+        inputs=[
+            InputDataset(namespace=d.namespace, name=d.name, facets=_dataset_facets(d.topic))
+            for d in (outcome.inputs if outcome else [])
+        ],
+        outputs=[_output(w) for w in (outcome.outputs if outcome else [])],
+    )
 
 
 def _output(written: Written) -> OutputDataset:
     facets: dict[str, OutputDatasetFacet] = {
-        written.facet: _custom(OutputDatasetFacet, written.definition, written.figures)}
+        written.facet: _custom(OutputDatasetFacet, written.definition, written.figures)
+    }
     if written.rows is not None:
         facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-            rowCount=written.rows, size=written.size, producer=PRODUCER)
-    return OutputDataset(namespace=written.dataset.namespace, name=written.dataset.name,
-                         facets=_dataset_facets(written.dataset.topic), outputFacets=facets)
+            rowCount=written.rows, size=written.size, producer=PRODUCER
+        )
+    return OutputDataset(
+        namespace=written.dataset.namespace,
+        name=written.dataset.name,
+        facets=_dataset_facets(written.dataset.topic),
+        outputFacets=facets,
+    )
 
 
 def _dataset_facets(topic: bool) -> dict[str, DatasetFacet]:
     """A topic's datasets carry the record schema every segment holds (SPEC §2)."""
     if not topic:
         return {}
-    return {"schema": schema_dataset.SchemaDatasetFacet(
-        fields=[schema_dataset.SchemaDatasetFacetFields(name=f.name, type=str(f.type)) for f in RECORD_SCHEMA],
-        producer=PRODUCER)}
+    return {
+        "schema": schema_dataset.SchemaDatasetFacet(
+            fields=[schema_dataset.SchemaDatasetFacetFields(name=f.name, type=str(f.type)) for f in RECORD_SCHEMA],
+            producer=PRODUCER,
+        )
+    }
 
 
 def _custom(base: type[Any], definition: str, figures: Mapping[str, Any]) -> Any:

@@ -72,14 +72,30 @@ def of_run(store: Store, report: RunReport) -> Outcome:
     bytes after as its statistics and the report's figures of it (``RunReport.topics``)."""
     topics = report.topics()
     outputs = [
-        Written(_topic(store, topic), "compaction_run", "CompactionRunOutputDatasetFacet", {
-            "partitionsCleaned": f["partitions_cleaned"], "partitionsFailed": f["partitions_failed"],
-            "partitionsSkipped": f["partitions_skipped"], "recordsBefore": f["records_before"],
-            "recordsAfter": f["records_after"], "bytesBefore": f["bytes_before"], "bytesAfter": f["bytes_after"],
-            "versions": f["versions"]}, rows=f["records_after"], size=f["bytes_after"])
-        for topic, f in topics.items() if f["partitions_cleaned"]]
-    failures = [{"partition": f["partition"], "error": f["error"] or "", "internal": f["internal"]}
-                for f in report.to_dict()["failures"]]
+        Written(
+            _topic(store, topic),
+            "compaction_run",
+            "CompactionRunOutputDatasetFacet",
+            {
+                "partitionsCleaned": f["partitions_cleaned"],
+                "partitionsFailed": f["partitions_failed"],
+                "partitionsSkipped": f["partitions_skipped"],
+                "recordsBefore": f["records_before"],
+                "recordsAfter": f["records_after"],
+                "bytesBefore": f["bytes_before"],
+                "bytesAfter": f["bytes_after"],
+                "versions": f["versions"],
+            },
+            rows=f["records_after"],
+            size=f["bytes_after"],
+        )
+        for topic, f in topics.items()
+        if f["partitions_cleaned"]
+    ]
+    failures = [
+        {"partition": f["partition"], "error": f["error"] or "", "internal": f["internal"]}
+        for f in report.to_dict()["failures"]
+    ]
     trace = next((r.trace for r in report.failed if r.internal and r.trace), None)
     return Outcome([_topic(store, topic) for topic in topics], outputs, failures, trace)
 
@@ -90,12 +106,21 @@ def of_forget(store: Store, topic: str, outcomes: Sequence[Forgotten]) -> Outcom
     for outcome in outcomes:
         for partition in outcome.tombstones:
             tombstones[str(partition)] = tombstones.get(str(partition), 0) + 1
-    figures = {"keysRequested": len(outcomes), "keysFound": sum(1 for o in outcomes if o.tombstones),
-               "tombstones": tombstones}
-    failures = [{"partition": f"{topic}-{partition}", "error": error, "internal": False}
-                for outcome in outcomes for partition, error in sorted(outcome.errors.items())]
-    outputs = [Written(_topic(store, topic), "compaction_forget", "CompactionForgetOutputDatasetFacet", figures)] \
-        if tombstones else []
+    figures = {
+        "keysRequested": len(outcomes),
+        "keysFound": sum(1 for o in outcomes if o.tombstones),
+        "tombstones": tombstones,
+    }
+    failures = [
+        {"partition": f"{topic}-{partition}", "error": error, "internal": False}
+        for outcome in outcomes
+        for partition, error in sorted(outcome.errors.items())
+    ]
+    outputs = (
+        [Written(_topic(store, topic), "compaction_forget", "CompactionForgetOutputDatasetFacet", figures)]
+        if tombstones
+        else []
+    )
     return Outcome([_topic(store, topic)], outputs, failures)
 
 
@@ -104,8 +129,12 @@ def of_gc(store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any])
     figures: dict[str, dict[str, int]] = {}
 
     def of(partition: str) -> dict[str, int]:
-        return figures.setdefault(_topic_of(partition)[0], dict.fromkeys(
-            ("partitionsCollected", "partitionsSkipped", "objectsDeleted", "bytesDeleted", "versionsPruned"), 0))
+        return figures.setdefault(
+            _topic_of(partition)[0],
+            dict.fromkeys(
+                ("partitionsCollected", "partitionsSkipped", "objectsDeleted", "bytesDeleted", "versionsPruned"), 0
+            ),
+        )
 
     for result in results:
         f = of(result.partition)
@@ -115,8 +144,11 @@ def of_gc(store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any])
         f["versionsPruned"] += len(result.pruned_versions)
     for partition in skipped:
         of(partition)["partitionsSkipped"] += 1
-    outputs = [Written(_topic(store, topic), "compaction_gc", "CompactionGcOutputDatasetFacet", f)
-               for topic, f in figures.items() if f["objectsDeleted"] or f["versionsPruned"]]
+    outputs = [
+        Written(_topic(store, topic), "compaction_gc", "CompactionGcOutputDatasetFacet", f)
+        for topic, f in figures.items()
+        if f["objectsDeleted"] or f["versionsPruned"]
+    ]
     failures = [{"partition": name, "error": str(error), "internal": False} for name, error in skipped.items()]
     return Outcome([_topic(store, topic) for topic in figures], outputs, failures)
 
@@ -124,9 +156,15 @@ def of_gc(store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any])
 def of_publish(store: Store, topic: str, target: Target, result: PublishResult) -> Outcome:
     """``publish``: the topic is read, its Iceberg table (namespace ``iceberg://<catalog>``, name the table's
     identifier) written, with the snapshot and the manifest versions it reads."""
-    figures = {"table": result.table, "snapshotId": result.snapshot_id, "committed": result.committed,
-               "versions": {str(p): v for p, v in result.versions.items()}, "dataFiles": result.data_files,
-               "deleteFiles": result.delete_files}
+    figures = {
+        "table": result.table,
+        "snapshotId": result.snapshot_id,
+        "committed": result.committed,
+        "versions": {str(p): v for p, v in result.versions.items()},
+        "dataFiles": result.data_files,
+        "deleteFiles": result.delete_files,
+    }
     table = Dataset(f"iceberg://{target.catalog}", result.table, topic=False)
-    return Outcome([_topic(store, topic)],
-                   [Written(table, "compaction_publish", "CompactionPublishOutputDatasetFacet", figures)])
+    return Outcome(
+        [_topic(store, topic)], [Written(table, "compaction_publish", "CompactionPublishOutputDatasetFacet", figures)]
+    )

@@ -33,10 +33,12 @@ from compaction.store import Store, TopicPartition
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
-POSITION_DELETE_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
-    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
-])
+POSITION_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+    ]
+)
 DELETES_SUFFIX = "-deletes.parquet"
 
 
@@ -57,12 +59,21 @@ def data_file(store: Store, tp: TopicPartition, live: LiveFile, metadata: TableM
         source.close()
     schema = metadata.schema()
     statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer, stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema))
-    file = DataFile.from_args(content=DataFileContent.DATA, file_path=location(store, rel),
-                              file_format=FileFormat.PARQUET, partition=Record(tp.partition), file_size_in_bytes=size,
-                              sort_order_id=None, equality_ids=None, key_metadata=None,
-                              **statistics.to_serialized_dict())
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=location(store, rel),
+        file_format=FileFormat.PARQUET,
+        partition=Record(tp.partition),
+        file_size_in_bytes=size,
+        sort_order_id=None,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
     file.spec_id = metadata.default_spec_id
     return file
 
@@ -84,17 +95,24 @@ def deleted_positions(store: Store, tp: TopicPartition, live: LiveFile, log_star
     if segment.deletes is None and segment.base_offset >= log_start_offset:
         return np.empty(0, dtype=np.int64)
     # Every record's offset, in row order (a position is a row of the file), and the store's rule of live rows.
-    offsets = pa.chunked_array([b.column("offset") for b in store.objects.segment_rows(tp, segment, ["offset"])],
-                               pa.int64())
+    offsets = pa.chunked_array(
+        [b.column("offset") for b in store.objects.segment_rows(tp, segment, ["offset"])], pa.int64()
+    )
     return np.flatnonzero(~store.objects.live_rows(tp, segment, offsets, log_start_offset)).astype(np.int64)
 
 
-def position_delete_file(io: FileIO, folder: str, key: str, target: DataFile, positions: np.ndarray,
-                         spec_id: int) -> DataFile:
+def position_delete_file(
+    io: FileIO, folder: str, key: str, target: DataFile, positions: np.ndarray, spec_id: int
+) -> DataFile:
     """Write the position delete file of ``target`` under ``folder`` (the table's data location) and describe it."""
     path = f"{folder}/{key}-{uuid.uuid4().hex}{DELETES_SUFFIX}"
-    table = pa.table({"file_path": pa.array([target.file_path] * len(positions), pa.string()),
-                      "pos": pa.array(positions, pa.int64())}, schema=POSITION_DELETE_SCHEMA)
+    table = pa.table(
+        {
+            "file_path": pa.array([target.file_path] * len(positions), pa.string()),
+            "pos": pa.array(positions, pa.int64()),
+        },
+        schema=POSITION_DELETE_SCHEMA,
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     data = sink.getvalue().to_pybytes()
@@ -105,10 +123,19 @@ def position_delete_file(io: FileIO, folder: str, key: str, target: DataFile, po
         "lower_bounds": {FILE_PATH_ID: path_bytes, POS_ID: to_bytes(LongType(), int(positions[0]))},
         "upper_bounds": {FILE_PATH_ID: path_bytes, POS_ID: to_bytes(LongType(), int(positions[-1]))},
     }
-    file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-                              partition=target.partition, record_count=len(positions), file_size_in_bytes=len(data),
-                              value_counts={FILE_PATH_ID: len(positions), POS_ID: len(positions)},
-                              null_value_counts={FILE_PATH_ID: 0, POS_ID: 0}, sort_order_id=None,
-                              equality_ids=None, key_metadata=None, **bounds)
+    file = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=target.partition,
+        record_count=len(positions),
+        file_size_in_bytes=len(data),
+        value_counts={FILE_PATH_ID: len(positions), POS_ID: len(positions)},
+        null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
+        sort_order_id=None,
+        equality_ids=None,
+        key_metadata=None,
+        **bounds,
+    )
     file.spec_id = spec_id
     return file

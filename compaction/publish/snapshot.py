@@ -79,9 +79,16 @@ class PublishResult:
     attempts: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "snapshot_id": self.snapshot_id, "committed": self.committed,
-                "versions": {str(p): v for p, v in self.versions.items()}, "expired": self.expired,
-                "data_files": self.data_files, "delete_files": self.delete_files, "attempts": self.attempts}
+        return {
+            "table": self.table,
+            "snapshot_id": self.snapshot_id,
+            "committed": self.committed,
+            "versions": {str(p): v for p, v in self.versions.items()},
+            "expired": self.expired,
+            "data_files": self.data_files,
+            "delete_files": self.delete_files,
+            "attempts": self.attempts,
+        }
 
 
 def snapshot_versions(snapshot: Snapshot | None) -> dict[int, int] | None:
@@ -90,9 +97,17 @@ def snapshot_versions(snapshot: Snapshot | None) -> dict[int, int] | None:
     return {int(p): int(v) for p, v in json.loads(text).items()} if text else None
 
 
-def commit_snapshot(store: Store, table_loader: Callable[[], Table], parts: Sequence[PartitionFiles], *, wall_ms: int,
-                    grace_ms: int, max_attempts: int = MAX_ATTEMPTS, erased: Mapping[int, int] | None = None,
-                    erasure_grace_ms: int | None = None) -> PublishResult:
+def commit_snapshot(
+    store: Store,
+    table_loader: Callable[[], Table],
+    parts: Sequence[PartitionFiles],
+    *,
+    wall_ms: int,
+    grace_ms: int,
+    max_attempts: int = MAX_ATTEMPTS,
+    erased: Mapping[int, int] | None = None,
+    erasure_grace_ms: int | None = None,
+) -> PublishResult:
     """Publish ``parts`` (the topic at pinned versions) as the next snapshot of the table ``table_loader()`` loads
     afresh, expiring snapshots past the grace period (see :func:`expirable` for ``erased``); retries a lost race
     from the new state."""
@@ -104,8 +119,10 @@ def commit_snapshot(store: Store, table_loader: Callable[[], Table], parts: Sequ
             result = _publish_once(store, table, parts, versions, wall_ms, grace)
         except CommitFailedException as err:
             if attempt == max_attempts:
-                raise PublishConflictError(f"Iceberg table {'.'.join(table.name())}: another writer committed before "
-                                           f"each of {max_attempts} attempts ({err})") from err
+                raise PublishConflictError(
+                    f"Iceberg table {'.'.join(table.name())}: another writer committed before "
+                    f"each of {max_attempts} attempts ({err})"
+                ) from err
             time.sleep(random.uniform(0, 0.05 * attempt))  # jitter, so that racing publishers part
             continue
         return PublishResult(**{**result.__dict__, "attempts": attempt})
@@ -127,22 +144,28 @@ class Grace:
         return min(self.grace_ms, self.erasure_ms) if holds else self.grace_ms
 
 
-def _publish_once(store: Store, table: Table, parts: Sequence[PartitionFiles], versions: dict[int, int],
-                  wall_ms: int, grace: Grace) -> PublishResult:
+def _publish_once(
+    store: Store, table: Table, parts: Sequence[PartitionFiles], versions: dict[int, int], wall_ms: int, grace: Grace
+) -> PublishResult:
     name = ".".join(table.name())
     current = table.current_snapshot()
     expired = expirable(table, wall_ms, grace)
     requirements: list[TableRequirement] = [
         AssertTableUUID(uuid=table.metadata.table_uuid),
-        AssertRefSnapshotId.model_validate({"ref": MAIN_BRANCH,
-                                            "snapshot-id": current.snapshot_id if current else None})]
+        AssertRefSnapshotId.model_validate(
+            {"ref": MAIN_BRANCH, "snapshot-id": current.snapshot_id if current else None}
+        ),
+    ]
     updates: list[TableUpdate] = []
     built: _Built | None = None
     if snapshot_versions(current) != versions:
         built = _build(store, table, parts, versions, wall_ms)
-        updates += [AddSnapshotUpdate(snapshot=built.snapshot),
-                    SetSnapshotRefUpdate.model_validate({"ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH,
-                                            "snapshot-id": built.snapshot.snapshot_id})]
+        updates += [
+            AddSnapshotUpdate(snapshot=built.snapshot),
+            SetSnapshotRefUpdate.model_validate(
+                {"ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH, "snapshot-id": built.snapshot.snapshot_id}
+            ),
+        ]
     if expired:
         updates.append(RemoveSnapshotsUpdate.model_validate({"snapshot-ids": [s.snapshot_id for s in expired]}))
     if not updates:
@@ -156,9 +179,15 @@ def _publish_once(store: Store, table: Table, parts: Sequence[PartitionFiles], v
     _unpin_released(store, table, committed, parts, wall_ms, grace.grace_ms)
     _remove_expired_files(table, committed, expired)
     snapshot_id = built.snapshot.snapshot_id if built else current.snapshot_id if current else None
-    return PublishResult(name, snapshot_id, versions, committed=built is not None,
-                         expired=[s.snapshot_id for s in expired],
-                         data_files=built.data_files if built else 0, delete_files=built.delete_files if built else 0)
+    return PublishResult(
+        name,
+        snapshot_id,
+        versions,
+        committed=built is not None,
+        expired=[s.snapshot_id for s in expired],
+        data_files=built.data_files if built else 0,
+        delete_files=built.delete_files if built else 0,
+    )
 
 
 def expirable(table: Table, wall_ms: int, grace: Grace | int) -> list[Snapshot]:
@@ -169,8 +198,11 @@ def expirable(table: Table, wall_ms: int, grace: Grace | int) -> list[Snapshot]:
     grace = grace if isinstance(grace, Grace) else Grace(grace, grace, {})
     current = table.metadata.current_snapshot_id
     ordered = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)  # the order of commits
-    return [s for s, successor in itertools.pairwise(ordered)
-            if s.snapshot_id != current and successor.timestamp_ms + grace.of(s) <= wall_ms]
+    return [
+        s
+        for s, successor in itertools.pairwise(ordered)
+        if s.snapshot_id != current and successor.timestamp_ms + grace.of(s) <= wall_ms
+    ]
 
 
 def holder(table: Table, snapshot_id: int) -> str:
@@ -214,18 +246,24 @@ class _Changes:
     previous: dict[ManifestContent, dict[str, ManifestEntry]]
     reusable: dict[str, ManifestEntry]  # the parent's position delete files, by what they delete (deletes_key)
     kept: dict[ManifestContent, list[ManifestEntry]] = field(
-        default_factory=lambda: {ManifestContent.DATA: [], ManifestContent.DELETES: []})
+        default_factory=lambda: {ManifestContent.DATA: [], ManifestContent.DELETES: []}
+    )
     added: dict[ManifestContent, list[DataFile]] = field(
-        default_factory=lambda: {ManifestContent.DATA: [], ManifestContent.DELETES: []})
+        default_factory=lambda: {ManifestContent.DATA: [], ManifestContent.DELETES: []}
+    )
 
     @classmethod
     def against(cls, parent: Snapshot | None, io: FileIO) -> _Changes:
-        previous: dict[ManifestContent, dict[str, ManifestEntry]] = {ManifestContent.DATA: {},
-                                                                      ManifestContent.DELETES: {}}
+        previous: dict[ManifestContent, dict[str, ManifestEntry]] = {
+            ManifestContent.DATA: {},
+            ManifestContent.DELETES: {},
+        }
         for manifest in parent.manifests(io) if parent else []:
             previous[manifest.content].update((e.data_file.file_path, e) for e in manifest.fetch_manifest_entry(io))
-        return cls(previous, {path.rsplit("/", 1)[-1].split("-", 1)[0]: e
-                              for path, e in previous[ManifestContent.DELETES].items()})
+        return cls(
+            previous,
+            {path.rsplit("/", 1)[-1].split("-", 1)[0]: e for path, e in previous[ManifestContent.DELETES].items()},
+        )
 
     def files(self, content: ManifestContent) -> int:
         """How many files of ``content`` the snapshot holds."""
@@ -233,12 +271,16 @@ class _Changes:
 
     @property
     def only_appends(self) -> bool:
-        return not self.previous[ManifestContent.DATA] and not self.added[ManifestContent.DELETES] \
+        return (
+            not self.previous[ManifestContent.DATA]
+            and not self.added[ManifestContent.DELETES]
             and not self.previous[ManifestContent.DELETES]
+        )
 
 
-def _build(store: Store, table: Table, parts: Sequence[PartitionFiles], versions: dict[int, int],
-           wall_ms: int) -> _Built:
+def _build(
+    store: Store, table: Table, parts: Sequence[PartitionFiles], versions: dict[int, int], wall_ms: int
+) -> _Built:
     snapshot_id = uuid.uuid4().int >> 65  # a positive Long, as pyiceberg draws them
     parent = table.current_snapshot()
     changes = _Changes.against(parent, table.io)
@@ -247,8 +289,11 @@ def _build(store: Store, table: Table, parts: Sequence[PartitionFiles], versions
         for part in parts:
             _place(store, table, part, changes, built.written)
         manifests, collector = _write_manifests(table, snapshot_id, changes, built.written)
-        summary = Summary(Operation.APPEND if changes.only_appends else Operation.OVERWRITE, **collector.build(),
-                          **{VERSIONS_PROPERTY: json.dumps({str(p): v for p, v in versions.items()})})
+        summary = Summary(
+            Operation.APPEND if changes.only_appends else Operation.OVERWRITE,
+            **collector.build(),
+            **{VERSIONS_PROPERTY: json.dumps({str(p): v for p, v in versions.items()})},
+        )
         built.snapshot = _write_snapshot(table, parent, manifests, summary, wall_ms, built)
         built.data_files = changes.files(ManifestContent.DATA)
         built.delete_files = changes.files(ManifestContent.DELETES)
@@ -277,7 +322,8 @@ def _place(store: Store, table: Table, part: PartitionFiles, changes: _Changes, 
         old = changes.reusable.get(key)
         if old is not None and old.data_file.file_path in changes.previous[ManifestContent.DELETES]:
             changes.kept[ManifestContent.DELETES].append(
-                changes.previous[ManifestContent.DELETES].pop(old.data_file.file_path))
+                changes.previous[ManifestContent.DELETES].pop(old.data_file.file_path)
+            )
             continue
         positions = deleted_positions(store, part.tp, live, part.log_start_offset)
         if len(positions):
@@ -286,8 +332,9 @@ def _place(store: Store, table: Table, part: PartitionFiles, changes: _Changes, 
             changes.added[ManifestContent.DELETES].append(delete_file)
 
 
-def _write_manifests(table: Table, snapshot_id: int, changes: _Changes,
-                     written: list[str]) -> tuple[list[ManifestFile], SnapshotSummaryCollector]:
+def _write_manifests(
+    table: Table, snapshot_id: int, changes: _Changes, written: list[str]
+) -> tuple[list[ManifestFile], SnapshotSummaryCollector]:
     """A data manifest and a delete manifest (each when it has an entry): entries kept as ``EXISTING``, files
     added as ``ADDED``, the parent's others as ``DELETED``; and the summary of what changed."""
     metadata, io = table.metadata, table.io
@@ -299,16 +346,18 @@ def _write_manifests(table: Table, snapshot_id: int, changes: _Changes,
             continue
         path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(manifests)}.avro")
         written.append(path)
-        writer = (write_manifest(2, metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id,
-                                 AVRO_CODEC) if content == ManifestContent.DATA else
-                  _DeleteManifestWriter(metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id,
-                                        AVRO_CODEC))
+        writer = (
+            write_manifest(2, metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id, AVRO_CODEC)
+            if content == ManifestContent.DATA
+            else _DeleteManifestWriter(metadata.spec(), metadata.schema(), io.new_output(path), snapshot_id, AVRO_CODEC)
+        )
         with writer:
             for entry in changes.kept[content]:
                 writer.existing(entry)
             for new in changes.added[content]:
-                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
-                                                   data_file=new))
+                writer.add(
+                    ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=new)
+                )
                 collector.add_file(new, metadata.schema(), metadata.spec())
             for entry in removed:
                 writer.delete(entry)
@@ -317,8 +366,9 @@ def _write_manifests(table: Table, snapshot_id: int, changes: _Changes,
     return manifests, collector
 
 
-def _write_snapshot(table: Table, parent: Snapshot | None, manifests: list[ManifestFile], summary: Summary,
-                    wall_ms: int, built: _Built) -> Snapshot:
+def _write_snapshot(
+    table: Table, parent: Snapshot | None, manifests: list[ManifestFile], summary: Summary, wall_ms: int, built: _Built
+) -> Snapshot:
     """The snapshot of ``manifests`` (with the id ``built`` holds, its manifest list written and listed in
     ``built``), its ``summary`` naming each partition's version."""
     snapshot_id, written = built.snapshot.snapshot_id, built.written
@@ -326,17 +376,29 @@ def _write_snapshot(table: Table, parent: Snapshot | None, manifests: list[Manif
     list_path = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-0-{uuid.uuid4()}.avro")
     written.append(list_path)
     sequence_number = metadata.next_sequence_number()
-    with write_manifest_list(2, table.io.new_output(list_path), snapshot_id, parent.snapshot_id if parent else None,
-                             sequence_number, AVRO_CODEC) as list_writer:
+    with write_manifest_list(
+        2,
+        table.io.new_output(list_path),
+        snapshot_id,
+        parent.snapshot_id if parent else None,
+        sequence_number,
+        AVRO_CODEC,
+    ) as list_writer:
         list_writer.add_manifests(manifests)
     summary = update_snapshot_summaries(summary, parent.summary if parent else None)
-    return Snapshot.model_validate({"snapshot-id": snapshot_id, "sequence-number": sequence_number,
-                                    "parent-snapshot-id": parent.snapshot_id if parent else None,
-                                    # Engines (Iceberg's Java library) refuse a table whose snapshot log goes back
-                                    # in time: never before the table's last update.
-                                    "timestamp-ms": max(wall_ms, metadata.last_updated_ms),
-                                    "manifest-list": list_path, "summary": summary,
-                                    "schema-id": metadata.current_schema_id})
+    return Snapshot.model_validate(
+        {
+            "snapshot-id": snapshot_id,
+            "sequence-number": sequence_number,
+            "parent-snapshot-id": parent.snapshot_id if parent else None,
+            # Engines (Iceberg's Java library) refuse a table whose snapshot log goes back
+            # in time: never before the table's last update.
+            "timestamp-ms": max(wall_ms, metadata.last_updated_ms),
+            "manifest-list": list_path,
+            "summary": summary,
+            "schema-id": metadata.current_schema_id,
+        }
+    )
 
 
 def _pin(store: Store, table: Table, parts: Sequence[PartitionFiles], built: _Built) -> None:
@@ -352,8 +414,9 @@ def _pin(store: Store, table: Table, parts: Sequence[PartitionFiles], built: _Bu
             raise PublishError(f"version {part.version} of partition {part.tp} went while it was being published")
 
 
-def _unpin_released(store: Store, table: Table, committed: TableMetadata, parts: Sequence[PartitionFiles],
-                    wall_ms: int, grace_ms: int) -> None:
+def _unpin_released(
+    store: Store, table: Table, committed: TableMetadata, parts: Sequence[PartitionFiles], wall_ms: int, grace_ms: int
+) -> None:
     """Delete this table's pins of snapshots it no longer retains: expired ones, and those of attempts that never
     committed (a publisher that crashed), once older than the grace period (a publisher may be about to commit)."""
     prefix = f"iceberg-{committed.table_uuid.hex}-"

@@ -37,9 +37,19 @@ SCHEMA = Schema(
     NestedField(3, "timestamp", LongType(), required=False),
     NestedField(4, "key", BinaryType(), required=False),
     NestedField(5, "value", BinaryType(), required=False),
-    NestedField(6, "headers", ListType(13, StructType(NestedField(14, "key", StringType(), required=False),
-                                                      NestedField(15, "value", BinaryType(), required=False)),
-                                       element_required=False), required=False),
+    NestedField(
+        6,
+        "headers",
+        ListType(
+            13,
+            StructType(
+                NestedField(14, "key", StringType(), required=False),
+                NestedField(15, "value", BinaryType(), required=False),
+            ),
+            element_required=False,
+        ),
+        required=False,
+    ),
     NestedField(7, "producer_id", LongType(), required=False),
     NestedField(8, "producer_epoch", IntegerType(), required=False),  # Iceberg's smallest integer holds Kafka's Short
     NestedField(9, "is_transactional", BooleanType(), required=False),
@@ -80,24 +90,36 @@ def open_table(catalog: Catalog, ident: tuple[str, ...], store_url: str, topic: 
         table = catalog.load_table(ident)
     except NoSuchTableError:
         catalog.create_namespace_if_not_exists(ident[:-1])
-        table = catalog.create_table_if_not_exists(ident, schema=SCHEMA, partition_spec=SPEC, properties={
-            "format-version": "2", STORE_PROPERTY: store_url, TOPIC_PROPERTY: topic,
-            TableProperties.DEFAULT_NAME_MAPPING: SCHEMA.name_mapping.model_dump_json(),
-            # Each commit writes a metadata file: keep the last few, as a long-lived table should.
-            TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
-            # Segments carry Parquet statistics for these two columns only: their bounds let engines skip files.
-            "write.metadata.metrics.default": "none",
-            "write.metadata.metrics.column.offset": "full",
-            "write.metadata.metrics.column.timestamp": "full",
-        })
+        table = catalog.create_table_if_not_exists(
+            ident,
+            schema=SCHEMA,
+            partition_spec=SPEC,
+            properties={
+                "format-version": "2",
+                STORE_PROPERTY: store_url,
+                TOPIC_PROPERTY: topic,
+                TableProperties.DEFAULT_NAME_MAPPING: SCHEMA.name_mapping.model_dump_json(),
+                # Each commit writes a metadata file: keep the last few, as a long-lived table should.
+                TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
+                # Segments carry Parquet statistics for these two columns only: their bounds let engines skip files.
+                "write.metadata.metrics.default": "none",
+                "write.metadata.metrics.column.offset": "full",
+                "write.metadata.metrics.column.timestamp": "full",
+            },
+        )
     owner = (table.properties.get(STORE_PROPERTY), table.properties.get(TOPIC_PROPERTY))
     if owner == (None, None):
-        raise PublishError(f"Iceberg table {name} exists and was not created by compaction publish: give another "
-                           "--table")
+        raise PublishError(
+            f"Iceberg table {name} exists and was not created by compaction publish: give another --table"
+        )
     if owner != (store_url, topic):
-        raise PublishError(f"Iceberg table {name} publishes topic {owner[1]} of store {owner[0]}, not topic {topic} "
-                           f"of {store_url}: give another --table")
+        raise PublishError(
+            f"Iceberg table {name} publishes topic {owner[1]} of store {owner[0]}, not topic {topic} "
+            f"of {store_url}: give another --table"
+        )
     if table.format_version != 2 or table.spec() != SPEC or table.schema().as_struct() != SCHEMA.as_struct():
-        raise PublishError(f"Iceberg table {name} no longer has the schema, partitioning (identity on partition) or "
-                           f"format version (2) a publish writes")
+        raise PublishError(
+            f"Iceberg table {name} no longer has the schema, partitioning (identity on partition) or "
+            f"format version (2) a publish writes"
+        )
     return table

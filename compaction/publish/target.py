@@ -39,21 +39,32 @@ def check_catalog(target: Target) -> None:
         open_catalog(target.catalog, target.properties)
 
 
-def publish_topic(store: Store, topic: str, target: Target, *, wall_ms: int, table: str | None = None,
-                  version: Versions = None) -> PublishResult:
+def publish_topic(
+    store: Store, topic: str, target: Target, *, wall_ms: int, table: str | None = None, version: Versions = None
+) -> PublishResult:
     """Publish ``topic`` at ``version`` (default: each partition's newest) as its table of the target's catalog
     (``table`` names another); snapshots replaced more than the target's grace period ago are expired (those holding
     an erased key, more than the erasure grace period ago)."""
     with _iceberg_needed():
         from compaction.publish.topic import publish
     with redacted(target):
-        return publish(store, topic, target.catalog, target.properties, table=table, namespace=target.namespace,
-                       version=version, wall_ms=wall_ms, grace_ms=target.grace_ms,
-                       erasure_grace_ms=target.erasure_grace_ms)
+        return publish(
+            store,
+            topic,
+            target.catalog,
+            target.properties,
+            table=table,
+            namespace=target.namespace,
+            version=version,
+            wall_ms=wall_ms,
+            grace_ms=target.grace_ms,
+            erasure_grace_ms=target.erasure_grace_ms,
+        )
 
 
-def publish_topics(store: Store, patterns: str | Sequence[str] | None, target: Target, wall_ms: int,
-                   out: Callable[[str], None]) -> list[dict[str, Any]]:
+def publish_topics(
+    store: Store, patterns: str | Sequence[str] | None, target: Target, wall_ms: int, out: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """Publish each topic matching ``patterns`` (glob; default every topic), as a run does with ``after.run``; a
     topic that fails is reported and the others go on. Returns the report's entries: per topic what its publish did
     (:meth:`~compaction.publish.snapshot.PublishResult.to_dict`), or its ``error``."""
@@ -79,8 +90,10 @@ def describe_publish(topic: str, result: PublishResult) -> str:
     expired = f"; expired {len(result.expired)} snapshot(s)" if result.expired else ""
     if not result.committed:
         return f"{result.table} already holds {topic} at versions {versions}: no new snapshot{expired}"
-    return (f"published {topic} at versions {versions} as {result.table} snapshot {result.snapshot_id} "
-            f"({result.data_files} data file(s), {result.delete_files} position delete file(s)){expired}")
+    return (
+        f"published {topic} at versions {versions} as {result.table} snapshot {result.snapshot_id} "
+        f"({result.data_files} data file(s), {result.delete_files} position delete file(s)){expired}"
+    )
 
 
 @contextlib.contextmanager

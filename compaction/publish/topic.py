@@ -14,9 +14,20 @@ from compaction.store import SegmentFormat, Store
 from compaction.store.erasure import erased_since
 
 
-def publish(store: Store, topic: str, catalog_name: str, catalog_properties: Mapping[str, str], *,
-            table: str | None = None, namespace: str = "default", version: Versions = None, wall_ms: int,
-            grace_ms: int, erasure_grace_ms: int | None = None, max_attempts: int = MAX_ATTEMPTS) -> PublishResult:
+def publish(
+    store: Store,
+    topic: str,
+    catalog_name: str,
+    catalog_properties: Mapping[str, str],
+    *,
+    table: str | None = None,
+    namespace: str = "default",
+    version: Versions = None,
+    wall_ms: int,
+    grace_ms: int,
+    erasure_grace_ms: int | None = None,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> PublishResult:
     """Publish ``topic`` at ``version`` (default: each partition's newest) as the table ``table`` (``NAMESPACE.TABLE``;
     default the topic's name in ``namespace``) of the catalog; snapshots replaced more than ``grace_ms`` before
     ``wall_ms`` are expired, and those that read versions from before an erasure as soon as they were replaced
@@ -30,17 +41,25 @@ def publish(store: Store, topic: str, catalog_name: str, catalog_properties: Map
     try:
         catalog = open_catalog(catalog_name, catalog_properties)
         open_table(catalog, ident, location(store, ""), topic)  # the store's full name, wherever it is run from
-        return commit_snapshot(store, lambda: catalog.load_table(ident), parts, wall_ms=wall_ms, grace_ms=grace_ms,
-                               max_attempts=max_attempts, erased=erased,
-                               erasure_grace_ms=grace_ms if erasure_grace_ms is None else erasure_grace_ms)
+        return commit_snapshot(
+            store,
+            lambda: catalog.load_table(ident),
+            parts,
+            wall_ms=wall_ms,
+            grace_ms=grace_ms,
+            max_attempts=max_attempts,
+            erased=erased,
+            erasure_grace_ms=grace_ms if erasure_grace_ms is None else erasure_grace_ms,
+        )
     except (CompactionError, OSError):
         raise
     except Exception as err:
         # The catalog's client (REST, SQL, Glue...) and its storage raise their own types: named once, here.
         if type(err).__module__.split(".")[0] in _CATALOG_LIBRARIES:
             first = (str(err).strip().splitlines() or [""])[0]  # SQLAlchemy adds lines of links
-            raise CatalogError(f"Iceberg catalog {catalog_name!r}, table {'.'.join(ident)}: {type(err).__name__}: "
-                               f"{first}") from err
+            raise CatalogError(
+                f"Iceberg catalog {catalog_name!r}, table {'.'.join(ident)}: {type(err).__name__}: {first}"
+            ) from err
         raise
 
 
@@ -57,9 +76,11 @@ def erasures_since(store: Store, parts: list[PartitionFiles]) -> dict[int, int]:
         if version is None:
             continue
         if part.version < version:
-            raise PublishError(f"version {part.version} of partition {part.tp} predates an erasure (its log is clean "
-                               f"from version {version}): a snapshot of it would keep the erased records readable; "
-                               "publish a version from then on")
+            raise PublishError(
+                f"version {part.version} of partition {part.tp} predates an erasure (its log is clean "
+                f"from version {version}): a snapshot of it would keep the erased records readable; "
+                "publish a version from then on"
+            )
         since[part.tp.partition] = version
     return since
 
@@ -75,4 +96,5 @@ def check_publishable(store: Store, parts: list[PartitionFiles]) -> None:
             raise PublishError(
                 f"partition {part.tp} holds Kafka .log segments ({logs[0]}{more}), which Iceberg cannot read as data "
                 "files: export a Parquet copy with 'compaction snapshot', or set segment.format = \"parquet\" for "
-                "the topic and clean until no .log segment is live")
+                "the topic and clean until no .log segment is live"
+            )

@@ -52,8 +52,9 @@ def to_polars(scan: Scannable) -> pl.LazyFrame:
 
     schema = pl.from_arrow(scan.schema.empty_table()).schema  # type: ignore[union-attr]
 
-    def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
-               batch_size: int | None) -> Iterator[pl.DataFrame]:
+    def source(
+        with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None, batch_size: int | None
+    ) -> Iterator[pl.DataFrame]:
         narrowed = scan if with_columns is None else scan.select(with_columns or ["offset"])
         if batch_size:
             narrowed = narrowed.rows_per_batch(batch_size)

@@ -22,8 +22,9 @@ _DONE = object()
 class _Unit:
     def __init__(self, produce: Callable[[], Iterator[pa.RecordBatch]], stop: threading.Event) -> None:
         self.queue: queue.Queue[object] = queue.Queue(maxsize=QUEUE_BATCHES)
-        self.thread = threading.Thread(target=self._run, args=(produce, stop), daemon=True,
-                                       name="compaction-read-ahead")
+        self.thread = threading.Thread(
+            target=self._run, args=(produce, stop), daemon=True, name="compaction-read-ahead"
+        )
         self.thread.start()
 
     def _put(self, item: object, stop: threading.Event) -> bool:
@@ -59,8 +60,9 @@ class _Unit:
             yield item
 
 
-def in_order(units: Iterable[Callable[[], Iterator[pa.RecordBatch]]], depth: int = 2
-             ) -> Generator[pa.RecordBatch, None, None]:
+def in_order(
+    units: Iterable[Callable[[], Iterator[pa.RecordBatch]]], depth: int = 2
+) -> Generator[pa.RecordBatch, None, None]:
     """The batches of ``units`` (each a function starting its stream) in order, ``depth`` units at a time."""
     if depth <= 1:
         for start in units:

@@ -45,16 +45,20 @@ def _text(column: pa.Array) -> pa.Array:
     try:
         return column.cast(pa.string())
     except pa.ArrowInvalid:  # bytes that are not UTF-8: shown with replacement characters
-        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in column.to_pylist()],
-                        pa.string())
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in column.to_pylist()], pa.string())
 
 
 def _headers_json(column: pa.Array) -> pa.Array:
     def one(headers: list[dict[str, Any]] | None) -> str | None:
         if headers is None:
             return None
-        return json.dumps([{"key": h["key"], "value": None if h["value"] is None
-                            else h["value"].decode("utf-8", "replace")} for h in headers], separators=(",", ":"))
+        return json.dumps(
+            [
+                {"key": h["key"], "value": None if h["value"] is None else h["value"].decode("utf-8", "replace")}
+                for h in headers
+            ],
+            separators=(",", ":"),
+        )
 
     return pa.array([one(v) for v in column.to_pylist()], pa.string())
 
@@ -111,15 +115,22 @@ class SnapshotResult:
         return result
 
 
-def snapshot(scan: Scan, dest: str, storage_options: Mapping[str, Any] | None = None, *,
-             file_rows: int = SNAPSHOT_FILE_ROWS, written_ms: int | None = None) -> SnapshotResult:
+def snapshot(
+    scan: Scan,
+    dest: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    file_rows: int = SNAPSHOT_FILE_ROWS,
+    written_ms: int | None = None,
+) -> SnapshotResult:
     """Write the scan's records under ``dest`` (a new or empty folder, any fsspec URL) as a Hive-partitioned
     Parquet dataset: ``partition=<n>/part-<i>.parquet``, every partition with at least one file (so an
     empty one still carries the schema), then ``_snapshot.json``."""
     target = Storage.from_url(dest, storage_options)
     if any(not entry.name.startswith(".") for entry in target.list_dir("", detail=False)):
-        raise InvalidArgumentError(f"snapshot destination {target.describe('')} is not empty: a snapshot is "
-                                   "written into a new or empty folder")
+        raise InvalidArgumentError(
+            f"snapshot destination {target.describe('')} is not empty: a snapshot is written into a new or empty folder"
+        )
     plain = scan.select(list(scan.columns))  # the partition lives in the folder name
     result = SnapshotResult(target.describe(""), scan.topic, scan.latest)
     for task in plain.tasks():
@@ -150,9 +161,19 @@ def snapshot(scan: Scan, dest: str, storage_options: Mapping[str, Any] | None = 
             if writer is not None:
                 writer.close()
                 sink.close()
-        result.partitions[part] = {"version": task.part.version, "log_start_offset": task.part.log_start_offset,
-                                   "log_end_offset": task.part.log_end_offset, "records": records, "files": files}
-    marker = {**result.to_dict(), "store": scan.store.url, "columns": list(plain.columns),
-              "strategy": scan.strategy.value if scan.latest else None, "written_ms": written_ms}
+        result.partitions[part] = {
+            "version": task.part.version,
+            "log_start_offset": task.part.log_start_offset,
+            "log_end_offset": task.part.log_end_offset,
+            "records": records,
+            "files": files,
+        }
+    marker = {
+        **result.to_dict(),
+        "store": scan.store.url,
+        "columns": list(plain.columns),
+        "strategy": scan.strategy.value if scan.latest else None,
+        "written_ms": written_ms,
+    }
     target.write_bytes(SNAPSHOT_MARKER, json.dumps(marker, indent=1).encode())
     return result

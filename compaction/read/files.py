@@ -33,12 +33,25 @@ class LiveFile:
         s = self.segment
         deletes = None
         if s.deletes is not None:
-            deletes = {"url": self.deletes_url, "path": s.deletes.path, "count": s.deletes.count,
-                       "size_bytes": s.deletes.size_bytes, "checksum": s.deletes.checksum}
-        return {"url": self.url, "path": s.path, "base_offset": s.base_offset, "next_offset": s.next_offset,
-                "record_count": s.record_count, "live_records": s.live_records, "size_bytes": s.size_bytes,
-                "checksum": s.checksum, "max_timestamp": s.max_timestamp,
-                "deletes": deletes}
+            deletes = {
+                "url": self.deletes_url,
+                "path": s.deletes.path,
+                "count": s.deletes.count,
+                "size_bytes": s.deletes.size_bytes,
+                "checksum": s.deletes.checksum,
+            }
+        return {
+            "url": self.url,
+            "path": s.path,
+            "base_offset": s.base_offset,
+            "next_offset": s.next_offset,
+            "record_count": s.record_count,
+            "live_records": s.live_records,
+            "size_bytes": s.size_bytes,
+            "checksum": s.checksum,
+            "max_timestamp": s.max_timestamp,
+            "deletes": deletes,
+        }
 
 
 @dataclass(frozen=True)
@@ -70,10 +83,16 @@ class PartitionFiles:
 
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
-        return {"topic": self.tp.topic, "partition": self.tp.partition, "version": m.version,
-                "log_start_offset": m.log_start_offset, "log_end_offset": m.log_end_offset,
-                "last_stable_offset": m.last_stable_offset, "first_dirty_offset": m.first_dirty_offset,
-                "files": [f.to_dict() for f in self.files]}
+        return {
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+            "version": m.version,
+            "log_start_offset": m.log_start_offset,
+            "log_end_offset": m.log_end_offset,
+            "last_stable_offset": m.last_stable_offset,
+            "first_dirty_offset": m.first_dirty_offset,
+            "files": [f.to_dict() for f in self.files],
+        }
 
 
 def version_for(versions: Versions, partition: int) -> int | None:
@@ -98,10 +117,14 @@ def pinned_manifest(store: Store, tp: TopicPartition, version: int | None) -> Ma
         raise _version_error(store, tp, version, store.versions(tp)) from None
 
 
-def _version_error(store: Store, tp: TopicPartition, version: int, committed: list[int],
-                   during: str = "") -> VersionNotFoundError:
-    readable = (f"the oldest readable version is {committed[0]} (the newest {committed[-1]})" if committed
-                else "no version is readable")
+def _version_error(
+    store: Store, tp: TopicPartition, version: int, committed: list[int], during: str = ""
+) -> VersionNotFoundError:
+    readable = (
+        f"the oldest readable version is {committed[0]} (the newest {committed[-1]})"
+        if committed
+        else "no version is readable"
+    )
     if committed and version > committed[-1]:
         why = "was never committed"
     elif committed and version >= committed[0]:
@@ -144,8 +167,9 @@ def topic_partitions(store: Store, topic: str, partitions: int | Iterable[int] |
     return [TopicPartition(topic, p) for p in wanted]
 
 
-def resolve(store: Store, topic: str, partitions: int | Iterable[int] | None = None,
-            version: Versions = None, threads: int = 16) -> list[PartitionFiles]:
+def resolve(
+    store: Store, topic: str, partitions: int | Iterable[int] | None = None, version: Versions = None, threads: int = 16
+) -> list[PartitionFiles]:
     """Each partition's live files at ``version`` (default: its newest), in partition order.
 
     The manifests are read once, here: everything read afterwards comes from the versions pinned now.

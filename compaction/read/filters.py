@@ -42,8 +42,12 @@ class RecordFilter:
     until_ms: int | None = None
 
     @classmethod
-    def of(cls, keys: Iterable[bytes | str] | None = None, offsets: tuple[int | None, int | None] | None = None,
-           timestamps: tuple[int | None, int | None] | None = None) -> RecordFilter:
+    def of(
+        cls,
+        keys: Iterable[bytes | str] | None = None,
+        offsets: tuple[int | None, int | None] | None = None,
+        timestamps: tuple[int | None, int | None] | None = None,
+    ) -> RecordFilter:
         start, end = offsets or (None, None)
         since, until = timestamps or (None, None)
         return cls(None if keys is None else tuple(dict.fromkeys(as_key(k) for k in keys)), start, end, since, until)
@@ -88,8 +92,11 @@ class RecordFilter:
         """The row groups whose statistics allow a match (None: all of them)."""
         if self.start_offset is None and self.end_offset is None and not self.timed:
             return None
-        index = {metadata.row_group(0).column(j).path_in_schema: j for j in range(metadata.num_columns)} \
-            if metadata.num_row_groups else {}
+        index = (
+            {metadata.row_group(0).column(j).path_in_schema: j for j in range(metadata.num_columns)}
+            if metadata.num_row_groups
+            else {}
+        )
         since = None if not self.timed else max(self.since_ms or 0, 0)
         bounds = {"offset": (self.start_offset, self.end_offset), "timestamp": (since, self.until_ms)}
         kept = []

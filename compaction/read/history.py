@@ -47,8 +47,12 @@ def _change(before: Manifest | None, after: Manifest) -> tuple[int, int, int, in
     new = {s.path: s for s in after.segments}
     gone = [s for path, s in old.items() if new.get(path) != s]
     came = [s for path, s in new.items() if old.get(path) != s]
-    return (sum(s.live_records for s in gone), sum(s.live_records for s in came),
-            sum(s.live_size_bytes for s in gone), sum(s.live_size_bytes for s in came))
+    return (
+        sum(s.live_records for s in gone),
+        sum(s.live_records for s in came),
+        sum(s.live_size_bytes for s in gone),
+        sum(s.live_size_bytes for s in came),
+    )
 
 
 def entry(after: Manifest, before: Manifest | None, known: bool) -> VersionEntry:
@@ -60,11 +64,22 @@ def entry(after: Manifest, before: Manifest | None, known: bool) -> VersionEntry
     if before is not None and after.log_start_offset > before.log_start_offset:
         operation += "+retention"
     return VersionEntry(
-        partition=after.name, version=after.version, time_ms=after.writer.time_ms, operation=operation,
-        writer=after.writer.id, run_id=after.writer.run_id, records_in=records_in, records_out=records_out,
-        bytes_in=bytes_in, bytes_out=bytes_out, log_start_offset=after.log_start_offset,
-        log_end_offset=after.log_end_offset, first_dirty_offset=after.first_dirty_offset,
-        live_records=sum(s.live_records for s in after.segments), segments=len(after.segments))
+        partition=after.name,
+        version=after.version,
+        time_ms=after.writer.time_ms,
+        operation=operation,
+        writer=after.writer.id,
+        run_id=after.writer.run_id,
+        records_in=records_in,
+        records_out=records_out,
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
+        log_start_offset=after.log_start_offset,
+        log_end_offset=after.log_end_offset,
+        first_dirty_offset=after.first_dirty_offset,
+        live_records=sum(s.live_records for s in after.segments),
+        segments=len(after.segments),
+    )
 
 
 def partition_history(store: Store, tp: TopicPartition) -> list[VersionEntry]:

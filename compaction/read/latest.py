@@ -31,8 +31,9 @@ def _has_transactions(part: PartitionFiles) -> bool:
     return any(f.segment.transactional_count or f.segment.control_count for f in part.files)
 
 
-def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy | str, header: str,
-                   record_filter: RecordFilter) -> np.ndarray:
+def winner_offsets(
+    store: Store, part: PartitionFiles, strategy: rules.Strategy | str, header: str, record_filter: RecordFilter
+) -> np.ndarray:
     """Ascending offsets of each key's winner among the records ``record_filter`` selects.
 
     A record's transaction is judged by its marker wherever that is, so with transactions in the partition
@@ -40,8 +41,17 @@ def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy 
     """
     strategy = rules.Strategy(strategy)
     transactions = _has_transactions(part)
-    columns = list(dict.fromkeys(["offset", "key", *(rules.TRANSACTION_COLUMNS if transactions else []),
-                                  *rules.strategy_columns(strategy), *record_filter.columns]))
+    columns = list(
+        dict.fromkeys(
+            [
+                "offset",
+                "key",
+                *(rules.TRANSACTION_COLUMNS if transactions else []),
+                *rules.strategy_columns(strategy),
+                *record_filter.columns,
+            ]
+        )
+    )
     pushed = RecordFilter() if transactions else record_filter
     batches = list(partition_batches(store, part, columns=columns, record_filter=pushed))
     table = pa.Table.from_batches(batches, schema=output_schema(columns, with_partition=False))
@@ -56,15 +66,25 @@ def winner_offsets(store: Store, part: PartitionFiles, strategy: rules.Strategy 
         control = aborted = np.zeros(n, dtype=bool)
     # A key a pending erasure request names keeps its tombstone: its records below it compete no more (rules, rule
     # 0). Once a pass has carried a request out, the live log holds none of them.
-    erased = erased_rows(table.column("offset").to_numpy(), table.column("key"),
-                         tombstone_offsets(r for r in part.manifest.erasures if r.state == "pending"))
+    erased = erased_rows(
+        table.column("offset").to_numpy(),
+        table.column("key"),
+        tombstone_offsets(r for r in part.manifest.erasures if r.state == "pending"),
+    )
     competing = rules.competes(keyed, control, aborted, erased)
     if transactions and not record_filter.empty:
         selected = record_filter.mask(table)
         if selected is not None:
             competing &= selected.to_numpy(zero_copy_only=False)
     valid, version = rules.versions(table, strategy, header)
-    facts = pa.table({"offset": table.column("offset"), "key": table.column("key"), "competes": competing,
-                      "version_valid": valid, "version": version})
+    facts = pa.table(
+        {
+            "offset": table.column("offset"),
+            "key": table.column("key"),
+            "competes": competing,
+            "version_valid": valid,
+            "version": version,
+        }
+    )
     won = winners.winners(facts)
     return cast(np.ndarray, table.column("offset").to_numpy()[won])

@@ -72,8 +72,11 @@ class Scan:
     def select(self, columns: Sequence[str]) -> Scan:
         """The same scan (same versions, filter and view) of other columns; ``partition`` may be among them."""
         names = list(columns)
-        return replace(self, columns=tuple(check_columns([c for c in names if c != "partition"])),
-                       with_partition="partition" in names)
+        return replace(
+            self,
+            columns=tuple(check_columns([c for c in names if c != "partition"])),
+            with_partition="partition" in names,
+        )
 
     def rows_per_batch(self, rows: int) -> Scan:
         """The same scan in batches of at most ``rows`` records."""
@@ -82,8 +85,20 @@ class Scan:
     def tasks(self, split: bool = False) -> list[ReadTask]:
         """The scan as units of reading: one per partition, or with ``split`` one per live file where
         possible (a latest read keeps a partition whole)."""
-        tasks = [ReadTask(self.store, part, self.columns, self.record_filter, self.with_partition, self.latest,
-                          self.strategy.value, self.strategy_header, self.batch_rows) for part in self.parts]
+        tasks = [
+            ReadTask(
+                self.store,
+                part,
+                self.columns,
+                self.record_filter,
+                self.with_partition,
+                self.latest,
+                self.strategy.value,
+                self.strategy_header,
+                self.batch_rows,
+            )
+            for part in self.parts
+        ]
         return [piece for task in tasks for piece in task.split()] if split else tasks
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -125,20 +140,31 @@ def _strategy(strategy: Strategy | str, header: str) -> Strategy:
     try:
         chosen = Strategy(str(strategy).lower())
     except ValueError:
-        raise InvalidArgumentError(f"compaction strategy {strategy!r} is not one of {[s.value for s in Strategy]}") \
-            from None
+        raise InvalidArgumentError(
+            f"compaction strategy {strategy!r} is not one of {[s.value for s in Strategy]}"
+        ) from None
     if chosen is Strategy.HEADER and not header:
         raise InvalidArgumentError("the header strategy needs the header's name (compaction.strategy.header)")
     return chosen
 
 
-def scan(store: Store | str, topic: str, partitions: int | Iterable[int] | None = None, *,
-         version: Versions = None, columns: Sequence[str] | None = None,
-         keys: Iterable[bytes | str] | None = None, offsets: tuple[int | None, int | None] | None = None,
-         timestamps: tuple[int | None, int | None] | None = None, latest: bool = False,
-         strategy: Strategy | str = Strategy.OFFSET, strategy_header: str = "",
-         storage_options: Mapping[str, Any] | None = None, batch_rows: int = BATCH_ROWS,
-         read_ahead: int = READ_AHEAD) -> Scan:
+def scan(
+    store: Store | str,
+    topic: str,
+    partitions: int | Iterable[int] | None = None,
+    *,
+    version: Versions = None,
+    columns: Sequence[str] | None = None,
+    keys: Iterable[bytes | str] | None = None,
+    offsets: tuple[int | None, int | None] | None = None,
+    timestamps: tuple[int | None, int | None] | None = None,
+    latest: bool = False,
+    strategy: Strategy | str = Strategy.OFFSET,
+    strategy_header: str = "",
+    storage_options: Mapping[str, Any] | None = None,
+    batch_rows: int = BATCH_ROWS,
+    read_ahead: int = READ_AHEAD,
+) -> Scan:
     """Pin ``topic`` (all partitions, a list, or one) at ``version`` and describe what to read of it.
 
     - ``store``: a :class:`Store` or a URL (with ``storage_options``, as ``Store.open`` takes them).
@@ -157,20 +183,30 @@ def scan(store: Store | str, topic: str, partitions: int | Iterable[int] | None 
     opened = store if isinstance(store, Store) else Store.open(store, storage_options)
     if batch_rows < 1:
         raise InvalidArgumentError(f"batch_rows must be at least 1, not {batch_rows}")
-    return Scan(store=opened, topic=topic, parts=tuple(resolve(opened, topic, partitions, version)),
-                columns=tuple(check_columns(columns)), record_filter=RecordFilter.of(keys, offsets, timestamps),
-                with_partition=not isinstance(partitions, int), latest=latest,
-                strategy=_strategy(strategy, strategy_header), strategy_header=strategy_header,
-                batch_rows=batch_rows, read_ahead=read_ahead)
+    return Scan(
+        store=opened,
+        topic=topic,
+        parts=tuple(resolve(opened, topic, partitions, version)),
+        columns=tuple(check_columns(columns)),
+        record_filter=RecordFilter.of(keys, offsets, timestamps),
+        with_partition=not isinstance(partitions, int),
+        latest=latest,
+        strategy=_strategy(strategy, strategy_header),
+        strategy_header=strategy_header,
+        batch_rows=batch_rows,
+        read_ahead=read_ahead,
+    )
 
 
-def read_table(store: Store | str, topic: str, partitions: int | Iterable[int] | None = None,
-               **options: Any) -> pa.Table:
+def read_table(
+    store: Store | str, topic: str, partitions: int | Iterable[int] | None = None, **options: Any
+) -> pa.Table:
     """The records of :func:`scan` as one ``pyarrow.Table``."""
     return scan(store, topic, partitions, **options).to_arrow()
 
 
-def read_batches(store: Store | str, topic: str, partitions: int | Iterable[int] | None = None,
-                 **options: Any) -> pa.RecordBatchReader:
+def read_batches(
+    store: Store | str, topic: str, partitions: int | Iterable[int] | None = None, **options: Any
+) -> pa.RecordBatchReader:
     """The records of :func:`scan` as a stream of ``RecordBatch``es."""
     return scan(store, topic, partitions, **options).to_batches()

@@ -46,20 +46,37 @@ def _within(sorted_offsets: np.ndarray, segment: SegmentMeta) -> np.ndarray:
     return sorted_offsets[low:high]
 
 
-def segment_batches(store: Store, tp: TopicPartition, segment: SegmentMeta, *, columns: Sequence[str],
-                    record_filter: RecordFilter, log_start_offset: int, only: np.ndarray | None = None,
-                    skip_null_values: bool = False, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+def segment_batches(
+    store: Store,
+    tp: TopicPartition,
+    segment: SegmentMeta,
+    *,
+    columns: Sequence[str],
+    record_filter: RecordFilter,
+    log_start_offset: int,
+    only: np.ndarray | None = None,
+    skip_null_values: bool = False,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
     """The live records of one segment (``store.objects.live_batches``) that ``record_filter`` keeps, as batches of
     ``columns``, row groups its statistics rule out skipped.
 
     ``only`` (ascending offsets) keeps just those records; ``skip_null_values`` drops records whose value is
     null. Batches that end up empty are not yielded.
     """
-    read = list(dict.fromkeys([*columns, *(["offset"] if only is not None else []),
-                               *([] if record_filter.empty else record_filter.columns),
-                               *(["value"] if skip_null_values else [])]))
-    for batch in store.objects.live_batches(tp, segment, read, start=log_start_offset,
-                                            row_groups=record_filter.row_groups, batch_rows=batch_rows):
+    read = list(
+        dict.fromkeys(
+            [
+                *columns,
+                *(["offset"] if only is not None else []),
+                *([] if record_filter.empty else record_filter.columns),
+                *(["value"] if skip_null_values else []),
+            ]
+        )
+    )
+    for batch in store.objects.live_batches(
+        tp, segment, read, start=log_start_offset, row_groups=record_filter.row_groups, batch_rows=batch_rows
+    ):
         keep = _keep(batch, record_filter, only, skip_null_values)
         if keep is not None:
             batch = batch.filter(pa.array(keep))
@@ -67,8 +84,9 @@ def segment_batches(store: Store, tp: TopicPartition, segment: SegmentMeta, *, c
             yield batch.select(list(columns))
 
 
-def _keep(batch: pa.RecordBatch, record_filter: RecordFilter, only: np.ndarray | None,
-          skip_null_values: bool) -> np.ndarray | None:
+def _keep(
+    batch: pa.RecordBatch, record_filter: RecordFilter, only: np.ndarray | None, skip_null_values: bool
+) -> np.ndarray | None:
     """Which live rows of ``batch`` the read keeps (None: every row)."""
     keep: np.ndarray | None = None
 
@@ -91,9 +109,17 @@ def _with_partition(batch: pa.RecordBatch, partition: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([column, *batch.columns], schema=batch.schema.insert(0, PARTITION_FIELD))
 
 
-def partition_batches(store: Store, part: PartitionFiles, *, columns: Sequence[str], record_filter: RecordFilter,
-                      with_partition: bool = False, only: np.ndarray | None = None, skip_null_values: bool = False,
-                      batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+def partition_batches(
+    store: Store,
+    part: PartitionFiles,
+    *,
+    columns: Sequence[str],
+    record_filter: RecordFilter,
+    with_partition: bool = False,
+    only: np.ndarray | None = None,
+    skip_null_values: bool = False,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
     """A pinned partition's live records in offset order (see :func:`segment_batches`).
 
     An object that vanished is reported as the version being gone when gc pruned it meanwhile.
@@ -106,9 +132,17 @@ def partition_batches(store: Store, part: PartitionFiles, *, columns: Sequence[s
         if mine is not None and not len(mine):
             continue
         try:
-            for batch in segment_batches(store, part.tp, segment, columns=columns, record_filter=record_filter,
-                                         log_start_offset=part.log_start_offset, only=mine,
-                                         skip_null_values=skip_null_values, batch_rows=batch_rows):
+            for batch in segment_batches(
+                store,
+                part.tp,
+                segment,
+                columns=columns,
+                record_filter=record_filter,
+                log_start_offset=part.log_start_offset,
+                only=mine,
+                skip_null_values=skip_null_values,
+                batch_rows=batch_rows,
+            ):
                 yield _with_partition(batch, part.tp.partition) if with_partition else batch
         except MissingObjectError as err:
             raise version_gone(store, part.tp, part.version, err) from err

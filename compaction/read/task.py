@@ -38,15 +38,31 @@ class ReadTask:
         compares a key's records across files, stays whole."""
         if self.latest:
             return [self]
-        return [replace(self, part=replace(self.part, files=(f,))) for f in self.part.files
-                if self.record_filter.may_match(f.segment)]
+        return [
+            replace(self, part=replace(self.part, files=(f,)))
+            for f in self.part.files
+            if self.record_filter.may_match(f.segment)
+        ]
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         if not self.latest:
-            yield from partition_batches(self.store, self.part, columns=self.columns, record_filter=self.record_filter,
-                                         with_partition=self.with_partition, batch_rows=self.batch_rows)
+            yield from partition_batches(
+                self.store,
+                self.part,
+                columns=self.columns,
+                record_filter=self.record_filter,
+                with_partition=self.with_partition,
+                batch_rows=self.batch_rows,
+            )
             return
         winners = winner_offsets(self.store, self.part, self.strategy, self.strategy_header, self.record_filter)
-        yield from partition_batches(self.store, self.part, columns=self.columns, record_filter=RecordFilter(),
-                                     with_partition=self.with_partition, only=winners, skip_null_values=True,
-                                     batch_rows=self.batch_rows)
+        yield from partition_batches(
+            self.store,
+            self.part,
+            columns=self.columns,
+            record_filter=RecordFilter(),
+            with_partition=self.with_partition,
+            only=winners,
+            skip_null_values=True,
+            batch_rows=self.batch_rows,
+        )

@@ -28,19 +28,23 @@ PLAN_COLUMNS = (
     "first_dirty_offset bigint, checkpoint_reset string, first_uncleanable_offset bigint, log_start_offset bigint, "
     "clean_bytes bigint, cleanable_bytes bigint, cleanable_ratio double, compaction_delay_ms bigint, "
     "active_rolled boolean, tombstone_purge boolean, overdue_ms bigint, expired_segments array<string>, "
-    "erasures array<string>, clean_range array<bigint>, segments array<string>")
+    "erasures array<string>, clean_range array<bigint>, segments array<string>"
+)
 STATUS_COLUMNS = (
     "topic string, partition int, version bigint, format string, segments bigint, size_bytes bigint, records bigint, "
     "log_start_offset bigint, log_end_offset bigint, last_stable_offset bigint, first_dirty_offset bigint, "
-    "dirty_bytes bigint, tombstones bigint, last_operation string, last_commit_ms bigint")
+    "dirty_bytes bigint, tombstones bigint, last_operation string, last_commit_ms bigint"
+)
 FILES_COLUMNS = (
     "topic string, partition int, version bigint, log_start_offset bigint, log_end_offset bigint, url string, "
     "path string, base_offset bigint, next_offset bigint, record_count bigint, live_records bigint, "
-    "size_bytes bigint, checksum string, max_timestamp bigint, deletes_url string, deletes_count bigint")
+    "size_bytes bigint, checksum string, max_timestamp bigint, deletes_url string, deletes_count bigint"
+)
 HISTORY_COLUMNS = (
     "topic string, partition int, version bigint, time_ms bigint, operation string, writer string, run_id string, "
     "records_in bigint, records_out bigint, bytes_in bigint, bytes_out bigint, log_start_offset bigint, "
-    "log_end_offset bigint, first_dirty_offset bigint, live_records bigint, segments bigint")
+    "log_end_offset bigint, first_dirty_offset bigint, live_records bigint, segments bigint"
+)
 
 
 def _split(name: str) -> tuple[str, int]:
@@ -85,12 +89,17 @@ class FilesFunction:
     def eval(self, url: str, topic: str) -> Iterator[tuple[Any, ...]]:
         for part in resolve(Store.open(url), topic):
             for file in part.files:
-                values = {"partition": str(part.tp), "version": part.version,
-                          "log_start_offset": part.log_start_offset, "log_end_offset": part.log_end_offset,
-                          **file.to_dict()}
+                values = {
+                    "partition": str(part.tp),
+                    "version": part.version,
+                    "log_start_offset": part.log_start_offset,
+                    "log_end_offset": part.log_end_offset,
+                    **file.to_dict(),
+                }
                 deletes = values.pop("deletes")
-                values.update(deletes_url=deletes["url"] if deletes else None,
-                              deletes_count=deletes["count"] if deletes else 0)
+                values.update(
+                    deletes_url=deletes["url"] if deletes else None, deletes_count=deletes["count"] if deletes else 0
+                )
                 yield _row(values, FILES_COLUMNS)
 
 

@@ -29,9 +29,20 @@ STORAGE_PREFIX = "storage."
 
 #: Each option's name as written in docs and messages (Spark lower-cases the keys it hands over).
 _STORE = ("path", "conf")
-_READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "includeHeaders",
-         "includeStoreColumns", "version", "latest", "compaction.strategy", "compaction.strategy.header",
-         "failOnDataLoss")
+_READ = (
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "includeHeaders",
+    "includeStoreColumns",
+    "version",
+    "latest",
+    "compaction.strategy",
+    "compaction.strategy.header",
+    "failOnDataLoss",
+)
 _WRITE = ("topic", "checkpointLocation")
 NAMES = {name.lower(): name for name in (*_STORE, *_READ, *_WRITE)}
 
@@ -48,7 +59,8 @@ def _known(options: Mapping[str, str], allowed: tuple[str, ...], verb: str) -> d
         names = ", ".join(NAMES.get(k, k) for k in unknown)
         raise InvalidArgumentError(
             f"format compaction does not know the option(s) {names} for a {verb}: it takes "
-            f"{', '.join((*_STORE, *allowed))} and storage.* (fsspec's storage options)")
+            f"{', '.join((*_STORE, *allowed))} and storage.* (fsspec's storage options)"
+        )
     return given
 
 
@@ -71,7 +83,7 @@ def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
             value: Any = json.loads(text)
         except json.JSONDecodeError:
             value = text
-        *parents, leaf = key[len(STORAGE_PREFIX):].split(".")
+        *parents, leaf = key[len(STORAGE_PREFIX) :].split(".")
         target = nested
         for parent in parents:
             target = target.setdefault(parent, {})
@@ -91,8 +103,9 @@ class StoreOptions:
     def of(cls, options: Mapping[str, str]) -> StoreOptions:
         url = options.get("path")
         if not url:
-            raise InvalidArgumentError("format compaction needs the store's URL: load(URL), save(URL), "
-                                       "start(URL) or the option path")
+            raise InvalidArgumentError(
+                "format compaction needs the store's URL: load(URL), save(URL), start(URL) or the option path"
+            )
         return cls(url, _storage_options(options), options.get("conf"))
 
     def open(self) -> Store:
@@ -136,8 +149,10 @@ class Subscription:
 def _subscription(options: Mapping[str, str]) -> Subscription:
     given = [name for name in ("subscribe", "subscribePattern", "assign") if name.lower() in options]
     if len(given) > 1:
-        raise InvalidArgumentError(f"options {' and '.join(given)} are both set: give one of subscribe, "
-                                   "subscribePattern or assign, as for Spark's Kafka source")
+        raise InvalidArgumentError(
+            f"options {' and '.join(given)} are both set: give one of subscribe, "
+            "subscribePattern or assign, as for Spark's Kafka source"
+        )
     if "subscribe" in options:
         topics = tuple(t.strip() for t in options["subscribe"].split(",") if t.strip())
         if not topics:
@@ -149,14 +164,16 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
         try:
             re.compile(options["subscribepattern"])
         except re.error as err:
-            raise InvalidArgumentError(f"option subscribePattern {options['subscribepattern']!r} is not a regular "
-                                       f"expression: {err}") from None
+            raise InvalidArgumentError(
+                f"option subscribePattern {options['subscribepattern']!r} is not a regular expression: {err}"
+            ) from None
         return Subscription(pattern=options["subscribepattern"])
     if "assign" in options:
         parsed = _json("assign", options["assign"])
         if not isinstance(parsed, dict) or not all(isinstance(v, list) for v in parsed.values()):
-            raise InvalidArgumentError(f"option assign {options['assign']!r} must be JSON like "
-                                       '{"topicA":[0,1],"topicB":[2,4]}')
+            raise InvalidArgumentError(
+                f'option assign {options["assign"]!r} must be JSON like {{"topicA":[0,1],"topicB":[2,4]}}'
+            )
         assigned = {}
         for topic, partitions in parsed.items():
             _check_topic(topic, "assign")
@@ -190,16 +207,18 @@ def per_partition(option: str, text: str, lowest: int) -> PerPartition:
     ``lowest``."""
     parsed = _json(option, text)
     if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
-        raise InvalidArgumentError(f"option {option} {text!r} must be earliest, latest or JSON like "
-                                   '{"topicA":{"0":23,"1":-2}}')
+        raise InvalidArgumentError(
+            f'option {option} {text!r} must be earliest, latest or JSON like {{"topicA":{{"0":23,"1":-2}}}}'
+        )
     result: PerPartition = {}
     for topic, partitions in parsed.items():
         _check_topic(topic, option)
         result[topic] = {}
         for partition, number in partitions.items():
             if isinstance(number, bool) or not isinstance(number, int) or number < lowest:
-                raise InvalidArgumentError(f"option {option}: {number!r} for {topic}-{partition} must be an integer "
-                                           f"of at least {lowest}")
+                raise InvalidArgumentError(
+                    f"option {option}: {number!r} for {topic}-{partition} must be an integer of at least {lowest}"
+                )
             result[topic][_partition(partition, option, topic)] = number
     return result
 
@@ -239,15 +258,20 @@ class ReadOptions:
         allowed = tuple(n for n in _READ if not (streaming and n in ("endingOffsets", "version", "latest")))
         given = _known(options, allowed, verb)
         return cls(
-            store=StoreOptions.of(given), subscription=_subscription(given),
-            starting=_offsets(given, "startingOffsets", "latest" if streaming else "earliest",
-                              None if streaming else "latest"),
+            store=StoreOptions.of(given),
+            subscription=_subscription(given),
+            starting=_offsets(
+                given, "startingOffsets", "latest" if streaming else "earliest", None if streaming else "latest"
+            ),
             ending=_offsets(given, "endingOffsets", "latest", "earliest"),
             include_headers=_flag(given, "includeHeaders", False),
             include_store_columns=_flag(given, "includeStoreColumns", False),
-            version=_version(given.get("version")), latest=_flag(given, "latest", False),
-            strategy=given.get("compaction.strategy"), strategy_header=given.get("compaction.strategy.header"),
-            fail_on_data_loss=_flag(given, "failOnDataLoss", True))
+            version=_version(given.get("version")),
+            latest=_flag(given, "latest", False),
+            strategy=given.get("compaction.strategy"),
+            strategy_header=given.get("compaction.strategy.header"),
+            fail_on_data_loss=_flag(given, "failOnDataLoss", True),
+        )
 
     def strategy_of(self, settings: Settings, topic: str) -> tuple[Strategy, str]:
         """The topic's ``compaction.strategy`` and its header: the options', else the configuration's."""
@@ -257,11 +281,11 @@ class ReadOptions:
         try:
             strategy = Strategy(str(chosen).lower())
         except ValueError:
-            raise InvalidArgumentError(f"option compaction.strategy {chosen!r} is not one of "
-                                       f"{', '.join(s.value for s in Strategy)}") from None
+            raise InvalidArgumentError(
+                f"option compaction.strategy {chosen!r} is not one of {', '.join(s.value for s in Strategy)}"
+            ) from None
         if strategy is Strategy.HEADER and not header:
-            raise InvalidArgumentError("the header strategy needs the header's name: option "
-                                       "compaction.strategy.header")
+            raise InvalidArgumentError("the header strategy needs the header's name: option compaction.strategy.header")
         return strategy, header
 
 

@@ -66,8 +66,13 @@ def _ms_bound(kind: type[Filter], micros: int) -> Bound:
     """The bound in ms a comparison of a record's ms timestamp (as micros) with ``micros`` sets."""
     floor, exact = divmod(micros, 1000)
     ceiling = floor + (1 if exact else 0)
-    return {GreaterThan: (floor + 1, None), GreaterThanOrEqual: (ceiling, None), LessThan: (None, ceiling),
-            LessThanOrEqual: (None, floor + 1), EqualTo: (ceiling, floor + 1)}[kind]
+    return {
+        GreaterThan: (floor + 1, None),
+        GreaterThanOrEqual: (ceiling, None),
+        LessThan: (None, ceiling),
+        LessThanOrEqual: (None, floor + 1),
+        EqualTo: (ceiling, floor + 1),
+    }[kind]
 
 
 @dataclass
@@ -122,8 +127,13 @@ class Pushed:
 
 
 def _int_bound(kind: type[Filter], value: int) -> Bound:
-    return {GreaterThan: (value + 1, None), GreaterThanOrEqual: (value, None), LessThan: (None, value),
-            LessThanOrEqual: (None, value + 1), EqualTo: (value, value + 1)}[kind]
+    return {
+        GreaterThan: (value + 1, None),
+        GreaterThanOrEqual: (value, None),
+        LessThan: (None, value),
+        LessThanOrEqual: (None, value + 1),
+        EqualTo: (value, value + 1),
+    }[kind]
 
 
 def _offset(spec: Offsets, topic: str, part: PartitionFiles, end: bool) -> int | None:
@@ -174,8 +184,10 @@ class StoreReader(DataSourceReader):
         self.pushed = Pushed()
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [ReadPartition(task) for task in read_tasks(self.options.store.open(), self.options, self.pushed,
-                                                           self.schema)]
+        return [
+            ReadPartition(task)
+            for task in read_tasks(self.options.store.open(), self.options, self.pushed, self.schema)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ReadPartition)
@@ -212,4 +224,3 @@ def pushdown_enabled() -> bool:
 
 def new_reader(options: ReadOptions) -> StoreReader:
     return PushingReader(options) if pushdown_enabled() else StoreReader(options)
-

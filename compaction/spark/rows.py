@@ -22,13 +22,18 @@ from compaction.errors import InvalidArgumentError
 from compaction.schema import HEADER_TYPE, RECORD_SCHEMA
 
 #: The Kafka source's columns, in its order (``timestampType``: 0 CreateTime, as every record the store keeps).
-KAFKA_FIELDS = (pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
-                pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
-                pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()))
+KAFKA_FIELDS = (
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+)
 HEADERS_FIELD = pa.field("headers", HEADER_TYPE)
 #: What the store keeps of a record besides the Kafka source's columns (with ``includeStoreColumns``).
-STORE_COLUMNS = ("producer_id", "producer_epoch", "is_transactional", "is_control", "control_type",
-                 "delete_horizon_ms")
+STORE_COLUMNS = ("producer_id", "producer_epoch", "is_transactional", "is_control", "control_type", "delete_horizon_ms")
 CREATE_TIME = 0
 
 
@@ -40,17 +45,33 @@ def timestamp_type() -> pa.DataType:
 
 def read_schema(include_headers: bool, include_store_columns: bool) -> pa.Schema:
     """The columns a read returns."""
-    fields = [*KAFKA_FIELDS[:5], pa.field("timestamp", timestamp_type()), KAFKA_FIELDS[6],
-              *([HEADERS_FIELD] if include_headers else []),
-              *([RECORD_SCHEMA.field(c) for c in STORE_COLUMNS] if include_store_columns else [])]
+    fields = [
+        *KAFKA_FIELDS[:5],
+        pa.field("timestamp", timestamp_type()),
+        KAFKA_FIELDS[6],
+        *([HEADERS_FIELD] if include_headers else []),
+        *([RECORD_SCHEMA.field(c) for c in STORE_COLUMNS] if include_store_columns else []),
+    ]
     return pa.schema(fields)
 
 
 #: Each column's type in Spark's DDL, for the schema a read declares.
-_DDL = {"key": "binary", "value": "binary", "topic": "string", "partition": "int", "offset": "bigint",
-        "timestamp": "timestamp", "timestampType": "int", "headers": "array<struct<key:string,value:binary>>",
-        "producer_id": "bigint", "producer_epoch": "smallint", "is_transactional": "boolean", "is_control": "boolean",
-        "control_type": "string", "delete_horizon_ms": "bigint"}
+_DDL = {
+    "key": "binary",
+    "value": "binary",
+    "topic": "string",
+    "partition": "int",
+    "offset": "bigint",
+    "timestamp": "timestamp",
+    "timestampType": "int",
+    "headers": "array<struct<key:string,value:binary>>",
+    "producer_id": "bigint",
+    "producer_epoch": "smallint",
+    "is_transactional": "boolean",
+    "is_control": "boolean",
+    "control_type": "string",
+    "delete_horizon_ms": "bigint",
+}
 
 
 def read_ddl(schema: pa.Schema) -> str:
@@ -78,15 +99,18 @@ def to_kafka(batch: pa.RecordBatch, topic: str, partition: int, schema: pa.Schem
     """A batch of segment columns (:func:`record_columns`) as ``schema``'s Kafka-shaped rows of ``topic-partition``."""
     rows = batch.num_rows
     columns = {
-        "key": batch.column("key"), "value": batch.column("value"), "topic": _constant(topic, pa.string(), rows),
-        "partition": _constant(partition, pa.int32(), rows), "offset": batch.column("offset"),
+        "key": batch.column("key"),
+        "value": batch.column("value"),
+        "topic": _constant(topic, pa.string(), rows),
+        "partition": _constant(partition, pa.int32(), rows),
+        "offset": batch.column("offset"),
         "timestamp": timestamps_of(batch.column("timestamp"), schema.field("timestamp").type),
         "timestampType": _constant(CREATE_TIME, pa.int32(), rows),
     }
     arrays = [columns[name] if name in columns else batch.column(name) for name in schema.names]
-    return pa.RecordBatch.from_arrays([a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, schema,
-                                                                                                   strict=True)],
-                                      schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, schema, strict=True)], schema=schema
+    )
 
 
 # Writing -------------------------------------------------------------------------------------------------------
@@ -103,12 +127,19 @@ class Column:
 
 #: The columns a write takes; ``timestampType`` is accepted (a frame read from Kafka has it) and not kept.
 WRITE_COLUMNS = (
-    Column("topic", ("string",)), Column("partition", ("int", "smallint", "tinyint", "bigint")),
-    Column("key", ("binary", "string")), Column("value", ("binary", "string"), required=True),
-    Column("headers", ("array<struct<key:string,value:binary>>",)), Column("offset", ("bigint", "int")),
-    Column("timestamp", ("timestamp", "timestamp_ntz")), Column("timestampType", ("int",)),
-    Column("producer_id", ("bigint",)), Column("producer_epoch", ("smallint",)),
-    Column("is_transactional", ("boolean",)), Column("is_control", ("boolean",)), Column("control_type", ("string",)),
+    Column("topic", ("string",)),
+    Column("partition", ("int", "smallint", "tinyint", "bigint")),
+    Column("key", ("binary", "string")),
+    Column("value", ("binary", "string"), required=True),
+    Column("headers", ("array<struct<key:string,value:binary>>",)),
+    Column("offset", ("bigint", "int")),
+    Column("timestamp", ("timestamp", "timestamp_ntz")),
+    Column("timestampType", ("int",)),
+    Column("producer_id", ("bigint",)),
+    Column("producer_epoch", ("smallint",)),
+    Column("is_transactional", ("boolean",)),
+    Column("is_control", ("boolean",)),
+    Column("control_type", ("string",)),
 )
 
 
@@ -121,12 +152,15 @@ def check_write_schema(fields: Sequence[tuple[str, str]], topic_option: bool) ->
         if column is None:
             raise InvalidArgumentError(
                 f"column {name!r} is not one a write to format compaction takes: the columns are "
-                f"{', '.join(accepted)} (value required; topic unless the topic option is set)")
+                f"{', '.join(accepted)} (value required; topic unless the topic option is set)"
+            )
         if type_.replace(" ", "").lower() not in column.types:
             raise InvalidArgumentError(f"column {name} is {type_}: a write takes {' or '.join(column.types)}")
     missing = [c.name for c in WRITE_COLUMNS if c.required and c.name not in names]
     if "topic" not in names and not topic_option:
         missing.insert(0, "topic")
     if missing:
-        raise InvalidArgumentError(f"a write to format compaction needs the column(s) {', '.join(missing)}"
-                                   + (" (or the topic option)" if "topic" in missing else ""))
+        raise InvalidArgumentError(
+            f"a write to format compaction needs the column(s) {', '.join(missing)}"
+            + (" (or the topic option)" if "topic" in missing else "")
+        )

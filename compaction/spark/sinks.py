@@ -75,9 +75,10 @@ def query_id(checkpoint: str) -> str:
         fs, path = fsspec.core.url_to_fs(checkpoint)
         found = _id_of(fs.cat_file(f"{path.rstrip('/')}/metadata"))
     except (OSError, ValueError, ImportError) as err:
-        raise InvalidArgumentError(f"cannot read the streaming query's id from its checkpoint {checkpoint}/metadata "
-                                   f"({err}): a streaming write to compaction records it with each micro-batch") \
-            from err
+        raise InvalidArgumentError(
+            f"cannot read the streaming query's id from its checkpoint {checkpoint}/metadata "
+            f"({err}): a streaming write to compaction records it with each micro-batch"
+        ) from err
     return found
 
 
@@ -101,8 +102,12 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         assert self.options.checkpoint is not None
-        commit_write(self.plan.store, _messages(messages), time_ms=wall_clock_ms(),
-                     stream=Stream(query_id(self.options.checkpoint), batchId))
+        commit_write(
+            self.plan.store,
+            _messages(messages),
+            time_ms=wall_clock_ms(),
+            stream=Stream(query_id(self.options.checkpoint), batchId),
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         abort_write(self.plan.store, _messages(messages))

@@ -49,8 +49,10 @@ class CompactionDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> StoreWriter:
         options = WriteOptions.of(self.options, streaming=False)
         if overwrite:
-            raise InvalidArgumentError("mode overwrite is refused: a store's log is append-only (a write adds records "
-                                       "after each partition's log end); use mode append")
+            raise InvalidArgumentError(
+                "mode overwrite is refused: a store's log is append-only (a write adds records "
+                "after each partition's log end); use mode append"
+            )
         from compaction.spark.sinks import StoreWriter, plan_write
 
         return StoreWriter(plan_write(options, schema))
@@ -58,12 +60,14 @@ class CompactionDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> StoreStreamWriter:
         options = WriteOptions.of(self.options, streaming=True)
         if overwrite:
-            raise InvalidArgumentError("output mode complete is refused: a store's log is append-only; use "
-                                       "outputMode append")
+            raise InvalidArgumentError(
+                "output mode complete is refused: a store's log is append-only; use outputMode append"
+            )
         if not options.checkpoint:
-            raise InvalidArgumentError("a streaming write to compaction needs the option checkpointLocation: exactly "
-                                       "once records the query's id, kept there, with each micro-batch")
+            raise InvalidArgumentError(
+                "a streaming write to compaction needs the option checkpointLocation: exactly "
+                "once records the query's id, kept there, with each micro-batch"
+            )
         from compaction.spark.sinks import StoreStreamWriter, plan_write
 
         return StoreStreamWriter(options, plan_write(options, schema))
-

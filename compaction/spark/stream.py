@@ -48,8 +48,11 @@ class StoreStreamReader(DataSourceStreamReader):
     def _logs(self) -> dict[TopicPartition, Manifest]:
         """The newest manifest of every partition the stream subscribes to."""
         store = self.options.store.open()
-        tps = [TopicPartition(topic, p) for topic, assigned in self.options.subscription.select(store).items()
-               for p in (assigned if assigned is not None else store.partitions(topic))]
+        tps = [
+            TopicPartition(topic, p)
+            for topic, assigned in self.options.subscription.select(store).items()
+            for p in (assigned if assigned is not None else store.partitions(topic))
+        ]
         logs = {}
         for tp, found in read_manifests(store, tps).items():
             if isinstance(found, StoreError):
@@ -94,7 +97,12 @@ class StoreStreamReader(DataSourceStreamReader):
         if partition.start is not None and partition.start < part.log_start_offset and self.options.fail_on_data_loss:
             raise InvalidArgumentError(
                 f"offsets [{partition.start}, {part.log_start_offset}) of {tp} were deleted (retention moved its log "
-                "start) before the stream read them; set failOnDataLoss to false to go on from what is left")
-        for batch in partition_batches(store, part, columns=record_columns(self.schema),
-                                       record_filter=RecordFilter.of(offsets=(partition.start, partition.end))):
+                "start) before the stream read them; set failOnDataLoss to false to go on from what is left"
+            )
+        for batch in partition_batches(
+            store,
+            part,
+            columns=record_columns(self.schema),
+            record_filter=RecordFilter.of(offsets=(partition.start, partition.end)),
+        ):
             yield to_kafka(batch, tp.topic, tp.partition, self.schema)

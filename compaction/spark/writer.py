@@ -65,9 +65,15 @@ class WritePlan:
         for tp in store.topic_partitions([topic] if topic is not None else None):
             partitions[tp.topic] = max(partitions.get(tp.topic, 0), tp.partition + 1)
         configs = {t: settings.topic_config(t) for t in partitions}
-        return cls(store, uuid.uuid4().hex, time_ms, topic, partitions,
-                   {t: c.max_message_bytes for t, c in configs.items()},
-                   {t: c.segment_format for t, c in configs.items()})
+        return cls(
+            store,
+            uuid.uuid4().hex,
+            time_ms,
+            topic,
+            partitions,
+            {t: c.max_message_bytes for t, c in configs.items()},
+            {t: c.segment_format for t, c in configs.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,10 @@ def _topics(plan: WritePlan, batch: pa.RecordBatch) -> _Rows:
     if topics.null_count:
         row = int(np.flatnonzero(~topics.is_valid().to_numpy(zero_copy_only=False))[0])
         given = batch.column("partition")[row].as_py() if "partition" in batch.schema.names else None
-        raise _fail(f"a record for partition {given}" if given is not None else "a record",
-                    "field topic is null (set it, or the topic option)")
+        raise _fail(
+            f"a record for partition {given}" if given is not None else "a record",
+            "field topic is null (set it, or the topic option)",
+        )
     encoded = topics.dictionary_encode()
     names = encoded.dictionary.to_pylist()
     for name in names:
@@ -132,19 +140,27 @@ def _partitions(plan: WritePlan, batch: pa.RecordBatch, rows: _Rows, start: int)
     """Each row's partition: its own, else Kafka's partitioner's (murmur2 of the key; keyless rows in turn, from
     ``start``, so that a replayed task places them again where it did)."""
     counts = rows.per_row(plan.partitions)
-    given = batch.column("partition").cast(pa.int64()) if "partition" in batch.schema.names else \
-        pa.nulls(batch.num_rows, pa.int64())
+    given = (
+        batch.column("partition").cast(pa.int64())
+        if "partition" in batch.schema.names
+        else pa.nulls(batch.num_rows, pa.int64())
+    )
     placed = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     bad = (placed < -1) | (placed >= counts) | ((placed == -1) & given.is_valid().to_numpy(zero_copy_only=False))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         topic = rows.names[rows.index[row]]
-        raise _fail(rows.where(row, placed), f"field partition {placed[row]} is outside topic {topic}'s partitions "
-                                             f"0 to {counts[row] - 1}")
+        raise _fail(
+            rows.where(row, placed),
+            f"field partition {placed[row]} is outside topic {topic}'s partitions 0 to {counts[row] - 1}",
+        )
     unplaced = np.flatnonzero(placed == -1)
     if len(unplaced):
-        keys = batch.column("key").cast(pa.binary()).take(pa.array(unplaced)) if "key" in batch.schema.names else \
-            pa.nulls(len(unplaced), pa.binary())
+        keys = (
+            batch.column("key").cast(pa.binary()).take(pa.array(unplaced))
+            if "key" in batch.schema.names
+            else pa.nulls(len(unplaced), pa.binary())
+        )
         for count in np.unique(counts[unplaced]):
             mine = counts[unplaced] == count
             placed[unplaced[mine]] = default_partitions(keys.filter(pa.array(mine)), int(count))
@@ -165,15 +181,20 @@ def _timestamps(plan: WritePlan, batch: pa.RecordBatch, rows: _Rows, partitions:
     negative = pc.fill_null(pc.less(ms, 0), False).to_numpy(zero_copy_only=False)
     if negative.any():
         row = int(np.flatnonzero(negative)[0])
-        raise _fail(rows.where(row, partitions), f"field timestamp {ms[row].as_py()} ms is before 1970-01-01: "
-                                                 "Kafka's timestamps are non-negative")
+        raise _fail(
+            rows.where(row, partitions),
+            f"field timestamp {ms[row].as_py()} ms is before 1970-01-01: Kafka's timestamps are non-negative",
+        )
     return ms
 
 
 def _column(batch: pa.RecordBatch, name: str, type_: pa.DataType, default: Any = None) -> pa.Array:
     if name not in batch.schema.names:
-        return pa.array(np.full(batch.num_rows, default)).cast(type_) if default is not None else \
-            pa.nulls(batch.num_rows, type_)
+        return (
+            pa.array(np.full(batch.num_rows, default)).cast(type_)
+            if default is not None
+            else pa.nulls(batch.num_rows, type_)
+        )
     column = batch.column(name)
     column = column if column.type == type_ else column.cast(type_)
     return column.fill_null(default) if default is not None and column.null_count else column
@@ -185,9 +206,11 @@ def _check_plain(batch: pa.RecordBatch, rows: _Rows, partitions: np.ndarray) -> 
         if name in batch.schema.names:
             flags = pc.fill_null(batch.column(name), False).to_numpy(zero_copy_only=False)
             if flags.any():
-                raise _fail(rows.where(int(np.flatnonzero(flags)[0]), partitions),
-                            f"field {name} is true: a Spark write takes plain records (transactions and their "
-                            "markers are appended with compaction append or the Python API)")
+                raise _fail(
+                    rows.where(int(np.flatnonzero(flags)[0]), partitions),
+                    f"field {name} is true: a Spark write takes plain records (transactions and their "
+                    "markers are appended with compaction append or the Python API)",
+                )
 
 
 def shape(plan: WritePlan, batch: pa.RecordBatch, keyless_start: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
@@ -203,18 +226,29 @@ def shape(plan: WritePlan, batch: pa.RecordBatch, keyless_start: int) -> tuple[p
     over = sizes > limits
     if over.any():
         row = int(np.flatnonzero(over)[0])
-        raise _fail(rows.where(row, partitions), f"field value makes a record of {int(sizes[row]):,} bytes (as a "
-                                                 f"Kafka batch), over topic {rows.names[rows.index[row]]}'s "
-                                                 f"max.message.bytes {int(limits[row]):,}")
+        raise _fail(
+            rows.where(row, partitions),
+            f"field value makes a record of {int(sizes[row]):,} bytes (as a "
+            f"Kafka batch), over topic {rows.names[rows.index[row]]}'s "
+            f"max.message.bytes {int(limits[row]):,}",
+        )
     n = batch.num_rows
-    records = pa.table({
-        "offset": _column(batch, "offset", pa.int64()), "timestamp": _timestamps(plan, batch, rows, partitions),
-        "key": keys, "value": values, "headers": headers,
-        "producer_id": _column(batch, "producer_id", pa.int64(), -1),
-        "producer_epoch": _column(batch, "producer_epoch", pa.int16(), -1),
-        "is_transactional": pa.array(np.zeros(n, bool)), "is_control": pa.array(np.zeros(n, bool)),
-        "control_type": pa.nulls(n, pa.string()), "delete_horizon_ms": pa.nulls(n, pa.int64()),
-    }, schema=RECORD_SCHEMA)
+    records = pa.table(
+        {
+            "offset": _column(batch, "offset", pa.int64()),
+            "timestamp": _timestamps(plan, batch, rows, partitions),
+            "key": keys,
+            "value": values,
+            "headers": headers,
+            "producer_id": _column(batch, "producer_id", pa.int64(), -1),
+            "producer_epoch": _column(batch, "producer_epoch", pa.int16(), -1),
+            "is_transactional": pa.array(np.zeros(n, bool)),
+            "is_control": pa.array(np.zeros(n, bool)),
+            "control_type": pa.nulls(n, pa.string()),
+            "delete_horizon_ms": pa.nulls(n, pa.int64()),
+        },
+        schema=RECORD_SCHEMA,
+    )
     order = {t: i for i, t in enumerate(sorted(plan.partitions))}
     return records, rows.per_row(order), partitions
 
@@ -278,13 +312,15 @@ class TaskWriter:
         claimed = bool(offsets.null_count)
         if claimed:
             manifest = self._manifest(tp)
-            base = self.plan.store.objects.claims.take(tp, self.plan.write_id,
-                                                       manifest.log_end_offset if manifest else 0, table.num_rows)
+            base = self.plan.store.objects.claims.take(
+                tp, self.plan.write_id, manifest.log_end_offset if manifest else 0, table.num_rows
+            )
             table = table.set_column(0, "offset", pa.array(np.arange(base, base + table.num_rows, dtype=np.int64)))
         check_records(table, where)
         first, last = table.column("offset")[0].as_py(), table.column("offset")[-1].as_py()
-        segment = self.plan.store.objects.write_segment(tp, table, first, last + 1, created_ms=self.plan.time_ms,
-                                                        segment_format=self._format(tp))
+        segment = self.plan.store.objects.write_segment(
+            tp, table, first, last + 1, created_ms=self.plan.time_ms, segment_format=self._format(tp)
+        )
         self.pieces.append(WrittenPiece(tp.topic, tp.partition, segment, claimed))
 
     def finish(self) -> WriteMessage:
@@ -334,8 +370,9 @@ def _check(tp: TopicPartition, pieces: Sequence[WrittenPiece], latest: Manifest 
     two tasks both wrote, or offsets at or below the log end."""
     claimed = {p.claimed for p in pieces}
     if len(claimed) > 1:
-        raise InvalidRecordsError(f"records for {tp}: either every record of a partition carries an offset or "
-                                  "none does (tasks wrote both)")
+        raise InvalidRecordsError(
+            f"records for {tp}: either every record of a partition carries an offset or none does (tasks wrote both)"
+        )
     if claimed == {True}:
         return
     for before, after in itertools.pairwise(pieces):
@@ -344,15 +381,24 @@ def _check(tp: TopicPartition, pieces: Sequence[WrittenPiece], latest: Manifest 
                 f"records for {tp}: offsets [{before.segment.base_offset}, {before.segment.next_offset}) and "
                 f"[{after.segment.base_offset}, {after.segment.next_offset}) come from two tasks and overlap: a "
                 "partition's rows with offsets must reach the write in offset order (repartition by topic and "
-                "partition, and sort by offset)")
+                "partition, and sort by offset)"
+            )
     log_end = latest.log_end_offset if latest is not None else 0
     if latest is not None and pieces[0].segment.base_offset < log_end:
-        raise OffsetOverlapError(f"records for {tp}: offsets from {pieces[0].segment.base_offset} are at or below "
-                                 f"the partition's log end {log_end} (offsets up to {log_end - 1} are taken)")
+        raise OffsetOverlapError(
+            f"records for {tp}: offsets from {pieces[0].segment.base_offset} are at or below "
+            f"the partition's log end {log_end} (offsets up to {log_end - 1} are taken)"
+        )
 
 
-def _placed(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], log_end: int,
-            rewritten: dict[tuple[str, int], SegmentMeta], time_ms: int) -> list[SegmentMeta]:
+def _placed(
+    store: Store,
+    tp: TopicPartition,
+    pieces: Sequence[WrittenPiece],
+    log_end: int,
+    rewritten: dict[tuple[str, int], SegmentMeta],
+    time_ms: int,
+) -> list[SegmentMeta]:
     """Claimed pieces from ``log_end`` on, one after another: a piece whose offsets no longer fit (another writer
     appended first, or a failed task attempt left its claim unused) is written again at the offsets it takes now."""
     placed = []
@@ -362,18 +408,28 @@ def _placed(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], lo
         if segment.base_offset != target:
             if (segment.path, target) not in rewritten:
                 table = store.objects.read_segment(tp, segment)
-                moved = table.set_column(0, "offset", pa.array(np.arange(target, target + table.num_rows,
-                                                                         dtype=np.int64)))
+                moved = table.set_column(
+                    0, "offset", pa.array(np.arange(target, target + table.num_rows, dtype=np.int64))
+                )
                 rewritten[segment.path, target] = store.objects.write_segment(
-                    tp, moved, target, target + table.num_rows, created_ms=time_ms, segment_format=segment.format)
+                    tp, moved, target, target + table.num_rows, created_ms=time_ms, segment_format=segment.format
+                )
             segment = rewritten[segment.path, target]
         placed.append(segment)
         target = segment.next_offset
     return placed
 
 
-def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[WrittenPiece], latest: Manifest | None, *,
-                      time_ms: int, run_id: str, stream: Stream | None = None) -> Manifest | None:
+def _commit_partition(
+    store: Store,
+    tp: TopicPartition,
+    pieces: Sequence[WrittenPiece],
+    latest: Manifest | None,
+    *,
+    time_ms: int,
+    run_id: str,
+    stream: Stream | None = None,
+) -> Manifest | None:
     """Append one partition's pieces in one commit; None when it already holds the streaming write's batch."""
     rewritten: dict[tuple[str, int], SegmentMeta] = {}
     claimed = pieces[0].claimed
@@ -385,8 +441,10 @@ def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[Written
         if claimed:
             segments = _placed(store, tp, pieces, log_end, rewritten, time_ms)
         elif newest is not None and pieces[0].segment.base_offset < log_end:
-            raise CommitConflictError(f"records for {tp}: a concurrent writer took offsets up to {log_end}, past "
-                                      f"the written offset {pieces[0].segment.base_offset}")
+            raise CommitConflictError(
+                f"records for {tp}: a concurrent writer took offsets up to {log_end}, past "
+                f"the written offset {pieces[0].segment.base_offset}"
+            )
         else:
             segments = [p.segment for p in pieces]
         state = appended_state(newest, segments, RECORD_SCHEMA.empty_table(), f"records for {tp}")
@@ -395,8 +453,9 @@ def _commit_partition(store: Store, tp: TopicPartition, pieces: Sequence[Written
         return state
 
     try:
-        return store.commit(tp, build, writer=Writer(id=WRITER_ID, run_id=run_id), operation="append",
-                            now_ms=time_ms, expected=latest)
+        return store.commit(
+            tp, build, writer=Writer(id=WRITER_ID, run_id=run_id), operation="append", now_ms=time_ms, expected=latest
+        )
     except _AlreadyCommitted:
         return None
 
@@ -408,8 +467,9 @@ class CommitResult:
     versions: dict[TopicPartition, int | None]
 
 
-def commit_write(store: Store, messages: Sequence[WriteMessage | None], *, time_ms: int,
-                 stream: Stream | None = None) -> CommitResult:
+def commit_write(
+    store: Store, messages: Sequence[WriteMessage | None], *, time_ms: int, stream: Stream | None = None
+) -> CommitResult:
     """Commit a write's pieces, each partition's in one commit of its manifest (see the module's docstring)."""
     grouped = _by_partition(messages)
     newest = read_manifests(store, list(grouped)) if grouped else {}
@@ -445,4 +505,3 @@ def abort_write(store: Store, messages: Sequence[WriteMessage | None]) -> None:
 def wall_clock_ms() -> int:
     """The write's time, read once where it starts (on the driver): Spark's own verbs are this package's edge."""
     return int(datetime.now(UTC).timestamp() * 1000)  # clock-ok: a write is stamped when Spark starts it
-

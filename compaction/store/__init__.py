@@ -30,5 +30,15 @@ from compaction.store.log import Store, read_manifests
 from compaction.store.manifest import DeletionVector, Manifest, SegmentMeta
 from compaction.store.names import IllegalFolder, TopicPartition
 
-__all__ = ["DeletionVector", "IllegalFolder", "Manifest", "Replacement", "SegmentFormat", "SegmentMeta", "Store",
-           "TopicPartition", "Writer", "read_manifests"]
+__all__ = [
+    "DeletionVector",
+    "IllegalFolder",
+    "Manifest",
+    "Replacement",
+    "SegmentFormat",
+    "SegmentMeta",
+    "Store",
+    "TopicPartition",
+    "Writer",
+    "read_manifests",
+]

@@ -52,13 +52,17 @@ def claim_offsets(storage: Storage, tp: TopicPartition, write_id: str, first: in
         found = _claims(storage, tp, write_id)
         base = first if not found else int(json.loads(storage.read_bytes(f"{folder}/{found[-1]}"))["next_offset"])
         if base + count > LONG_MAX:
-            raise InvalidRecordsError(f"{count} record(s) for {tp} from offset {base} would leave no log end offset "
-                                      f"below Kafka's Long.MAX ({LONG_MAX})")
+            raise InvalidRecordsError(
+                f"{count} record(s) for {tp} from offset {base} would leave no log end offset "
+                f"below Kafka's Long.MAX ({LONG_MAX})"
+            )
         body = json.dumps({"next_offset": base + count}).encode()
         if storage.create_exclusive(f"{tp.prefix}/{claim_name(write_id, base)}", body):
             return base
-    raise CommitConflictError(f"partition {tp}: gave up claiming offsets for write {write_id} after "
-                              f"{MAX_CLAIM_ATTEMPTS} claims lost to its other tasks")
+    raise CommitConflictError(
+        f"partition {tp}: gave up claiming offsets for write {write_id} after "
+        f"{MAX_CLAIM_ATTEMPTS} claims lost to its other tasks"
+    )
 
 
 def delete_claims(storage: Storage, tp: TopicPartition, write_id: str) -> None:

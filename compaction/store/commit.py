@@ -102,18 +102,20 @@ class Replacement:
                 f"{self.expected_log_start_offset} to {latest.log_start_offset}"
             )
         gone = {segment.path for segment in self.removed}
-        segments = sorted([s for s in latest.segments if s.path not in gone] + list(self.added),
-                          key=lambda s: s.base_offset)
+        segments = sorted(
+            [s for s in latest.segments if s.path not in gone] + list(self.added), key=lambda s: s.base_offset
+        )
         return {
             "log_start_offset": self.log_start_offset,
             "log_end_offset": latest.log_end_offset,
             "last_stable_offset": latest.last_stable_offset,
             "first_dirty_offset": self.first_dirty_offset,
-            "clean_keys_unique": latest.clean_keys_unique if self.clean_keys_unique is None
-            else self.clean_keys_unique,
-            **({"last_clean_ms": latest.last_clean_ms, "next_horizon_ms": latest.next_horizon_ms}
-               if self.last_clean_ms is None else
-               {"last_clean_ms": self.last_clean_ms, "next_horizon_ms": self.next_horizon_ms}),
+            "clean_keys_unique": latest.clean_keys_unique if self.clean_keys_unique is None else self.clean_keys_unique,
+            **(
+                {"last_clean_ms": latest.last_clean_ms, "next_horizon_ms": latest.next_horizon_ms}
+                if self.last_clean_ms is None
+                else {"last_clean_ms": self.last_clean_ms, "next_horizon_ms": self.next_horizon_ms}
+            ),
             "open_transactions": latest.open_transactions,
             "segments": tuple(segments),
             "erasures": self._erasures(latest),
@@ -132,8 +134,13 @@ class Replacement:
             erased = done.get(request.ident)
             if erased is not None and request.rewritten_ms is None:
                 held = tuple(HeldObject(path=path, found_ms=self.time_ms) for path in erased.held)
-                request = request.model_copy(update={"rewritten_ms": self.time_ms, "rewritten_version":
-                                                     latest.version + 1, "held": (*request.held, *held)})
+                request = request.model_copy(
+                    update={
+                        "rewritten_ms": self.time_ms,
+                        "rewritten_version": latest.version + 1,
+                        "held": (*request.held, *held),
+                    }
+                )
             requests.append(request)
         return tuple(requests)
 
@@ -194,9 +201,18 @@ def _newest_from(storage: Storage, tp: TopicPartition, newest: Manifest) -> Mani
 _JITTER = random.Random()
 
 
-def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer, operation: str, now_ms: int,
-           max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None,
-           expected: Manifest | None = None) -> Manifest:
+def commit(
+    storage: Storage,
+    tp: TopicPartition,
+    build: Build,
+    *,
+    writer: Writer,
+    operation: str,
+    now_ms: int,
+    max_attempts: int = MAX_COMMIT_ATTEMPTS,
+    rng: random.Random | None = None,
+    expected: Manifest | None = None,
+) -> Manifest:
     """Publish the next manifest version, rebuilding the change on the newest version until it wins.
 
     ``expected`` is the version the writer read last (a pass's plan read every partition's): the first attempt
@@ -218,22 +234,34 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
             latest = newest_manifest(storage, tp) if lost is None else _newest_from(storage, tp, lost)
         if latest is not None and latest.version >= MAX_VERSION:
             # Checked before build, which may write objects: a version past it could never be listed.
-            raise StoreError(f"partition {storage.describe(tp.prefix)} is at manifest version {latest.version}, "
-                             f"the last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits")
+            raise StoreError(
+                f"partition {storage.describe(tp.prefix)} is at manifest version {latest.version}, "
+                f"the last a 20-digit manifest name holds ({MAX_VERSION}): it takes no more commits"
+            )
         # The partition-level state (the cleaner's, erasure requests, streaming writes) carries over unless the change
         # sets it.
-        state = {"clean_keys_unique": latest.clean_keys_unique if latest else False,
-                 "last_clean_ms": latest.last_clean_ms if latest else None,
-                 "next_horizon_ms": latest.next_horizon_ms if latest else None,
-                 "erasures": latest.erasures if latest else (), "streams": latest.streams if latest else {},
-                 **build(latest)}
+        state = {
+            "clean_keys_unique": latest.clean_keys_unique if latest else False,
+            "last_clean_ms": latest.last_clean_ms if latest else None,
+            "next_horizon_ms": latest.next_horizon_ms if latest else None,
+            "erasures": latest.erasures if latest else (),
+            "streams": latest.streams if latest else {},
+            **build(latest),
+        }
         version = latest.version + 1 if latest else 1
         commit_id = uuid.uuid4().hex
         manifest = new_manifest(
             f"{storage.describe(tp.prefix)} version {version} ({operation} by {writer.id})",
-            topic=tp.topic, partition=tp.partition, version=version,
-            writer={"id": writer.id, "run_id": writer.run_id, "operation": operation, "time_ms": now_ms,
-                    "commit_id": commit_id},
+            topic=tp.topic,
+            partition=tp.partition,
+            version=version,
+            writer={
+                "id": writer.id,
+                "run_id": writer.run_id,
+                "operation": operation,
+                "time_ms": now_ms,
+                "commit_id": commit_id,
+            },
             **state,
         )
         storage.flush(f"{tp.prefix}/{rel}" for rel in sorted(_objects(manifest) - _objects(latest)))
@@ -243,8 +271,9 @@ def commit(storage: Storage, tp: TopicPartition, build: Build, *, writer: Writer
         lost = holder
         # Lost the race for this version: back off (exponential, jittered), then rebase on the newer one.
         time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(attempt, 7))))
-    raise CommitConflictError(f"partition {tp}: gave up after {max_attempts} commit attempts lost to "
-                              "concurrent writers")
+    raise CommitConflictError(
+        f"partition {tp}: gave up after {max_attempts} commit attempts lost to concurrent writers"
+    )
 
 
 def _objects(manifest: Manifest | None) -> set[str]:
@@ -294,5 +323,5 @@ def _publish(storage: Storage, tp: TopicPartition, manifest: Manifest, rng: rand
                 f"({failure or 'refused, yet absent when read back'}); readers see version "
                 f"{manifest.version - 1} or {manifest.version}"
             ) from failure
-        time.sleep(min(deadline - now, rng.uniform(0, min(2.0, 0.05 * 2 ** pauses))))
+        time.sleep(min(deadline - now, rng.uniform(0, min(2.0, 0.05 * 2**pauses))))
         pauses += 1

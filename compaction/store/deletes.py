@@ -24,9 +24,18 @@ from compaction.store.storage import Storage
 DELETES_SCHEMA = pa.schema([("offset", pa.int64())])
 
 
-def write_deletes(storage: Storage, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, *, created_ms: int,
-                  live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
-                  live_max_timestamp: int | None = None, object_id: str | None = None) -> DeletionVector:
+def write_deletes(
+    storage: Storage,
+    tp: TopicPartition,
+    segment: SegmentMeta,
+    offsets: pa.Array,
+    *,
+    created_ms: int,
+    live_min_delete_horizon_ms: int | None,
+    live_first_timestamp: int | None = None,
+    live_max_timestamp: int | None = None,
+    object_id: str | None = None,
+) -> DeletionVector:
     """Write a deletion vector (sorted, distinct offsets) for ``segment``; not yet committed. The caller gives
     the figures of the records it leaves visible (earliest delete horizon, first and largest timestamp) and
     may name the object (``object_id``, unique to this write; default a random one)."""
@@ -37,9 +46,16 @@ def write_deletes(storage: Storage, tp: TopicPartition, segment: SegmentMeta, of
     data = sink.getvalue().to_pybytes()
     rel = deletes_name(segment.base_offset, object_id or uuid.uuid4().hex)
     storage.write_bytes(f"{tp.prefix}/{rel}", data, flush=False)  # the commit naming it flushes it
-    return DeletionVector(path=rel, count=len(offsets), size_bytes=len(data), checksum=checksum(data),
-                          created_ms=created_ms, live_min_delete_horizon_ms=live_min_delete_horizon_ms,
-                          live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp)
+    return DeletionVector(
+        path=rel,
+        count=len(offsets),
+        size_bytes=len(data),
+        checksum=checksum(data),
+        created_ms=created_ms,
+        live_min_delete_horizon_ms=live_min_delete_horizon_ms,
+        live_first_timestamp=live_first_timestamp,
+        live_max_timestamp=live_max_timestamp,
+    )
 
 
 def read_deletes(storage: Storage, tp: TopicPartition, vector: DeletionVector) -> pa.Array:

@@ -93,8 +93,7 @@ class KeyMatch:
         return cast(np.ndarray, pc.fill_null(found, False).to_numpy(zero_copy_only=False).astype(bool))
 
 
-def erased_rows(offsets: np.ndarray, keys: pa.Array | pa.ChunkedArray,
-                tombstones: Mapping[str, int]) -> np.ndarray:
+def erased_rows(offsets: np.ndarray, keys: pa.Array | pa.ChunkedArray, tombstones: Mapping[str, int]) -> np.ndarray:
     """Which rows a request erases: their key's digest is one of ``tombstones`` (digest: the request's tombstone
     offset, the highest when a key has several) and their offset lies below it."""
     result = np.zeros(len(offsets), dtype=bool)
@@ -186,8 +185,10 @@ def partition_objects(storage: Storage, tp: TopicPartition) -> list[tuple[str, O
             path = f"{rel}/{entry.name}" if rel else entry.name
             if entry.is_dir:
                 if depth >= MAX_DEPTH:
-                    raise StoreError(f"{storage.describe(f'{tp.prefix}/{path}')} is nested more than {MAX_DEPTH} "
-                                     "folders deep in a partition's folder")
+                    raise StoreError(
+                        f"{storage.describe(f'{tp.prefix}/{path}')} is nested more than {MAX_DEPTH} "
+                        "folders deep in a partition's folder"
+                    )
                 folders.append((path, depth + 1))
             else:
                 found.append((path, entry))
@@ -201,8 +202,7 @@ def _records(table: pa.Table, match: KeyMatch, values: pa.ChunkedArray | None) -
     taken = pa.array(rows)
     keys = table.column("key").take(taken).to_pylist()
     offsets = table.column("offset").take(taken).to_pylist()
-    tombstones = [None] * len(rows) if values is None else \
-        pc.is_null(values.take(taken)).to_pylist()
+    tombstones = [None] * len(rows) if values is None else pc.is_null(values.take(taken)).to_pylist()
     return tuple(Found(key_digest(k), o, t) for k, o, t in zip(keys, offsets, tombstones, strict=True))
 
 
@@ -220,8 +220,9 @@ def _parquet(source: Any, where: str, match: KeyMatch, with_values: bool) -> tup
     return found
 
 
-def inspect(storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, match: KeyMatch, *,
-            whole: bool = False) -> Finding:
+def inspect(
+    storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, match: KeyMatch, *, whole: bool = False
+) -> Finding:
     """What the object at ``path`` holds of the keys, read by what it holds, whatever its name says: Parquet (a
     segment or a deletion vector) or Kafka's record batches; manifests and pins are parsed as such. ``whole``
     reads every byte (for the object's digest) and the values of the records found (whether each is a
@@ -256,8 +257,11 @@ def inspect(storage: Storage, tp: TopicPartition, path: str, entry: ObjectInfo, 
     except (StoreError, pa.ArrowException, OSError, ValueError) as err:
         # A name the store writes is read as such, and its own error says what is wrong; anything else was tried
         # as both formats, and what it is stays unknown.
-        problem = str(err) if kind not in ("temporary", "unknown") and isinstance(err, StoreError) else \
-            f"{where} cannot be read as Parquet or Kafka record batches ({type(err).__name__}: {err})"
+        problem = (
+            str(err)
+            if kind not in ("temporary", "unknown") and isinstance(err, StoreError)
+            else f"{where} cannot be read as Parquet or Kafka record batches ({type(err).__name__}: {err})"
+        )
         return Finding(path, kind, entry.size, entry.mtime_ms, problem=problem)
 
 
@@ -266,16 +270,24 @@ def _finding(path: str, kind: str, entry: ObjectInfo, found: tuple[Found, ...], 
     return Finding(path, kind, entry.size, entry.mtime_ms, found, None, digest)
 
 
-def scan(storage: Storage, tp: TopicPartition, match: KeyMatch, *, whole: bool = False,
-         only: Callable[[str], bool] | None = None, threads: int = 8) -> list[Finding]:
+def scan(
+    storage: Storage,
+    tp: TopicPartition,
+    match: KeyMatch,
+    *,
+    whole: bool = False,
+    only: Callable[[str], bool] | None = None,
+    threads: int = 8,
+) -> list[Finding]:
     """What every object under the partition's folder (or those ``only`` picks) holds of the keys."""
     objects = [(path, entry) for path, entry in partition_objects(storage, tp) if only is None or only(path)]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(lambda item: inspect(storage, tp, item[0], item[1], match, whole=whole), objects))
 
 
-def log_findings(store: Store, tp: TopicPartition, manifest: Manifest, match: KeyMatch,
-                 threads: int = 8) -> list[Finding]:
+def log_findings(
+    store: Store, tp: TopicPartition, manifest: Manifest, match: KeyMatch, threads: int = 8
+) -> list[Finding]:
     """What the segments ``manifest`` lists hold of the keys: every row of their objects, those a deletion vector or
     the log start hides included (their bytes are still there)."""
     entries = [(s.path, ObjectInfo(s.path.rpartition("/")[2], s.size_bytes, None, False)) for s in manifest.segments]
@@ -304,16 +316,23 @@ class Holdings:
     def of(cls, storage: Storage, tp: TopicPartition, requests: tuple[ErasureRequest, ...]) -> Holdings:
         tombstones = tombstone_offsets(requests)
         # Manifests and pins hold no key: read them only as part of a proof (attest), not on every gc.
-        findings = {f.path: f for f in scan(storage, tp, KeyMatch.of_digests(tombstones),
-                                            only=lambda path: kind_of(path) not in ("manifest", "pin"))}
+        findings = {
+            f.path: f
+            for f in scan(
+                storage, tp, KeyMatch.of_digests(tombstones), only=lambda path: kind_of(path) not in ("manifest", "pin")
+            )
+        }
         holdings = cls(requests, findings)
         for path, finding in findings.items():
             if finding.problem is not None:
                 holdings.doubtful[path] = finding.problem
                 continue
             erased = {(r.key_sha256, r.offset) for r in finding.below(tombstones)}
-            idents = {request.ident for request in requests
-                      if any(d == request.key_sha256 and o < request.tombstone_offset for d, o in erased)}
+            idents = {
+                request.ident
+                for request in requests
+                if any(d == request.key_sha256 and o < request.tombstone_offset for d, o in erased)
+            }
             if idents:
                 holdings.holders[path] = idents
         return holdings
@@ -325,12 +344,12 @@ class Holdings:
 
     def left_for(self, request: ErasureRequest, present: set[str]) -> list[str]:
         """The objects still there that hold (or may hold) a record ``request`` erases."""
-        return sorted(path for path in present if path in self.doubtful
-                      or request.ident in self.holders.get(path, ()))
+        return sorted(path for path in present if path in self.doubtful or request.ident in self.holders.get(path, ()))
 
 
-def progress(holdings: Holdings, present: set[str], deleted: set[str], *, wall_ms: int,
-             settled: Callable[[ErasureRequest], bool]) -> dict[tuple[str, int], ErasureRequest]:
+def progress(
+    holdings: Holdings, present: set[str], deleted: set[str], *, wall_ms: int, settled: Callable[[ErasureRequest], bool]
+) -> dict[tuple[str, int], ErasureRequest]:
     """Each open request as gc leaves it: the objects found holding its key (and those seen gone, with the time),
     and complete when none is left and ``settled(request)`` (its rewrite is older than the erasure grace period, so
     that no pass or reader that started before it is still writing or reading)."""
@@ -353,10 +372,12 @@ def progress(holdings: Holdings, present: set[str], deleted: set[str], *, wall_m
     return updated
 
 
-def record_progress(store: Store, tp: TopicPartition, updated: Mapping[tuple[str, int], ErasureRequest], *,
-                    wall_ms: int, writer: Writer) -> Manifest | None:
+def record_progress(
+    store: Store, tp: TopicPartition, updated: Mapping[tuple[str, int], ErasureRequest], *, wall_ms: int, writer: Writer
+) -> Manifest | None:
     """Commit the requests as gc leaves them (and drop those done more than :data:`COMPLETED_KEPT_MS` ago); None
     when nothing changes. Every other part of the log stays as the newest version has it."""
+
     def current(latest: Manifest) -> tuple[ErasureRequest, ...]:
         kept = []
         for request in latest.erasures:
@@ -382,6 +403,4 @@ def erased_since(manifest: Manifest | None) -> int | None:
     """The version from which the partition's log holds no record an unfinished request erases: older versions may
     (the highest ``rewritten_version`` of the requests a pass carried out and gc has not finished); None when no
     request is at that stage."""
-    return max((r.rewritten_version for r in open_requests(manifest) if r.rewritten_version is not None),
-               default=None)
-
+    return max((r.rewritten_version for r in open_requests(manifest) if r.rewritten_version is not None), default=None)

@@ -59,8 +59,9 @@ class LogSegment:
     @property
     def batch_last_offsets(self) -> np.ndarray:
         """Each batch's last offset (inclusive), empty batches included."""
-        last: np.ndarray = (self.batches.column("base_offset").to_numpy()
-                            + self.batches.column("last_offset_delta").to_numpy().astype(np.int64))
+        last: np.ndarray = self.batches.column("base_offset").to_numpy() + self.batches.column(
+            "last_offset_delta"
+        ).to_numpy().astype(np.int64)
         return last
 
 
@@ -70,8 +71,9 @@ def decode_log(data: Any, where: str) -> LogSegment:
     return LogSegment(data, decoded.records.cast(SEGMENT_SCHEMA), decoded.batches, decoded.batch_index)
 
 
-def check_batch_offsets(segment: LogSegment, where: str, base_offset: int | None = None,
-                        next_offset: int | None = None) -> None:
+def check_batch_offsets(
+    segment: LogSegment, where: str, base_offset: int | None = None, next_offset: int | None = None
+) -> None:
     """Batches must be in offset order without overlap and inside ``[base_offset, next_offset)`` when given."""
     bases = segment.batches.column("base_offset").to_numpy()
     lasts = segment.batch_last_offsets
@@ -80,15 +82,25 @@ def check_batch_offsets(segment: LogSegment, where: str, base_offset: int | None
     overlap = np.flatnonzero(bases[1:] <= lasts[:-1])
     if overlap.size:
         j = int(overlap[0]) + 1
-        raise CorruptBatchError(f"segment {where}: batch at offset {bases[j]} starts at or before the previous "
-                                f"batch's last offset {lasts[j - 1]}", where=where, base_offset=int(bases[j]))
+        raise CorruptBatchError(
+            f"segment {where}: batch at offset {bases[j]} starts at or before the previous "
+            f"batch's last offset {lasts[j - 1]}",
+            where=where,
+            base_offset=int(bases[j]),
+        )
     if base_offset is not None and bases[0] < base_offset:
-        raise CorruptBatchError(f"segment {where}: batch at offset {bases[0]} starts before the segment's base "
-                                f"offset {base_offset}", where=where, base_offset=int(bases[0]))
+        raise CorruptBatchError(
+            f"segment {where}: batch at offset {bases[0]} starts before the segment's base offset {base_offset}",
+            where=where,
+            base_offset=int(bases[0]),
+        )
     if next_offset is not None and lasts[-1] >= next_offset:
-        raise CorruptBatchError(f"segment {where}: batch at offset {bases[-1]} ends at {lasts[-1]}, past the "
-                                f"segment's range (next offset {next_offset})", where=where,
-                                base_offset=int(bases[-1]))
+        raise CorruptBatchError(
+            f"segment {where}: batch at offset {bases[-1]} ends at {lasts[-1]}, past the "
+            f"segment's range (next offset {next_offset})",
+            where=where,
+            base_offset=int(bases[-1]),
+        )
 
 
 def frame_batches(records: pa.Table, compression: str = "none") -> pa.Table:
@@ -108,13 +120,19 @@ def frame_batches(records: pa.Table, compression: str = "none") -> pa.Table:
     offsets = records.column("offset").to_numpy()
     start = np.zeros(n, dtype=bool)
     start[0] = True
-    start[1:] = ((producer[1:] != producer[:-1]) | (epoch[1:] != epoch[:-1]) | (txn[1:] != txn[:-1])
-                 | control[1:] | control[:-1] | (offsets[1:] - offsets[:-1] > _MAX_GAP))
+    start[1:] = (
+        (producer[1:] != producer[:-1])
+        | (epoch[1:] != epoch[:-1])
+        | (txn[1:] != txn[:-1])
+        | control[1:]
+        | control[:-1]
+        | (offsets[1:] - offsets[:-1] > _MAX_GAP)
+    )
     horizon = records.column("delete_horizon_ms")
     deletes = pc.or_(pc.is_null(records.column("value")), records.column("is_control"))
     concerned = np.flatnonzero(pc.fill_null(deletes, False).to_numpy(zero_copy_only=False))
     if concerned.size > 1:
-        values = pc.fill_null(horizon, -2**63).to_numpy(zero_copy_only=False)[concerned]
+        values = pc.fill_null(horizon, -(2**63)).to_numpy(zero_copy_only=False)[concerned]
         start[concerned[1:][values[1:] != values[:-1]]] = True
     run = np.cumsum(start) - 1
     run_start = np.flatnonzero(start)
@@ -133,23 +151,26 @@ def frame_batches(records: pa.Table, compression: str = "none") -> pa.Table:
     attributes = np.where(txn[first], TRANSACTIONAL, 0) | np.where(control[first], CONTROL, 0)
     last = np.append(first[1:], n) - 1
     stamps = pc.fill_null(records.column("timestamp"), -1).to_numpy(zero_copy_only=False)
-    return pa.Table.from_arrays([
-        pa.array(offsets[first], pa.int64()),
-        pa.array((offsets[last] - offsets[first]).astype(np.int32)),
-        pa.array(np.full(len(first), -1, dtype=np.int32)),
-        pa.array(attributes.astype(np.int16)),
-        # Markers are written uncompressed, as the coordinator writes them (MemoryRecords.withEndTransactionMarker).
-        pa.array(np.where(control[first], "none", compression), pa.string()),
-        pa.nulls(len(first), pa.int64()),
-        pa.array(np.maximum(np.maximum.reduceat(stamps, first), -1), pa.int64()),
-        pa.array(producer[first].astype(np.int64)),
-        pa.array(epoch[first].astype(np.int16)),
-        pa.array(np.full(len(first), -1, dtype=np.int32)),
-        pa.array(counts.astype(np.int32)),
-        pa.array(batch_horizon, pa.int64(), mask=~has_horizon),
-        pa.nulls(len(first), pa.int64()),
-        pa.nulls(len(first), pa.int32()),
-    ], schema=kafka.BATCH_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            pa.array(offsets[first], pa.int64()),
+            pa.array((offsets[last] - offsets[first]).astype(np.int32)),
+            pa.array(np.full(len(first), -1, dtype=np.int32)),
+            pa.array(attributes.astype(np.int16)),
+            # Markers are written uncompressed, as the coordinator writes them (MemoryRecords.withEndTransactionMarker).
+            pa.array(np.where(control[first], "none", compression), pa.string()),
+            pa.nulls(len(first), pa.int64()),
+            pa.array(np.maximum(np.maximum.reduceat(stamps, first), -1), pa.int64()),
+            pa.array(producer[first].astype(np.int64)),
+            pa.array(epoch[first].astype(np.int16)),
+            pa.array(np.full(len(first), -1, dtype=np.int32)),
+            pa.array(counts.astype(np.int32)),
+            pa.array(batch_horizon, pa.int64(), mask=~has_horizon),
+            pa.nulls(len(first), pa.int64()),
+            pa.nulls(len(first), pa.int32()),
+        ],
+        schema=kafka.BATCH_SCHEMA,
+    )
 
 
 def encode_log(records: pa.Table, batches: pa.Table | None = None, compression: str = "none") -> bytes:
@@ -157,8 +178,13 @@ def encode_log(records: pa.Table, batches: pa.Table | None = None, compression: 
     return kafka.encode(records, batches if batches is not None else frame_batches(records, compression))
 
 
-def producer_summaries(producer_id: np.ndarray, producer_epoch: np.ndarray, last_offset: np.ndarray,
-                       max_timestamp: np.ndarray, control: np.ndarray) -> list[dict[str, Any]]:
+def producer_summaries(
+    producer_id: np.ndarray,
+    producer_epoch: np.ndarray,
+    last_offset: np.ndarray,
+    max_timestamp: np.ndarray,
+    control: np.ndarray,
+) -> list[dict[str, Any]]:
     """Each producer's last batch among batches (or records) in log order: the fields of
     :class:`~compaction.store.manifest.ProducerState`. Rows without a producer id (-1) are no producer's."""
     rows = np.flatnonzero(producer_id >= 0)
@@ -179,19 +205,35 @@ def producer_summaries(producer_id: np.ndarray, producer_epoch: np.ndarray, last
     last_data = np.full(len(group_last), -1, dtype=np.int64)
     np.maximum.at(last_data, group[data], last_offset[order][data])
     picked = order[group_last]
-    return [{"producer_id": int(p), "producer_epoch": int(e), "last_offset": int(o), "max_timestamp": int(t),
-             "last_data_offset": int(d) if d >= 0 else None}
-            for p, e, o, t, d in zip(producer_id[picked], producer_epoch[picked], last_offset[picked],
-                                     max_timestamp[picked], last_data, strict=True)]
+    return [
+        {
+            "producer_id": int(p),
+            "producer_epoch": int(e),
+            "last_offset": int(o),
+            "max_timestamp": int(t),
+            "last_data_offset": int(d) if d >= 0 else None,
+        }
+        for p, e, o, t, d in zip(
+            producer_id[picked],
+            producer_epoch[picked],
+            last_offset[picked],
+            max_timestamp[picked],
+            last_data,
+            strict=True,
+        )
+    ]
 
 
 def batch_producers(batches: pa.Table) -> list[dict[str, Any]]:
     """:func:`producer_summaries` of a ``.log`` segment's batch rows."""
     attributes = batches.column("attributes").to_numpy()
     return producer_summaries(
-        batches.column("producer_id").to_numpy(), batches.column("producer_epoch").to_numpy(),
+        batches.column("producer_id").to_numpy(),
+        batches.column("producer_epoch").to_numpy(),
         batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(np.int64),
-        pc.fill_null(batches.column("max_timestamp"), -1).to_numpy(), (attributes & CONTROL) != 0)
+        pc.fill_null(batches.column("max_timestamp"), -1).to_numpy(),
+        (attributes & CONTROL) != 0,
+    )
 
 
 def record_producers(records: pa.Table) -> list[dict[str, Any]]:
@@ -201,7 +243,8 @@ def record_producers(records: pa.Table) -> list[dict[str, Any]]:
         pc.fill_null(records.column("producer_epoch"), -1).to_numpy(zero_copy_only=False),
         records.column("offset").to_numpy(),
         pc.fill_null(records.column("timestamp"), -1).to_numpy(zero_copy_only=False),
-        pc.fill_null(records.column("is_control"), False).to_numpy(zero_copy_only=False))
+        pc.fill_null(records.column("is_control"), False).to_numpy(zero_copy_only=False),
+    )
 
 
 def check_format(name: str) -> SegmentFormat:
@@ -209,5 +252,6 @@ def check_format(name: str) -> SegmentFormat:
     try:
         return SegmentFormat(name)
     except ValueError:
-        raise InvalidRecordsError(f"no segment format {name!r}; the formats are {[str(f) for f in SegmentFormat]}"
-                                  ) from None
+        raise InvalidRecordsError(
+            f"no segment format {name!r}; the formats are {[str(f) for f in SegmentFormat]}"
+        ) from None

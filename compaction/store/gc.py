@@ -82,9 +82,16 @@ class _Collection:
         return successor is not None and successor + grace <= self.wall_ms
 
 
-def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms: int = DEFAULT_GRACE_MS,
-                    keep_versions: int = DEFAULT_KEEP_VERSIONS, dry_run: bool = False,
-                    erasure_grace_ms: int | None = None) -> GcResult:
+def collect_garbage(
+    store: Store,
+    tp: TopicPartition,
+    *,
+    wall_ms: int,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    keep_versions: int = DEFAULT_KEEP_VERSIONS,
+    dry_run: bool = False,
+    erasure_grace_ms: int | None = None,
+) -> GcResult:
     """Collect one partition. Raises StoreError (and deletes nothing) if any retained manifest is unreadable.
 
     The grace period is measured on the wall clock only (``wall_ms``, read once by the caller): objects by
@@ -96,8 +103,11 @@ def collect_garbage(store: Store, tp: TopicPartition, *, wall_ms: int, grace_ms:
         raise ValueError("keep_versions must be at least 1")
     erasure_grace = grace_ms if erasure_grace_ms is None else erasure_grace_ms
     result = GcResult(str(tp))
-    written = {int(m.group(1)): e.mtime_ms for e in store.storage.list_dir(f"{tp.prefix}/{MANIFEST_DIR}")
-               if (m := MANIFEST_NAME.match(e.name))}
+    written = {
+        int(m.group(1)): e.mtime_ms
+        for e in store.storage.list_dir(f"{tp.prefix}/{MANIFEST_DIR}")
+        if (m := MANIFEST_NAME.match(e.name))
+    }
     versions = sorted(written)
     manifests = {v: store.manifest(tp, v) for v in versions}  # unreadable -> StoreError, nothing deleted
     pins = list_pins(store.storage, tp)
@@ -157,14 +167,24 @@ def _erasure_prunable(part: _Collection, suspects: set[str], prunable: list[int]
     """The versions to prune so that no retained version references an object holding an erased key: every
     version up to the last that does, once each was superseded ``erasure_grace`` ago and none is pinned (the newest
     is never pruned: an object it references is reported)."""
-    store, tp, versions, manifests, pins, result = part.store, part.tp, part.versions, part.manifests, part.pins, \
-        part.result
+    store, tp, versions, manifests, pins, result = (
+        part.store,
+        part.tp,
+        part.versions,
+        part.manifests,
+        part.pins,
+        part.result,
+    )
     erasure_grace, superseded_since = part.erasure_grace, part.superseded_since
-    holding = [v for v in versions if any(s.path in suspects or (s.deletes and s.deletes.path in suspects)
-                                          for s in manifests[v].segments)]
+    holding = [
+        v
+        for v in versions
+        if any(s.path in suspects or (s.deletes and s.deletes.path in suspects) for s in manifests[v].segments)
+    ]
     if holding and holding[-1] == versions[-1]:
-        result.erasure_waits.append(f"the newest version {versions[-1]} references an object that holds (or may "
-                                    "hold) an erased key")
+        result.erasure_waits.append(
+            f"the newest version {versions[-1]} references an object that holds (or may hold) an erased key"
+        )
         holding = holding[:-1]
     if not holding:
         return prunable
@@ -172,13 +192,17 @@ def _erasure_prunable(part: _Collection, suspects: set[str], prunable: list[int]
     held = sorted({pin.version for pin in pins} & set(upto))
     if held:
         names = ", ".join(describe_pin(store.storage, tp, p) for p in pins if p.version == held[0])
-        result.erasure_waits.append(f"version {held[0]} holds an erased key and is pinned by {names}: gc keeps it "
-                                    "until the pin goes (a publish expires the snapshot once replaced for "
-                                    "erasure.grace.ms)")
+        result.erasure_waits.append(
+            f"version {held[0]} holds an erased key and is pinned by {names}: gc keeps it "
+            "until the pin goes (a publish expires the snapshot once replaced for "
+            "erasure.grace.ms)"
+        )
         return prunable
     if not all(superseded_since(v, erasure_grace) for v in upto):
-        result.erasure_waits.append(f"versions up to {upto[-1]} hold an erased key: kept until superseded for "
-                                    "erasure.grace.ms, for their readers")
+        result.erasure_waits.append(
+            f"versions up to {upto[-1]} hold an erased key: kept until superseded for "
+            "erasure.grace.ms, for their readers"
+        )
         return prunable
     return upto if len(upto) > len(prunable) else prunable
 
@@ -190,8 +214,9 @@ def _erasure_progress(part: _Collection, holdings: erasure.Holdings, present: se
     erasure_grace, dry_run = part.erasure_grace, part.dry_run
     deleted = set(result.deleted_objects)
     # gc lists and deletes in segments/ and _manifests/ only: what lies elsewhere under the partition stays.
-    present = present | {path for path in holdings.findings if path.rpartition("/")[0] not in (SEGMENT_DIR,
-                                                                                              MANIFEST_DIR)}
+    present = present | {
+        path for path in holdings.findings if path.rpartition("/")[0] not in (SEGMENT_DIR, MANIFEST_DIR)
+    }
 
     def settled(request: ErasureRequest) -> bool:
         version = request.rewritten_version
@@ -203,8 +228,9 @@ def _erasure_progress(part: _Collection, holdings: erasure.Holdings, present: se
         left = holdings.left_for(request, present - deleted)
         if left:
             reasons = [holdings.doubtful.get(path, f"{path} holds it") for path in left[:3]]
-            result.erasure_waits.append(f"key {request.key_sha256[:12]}: {len(left)} object(s) left: "
-                                        + "; ".join(reasons))
+            result.erasure_waits.append(
+                f"key {request.key_sha256[:12]}: {len(left)} object(s) left: " + "; ".join(reasons)
+            )
         elif not settled(request):
             result.erasure_waits.append(f"key {request.key_sha256[:12]}: rewritten less than erasure.grace.ms ago")
     updated = erasure.progress(holdings, present, deleted, wall_ms=wall_ms, settled=settled)
@@ -213,8 +239,9 @@ def _erasure_progress(part: _Collection, holdings: erasure.Holdings, present: se
         erasure.record_progress(store, tp, updated, wall_ms=wall_ms, writer=Writer(id="compaction-gc"))
 
 
-def collect_store(store: Store, partitions: list[TopicPartition], **kwargs: int | bool
-                  ) -> tuple[list[GcResult], dict[str, StoreError]]:
+def collect_store(
+    store: Store, partitions: list[TopicPartition], **kwargs: int | bool
+) -> tuple[list[GcResult], dict[str, StoreError]]:
     """Collect each partition; a partition that fails is reported and left untouched, the others go on."""
     results, failures = [], {}
     for tp in partitions:

@@ -58,8 +58,15 @@ def is_pieces(schema: pa.Schema) -> bool:
     return set(PIECES_COLUMNS) <= set(schema.names) and "value" not in schema.names
 
 
-def _write_groups(storage: Storage, tp: TopicPartition, rel: str, schema: pa.Schema, parts: Sequence[pa.Table | None],
-                  compression: str, **options: object) -> tuple[int | None, ...]:
+def _write_groups(
+    storage: Storage,
+    tp: TopicPartition,
+    rel: str,
+    schema: pa.Schema,
+    parts: Sequence[pa.Table | None],
+    compression: str,
+    **options: object,
+) -> tuple[int | None, ...]:
     """Write ``parts`` as the row groups of one Parquet object at ``rel``; per part, its row group (None: no rows)."""
     sink = pa.BufferOutputStream()
     groups: list[int | None] = []
@@ -74,17 +81,31 @@ def _write_groups(storage: Storage, tp: TopicPartition, rel: str, schema: pa.Sch
     return tuple(groups)
 
 
-def write_verdicts(storage: Storage, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table | None],
-                   object_id: str | None = None) -> tuple[str, tuple[int | None, ...]]:
+def write_verdicts(
+    storage: Storage,
+    tp: TopicPartition,
+    base_offset: int,
+    parts: Sequence[pa.Table | None],
+    object_id: str | None = None,
+) -> tuple[str, tuple[int | None, ...]]:
     """Write one verdicts object holding ``parts`` (one per segment, :data:`VERDICTS_SCHEMA`; None or empty: no
     rows); returns its path and, per part, the row group that holds it (None for a part with no rows)."""
     rel = verdicts_name(base_offset, object_id or uuid.uuid4().hex)
-    return rel, _write_groups(storage, tp, rel, VERDICTS_SCHEMA, parts, "zstd", use_dictionary=False,
-                              column_encoding={"position": "DELTA_BINARY_PACKED"})
+    return rel, _write_groups(
+        storage,
+        tp,
+        rel,
+        VERDICTS_SCHEMA,
+        parts,
+        "zstd",
+        use_dictionary=False,
+        column_encoding={"position": "DELTA_BINARY_PACKED"},
+    )
 
 
-def write_pieces(storage: Storage, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table],
-                 object_id: str | None = None) -> tuple[str, tuple[int | None, ...]]:
+def write_pieces(
+    storage: Storage, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table], object_id: str | None = None
+) -> tuple[str, tuple[int | None, ...]]:
     """Write one pieces object holding a run's ``parts`` (one per key range, all of one schema); returns its path
     and, per key range, its record batch (None: no rows). An Arrow IPC file, lz4 frames: written once and read once,
     soon, it is worth no encoding beyond Arrow's own (Parquet's took a tenth of the pass's time)."""
@@ -128,8 +149,9 @@ def read_piece(storage: Storage, tp: TopicPartition, rel: str, batch: int) -> pa
     try:
         reader = pa.ipc.open_file(source)
         if not is_pieces(reader.schema):
-            raise CorruptSegmentError(f"pieces {where} has columns {reader.schema.names}, expected "
-                                      f"{list(PIECES_COLUMNS)}")
+            raise CorruptSegmentError(
+                f"pieces {where} has columns {reader.schema.names}, expected {list(PIECES_COLUMNS)}"
+            )
         return pa.Table.from_batches([reader.get_batch(batch)])
     except (pa.ArrowException, OSError) as err:
         raise CorruptSegmentError(f"pieces {where} is not a readable Arrow IPC file: {err}") from err

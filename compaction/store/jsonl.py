@@ -40,8 +40,9 @@ def _text(value: str, where: str, what: str, hint: str = "") -> bytes:
     try:
         return value.encode()
     except UnicodeEncodeError as err:  # a lone surrogate such as "\ud800", which JSON's escapes allow
-        raise InvalidRecordsError(f"{where}: {what} is not Unicode text (a lone surrogate at character "
-                                  f"{err.start}){hint}") from None
+        raise InvalidRecordsError(
+            f"{where}: {what} is not Unicode text (a lone surrogate at character {err.start}){hint}"
+        ) from None
 
 
 def _check_integer(obj: dict[str, Any], name: str, where: str) -> None:
@@ -76,8 +77,10 @@ def _decode_header(header: Any, where: str) -> tuple[str, bytes | None]:
         if not isinstance(number, int) or isinstance(number, bool):
             raise InvalidRecordsError(f"{where}: header {header['key']!r} value_long must be an integer")
         if not LONG_MIN <= number <= LONG_MAX:
-            raise InvalidRecordsError(f"{where}: header {header['key']!r} value_long {number} is outside Kafka's "
-                                      f"Long range [{LONG_MIN}, {LONG_MAX}] (the header holds an 8-byte long)")
+            raise InvalidRecordsError(
+                f"{where}: header {header['key']!r} value_long {number} is outside Kafka's "
+                f"Long range [{LONG_MIN}, {LONG_MAX}] (the header holds an 8-byte long)"
+            )
         return header["key"], number.to_bytes(8, "big", signed=True)
     return header["key"], _decode_bytes(dict(header), "value", where)
 

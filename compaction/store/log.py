@@ -111,8 +111,9 @@ class Store:
             for folder in folders:
                 problem = partition_name_problem(folder)
                 if problem:
-                    illegal.append(IllegalFolder(f"{topic}/{folder}", f"not a partition of {topic}: the name "
-                                                                      f"{problem}"))
+                    illegal.append(
+                        IllegalFolder(f"{topic}/{folder}", f"not a partition of {topic}: the name {problem}")
+                    )
                 else:
                     found.append(TopicPartition(topic, int(folder)))
         return sorted(found), illegal
@@ -135,8 +136,14 @@ class Store:
         """The newest manifest, or None for a partition nobody has committed to yet."""
         return commits.newest_manifest(self.storage, tp)
 
-    def read(self, tp: TopicPartition, start: int | None = None, end: int | None = None,
-             columns: Sequence[str] | None = None, manifest: Manifest | None = None) -> pa.Table:
+    def read(
+        self,
+        tp: TopicPartition,
+        start: int | None = None,
+        end: int | None = None,
+        columns: Sequence[str] | None = None,
+        manifest: Manifest | None = None,
+    ) -> pa.Table:
         """The partition's live log in offset order, optionally only offsets in ``[start, end)``."""
         manifest = manifest or self.manifest(tp)
         low = max(manifest.log_start_offset, start if start is not None else 0)
@@ -158,23 +165,63 @@ class Store:
 
     # Commits -----------------------------------------------------------------------------------------
 
-    def commit(self, tp: TopicPartition, build: Build, *, writer: Writer, operation: str, now_ms: int,
-               max_attempts: int = MAX_COMMIT_ATTEMPTS, rng: random.Random | None = None,
-               expected: Manifest | None = None) -> Manifest:
+    def commit(
+        self,
+        tp: TopicPartition,
+        build: Build,
+        *,
+        writer: Writer,
+        operation: str,
+        now_ms: int,
+        max_attempts: int = MAX_COMMIT_ATTEMPTS,
+        rng: random.Random | None = None,
+        expected: Manifest | None = None,
+    ) -> Manifest:
         """Publish the next manifest version with ``build(latest)``'s log state (see :func:`.commit.commit`)."""
-        return commits.commit(self.storage, tp, build, writer=writer, operation=operation, now_ms=now_ms,
-                              max_attempts=max_attempts, rng=rng, expected=expected)
+        return commits.commit(
+            self.storage,
+            tp,
+            build,
+            writer=writer,
+            operation=operation,
+            now_ms=now_ms,
+            max_attempts=max_attempts,
+            rng=rng,
+            expected=expected,
+        )
 
-    def replace(self, tp: TopicPartition, change: Replacement, *, writer: Writer, now_ms: int,
-                operation: str = "clean", expected: Manifest | None = None) -> Manifest:
+    def replace(
+        self,
+        tp: TopicPartition,
+        change: Replacement,
+        *,
+        writer: Writer,
+        now_ms: int,
+        operation: str = "clean",
+        expected: Manifest | None = None,
+    ) -> Manifest:
         """Commit a cleaner's change; ``expected``: the version it was planned on (tried first, unread)."""
-        return self.commit(tp, lambda latest: change.apply(latest, str(tp)), writer=writer,
-                           operation=operation, now_ms=now_ms, expected=expected)
+        return self.commit(
+            tp,
+            lambda latest: change.apply(latest, str(tp)),
+            writer=writer,
+            operation=operation,
+            now_ms=now_ms,
+            expected=expected,
+        )
 
-    def append(self, tp: TopicPartition, records: pa.Table, *, now_ms: int, writer: Writer | None = None,
-               where: str | None = None, operation: str = "append",
-               segment_format: SegmentFormat = SegmentFormat.PARQUET,
-               annotate: Callable[[Manifest | None, pa.Table], Mapping[str, Any]] | None = None) -> Manifest:
+    def append(
+        self,
+        tp: TopicPartition,
+        records: pa.Table,
+        *,
+        now_ms: int,
+        writer: Writer | None = None,
+        where: str | None = None,
+        operation: str = "append",
+        segment_format: SegmentFormat = SegmentFormat.PARQUET,
+        annotate: Callable[[Manifest | None, pa.Table], Mapping[str, Any]] | None = None,
+    ) -> Manifest:
         """Append records as one new segment (of ``segment_format``) at the log end and commit it.
 
         Offsets are assigned from the log end when the ``offset`` column is absent or all null; explicit
@@ -204,32 +251,44 @@ class Store:
                     if written:
                         raise CommitConflictError(
                             f"{where}: a concurrent append took offsets up to {log_end}, past the explicit "
-                            f"offset {first}")
+                            f"offset {first}"
+                        )
                     raise OffsetOverlapError(
                         f"{where}: offsets start at {first}, but partition {self.describe(tp)} already holds "
-                        f"offsets up to {log_end} (exclusive)")
+                        f"offsets up to {log_end} (exclusive)"
+                    )
                 placed = table
                 base = log_end if latest is not None else first
             else:
                 if log_end + table.num_rows > LONG_MAX:
                     raise InvalidRecordsError(
                         f"{where}: {table.num_rows} record(s) from the log end {log_end} would leave no log end "
-                        f"offset below Kafka's Long.MAX ({LONG_MAX})")
+                        f"offset below Kafka's Long.MAX ({LONG_MAX})"
+                    )
                 offsets = pa.array(range(log_end, log_end + table.num_rows), pa.int64())
                 placed = table.set_column(0, "offset", offsets)
                 check_records(placed, where)
                 base = log_end
             last = placed.column("offset")[placed.num_rows - 1].as_py()
             if base not in written:
-                written[base] = self.objects.write_segment(tp, placed, base, last + 1, created_ms=now_ms,
-                                                           segment_format=segment_format)
+                written[base] = self.objects.write_segment(
+                    tp, placed, base, last + 1, created_ms=now_ms, segment_format=segment_format
+                )
             state = appended_state(latest, [written[base]], placed, where)
             return {**state, **annotate(latest, placed)} if annotate is not None else state
 
         return self.commit(tp, build, writer=writer, operation=operation, now_ms=now_ms)
 
-    def append_log(self, tp: TopicPartition, data: Any, *, now_ms: int, writer: Writer | None = None,
-                   where: str | None = None, operation: str = "append") -> Manifest:
+    def append_log(
+        self,
+        tp: TopicPartition,
+        data: Any,
+        *,
+        now_ms: int,
+        writer: Writer | None = None,
+        where: str | None = None,
+        operation: str = "append",
+    ) -> Manifest:
         """Append a buffer of Kafka record batches (a ``.log`` file's bytes) as one new ``.log`` segment.
 
         The batches keep their offsets and bytes, so they must continue the log: the first batch's base offset
@@ -251,15 +310,17 @@ class Store:
         if row is not None:
             raise InvalidRecordsError(
                 f"{where}: the batch at offset {batches.column('base_offset')[row].as_py()} carries a delete horizon "
-                f"(attribute bit 6), which only the cleaner sets; appended batches must not")
+                f"(attribute bit 6), which only the cleaner sets; appended batches must not"
+            )
         records = segment.records
         if records.num_rows:
             check_records(records, where)
         first = batches.column("base_offset")[0].as_py()
         next_offset = int(segment.batch_last_offsets[-1]) + 1
         if first < 0 or next_offset > LONG_MAX:
-            raise InvalidRecordsError(f"{where}: batches cover offsets [{first}, {next_offset}), outside Kafka's "
-                                      f"range [0, {LONG_MAX})")
+            raise InvalidRecordsError(
+                f"{where}: batches cover offsets [{first}, {next_offset}), outside Kafka's range [0, {LONG_MAX})"
+            )
         payload = bytes(data)
         written: list[SegmentMeta] = []
 
@@ -267,16 +328,29 @@ class Store:
             if latest is not None and first != latest.log_end_offset:
                 expected = latest.log_end_offset
                 if written:
-                    raise CommitConflictError(f"{where}: a concurrent append moved the log end to {expected}, "
-                                              f"past the batches' first offset {first}")
-                problem = (f"{where}: the first batch's base offset is {first}, but partition {self.describe(tp)} "
-                           f"ends at offset {expected}: appended batches keep their offsets, so the first must "
-                           f"be {expected}")
+                    raise CommitConflictError(
+                        f"{where}: a concurrent append moved the log end to {expected}, "
+                        f"past the batches' first offset {first}"
+                    )
+                problem = (
+                    f"{where}: the first batch's base offset is {first}, but partition {self.describe(tp)} "
+                    f"ends at offset {expected}: appended batches keep their offsets, so the first must "
+                    f"be {expected}"
+                )
                 raise OffsetOverlapError(problem) if first < expected else InvalidRecordsError(problem)
             if not written:
-                written.append(self.objects.write_segment(tp, records, first, next_offset, created_ms=now_ms,
-                                                          segment_format=SegmentFormat.KAFKA, encoded=payload,
-                                                          batches=batches))
+                written.append(
+                    self.objects.write_segment(
+                        tp,
+                        records,
+                        first,
+                        next_offset,
+                        created_ms=now_ms,
+                        segment_format=SegmentFormat.KAFKA,
+                        encoded=payload,
+                        batches=batches,
+                    )
+                )
             return appended_state(latest, written, records, where)
 
         return self.commit(tp, build, writer=writer or Writer(), operation=operation, now_ms=now_ms)
@@ -287,8 +361,9 @@ class Store:
         already is refused."""
         existing = self.partitions(topic)
         if existing:
-            raise InvalidArgumentError(f"topic {topic} already exists in store {self.url} with {len(existing)} "
-                                       "partition(s)")
+            raise InvalidArgumentError(
+                f"topic {topic} already exists in store {self.url} with {len(existing)} partition(s)"
+            )
         if not 1 <= partitions <= MAX_PARTITION + 1:
             raise InvalidArgumentError(f"a topic has 1 to {MAX_PARTITION + 1} partitions, not {partitions}")
         empty = SEGMENT_SCHEMA.empty_table()
@@ -304,8 +379,15 @@ class Store:
         with ThreadPoolExecutor(max_workers=min(16, partitions)) as pool:
             return list(pool.map(create, [TopicPartition(topic, p) for p in range(partitions)]))
 
-    def append_file(self, tp: TopicPartition, path: str | Path, *, now_ms: int, writer: Writer | None = None,
-                    fill_timestamps: bool = True) -> Manifest:
+    def append_file(
+        self,
+        tp: TopicPartition,
+        path: str | Path,
+        *,
+        now_ms: int,
+        writer: Writer | None = None,
+        fill_timestamps: bool = True,
+    ) -> Manifest:
         """Append a file as one new segment: a Kafka ``.log`` file's batches as they are (:meth:`append_log`), or
         the records of a Parquet or JSON Lines file (:meth:`append`; without a timestamp they get ``now_ms``
         unless ``fill_timestamps`` is false)."""
@@ -325,8 +407,9 @@ def _folders(storage: Storage, rel: str) -> list[str]:
     return sorted(e.name for e in storage.list_dir(rel, detail=False) if e.is_dir)
 
 
-def appended_state(latest: Manifest | None, segments: Sequence[SegmentMeta], records: pa.Table,
-                   where: str) -> dict[str, Any]:
+def appended_state(
+    latest: Manifest | None, segments: Sequence[SegmentMeta], records: pa.Table, where: str
+) -> dict[str, Any]:
     """The log state (for :meth:`Store.commit`) once ``segments``, which hold ``records``, follow ``latest``.
 
     The segments start at or after ``latest``'s log end; none appends nothing. The last stable offset is
@@ -379,6 +462,7 @@ FLAT_LISTING_PARTITIONS = 256
 def newest_versions(store: Store, topic: str) -> dict[int, int]:
     """Per partition of ``topic``, its newest committed manifest version, from listings of the topic's objects (the
     partitions whose number starts with each digit listed side by side)."""
+
     def listed(digit: str) -> list[str]:
         return store.storage.find(topic, prefix=digit)
 
@@ -394,8 +478,9 @@ def newest_versions(store: Store, topic: str) -> dict[int, int]:
     return newest
 
 
-def read_manifests(store: Store, partitions: Iterable[TopicPartition],
-                   threads: int = MANIFEST_READ_THREADS) -> dict[TopicPartition, Manifest | StoreError]:
+def read_manifests(
+    store: Store, partitions: Iterable[TopicPartition], threads: int = MANIFEST_READ_THREADS
+) -> dict[TopicPartition, Manifest | StoreError]:
     """Newest manifest of each partition, read in parallel; a failure is returned in place of the manifest.
 
     A topic of many partitions on an object store has its versions listed at once (:func:`newest_versions`): what

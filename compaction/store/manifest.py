@@ -130,14 +130,19 @@ class SegmentMeta(_Frozen):
                 "the partition"
             )
         if match.group(3) != self.format.extension:
-            raise ValueError(f"segment {self.path} is a .{match.group(3)} object, but the manifest gives format "
-                             f"{str(self.format)!r} (.parquet objects are parquet, .log objects kafka)")
+            raise ValueError(
+                f"segment {self.path} is a .{match.group(3)} object, but the manifest gives format "
+                f"{str(self.format)!r} (.parquet objects are parquet, .log objects kafka)"
+            )
         if int(match.group(1)) != self.base_offset:
-            raise ValueError(f"segment {self.path} is named for base offset {int(match.group(1))}, "
-                             f"but the manifest gives base_offset {self.base_offset}")
+            raise ValueError(
+                f"segment {self.path} is named for base offset {int(match.group(1))}, "
+                f"but the manifest gives base_offset {self.base_offset}"
+            )
         if self.next_offset <= self.base_offset:
-            raise ValueError(f"segment {self.path} has next_offset {self.next_offset} <= base_offset "
-                             f"{self.base_offset}")
+            raise ValueError(
+                f"segment {self.path} has next_offset {self.next_offset} <= base_offset {self.base_offset}"
+            )
         if self.deletes is not None and self.deletes.count > self.record_count:
             raise ValueError(f"segment {self.path} deletes {self.deletes.count} of {self.record_count} records")
         return self
@@ -232,11 +237,12 @@ class ErasureRequest(_Frozen):
         if not KEY_DIGEST.match(self.key_sha256):
             raise ValueError(f"erasure request key_sha256 {self.key_sha256!r} is not 64 lowercase hex digits")
         if self.deadline_ms < self.requested_ms:
-            raise ValueError(f"erasure request {self.key_sha256[:12]}: deadline_ms {self.deadline_ms} is before "
-                             f"requested_ms {self.requested_ms}")
+            raise ValueError(
+                f"erasure request {self.key_sha256[:12]}: deadline_ms {self.deadline_ms} is before "
+                f"requested_ms {self.requested_ms}"
+            )
         if (self.rewritten_ms is None) != (self.rewritten_version is None):
-            raise ValueError(f"erasure request {self.key_sha256[:12]}: rewritten_ms and rewritten_version go "
-                             "together")
+            raise ValueError(f"erasure request {self.key_sha256[:12]}: rewritten_ms and rewritten_version go together")
         if self.completed_ms is not None and self.rewritten_ms is None:
             raise ValueError(f"erasure request {self.key_sha256[:12]} is completed but was never rewritten")
         return self
@@ -321,11 +327,12 @@ class Manifest(_Frozen):
         if self.log_start_offset > self.log_end_offset:
             raise ValueError(f"log_start_offset {self.log_start_offset} is past the log end {self.log_end_offset}")
         if self.segments and self.log_end_offset < self.segments[-1].next_offset:
-            raise ValueError(f"log_end_offset {self.log_end_offset} is below the last segment's "
-                             f"next_offset {self.segments[-1].next_offset}")
+            raise ValueError(
+                f"log_end_offset {self.log_end_offset} is below the last segment's "
+                f"next_offset {self.segments[-1].next_offset}"
+            )
         if self.last_stable_offset > self.log_end_offset:
-            raise ValueError(f"last_stable_offset {self.last_stable_offset} is past the log end "
-                             f"{self.log_end_offset}")
+            raise ValueError(f"last_stable_offset {self.last_stable_offset} is past the log end {self.log_end_offset}")
         paths = [s.path for s in self.segments]
         if len(set(paths)) != len(paths):
             raise ValueError("a segment path is listed twice")
@@ -334,11 +341,15 @@ class Manifest(_Frozen):
             raise ValueError("an erasure request (key digest and tombstone offset) is listed twice")
         for request in self.erasures:
             if request.tombstone_offset >= self.log_end_offset:
-                raise ValueError(f"erasure request {request.key_sha256[:12]} names its tombstone at offset "
-                                 f"{request.tombstone_offset}, at or past the log end {self.log_end_offset}")
+                raise ValueError(
+                    f"erasure request {request.key_sha256[:12]} names its tombstone at offset "
+                    f"{request.tombstone_offset}, at or past the log end {self.log_end_offset}"
+                )
             if request.rewritten_version is not None and request.rewritten_version > self.version:
-                raise ValueError(f"erasure request {request.key_sha256[:12]} was rewritten in version "
-                                 f"{request.rewritten_version}, after this version {self.version}")
+                raise ValueError(
+                    f"erasure request {request.key_sha256[:12]} was rewritten in version "
+                    f"{request.rewritten_version}, after this version {self.version}"
+                )
         return self
 
     @property

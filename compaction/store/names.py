@@ -33,8 +33,10 @@ def partition_name_problem(name: str) -> str | None:
     or None when it is one."""
     if PARTITION_NAME.match(name) and int(name) <= MAX_PARTITION:
         return None
-    return (f"is not a partition number: a non-negative decimal integer up to {MAX_PARTITION} in ASCII digits, "
-            "without sign, spaces or leading zeros")
+    return (
+        f"is not a partition number: a non-negative decimal integer up to {MAX_PARTITION} in ASCII digits, "
+        "without sign, spaces or leading zeros"
+    )
 
 
 @dataclass(frozen=True, order=True)
@@ -50,10 +52,14 @@ class TopicPartition:
         problem = topic_name_problem(self.topic) if isinstance(self.topic, str) else "is not a string"
         if problem:
             raise InvalidArgumentError(f"topic name {self.topic!r} {problem}")
-        if isinstance(self.partition, bool) or not isinstance(self.partition, int) \
-                or not 0 <= self.partition <= MAX_PARTITION:
-            raise InvalidArgumentError(f"partition {self.partition!r} of topic {self.topic} is not a partition "
-                                       f"number (0 to {MAX_PARTITION})")
+        if (
+            isinstance(self.partition, bool)
+            or not isinstance(self.partition, int)
+            or not 0 <= self.partition <= MAX_PARTITION
+        ):
+            raise InvalidArgumentError(
+                f"partition {self.partition!r} of topic {self.topic} is not a partition number (0 to {MAX_PARTITION})"
+            )
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"

@@ -78,10 +78,20 @@ class Objects:
 
     # Writing: new objects, not yet committed ---------------------------------------------------------
 
-    def write_segment(self, tp: TopicPartition, table: pa.Table, base_offset: int, next_offset: int,
-                      created_ms: int, *, compression: str = "zstd", object_id: str | None = None,
-                      segment_format: SegmentFormat = SegmentFormat.PARQUET, batches: pa.Table | None = None,
-                      encoded: bytes | None = None) -> SegmentMeta:
+    def write_segment(
+        self,
+        tp: TopicPartition,
+        table: pa.Table,
+        base_offset: int,
+        next_offset: int,
+        created_ms: int,
+        *,
+        compression: str = "zstd",
+        object_id: str | None = None,
+        segment_format: SegmentFormat = SegmentFormat.PARQUET,
+        batches: pa.Table | None = None,
+        encoded: bytes | None = None,
+    ) -> SegmentMeta:
         """Write records as a new segment object covering ``[base_offset, next_offset)``; not yet committed.
 
         ``object_id`` (default: a random one) names the object and must be unique to this write. A ``kafka``
@@ -97,18 +107,32 @@ class Objects:
             data = encoded if encoded is not None else encode_log(table, batches)
             producers = batch_producers(batches)
             empty = batches.filter(pc.equal(batches.column("record_count"), 0))
-            empty_batches = tuple(EmptyBatch(last_offset=b["base_offset"] + b["last_offset_delta"],
-                                             producer_id=b["producer_id"], producer_epoch=b["producer_epoch"],
-                                             control=bool(b["attributes"] & CONTROL)) for b in empty.to_pylist())
+            empty_batches = tuple(
+                EmptyBatch(
+                    last_offset=b["base_offset"] + b["last_offset_delta"],
+                    producer_id=b["producer_id"],
+                    producer_epoch=b["producer_epoch"],
+                    control=bool(b["attributes"] & CONTROL),
+                )
+                for b in empty.to_pylist()
+            )
         else:
             data = encode_parquet(table, compression)
             producers = record_producers(table)
             empty_batches = ()
-        return self._put_segment(tp, _Encoded(fmt, data, stats, producers, empty_batches), base_offset, next_offset,
-                                 created_ms, object_id)
+        return self._put_segment(
+            tp, _Encoded(fmt, data, stats, producers, empty_batches), base_offset, next_offset, created_ms, object_id
+        )
 
-    def write_segment_pieces(self, tp: TopicPartition, pieces: Iterable[pa.Table], base_offset: int,
-                             next_offset: int, created_ms: int, object_id: str | None = None) -> SegmentMeta | None:
+    def write_segment_pieces(
+        self,
+        tp: TopicPartition,
+        pieces: Iterable[pa.Table],
+        base_offset: int,
+        next_offset: int,
+        created_ms: int,
+        object_id: str | None = None,
+    ) -> SegmentMeta | None:
         """:meth:`write_segment` for a Parquet segment whose records come in pieces (in offset order), each
         encoded as it comes, so that the records are never all held at once; None (nothing written) when
         no piece has a record."""
@@ -119,45 +143,79 @@ class Objects:
         segment = _Encoded(SegmentFormat.PARQUET, memoryview(data), segment_stats(summary), record_producers(summary))
         return self._put_segment(tp, segment, base_offset, next_offset, created_ms, object_id)
 
-    def _put_segment(self, tp: TopicPartition, encoded: _Encoded, base_offset: int, next_offset: int,
-                     created_ms: int, object_id: str | None) -> SegmentMeta:
+    def _put_segment(
+        self,
+        tp: TopicPartition,
+        encoded: _Encoded,
+        base_offset: int,
+        next_offset: int,
+        created_ms: int,
+        object_id: str | None,
+    ) -> SegmentMeta:
         fmt, data, stats = encoded.fmt, encoded.data, encoded.stats
         rel = segment_name(base_offset, object_id or uuid.uuid4().hex, fmt.extension)
         self.storage.write_bytes(f"{tp.prefix}/{rel}", data, flush=False)  # the commit naming it flushes it
         return SegmentMeta(
-            path=rel, format=fmt, base_offset=base_offset, next_offset=next_offset,
+            path=rel,
+            format=fmt,
+            base_offset=base_offset,
+            next_offset=next_offset,
             record_count=stats.record_count,
-            size_bytes=len(data), checksum=checksum(data), created_ms=created_ms,
-            first_timestamp=stats.first_timestamp, max_timestamp=stats.max_timestamp,
-            tombstone_count=stats.tombstone_count, keyless_count=stats.keyless_count,
-            transactional_count=stats.transactional_count, control_count=stats.control_count,
+            size_bytes=len(data),
+            checksum=checksum(data),
+            created_ms=created_ms,
+            first_timestamp=stats.first_timestamp,
+            max_timestamp=stats.max_timestamp,
+            tombstone_count=stats.tombstone_count,
+            keyless_count=stats.keyless_count,
+            transactional_count=stats.transactional_count,
+            control_count=stats.control_count,
             min_delete_horizon_ms=stats.min_delete_horizon_ms,
-            producers=tuple(ProducerState(**p) for p in encoded.producers), empty_batches=encoded.empty_batches,
+            producers=tuple(ProducerState(**p) for p in encoded.producers),
+            empty_batches=encoded.empty_batches,
         )
 
-    def write_deletes(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array, *, created_ms: int,
-                      live_min_delete_horizon_ms: int | None, live_first_timestamp: int | None = None,
-                      live_max_timestamp: int | None = None, object_id: str | None = None) -> DeletionVector:
+    def write_deletes(
+        self,
+        tp: TopicPartition,
+        segment: SegmentMeta,
+        offsets: pa.Array,
+        *,
+        created_ms: int,
+        live_min_delete_horizon_ms: int | None,
+        live_first_timestamp: int | None = None,
+        live_max_timestamp: int | None = None,
+        object_id: str | None = None,
+    ) -> DeletionVector:
         """Write a deletion vector for ``segment``; not yet committed (see :func:`.deletes.write_deletes`)."""
-        return deletes.write_deletes(self.storage, tp, segment, offsets, created_ms=created_ms,
-                                     live_min_delete_horizon_ms=live_min_delete_horizon_ms,
-                                     live_first_timestamp=live_first_timestamp, live_max_timestamp=live_max_timestamp,
-                                     object_id=object_id)
+        return deletes.write_deletes(
+            self.storage,
+            tp,
+            segment,
+            offsets,
+            created_ms=created_ms,
+            live_min_delete_horizon_ms=live_min_delete_horizon_ms,
+            live_first_timestamp=live_first_timestamp,
+            live_max_timestamp=live_max_timestamp,
+            object_id=object_id,
+        )
 
     def read_deletes(self, tp: TopicPartition, vector: DeletionVector) -> pa.Array:
         """The offsets a committed deletion vector removes, checked against its commit."""
         return deletes.read_deletes(self.storage, tp, vector)
 
-    def write_verdicts(self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table | None],
-                       object_id: str) -> tuple[str, tuple[int | None, ...]]:
+    def write_verdicts(
+        self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table | None], object_id: str
+    ) -> tuple[str, tuple[int | None, ...]]:
         """Hand a stage's verdicts on segments to the next stage of the pass (see :mod:`.handover`)."""
         return handover.write_verdicts(self.storage, tp, base_offset, parts, object_id)
 
     def read_verdicts(self, tp: TopicPartition, path: str, row_groups: Sequence[int]) -> list[pa.Table]:
         return handover.read_verdicts(self.storage, tp, path, row_groups)
 
-    def write_pieces(self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table],
-                     object_id: str) -> tuple[str, tuple[int | None, ...]]:
+    def write_pieces(
+        self, tp: TopicPartition, base_offset: int, parts: Sequence[pa.Table], object_id: str
+    ) -> tuple[str, tuple[int | None, ...]]:
         """Hand a run's rows to the next stage, a record batch per key range (see :mod:`.handover`)."""
         return handover.write_pieces(self.storage, tp, base_offset, parts, object_id)
 
@@ -181,8 +239,15 @@ class Objects:
 
     # Reading segments: every read of a segment's records goes through segment_rows -------------------------
 
-    def segment_rows(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None, *,
-                     row_groups: RowGroups | None = None, batch_rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    def segment_rows(
+        self,
+        tp: TopicPartition,
+        segment: SegmentMeta,
+        columns: Sequence[str] | None = None,
+        *,
+        row_groups: RowGroups | None = None,
+        batch_rows: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         """Every record of a segment's object, deleted or not, as batches of ``columns`` (default: all), held to
         what its manifest recorded.
 
@@ -217,9 +282,17 @@ class Objects:
         finally:
             source.close()
 
-    def live_batches(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None, *,
-                     start: int | None = None, row_groups: RowGroups | None = None,
-                     batch_rows: int | None = None, hidden: bool = False) -> Iterator[pa.RecordBatch]:
+    def live_batches(
+        self,
+        tp: TopicPartition,
+        segment: SegmentMeta,
+        columns: Sequence[str] | None = None,
+        *,
+        start: int | None = None,
+        row_groups: RowGroups | None = None,
+        batch_rows: int | None = None,
+        hidden: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
         """A segment's live rows, as a reader sees them: :meth:`segment_rows` without the records its deletion
         vector lists and, with ``start`` (the log start offset), those below it. With ``hidden``, the others
         instead: the records the object still holds that no reader sees."""
@@ -228,8 +301,9 @@ class Objects:
         below = start if start is not None and segment.base_offset < start else None
         needs_offset = (deleted is not None or below is not None) and "offset" not in wanted
         read = ["offset", *wanted] if needs_offset else wanted
-        for batch in self.segment_rows(tp, segment, None if columns is None else read, row_groups=row_groups,
-                                       batch_rows=batch_rows):
+        for batch in self.segment_rows(
+            tp, segment, None if columns is None else read, row_groups=row_groups, batch_rows=batch_rows
+        ):
             live = None
             if deleted is not None or below is not None:
                 live = live_mask(batch.column("offset").to_numpy(), deleted, below)
@@ -239,14 +313,23 @@ class Objects:
                 batch = batch.filter(pa.array(live))
             yield batch.select(wanted) if needs_offset else batch
 
-    def read_segment(self, tp: TopicPartition, segment: SegmentMeta, columns: Sequence[str] | None = None,
-                     start: int | None = None, *, hidden: bool = False) -> pa.Table:
+    def read_segment(
+        self,
+        tp: TopicPartition,
+        segment: SegmentMeta,
+        columns: Sequence[str] | None = None,
+        start: int | None = None,
+        *,
+        hidden: bool = False,
+    ) -> pa.Table:
         """A segment's live records (the asked columns) as one table: :meth:`live_batches` in one piece (with
         ``hidden``, the records it holds that no reader sees)."""
         wanted = _asked(columns)
         schema = pa.schema([SEGMENT_SCHEMA.field(c) for c in wanted])
-        batches = [b if b.schema.equals(schema) else b.cast(schema)
-                   for b in self.live_batches(tp, segment, columns, start=start, hidden=hidden)]
+        batches = [
+            b if b.schema.equals(schema) else b.cast(schema)
+            for b in self.live_batches(tp, segment, columns, start=start, hidden=hidden)
+        ]
         return pa.Table.from_batches(batches, schema=schema)
 
     def deleted_offsets(self, tp: TopicPartition, segment: SegmentMeta) -> np.ndarray | None:
@@ -255,8 +338,9 @@ class Objects:
             return None
         return cast("np.ndarray | None", self.read_deletes(tp, segment.deletes).to_numpy(zero_copy_only=False))
 
-    def live_rows(self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray,
-                  start: int | None = None) -> np.ndarray:
+    def live_rows(
+        self, tp: TopicPartition, segment: SegmentMeta, offsets: pa.Array | pa.ChunkedArray, start: int | None = None
+    ) -> np.ndarray:
         """Which of a segment's records (given by their offsets, as :meth:`segment_rows` or a ``.log`` segment's
         records give them) a reader sees: the rule of :meth:`live_batches`, for callers that need every record."""
         below = start if start is not None and segment.base_offset < start else None

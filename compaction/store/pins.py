@@ -47,8 +47,11 @@ def pin_name(version: int, holder: str) -> str:
 
 def list_pins(storage: Storage, tp: TopicPartition) -> list[Pin]:
     """The partition's pins, by version then holder (names that are not pins are left alone)."""
-    pins = [Pin(int(m.group(1)), m.group(2), e.mtime_ms) for e in storage.list_dir(f"{tp.prefix}/{PIN_DIR}")
-            if not e.is_dir and (m := PIN_NAME.match(e.name))]
+    pins = [
+        Pin(int(m.group(1)), m.group(2), e.mtime_ms)
+        for e in storage.list_dir(f"{tp.prefix}/{PIN_DIR}")
+        if not e.is_dir and (m := PIN_NAME.match(e.name))
+    ]
     return sorted(pins, key=lambda p: (p.version, p.holder))
 
 

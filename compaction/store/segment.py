@@ -25,8 +25,12 @@ NO_PRODUCER = -1
 #: Kafka's range for each integer column: Longs, and a Short epoch. Input numbers (JSON and Python integers are
 #: unbounded, Parquet columns may be wider or unsigned) are checked against it, naming the record and field.
 INTEGER_RANGES: dict[str, tuple[int, int]] = {
-    "offset": (LONG_MIN, LONG_MAX), "timestamp": (LONG_MIN, LONG_MAX), "producer_id": (LONG_MIN, LONG_MAX),
-    "producer_epoch": (-(2**15), 2**15 - 1), "delete_horizon_ms": (LONG_MIN, LONG_MAX)}
+    "offset": (LONG_MIN, LONG_MAX),
+    "timestamp": (LONG_MIN, LONG_MAX),
+    "producer_id": (LONG_MIN, LONG_MAX),
+    "producer_epoch": (-(2**15), 2**15 - 1),
+    "delete_horizon_ms": (LONG_MIN, LONG_MAX),
+}
 
 #: Defaults for the columns an appended file may leave out.
 _DEFAULTS: dict[str, Any] = {
@@ -92,13 +96,13 @@ def _cast(table: pa.Table, field: pa.Field, where: str) -> pa.ChunkedArray:
     return _cast_values(table, column, field.type, field.name, where)
 
 
-def _cast_values(table: pa.Table, column: pa.ChunkedArray, to: pa.DataType, name: str, where: str
-                 ) -> pa.ChunkedArray:
+def _cast_values(table: pa.Table, column: pa.ChunkedArray, to: pa.DataType, name: str, where: str) -> pa.ChunkedArray:
     try:
         return column.cast(to)
     except pa.ArrowNotImplementedError as err:
-        raise InvalidRecordsError(f"{where}: column {name!r} has type {column.type}, which cannot be read as "
-                                  f"{to}") from err
+        raise InvalidRecordsError(
+            f"{where}: column {name!r} has type {column.type}, which cannot be read as {to}"
+        ) from err
     except pa.ArrowInvalid:
         pass
     # Some value does not fit: bisect for the first row that fails (log2(rows) casts), to name that record.
@@ -141,8 +145,10 @@ def check_records(table: pa.Table, where: str) -> None:
         raise InvalidRecordsError(f"{where}: offset {first} is negative: offsets start at 0")
     if last >= LONG_MAX:
         # The log end offset (the next offset) is a Long too, so the last offset must stay below Long.MAX.
-        raise InvalidRecordsError(f"{where}: offset {last} leaves no log end offset below Kafka's Long.MAX "
-                                  f"({LONG_MAX}): the last offset must be at most {LONG_MAX - 1}")
+        raise InvalidRecordsError(
+            f"{where}: offset {last} leaves no log end offset below Kafka's Long.MAX "
+            f"({LONG_MAX}): the last offset must be at most {LONG_MAX - 1}"
+        )
     is_control = pc.fill_null(table.column("is_control"), False)
     control_type = table.column("control_type")
     bad_marker = pc.and_(is_control, pc.invert(pc.fill_null(pc.is_in(control_type, pa.array(CONTROL_TYPES)), False)))
@@ -158,14 +164,18 @@ def check_records(table: pa.Table, where: str) -> None:
     if row is not None:
         raise InvalidRecordsError(
             f"{where}: the record at offset {offsets[row].as_py()} carries delete_horizon_ms "
-            f"{horizons[row].as_py()}, which only the cleaner sets; appended records must leave it null")
+            f"{horizons[row].as_py()}, which only the cleaner sets; appended records must leave it null"
+        )
 
 
 #: How segments are written. Keys, values and offsets are nearly unique: dictionary pages cost time to write
 #: and to read (2x). Page CRCs let a read of a few columns check the pages it reads (the object's checksum
 #: covers it all).
-PARQUET_WRITE_OPTIONS: dict[str, Any] = {"write_statistics": ["offset", "timestamp"],
-                                         "use_dictionary": ["control_type"], "write_page_checksum": True}
+PARQUET_WRITE_OPTIONS: dict[str, Any] = {
+    "write_statistics": ["offset", "timestamp"],
+    "use_dictionary": ["control_type"],
+    "write_page_checksum": True,
+}
 
 
 def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> bytes:
@@ -181,8 +191,9 @@ def encode_parquet(table: pa.Table, compression: str = PARQUET_COMPRESSION) -> b
 ROW_GROUP_BYTES = 8 << 20
 
 
-def encode_parquet_pieces(pieces: Iterable[pa.Table], compression: str = PARQUET_COMPRESSION
-                          ) -> tuple[pa.Buffer, pa.Table] | None:
+def encode_parquet_pieces(
+    pieces: Iterable[pa.Table], compression: str = PARQUET_COMPRESSION
+) -> tuple[pa.Buffer, pa.Table] | None:
     """Serialise records that come in pieces (each in the segment schema, in offset order) as one Parquet
     object, encoded as they come (small pieces together, in row groups of about :data:`ROW_GROUP_BYTES`): only the
     encoded bytes and one row group's records are held. Returns the object and :func:`summary_columns` of its
@@ -222,8 +233,12 @@ def encode_parquet_pieces(pieces: Iterable[pa.Table], compression: str = PARQUET
 def summary_columns(table: pa.Table) -> pa.Table:
     """Records without their key and value bytes, which become booleans that are null where the key or value
     is: all :func:`segment_stats` and the producer summaries read, at a few bytes a record."""
-    return pa.table({name: (pc.if_else(pc.is_valid(column), True, None) if name in ("key", "value") else column)
-                     for name, column in zip(table.column_names, table.columns, strict=True)})
+    return pa.table(
+        {
+            name: (pc.if_else(pc.is_valid(column), True, None) if name in ("key", "value") else column)
+            for name, column in zip(table.column_names, table.columns, strict=True)
+        }
+    )
 
 
 def parquet_file(source: Any, checked: bool = True) -> pq.ParquetFile:
@@ -261,8 +276,9 @@ BATCH_ROWS = 65_536
 RowGroups = Callable[[pq.FileMetaData], "list[int] | None"]
 
 
-def parquet_batches(source: Any, where: str, columns: Sequence[str], row_groups: RowGroups | None,
-                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+def parquet_batches(
+    source: Any, where: str, columns: Sequence[str], row_groups: RowGroups | None, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     """Stream the asked columns of a Parquet segment (a file object) in batches of ``batch_rows``, checking its
     schema and each page's CRC; a damaged object is a CorruptSegmentError naming ``where``."""
     try:
@@ -315,8 +331,10 @@ def check_committed(data: Any, kind: str, where: str, size: int, recorded: str) 
     changed since the commit are never decoded, rewritten or given a fresh checksum."""
     check_size(kind, where, len(data), size)
     if not checksum_matches(data, recorded):
-        raise CorruptSegmentError(f"{kind} {where} does not match the checksum the manifest records "
-                                  f"({recorded}): its bytes changed after it was committed")
+        raise CorruptSegmentError(
+            f"{kind} {where} does not match the checksum the manifest records "
+            f"({recorded}): its bytes changed after it was committed"
+        )
 
 
 @dataclass(frozen=True)
@@ -381,8 +399,10 @@ def _to_bytes(value: Any, where: str, name: str) -> bytes | None:
         raise InvalidRecordsError(f"{where}: {name} must be bytes, a string or an integer, not a boolean")
     if isinstance(value, int):
         if not LONG_MIN <= value <= LONG_MAX:
-            raise InvalidRecordsError(f"{where}: {name} {value} is outside Kafka's Long range [{LONG_MIN}, "
-                                      f"{LONG_MAX}] (an integer header value is an 8-byte long)")
+            raise InvalidRecordsError(
+                f"{where}: {name} {value} is outside Kafka's Long range [{LONG_MIN}, "
+                f"{LONG_MAX}] (an integer header value is an 8-byte long)"
+            )
         return value.to_bytes(8, "big", signed=True)
     raise InvalidRecordsError(f"{where}: {name} must be bytes, a string or an integer, not {type(value).__name__}")
 
@@ -411,8 +431,9 @@ def records(rows: Iterable[Mapping[str, Any]], where: str = "records") -> pa.Tab
             elif name in INTEGER_RANGES and isinstance(value, int) and not isinstance(value, bool):
                 low, high = INTEGER_RANGES[name]
                 if not low <= value <= high:
-                    raise InvalidRecordsError(f"{record}: {name} {value} is outside Kafka's range for it "
-                                              f"[{low}, {high}]")
+                    raise InvalidRecordsError(
+                        f"{record}: {name} {value} is outside Kafka's range for it [{low}, {high}]"
+                    )
             data[name].append(value)
     try:
         return pa.Table.from_pydict(data, schema=SEGMENT_SCHEMA)

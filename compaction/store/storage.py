@@ -72,9 +72,12 @@ def s3_client_config(budget_ms: int) -> dict[str, Any]:
         if attempt_s >= 2:
             break
     connect_s = min(5.0, attempt_s / 3)
-    return {"connect_timeout": connect_s, "read_timeout": attempt_s - connect_s,
-            "retries": {"mode": "standard", "total_max_attempts": attempts},
-            "max_pool_connections": MAX_POOL_CONNECTIONS}
+    return {
+        "connect_timeout": connect_s,
+        "read_timeout": attempt_s - connect_s,
+        "retries": {"mode": "standard", "total_max_attempts": attempts},
+        "max_pool_connections": MAX_POOL_CONNECTIONS,
+    }
 
 
 def _endpoint(err: Exception) -> str:
@@ -89,8 +92,10 @@ def _endpoint(err: Exception) -> str:
 def _explain(err: Exception, budget_ms: int) -> str:
     name = type(err).__name__
     if name == "NoCredentialsError":
-        return ("no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or an instance "
-                "role in the environment")
+        return (
+            "no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or an instance "
+            "role in the environment"
+        )
     gave_up = f"gave up within the retry budget of {budget_ms / 1000:g} s"
     if name in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
         return f"the endpoint{_endpoint(err)} cannot be reached ({err}); {gave_up}"
@@ -143,8 +148,9 @@ class Storage:
     Every filesystem call goes through :meth:`_call`, the single seam where tests inject crashes.
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, url: str,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, fs: fsspec.AbstractFileSystem, root: str, url: str, storage_options: Mapping[str, Any] | None = None
+    ) -> None:
         self.fs = fs
         self.root = root.rstrip("/")
         self.url = url
@@ -168,8 +174,10 @@ class Storage:
         options = dict(storage_options or {})
         budget = options.pop(RETRY_BUDGET_OPTION, DEFAULT_RETRY_BUDGET_MS)
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
-            raise StoreError(f"cannot open store {url!r}: storage option {RETRY_BUDGET_OPTION} must be a positive "
-                             f"number of milliseconds, not {budget!r}")
+            raise StoreError(
+                f"cannot open store {url!r}: storage option {RETRY_BUDGET_OPTION} must be a positive "
+                f"number of milliseconds, not {budget!r}"
+            )
         s3 = fsspec.core.split_protocol(url)[0] in _S3_PROTOCOLS
         if s3:
             options["config_kwargs"] = {**s3_client_config(int(budget)), **options.get("config_kwargs", {})}
@@ -296,9 +304,14 @@ class Storage:
         infos = []
         for entry in entries:
             name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
-            infos.append(ObjectInfo(name=name, size=int(entry.get("size") or 0),
-                                    mtime_ms=_mtime_ms(entry) if detail else None,
-                                    is_dir=entry.get("type") == "directory"))
+            infos.append(
+                ObjectInfo(
+                    name=name,
+                    size=int(entry.get("size") or 0),
+                    mtime_ms=_mtime_ms(entry) if detail else None,
+                    is_dir=entry.get("type") == "directory",
+                )
+            )
         return infos
 
     def find(self, rel: str, prefix: str = "") -> list[str]:
@@ -311,14 +324,17 @@ class Storage:
             if self.is_s3:
                 found = self._call("list", rel, lambda: self.fs.find(full, prefix=prefix))
             else:
-                found = [name for name in self._call("list", rel, lambda: self.fs.find(full))
-                         if name[len(full) + 1:].startswith(prefix)]
+                found = [
+                    name
+                    for name in self._call("list", rel, lambda: self.fs.find(full))
+                    if name[len(full) + 1 :].startswith(prefix)
+                ]
         except FileNotFoundError:
             return []
         finally:
             self.fs.invalidate_cache(full)
         root = self.fs._strip_protocol(full).rstrip("/") + "/"
-        return [name[len(root):] for name in (self.fs._strip_protocol(n) for n in found) if name.startswith(root)]
+        return [name[len(root) :] for name in (self.fs._strip_protocol(n) for n in found) if name.startswith(root)]
 
     def open_output(self, rel: str) -> Any:
         """Open a new object for a streaming write (exports, never the store's own objects); the caller closes

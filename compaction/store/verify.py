@@ -65,8 +65,9 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
         if match:
             versions.append(int(match.group(1)))
         elif not name.startswith(TEMP_PREFIX):
-            problem(store.describe(tp, f"{MANIFEST_DIR}/{name}"),
-                    "is not named <20-digit version>.json: readers ignore it")
+            problem(
+                store.describe(tp, f"{MANIFEST_DIR}/{name}"), "is not named <20-digit version>.json: readers ignore it"
+            )
     versions.sort()
     if not versions:
         problem(store.describe(tp), "partition folder has no committed manifest")
@@ -85,8 +86,10 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
     for pin in list_pins(store.storage, tp):
         pins.setdefault(pin.version, []).append(pin)
         if pin.version not in versions:
-            problem(store.describe(tp, f"{PIN_DIR}/{pin.name}"),
-                    f"{_holder(store, tp, pin)} holds manifest version {pin.version}, which is missing")
+            problem(
+                store.describe(tp, f"{PIN_DIR}/{pin.name}"),
+                f"{_holder(store, tp, pin)} holds manifest version {pin.version}, which is missing",
+            )
 
     def held(version: int) -> str:
         return "".join(f"; {_holder(store, tp, pin)} holds that version" for pin in pins.get(version, []))
@@ -99,11 +102,15 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
                 referenced.add(rel)
                 entry = listing.get(rel.rsplit("/", 1)[-1])
                 if entry is None:
-                    problem(store.describe(tp, rel), f"missing, but manifest version {manifest.version} references "
-                                                     f"it{held(manifest.version)}")
+                    problem(
+                        store.describe(tp, rel),
+                        f"missing, but manifest version {manifest.version} references it{held(manifest.version)}",
+                    )
                 elif entry.size != size:
-                    problem(store.describe(tp, rel), f"is {entry.size} bytes, manifest version "
-                                                     f"{manifest.version} records {size}")
+                    problem(
+                        store.describe(tp, rel),
+                        f"is {entry.size} bytes, manifest version {manifest.version} records {size}",
+                    )
     latest = manifests[-1] if manifests and manifests[-1].version == versions[-1] else None
     records = 0
     if latest is not None:
@@ -114,10 +121,12 @@ def verify_partition(store: Store, tp: TopicPartition, check_data: bool = True) 
                     records += _check_segment(store, tp, segment, latest.log_start_offset, problem)
         else:
             records = sum(s.live_records for s in latest.segments)
-    orphans = sum(1 for name in listing if f"{SEGMENT_DIR}/{name}" not in referenced
-                  and not name.startswith(TEMP_PREFIX))
-    return PartitionReport(str(tp), versions[-1], len(latest.segments) if latest else 0, records, orphans,
-                           tuple(problems))
+    orphans = sum(
+        1 for name in listing if f"{SEGMENT_DIR}/{name}" not in referenced and not name.startswith(TEMP_PREFIX)
+    )
+    return PartitionReport(
+        str(tp), versions[-1], len(latest.segments) if latest else 0, records, orphans, tuple(problems)
+    )
 
 
 def _gaps(versions: list[int], shown: int = 10) -> str:
@@ -146,15 +155,21 @@ def _check_offsets(manifest: Manifest, problem: Callable[[str, str], None]) -> N
     if manifest.open_transactions:
         lso = min(manifest.open_transactions.values())
         if manifest.last_stable_offset != lso:
-            problem(where, f"last_stable_offset {manifest.last_stable_offset} but the earliest open "
-                           f"transaction starts at {lso}")
+            problem(
+                where,
+                f"last_stable_offset {manifest.last_stable_offset} but the earliest open transaction starts at {lso}",
+            )
     if manifest.first_dirty_offset > manifest.log_end_offset:
-        problem(where, f"checkpoint {manifest.first_dirty_offset} is past the log end {manifest.log_end_offset} "
-                       "(the planner will reset it to the log start)")
+        problem(
+            where,
+            f"checkpoint {manifest.first_dirty_offset} is past the log end {manifest.log_end_offset} "
+            "(the planner will reset it to the log start)",
+        )
 
 
-def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_start: int,
-                   problem: Callable[[str, str], None]) -> int:
+def _check_segment(
+    store: Store, tp: TopicPartition, segment: SegmentMeta, log_start: int, problem: Callable[[str, str], None]
+) -> int:
     name = store.describe(tp, segment.path)
     try:  # every record, deleted or not, read whole: its size, checksum and (a .log's) batches checked
         table = pa.Table.from_batches(list(store.objects.segment_rows(tp, segment)), schema=SEGMENT_SCHEMA)
@@ -168,8 +183,9 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
     if table.num_rows:
         low, high = pc.min(offsets).as_py(), pc.max(offsets).as_py()
         if low < segment.base_offset or high >= segment.next_offset:
-            problem(name, f"holds offsets [{low}, {high}] outside its range [{segment.base_offset}, "
-                          f"{segment.next_offset})")
+            problem(
+                name, f"holds offsets [{low}, {high}] outside its range [{segment.base_offset}, {segment.next_offset})"
+            )
         if table.num_rows > 1 and not pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
             problem(name, "offsets are not strictly increasing")
     stats = segment_stats(table)
@@ -184,28 +200,38 @@ def _check_segment(store: Store, tp: TopicPartition, segment: SegmentMeta, log_s
             problem(store.describe(tp, segment.deletes.path), str(err))
             return cast(int, live)
         if len(deleted) != segment.deletes.count:
-            problem(store.describe(tp, segment.deletes.path),
-                    f"holds {len(deleted)} offsets, the manifest records {segment.deletes.count}")
+            problem(
+                store.describe(tp, segment.deletes.path),
+                f"holds {len(deleted)} offsets, the manifest records {segment.deletes.count}",
+            )
         present = pc.sum(pc.is_in(deleted, offsets)).as_py() or 0
         if present != len(deleted):
-            problem(store.describe(tp, segment.deletes.path),
-                    f"deletes {len(deleted) - present} offset(s) the segment does not hold")
+            problem(
+                store.describe(tp, segment.deletes.path),
+                f"deletes {len(deleted) - present} offset(s) the segment does not hold",
+            )
         # The live figures describe what readers see: the store's rule of live rows.
         shown = table.filter(pa.array(store.objects.live_rows(tp, segment, offsets, log_start)))
         first, largest = timestamp_stats(shown.column("timestamp"))
-        live_figures = {"live_min_delete_horizon_ms": pc.min(shown.column("delete_horizon_ms")).as_py(),
-                        "live_first_timestamp": first, "live_max_timestamp": largest}
+        live_figures = {
+            "live_min_delete_horizon_ms": pc.min(shown.column("delete_horizon_ms")).as_py(),
+            "live_first_timestamp": first,
+            "live_max_timestamp": largest,
+        }
         for field, value in live_figures.items():
             recorded = getattr(segment.deletes, field)
             if value != recorded:
-                problem(store.describe(tp, segment.deletes.path),
-                        f"{field} is {value} for the records left, the manifest records {recorded}")
+                problem(
+                    store.describe(tp, segment.deletes.path),
+                    f"{field} is {value} for the records left, the manifest records {recorded}",
+                )
         live -= present
     return cast(int, live)
 
 
-def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, check_data: bool = True,
-           threads: int = 8) -> list[PartitionReport]:
+def verify(
+    store: Store, partitions: Iterable[TopicPartition] | None = None, check_data: bool = True, threads: int = 8
+) -> list[PartitionReport]:
     """Verify every partition (or the given ones); problems are returned, never raised."""
     partitions = list(partitions) if partitions is not None else store.topic_partitions()
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -214,5 +240,9 @@ def verify(store: Store, partitions: Iterable[TopicPartition] | None = None, che
 
 def is_store_object(name: str) -> bool:
     rel = f"{SEGMENT_DIR}/{name}"
-    return bool(SEGMENT_NAME.match(rel) or DELETES_NAME.match(rel) or CLAIM_NAME.match(rel)
-                or any(n.match(rel) for n in HANDOVER_NAMES))
+    return bool(
+        SEGMENT_NAME.match(rel)
+        or DELETES_NAME.match(rel)
+        or CLAIM_NAME.match(rel)
+        or any(n.match(rel) for n in HANDOVER_NAMES)
+    )

@@ -8,8 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: What a user must not see on stderr after a successful run (SPEC §5): a Spark or JVM ERROR/WARN line, a Java or
 #: Python stack trace, a JVM log line.
-SPARK_NOISE = re.compile(r"\b(?:ERROR|WARN|WARNING|FATAL)\b|^\s+at [\w$.]+\(|Exception|Traceback|\[warning\]",
-                         re.MULTILINE)
+SPARK_NOISE = re.compile(
+    r"\b(?:ERROR|WARN|WARNING|FATAL)\b|^\s+at [\w$.]+\(|Exception|Traceback|\[warning\]", re.MULTILINE
+)
 
 
 def ahead_of_the_wall_clock_ms(days: int = 30) -> int:

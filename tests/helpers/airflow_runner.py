@@ -37,6 +37,7 @@ def assets_of(run_id: str | None = None) -> dict:
         session.execute(delete(AssetDagRunQueue))
     return {"asset_events": events, "due": due}
 
+
 def main() -> None:
     if sys.argv[1:] == ["--assets"]:  # what the runs of an Airflow home (``airflow dags test``) left for the scheduler
         print("ASSETS " + json.dumps(assets_of()), flush=True)
@@ -55,9 +56,14 @@ def main() -> None:
         run = dag.test(logical_date=pendulum.parse(asked["logical_date"]), run_conf=asked["conf"])
         instances = run.get_task_instances()
         compact_ti = next(ti for ti in instances if ti.task_id == "compact")
-        result = {**loaded, "state": str(run.state), "tasks": {ti.task_id: str(ti.state) for ti in instances},
-                  "compact_tries": compact_ti.try_number, "report_path": compact_ti.xcom_pull(task_ids="compact"),
-                  **assets_of(run.run_id)}
+        result = {
+            **loaded,
+            "state": str(run.state),
+            "tasks": {ti.task_id: str(ti.state) for ti in instances},
+            "compact_tries": compact_ti.try_number,
+            "report_path": compact_ti.xcom_pull(task_ids="compact"),
+            **assets_of(run.run_id),
+        }
         print(f"RESULT {index} " + json.dumps(result), flush=True)
 
 

@@ -14,21 +14,45 @@ from compaction.store.segment import records
 NO_PRODUCER = {"producer_id": -1, "producer_epoch": -1}
 
 
-def batch(base: int, *rows: dict[str, Any], last: int | None = None, producer: int = -1, epoch: int = 0,
-          sequence: int = -1, transactional: bool = False, control: bool = False, compression: str = "none",
-          timestamp: int = 1_000) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def batch(
+    base: int,
+    *rows: dict[str, Any],
+    last: int | None = None,
+    producer: int = -1,
+    epoch: int = 0,
+    sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    compression: str = "none",
+    timestamp: int = 1_000,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One batch's records and row: ``rows`` are ``{"key", "value", ...}`` at offsets ``base, base + 1, ...``
     (or their own ``offset``); ``last`` its last offset when the batch has gaps or no records."""
     pid = {"producer_id": producer, "producer_epoch": epoch if producer >= 0 else -1}
     placed = []
     for i, row in enumerate(rows):
-        placed.append({"offset": base + i, "timestamp": timestamp + i, **pid, "is_transactional": transactional,
-                       "is_control": control, **row})
+        placed.append(
+            {
+                "offset": base + i,
+                "timestamp": timestamp + i,
+                **pid,
+                "is_transactional": transactional,
+                "is_control": control,
+                **row,
+            }
+        )
     attributes = (0x10 if transactional else 0) | (0x20 if control else 0)
     last_offset = last if last is not None else placed[-1]["offset"]
-    row = {"base_offset": base, "last_offset_delta": last_offset - base, "attributes": attributes,
-           "compression": compression, "base_sequence": sequence, "record_count": len(placed),
-           "max_timestamp": placed[-1]["timestamp"] if placed else timestamp, **pid}
+    row = {
+        "base_offset": base,
+        "last_offset_delta": last_offset - base,
+        "attributes": attributes,
+        "compression": compression,
+        "base_sequence": sequence,
+        "record_count": len(placed),
+        "max_timestamp": placed[-1]["timestamp"] if placed else timestamp,
+        **pid,
+    }
     return placed, row
 
 
@@ -40,7 +64,7 @@ def log_bytes(*batches: tuple[list[dict[str, Any]], dict[str, Any]]) -> bytes:
 
 def _recrc(data: bytearray, at: int = 0) -> bytearray:
     length = struct.unpack_from(">i", data, at + 8)[0]
-    struct.pack_into(">I", data, at + 17, crc32c.crc32c(bytes(data[at + 21:at + 12 + length])))
+    struct.pack_into(">I", data, at + 17, crc32c.crc32c(bytes(data[at + 21 : at + 12 + length])))
     return data
 
 
@@ -75,6 +99,9 @@ def unknown_codec(data: bytes) -> bytes:
 
 
 CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
-    "flipped byte": flip_byte, "truncated batch": truncate, "length past the end": length_past_end,
-    "unknown magic": unknown_magic, "unsupported codec id": unknown_codec,
+    "flipped byte": flip_byte,
+    "truncated batch": truncate,
+    "length past the end": length_past_end,
+    "unknown magic": unknown_magic,
+    "unsupported codec id": unknown_codec,
 }

@@ -40,14 +40,30 @@ def facts(*rows: dict[str, Any]) -> pa.Table:
     differs from a plain keyed record of the offset strategy (version = offset); ``competes`` is derived."""
     columns: dict[str, list[Any]] = {name: [] for name in rules.FACTS_SCHEMA.names}
     for row in rows:
-        full = {"task": 0, "topic": "t", "partition": 0, "segment_base": 0, "position": row["offset"], "key": None,
-                "version_valid": 1, "version": row["offset"], "delete_horizon_ms": None, "is_control": False,
-                "aborted": False, "marker_pending": False, "guarded": False, "erased": False, "error": None,
-                "internal": None,
-                "trace": None, **row}
+        full = {
+            "task": 0,
+            "topic": "t",
+            "partition": 0,
+            "segment_base": 0,
+            "position": row["offset"],
+            "key": None,
+            "version_valid": 1,
+            "version": row["offset"],
+            "delete_horizon_ms": None,
+            "is_control": False,
+            "aborted": False,
+            "marker_pending": False,
+            "guarded": False,
+            "erased": False,
+            "error": None,
+            "internal": None,
+            "trace": None,
+            **row,
+        }
         full["key"] = full["key"].encode() if isinstance(full["key"], str) else full["key"]
-        full["competes"] = full["key"] is not None and not full["is_control"] and not full["aborted"] \
-            and not full["erased"]
+        full["competes"] = (
+            full["key"] is not None and not full["is_control"] and not full["aborted"] and not full["erased"]
+        )
         for name in columns:
             columns[name].append(full[name])
     return pa.table(columns, schema=rules.FACTS_SCHEMA)
@@ -56,7 +72,19 @@ def facts(*rows: dict[str, Any]) -> pa.Table:
 def clean_task(tp: TopicPartition, store: Store, segments: tuple[SegmentMeta, ...], **fields: Any) -> CleanTask:
     """A partition's clean task over ``segments`` under the offset strategy, with ``fields`` changed."""
     defaults: dict[str, Any] = dict(
-        tail=(), strategy=rules.Strategy.OFFSET, strategy_header="", keyless_drop=False, now_ms=0, log_start_offset=0,
-        first_dirty_offset=0, clean_keys_unique=False, horizon_ms=0, segment_format="parquet", batch_policy=None,
-        pass_id="pass", policy=ApplyPolicy(1 << 30, 0), erasures=())
+        tail=(),
+        strategy=rules.Strategy.OFFSET,
+        strategy_header="",
+        keyless_drop=False,
+        now_ms=0,
+        log_start_offset=0,
+        first_dirty_offset=0,
+        clean_keys_unique=False,
+        horizon_ms=0,
+        segment_format="parquet",
+        batch_policy=None,
+        pass_id="pass",
+        policy=ApplyPolicy(1 << 30, 0),
+        erasures=(),
+    )
     return CleanTask(tp=tp, store=store, segments=segments, **{**defaults, **fields})

@@ -66,8 +66,9 @@ class Cluster:
 
 def cluster_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               SPARK_NO_DAEMONIZE="1")
+    env.update(
+        SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1"
+    )
     return env
 
 
@@ -85,8 +86,9 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def spark_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str = "2g",
-                  hosts: tuple[str, ...] = ("127.0.0.1",)) -> Iterator[Cluster]:
+def spark_cluster(
+    work: Path, workers: int = 2, cores: int = 1, memory: str = "2g", hosts: tuple[str, ...] = ("127.0.0.1",)
+) -> Iterator[Cluster]:
     """Start a master on 127.0.0.1 and ``workers`` workers, each on the next of ``hosts`` (loopback addresses:
     Spark runs a speculative copy of a task only on another host); yield the cluster; stop them all by pid."""
     work.mkdir(parents=True, exist_ok=True)
@@ -97,19 +99,47 @@ def spark_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str = "2
 
     def start(name: str, *args: str, host: str = "127.0.0.1") -> None:
         log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        cluster.processes.append(subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
-                                                  env={**env, "SPARK_LOCAL_IP": host}, cwd=work,
-                                                  start_new_session=True))
+        cluster.processes.append(
+            subprocess.Popen(
+                [spark_class, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**env, "SPARK_LOCAL_IP": host},
+                cwd=work,
+                start_new_session=True,
+            )
+        )
 
     try:
-        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(ui_port))
+        start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui_port),
+        )
         _wait(lambda: _listening(port) and _listening(ui_port), "the Spark master listening")
         for i in range(workers):
             host = hosts[i % len(hosts)]
-            start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host,
-                  "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
-                  "--work-dir", str(work / f"worker-{i}"), host=host)
+            start(
+                f"worker-{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                cluster.url,
+                "--host",
+                host,
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(work / f"worker-{i}"),
+                host=host,
+            )
         _wait(lambda: cluster.alive_workers() == workers, f"{workers} workers registering")
         yield cluster
     finally:

@@ -27,18 +27,29 @@ def main() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     defs: dg.Definitions = module.defs
-    result = dg.materialize(list(defs.assets or []), resources={"pipes": dg.PipesSubprocessClient()},
-                            raise_on_error=False)
-    materializations = [{"asset": e.asset_key.to_user_string(), "metadata": values(e.materialization.metadata)}
-                        for e in result.get_asset_materialization_events()]
+    result = dg.materialize(
+        list(defs.assets or []), resources={"pipes": dg.PipesSubprocessClient()}, raise_on_error=False
+    )
+    materializations = [
+        {"asset": e.asset_key.to_user_string(), "metadata": values(e.materialization.metadata)}
+        for e in result.get_asset_materialization_events()
+    ]
     checks = []
     for event in result.all_events:
         if event.event_type_value == "ASSET_CHECK_EVALUATION":
             evaluation = event.event_specific_data
-            checks.append({"asset": evaluation.asset_key.to_user_string(), "check": evaluation.check_name,
-                           "passed": evaluation.passed, "metadata": values(evaluation.metadata)})
-    print("RESULT " + json.dumps({"success": result.success, "materializations": materializations, "checks": checks}),
-          flush=True)
+            checks.append(
+                {
+                    "asset": evaluation.asset_key.to_user_string(),
+                    "check": evaluation.check_name,
+                    "passed": evaluation.passed,
+                    "metadata": values(evaluation.metadata),
+                }
+            )
+    print(
+        "RESULT " + json.dumps({"success": result.success, "materializations": materializations, "checks": checks}),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -38,10 +38,21 @@ MAX_STALL_S = 30.0
 LISTEN_BACKLOG = 256
 UPSTREAM_TIMEOUT_S = 30.0
 IDLE_CONNECTION_S = 30.0  # a kept-alive client connection with no request for this long is closed
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te", "trailer",
-               "upgrade", "content-length"}
-_SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-              b"<Message>Please reduce your request rate.</Message></Error>")
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "expect",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+}
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
 
 
 @dataclass
@@ -66,8 +77,9 @@ class Fault:
 
     def applies(self, method: str, path: str) -> bool:
         """Count a request; true if the fault hits it."""
-        if (self.method is not None and self.method != method) or \
-                (self.path is not None and re.search(self.path, path) is None):
+        if (self.method is not None and self.method != method) or (
+            self.path is not None and re.search(self.path, path) is None
+        ):
             return False
         self.seen += 1
         return self.seen - 1 == self.at if self.at is not None else self.seen <= self.times
@@ -105,8 +117,9 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="fault-proxy", daemon=True
+        )
 
     @property
     def endpoint(self) -> str:

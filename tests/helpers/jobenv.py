@@ -18,14 +18,37 @@ from tests.helpers import ROOT
 
 #: Entries of .venv's site-packages a job environment must not borrow: the project, and the packaging tools
 #: the new environment has its own of.
-NOT_BORROWED = ("compaction", "__editable__", "_distutils_hack", "distutils-precedence", "pip", "setuptools",
-                "pkg_resources", "__pycache__")
+NOT_BORROWED = (
+    "compaction",
+    "__editable__",
+    "_distutils_hack",
+    "distutils-precedence",
+    "pip",
+    "setuptools",
+    "pkg_resources",
+    "__pycache__",
+)
 
 
 def build_wheel(dest: Path) -> Path:
     """``make dist``'s command, into ``dest``; returns the wheel."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(dest), str(ROOT)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(dest),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     [wheel] = dest.glob("compaction-*.whl")
     return wheel
 
@@ -45,6 +68,20 @@ def job_environment(path: Path, wheel: Path) -> Path:
     """A virtualenv at ``path`` with ``wheel`` installed; returns its ``compaction`` command."""
     venv.EnvBuilder(with_pip=False).create(path)
     borrow_dependencies(path)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "--quiet",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(path / "bin" / "python"),
+            "install",
+            "--quiet",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return path / "bin" / "compaction"

@@ -26,8 +26,17 @@ DELETE_HORIZON_BIT = 0x40  # KIP-534: the batch's first timestamp is its delete 
 Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
-def build_batch(base: int, records: list[Record], *, codec: str = "none", producer: int = -1, epoch: int = -1,
-                sequence: int = -1, transactional: bool = False, control: bool = False) -> bytes:
+def build_batch(
+    base: int,
+    records: list[Record],
+    *,
+    codec: str = "none",
+    producer: int = -1,
+    epoch: int = -1,
+    sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+) -> bytes:
     """One batch from kafka-python's builder at consecutive offsets from ``base``, set as a broker assigns it
     (outside the CRC); a control batch gets the control bit and a fresh CRC (kafka-python's producer writes none)."""
     builder = DefaultRecordBatchBuilder(2, CODECS[codec], transactional, producer, epoch, sequence, 1 << 30)
@@ -44,8 +53,14 @@ def build_batch(base: int, records: list[Record], *, codec: str = "none", produc
 
 def marker_batch(offset: int, *, producer: int, epoch: int, commit: bool, timestamp: int) -> bytes:
     """A transaction's commit or abort marker, as the coordinator writes it."""
-    return build_batch(offset, [(timestamp, COMMIT_KEY if commit else ABORT_KEY, MARKER_VALUE, [])],
-                       producer=producer, epoch=epoch, transactional=True, control=True)
+    return build_batch(
+        offset,
+        [(timestamp, COMMIT_KEY if commit else ABORT_KEY, MARKER_VALUE, [])],
+        producer=producer,
+        epoch=epoch,
+        transactional=True,
+        control=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -67,11 +82,23 @@ def parse(data: bytes, where: str = "log") -> list[ParsedBatch]:
     reader = MemoryRecords(data)
     while (read := reader.next_batch()) is not None:
         assert read.validate_crc(), f"{where}: the batch at {read.base_offset} fails its CRC in kafka-python"
-        records = [{"offset": r.offset, "timestamp": r.timestamp, "key": r.key, "value": r.value,
-                    "headers": list(r.headers)} for r in read]
+        records = [
+            {"offset": r.offset, "timestamp": r.timestamp, "key": r.key, "value": r.value, "headers": list(r.headers)}
+            for r in read
+        ]
         horizon = read.first_timestamp if read.attributes & DELETE_HORIZON_BIT else None
-        found.append(ParsedBatch(read.base_offset, read.base_offset + read.last_offset_delta, read.compression_type,
-                                 read.producer_id, read.producer_epoch, read.is_transactional,
-                                 read.is_control_batch, horizon, records))
+        found.append(
+            ParsedBatch(
+                read.base_offset,
+                read.base_offset + read.last_offset_delta,
+                read.compression_type,
+                read.producer_id,
+                read.producer_epoch,
+                read.is_transactional,
+                read.is_control_batch,
+                horizon,
+                records,
+            )
+        )
     assert reader.valid_bytes() == len(data), f"{where}: {len(data) - reader.valid_bytes()} bytes after its last batch"
     return found

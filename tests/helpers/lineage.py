@@ -95,8 +95,10 @@ STANDARD_FACETS: dict[str, tuple[type[base.BaseFacet], ...]] = {
     "outputStatistics": (output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet,),
 }
 #: The kinds of facet of OpenLineage's event schema, by their schema URL: a facet of compaction's extends one of them.
-FACET_KINDS = {kind._get_schema(): kind for kind in (base.RunFacet, base.JobFacet, base.DatasetFacet,
-                                                      base.InputDatasetFacet, base.OutputDatasetFacet)}
+FACET_KINDS = {
+    kind._get_schema(): kind
+    for kind in (base.RunFacet, base.JobFacet, base.DatasetFacet, base.InputDatasetFacet, base.OutputDatasetFacet)
+}
 #: What the schema requires of every event and facet and the client's classes fill in themselves (so that they give
 #: them defaults): the producer and the schema URL.
 FILLED_IN = {"producer", "schemaURL", "_producer", "_schemaURL"}
@@ -123,8 +125,14 @@ def problems(event: dict[str, Any]) -> list[str]:
     return found
 
 
-def _object(value: Any, cls: type[Any], path: str, found: list[str], schema_url: str | None = None,
-            added: frozenset[str] = frozenset()) -> Any:
+def _object(
+    value: Any,
+    cls: type[Any],
+    path: str,
+    found: list[str],
+    schema_url: str | None = None,
+    added: frozenset[str] = frozenset(),
+) -> Any:
     """``value`` as an instance of the generated class ``cls``, or None with what is wrong added to ``found``;
     ``schema_url``, the ``_schemaURL`` it must carry if not its class's; ``added``, the fields a facet of compaction's
     adds to ``cls``."""
@@ -144,11 +152,13 @@ def _object(value: Any, cls: type[Any], path: str, found: list[str], schema_url:
         elif field.name in ("schemaURL", "_schemaURL"):
             expected = schema_url or cls._get_schema()
             if value[field.name] != expected:
-                found.append(f"{where}: {value[field.name]!r} is not the schema of {cls.__name__} in {CLIENT}, "
-                             f"{expected}")
+                found.append(
+                    f"{where}: {value[field.name]!r} is not the schema of {cls.__name__} in {CLIENT}, {expected}"
+                )
         else:
-            arguments[field.alias] = _value(value[field.name], field.type, where, found,
-                                            nullable=field.default is attrs.NOTHING)
+            arguments[field.alias] = _value(
+                value[field.name], field.type, where, found, nullable=field.default is attrs.NOTHING
+            )
             form = _format(field)
             if form and isinstance(value[field.name], str) and not FORMATS.conforms(value[field.name], form):
                 found.append(f"{where}: {value[field.name]!r} is not a {form}")
@@ -217,8 +227,10 @@ def _facet(key: str, value: Any, kind: type[base.BaseFacet], path: str, found: l
         return _own(value, url, kind, path, found)
     standard = [facet for facet in STANDARD_FACETS.get(key, ()) if issubclass(facet, kind)]
     if not standard:
-        found.append(f"{path}: {key!r} is the key of no standard {kind.__name__} the job's events carry, and its "
-                     f"_schemaURL {url!r} names none of compaction's")
+        found.append(
+            f"{path}: {key!r} is the key of no standard {kind.__name__} the job's events carry, and its "
+            f"_schemaURL {url!r} names none of compaction's"
+        )
         return None
     return _object(value, standard[0], path, found)
 
@@ -234,17 +246,22 @@ def _own(value: dict[str, Any], url: str, kind: type[base.BaseFacet], path: str,
     refs = [part["$ref"] for part in parts if "$ref" in part]
     extended = FACET_KINDS.get(refs[0]) if len(refs) == 1 else None
     if extended is None or not issubclass(extended, kind):
-        found.append(f"{path}: {name} extends {' and '.join(refs) or 'nothing'} in {FACETS.name}, where a "
-                     f"{kind.__name__} of {CLIENT} ({kind._get_schema()}) belongs")
+        found.append(
+            f"{path}: {name} extends {' and '.join(refs) or 'nothing'} in {FACETS.name}, where a "
+            f"{kind.__name__} of {CLIENT} ({kind._get_schema()}) belongs"
+        )
         return None
     added: set[str] = set()
     for i, part in enumerate(parts):
         if "$ref" not in part:
             added |= part.get("properties", {}).keys()
-            validator = jsonschema.Draft202012Validator({"$ref": f"{FACETS_SCHEMA}#/$defs/{name}/allOf/{i}"},
-                                                        registry=REGISTRY, format_checker=FORMATS)
-            found += [f"{path}{''.join(f'.{step}' for step in error.absolute_path)}: {error.message}"
-                      for error in validator.iter_errors(value)]
+            validator = jsonschema.Draft202012Validator(
+                {"$ref": f"{FACETS_SCHEMA}#/$defs/{name}/allOf/{i}"}, registry=REGISTRY, format_checker=FORMATS
+            )
+            found += [
+                f"{path}{''.join(f'.{step}' for step in error.absolute_path)}: {error.message}"
+                for error in validator.iter_errors(value)
+            ]
     return _object(value, extended, path, found, schema_url=url, added=frozenset(added))
 
 
@@ -260,8 +277,15 @@ def _format(field: attrs.Attribute) -> str | None:
 
 def _kind(value: Any) -> str:
     """A JSON value's type, as a message names it, with the value."""
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-             dict: "an object", type(None): "null"}
+    kinds = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+        type(None): "null",
+    }
     return f"{kinds.get(type(value), type(value).__name__)} ({json.dumps(value)[:60]})"
 
 
@@ -269,6 +293,12 @@ def _name(kind: Any) -> str:
     """A type of a generated class's field, as a message names it."""
     if attrs.has(kind):
         return f"an object ({kind.__name__})"
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
-             dict: "an object"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "an array",
+        dict: "an object",
+    }
     return names.get(typing.get_origin(kind) or kind, repr(kind))

@@ -46,20 +46,34 @@ class Rec:
 
     def row(self) -> dict[str, Any]:
         """The record as the job's record builder takes it for an append (no horizon: none is appended)."""
-        return {"offset": self.offset, "key": self.key, "value": self.value, "timestamp": self.timestamp,
-                "headers": list(self.headers) or None, "producer_id": self.producer,
-                "producer_epoch": self.epoch, "is_transactional": self.transactional,
-                "is_control": self.control is not None, "control_type": self.control}
+        return {
+            "offset": self.offset,
+            "key": self.key,
+            "value": self.value,
+            "timestamp": self.timestamp,
+            "headers": list(self.headers) or None,
+            "producer_id": self.producer,
+            "producer_epoch": self.epoch,
+            "is_transactional": self.transactional,
+            "is_control": self.control is not None,
+            "control_type": self.control,
+        }
 
     def record(self) -> dict[str, Any]:
         """The record as a reader of the clean log sees it, every column (keys and values as bytes)."""
-        return {"offset": self.offset, "timestamp": self.timestamp,
-                "key": None if self.key is None else self.key.encode(),
-                "value": None if self.value is None else self.value.encode(),
-                "headers": [{"key": k, "value": v} for k, v in self.headers] or None,
-                "producer_id": self.producer, "producer_epoch": self.epoch, "is_transactional": self.transactional,
-                "is_control": self.control is not None, "control_type": self.control,
-                "delete_horizon_ms": self.horizon}
+        return {
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "key": None if self.key is None else self.key.encode(),
+            "value": None if self.value is None else self.value.encode(),
+            "headers": [{"key": k, "value": v} for k, v in self.headers] or None,
+            "producer_id": self.producer,
+            "producer_epoch": self.epoch,
+            "is_transactional": self.transactional,
+            "is_control": self.control is not None,
+            "control_type": self.control,
+            "delete_horizon_ms": self.horizon,
+        }
 
 
 @dataclass(frozen=True)
@@ -79,13 +93,18 @@ class Config:
 
     def kafka(self) -> dict[str, Any]:
         """The same, in Kafka's topic-level names, as a configuration file states it."""
-        return {"cleanup.policy": "compact,delete" if self.delete else "compact",
-                "compaction.strategy": self.strategy, "compaction.strategy.header": self.header,
-                "min.cleanable.dirty.ratio": self.min_cleanable_dirty_ratio,
-                "min.compaction.lag.ms": self.min_compaction_lag_ms,
-                "max.compaction.lag.ms": self.max_compaction_lag_ms, "segment.ms": self.segment_ms,
-                "delete.retention.ms": self.delete_retention_ms, "retention.ms": self.retention_ms,
-                "retention.bytes": self.retention_bytes}
+        return {
+            "cleanup.policy": "compact,delete" if self.delete else "compact",
+            "compaction.strategy": self.strategy,
+            "compaction.strategy.header": self.header,
+            "min.cleanable.dirty.ratio": self.min_cleanable_dirty_ratio,
+            "min.compaction.lag.ms": self.min_compaction_lag_ms,
+            "max.compaction.lag.ms": self.max_compaction_lag_ms,
+            "segment.ms": self.segment_ms,
+            "delete.retention.ms": self.delete_retention_ms,
+            "retention.ms": self.retention_ms,
+            "retention.bytes": self.retention_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -103,8 +122,14 @@ class Segment:
     def of(cls, entry: Mapping[str, Any]) -> Segment:
         """From a manifest's segment entry as JSON."""
         vector = entry.get("deletes")
-        return cls(entry["base_offset"], entry["next_offset"], entry["size_bytes"], entry["record_count"],
-                   entry["created_ms"], vector["created_ms"] if vector else None)
+        return cls(
+            entry["base_offset"],
+            entry["next_offset"],
+            entry["size_bytes"],
+            entry["record_count"],
+            entry["created_ms"],
+            vector["created_ms"] if vector else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -140,8 +165,10 @@ def order(choices: Mapping[K, Choice], budget: int | None = None) -> tuple[list[
     the most overdue first; then the dirtiest. The budget bounds the live bytes of the ranges taken, but the first
     is always taken.
     """
-    selected = sorted((k for k, c in choices.items() if c.clean),
-                      key=lambda k: (choices[k].overdue is None, -(choices[k].overdue or 0), -choices[k].ratio))
+    selected = sorted(
+        (k for k, c in choices.items() if c.clean),
+        key=lambda k: (choices[k].overdue is None, -(choices[k].overdue or 0), -choices[k].ratio),
+    )
     if budget is None:
         return selected, []
     taken: list[K] = []
@@ -260,11 +287,12 @@ class Model:
         last = segments[-1] if segments else None
         first_of_last = None if last is None else self.first_timestamp(last)
         aged_out = last is not None and now - (first_of_last if first_of_last is not None else last.created) > min(
-            config.segment_ms, config.max_compaction_lag_ms)
+            config.segment_ms, config.max_compaction_lag_ms
+        )
         rolled = aged_out or (last is not None and bool(self.erasures))
         below = len([s for s in segments if s.next <= self.log_start])
         retained = self.expired(segments[below:], config, now, aged_out)
-        segments = segments[below + retained:]
+        segments = segments[below + retained :]
         log_start = (segments[0].base if segments else self.end) if retained else self.log_start
         if not segments:
             if below + retained or self.erasures:  # the requests are carried out now: due at once, or overdue
@@ -279,20 +307,29 @@ class Model:
         non_active = segments if rolled else segments[:-1]
         bounds = [active_base, self.last_stable]
         if config.min_compaction_lag_ms > 0:
-            young = [s.base for s in non_active[_floor(non_active, first_dirty):]
-                     if self.time(s) > now - config.min_compaction_lag_ms]
+            young = [
+                s.base
+                for s in non_active[_floor(non_active, first_dirty) :]
+                if self.time(s) > now - config.min_compaction_lag_ms
+            ]
             bounds += young[:1]
         uncleanable = max(first_dirty, min(bounds))
-        first_uncleanable = active_base if uncleanable >= active_base else next(
-            (s.base for s in non_active if uncleanable < s.next), active_base)
+        first_uncleanable = (
+            active_base
+            if uncleanable >= active_base
+            else next((s.base for s in non_active if uncleanable < s.next), active_base)
+        )
 
         clean = sum(self.live_bytes(s) for s in segments if s.base < first_dirty)
         start = _floor(segments, min(first_dirty, first_uncleanable))
         cleanable = sum(self.live_bytes(s) for s in segments[start:] if s.base < first_uncleanable)
         ratio = cleanable / (clean + cleanable) if clean + cleanable else 0.0
 
-        firsts = [t for s in non_active[_floor(non_active, first_dirty):]
-                  if (t := self.first_timestamp(s)) is not None and t > 0]
+        firsts = [
+            t
+            for s in non_active[_floor(non_active, first_dirty) :]
+            if (t := self.first_timestamp(s)) is not None and t > 0
+        ]
         due = now - config.max_compaction_lag_ms
         delay = due - min(firsts) if firsts and min(firsts) < due else 0
 
@@ -301,19 +338,39 @@ class Model:
             purge = any((h := self.min_horizon(s)) is not None and h <= now for s in in_range)
         else:  # the horizons that had passed at the last pass and stayed are guarded until the range grows
             purge = bool(in_range) and self.next_horizon is not None and self.next_horizon <= now
-        vectors = max((now - saturating_add(s.vector_created, vector_max_age) for s in in_range
-                       if s.vector_created is not None), default=-1)
+        vectors = max(
+            (now - saturating_add(s.vector_created, vector_max_age) for s in in_range if s.vector_created is not None),
+            default=-1,
+        )
         lagging = delay > 0 and cleanable > 0
         erasures = [deadline for _, offset, deadline in self.erasures if offset < first_uncleanable]
         erasing = max((max(now - deadline, 0) for deadline in erasures), default=-1)
         overdue = max(delay if lagging else -1, vectors, erasing)
 
-        why = next((why for why, holds in (("erasure", erasures), ("max lag", lagging),
-                                           ("dirty ratio", ratio > config.min_cleanable_dirty_ratio),
-                                           ("tombstones", purge), ("deletion vectors", vectors >= 0)) if holds), None)
+        why = next(
+            (
+                why
+                for why, holds in (
+                    ("erasure", erasures),
+                    ("max lag", lagging),
+                    ("dirty ratio", ratio > config.min_cleanable_dirty_ratio),
+                    ("tombstones", purge),
+                    ("deletion vectors", vectors >= 0),
+                )
+                if holds
+            ),
+            None,
+        )
         work = sum(self.live_bytes(s) for s in in_range)
-        figures = dict(first_dirty=first_dirty, first_uncleanable=first_uncleanable, ratio=ratio, delay=delay,
-                       overdue=overdue if overdue >= 0 else None, work=work, reset=reset)
+        figures = dict(
+            first_dirty=first_dirty,
+            first_uncleanable=first_uncleanable,
+            ratio=ratio,
+            delay=delay,
+            overdue=overdue if overdue >= 0 else None,
+            work=work,
+            reset=reset,
+        )
         if why is not None:
             return Choice(True, why, log_start, dedupe=True, **figures)  # type: ignore[arg-type]
         dropped = below + retained
@@ -345,8 +402,12 @@ class Model:
         # for nothing.
         covered = [(key, offset) for key, offset, _ in self.erasures if offset < end]
         self.erasures = [request for request in self.erasures if request[1] >= end]
-        erased = {r.offset for r in self.log for key, offset in covered
-                  if r.key == key and r.offset < offset and r.control is None}
+        erased = {
+            r.offset
+            for r in self.log
+            for key, offset in covered
+            if r.key == key and r.offset < offset and r.control is None
+        }
         # Transactions: a producer's records up to its next marker; an abort marker aborts them.
         aborted: set[int] = set()
         pending: set[int] = set()  # markers with records of their transaction still before them
@@ -360,8 +421,11 @@ class Model:
                     aborted |= {m.offset for m in txn}
             elif r.transactional:
                 members.setdefault(r.producer, []).append(r)
-        competing = [r for r in in_range if r.key is not None and r.control is None and r.offset not in aborted
-                     and r.offset not in erased]
+        competing = [
+            r
+            for r in in_range
+            if r.key is not None and r.control is None and r.offset not in aborted and r.offset not in erased
+        ]
         best: dict[str | None, tuple[int, int, int]] = {}
         for r in competing:
             best[r.key] = max(best.get(r.key, (-1, -1, -1)), (*self.version(r), r.offset))

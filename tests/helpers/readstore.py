@@ -36,9 +36,20 @@ TOPIC = "orders"
 PARTITIONS = 3
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 HEADER = "seq"
-SPEC = GenerateSpec(topics=(TOPIC,), partitions=PARTITIONS, records=3_600, keys=150, segment_records=300,
-                    tombstone_ratio=0.1, keyless_ratio=0.05, missing_timestamp_ratio=0.05, version_header=HEADER,
-                    end_time_ms=NOW - 60_000, time_span_ms=86_400_000, seed=7)
+SPEC = GenerateSpec(
+    topics=(TOPIC,),
+    partitions=PARTITIONS,
+    records=3_600,
+    keys=150,
+    segment_records=300,
+    tombstone_ratio=0.1,
+    keyless_ratio=0.05,
+    missing_timestamp_ratio=0.05,
+    version_header=HEADER,
+    end_time_ms=NOW - 60_000,
+    time_span_ms=86_400_000,
+    seed=7,
+)
 LOG_STARTS = {0: 170, 2: 300}
 #: The versions ``build`` leaves: 1 generated, 2 appended, 3 deletion vectors, 4 log starts.
 NEWEST, OLDER = 4, 2
@@ -46,20 +57,39 @@ NEWEST, OLDER = 4, 2
 
 def _transactions(first: int) -> pa.Table:
     """Producer 7 updates two existing keys and aborts; producer 8 updates one and commits; then plain records."""
+
     def row(offset: int, **fields: Any) -> dict[str, Any]:
         return {"offset": first + offset, "timestamp": NOW - 1_000 + offset, **fields}
 
-    return records([
-        row(0, key="key-0000000003", value="aborted-1", producer_id=7, producer_epoch=0, is_transactional=True),
-        row(1, key="key-0000000006", value="committed", producer_id=8, producer_epoch=0, is_transactional=True),
-        row(2, key="key-0000000000", value="aborted-2", producer_id=7, producer_epoch=0, is_transactional=True),
-        row(3, key=None, value=None, producer_id=7, producer_epoch=0, is_control=True, control_type="abort",
-            is_transactional=True),
-        row(4, key=None, value=None, producer_id=8, producer_epoch=0, is_control=True, control_type="commit",
-            is_transactional=True),
-        row(5, key="key-0000000009", value=None),
-        row(6, key=None, value="keyless"),
-    ])
+    return records(
+        [
+            row(0, key="key-0000000003", value="aborted-1", producer_id=7, producer_epoch=0, is_transactional=True),
+            row(1, key="key-0000000006", value="committed", producer_id=8, producer_epoch=0, is_transactional=True),
+            row(2, key="key-0000000000", value="aborted-2", producer_id=7, producer_epoch=0, is_transactional=True),
+            row(
+                3,
+                key=None,
+                value=None,
+                producer_id=7,
+                producer_epoch=0,
+                is_control=True,
+                control_type="abort",
+                is_transactional=True,
+            ),
+            row(
+                4,
+                key=None,
+                value=None,
+                producer_id=8,
+                producer_epoch=0,
+                is_control=True,
+                control_type="commit",
+                is_transactional=True,
+            ),
+            row(5, key="key-0000000009", value=None),
+            row(6, key=None, value="keyless"),
+        ]
+    )
 
 
 #: Offsets (relative to the appended batch) of producer 7's aborted records.
@@ -70,22 +100,46 @@ def _with_deletes(store: Store, tp: TopicPartition, index: int, keep: int | None
     """Give live segment ``index`` a deletion vector: every third offset, or all but ``keep`` records."""
     manifest = store.manifest(tp)
     segment = manifest.segments[index]
-    table = pq.read_table(store.storage.path(f"{tp.prefix}/{segment.path}")) if store.storage.is_local else \
-        pq.read_table(pa.BufferReader(store.storage.read_bytes(f"{tp.prefix}/{segment.path}")))
+    table = (
+        pq.read_table(store.storage.path(f"{tp.prefix}/{segment.path}"))
+        if store.storage.is_local
+        else pq.read_table(pa.BufferReader(store.storage.read_bytes(f"{tp.prefix}/{segment.path}")))
+    )
     offsets = table.column("offset").to_numpy()
     doomed = offsets[offsets % 3 == 0] if keep is None else offsets[keep:]
     vector = store.objects.write_deletes(tp, segment, pa.array(doomed), created_ms=NOW, live_min_delete_horizon_ms=None)
     changed = segment.model_copy(update={"deletes": vector})
-    store.replace(tp, Replacement((segment,), (changed,), manifest.first_dirty_offset, manifest.first_dirty_offset,
-                                  manifest.log_start_offset, manifest.log_start_offset), writer=Writer(), now_ms=NOW)
+    store.replace(
+        tp,
+        Replacement(
+            (segment,),
+            (changed,),
+            manifest.first_dirty_offset,
+            manifest.first_dirty_offset,
+            manifest.log_start_offset,
+            manifest.log_start_offset,
+        ),
+        writer=Writer(),
+        now_ms=NOW,
+    )
 
 
 def _same(store: Store, tp: TopicPartition, log_start: int | None = None) -> None:
     """Commit a version that changes nothing but (optionally) the log start."""
     m = store.manifest(tp)
-    store.replace(tp, Replacement((), (), m.first_dirty_offset, max(m.first_dirty_offset, log_start or 0),
-                                  m.log_start_offset, log_start if log_start is not None else m.log_start_offset),
-                  writer=Writer(), now_ms=NOW)
+    store.replace(
+        tp,
+        Replacement(
+            (),
+            (),
+            m.first_dirty_offset,
+            max(m.first_dirty_offset, log_start or 0),
+            m.log_start_offset,
+            log_start if log_start is not None else m.log_start_offset,
+        ),
+        writer=Writer(),
+        now_ms=NOW,
+    )
 
 
 def build(store: Store) -> dict[int, list[int]]:
@@ -116,8 +170,9 @@ def oracle(store: Store, versions: dict[int, int] | None = None) -> pa.Table:
             data = pq.read_table(pa.BufferReader(store.storage.read_bytes(f"{tp.prefix}/{segment.path}")))
             keep = pc.greater_equal(data.column("offset"), manifest.log_start_offset)
             if segment.deletes is not None:
-                deleted = pq.read_table(pa.BufferReader(
-                    store.storage.read_bytes(f"{tp.prefix}/{segment.deletes.path}"))).column("offset")
+                deleted = pq.read_table(
+                    pa.BufferReader(store.storage.read_bytes(f"{tp.prefix}/{segment.deletes.path}"))
+                ).column("offset")
                 keep = pc.and_(keep, pc.invert(pc.is_in(data.column("offset"), value_set=deleted)))
             data = data.filter(keep)
             tables.append(data.add_column(0, "partition", pa.array(np.full(data.num_rows, p, np.int32))))
@@ -168,9 +223,18 @@ def canonical(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def stream(the_scan: Scan) -> pa.Table:
-    batches = list(read_batches(the_scan.store, the_scan.topic, None, version=the_scan.versions,
-                                latest=the_scan.latest, strategy=the_scan.strategy, strategy_header=HEADER,
-                                batch_rows=100))
+    batches = list(
+        read_batches(
+            the_scan.store,
+            the_scan.topic,
+            None,
+            version=the_scan.versions,
+            latest=the_scan.latest,
+            strategy=the_scan.strategy,
+            strategy_header=HEADER,
+            batch_rows=100,
+        )
+    )
     assert all(b.num_rows <= 100 for b in batches), "a stream's batches are bounded"
     return pa.Table.from_batches(batches, schema=the_scan.schema)
 
@@ -196,19 +260,22 @@ READERS: dict[str, Callable[[Scan], pa.Table]] = {
 
 
 def the_scan(built: Built, version: int | None, latest: bool = False) -> Scan:
-    return scan(built.url, TOPIC, version=version, latest=latest, strategy_header=HEADER,
-                storage_options=built.options)
+    return scan(built.url, TOPIC, version=version, latest=latest, strategy_header=HEADER, storage_options=built.options)
 
 
 def latest_in_duckdb(log: pa.Table, aborted: dict[int, list[int]], strategy: str) -> pa.Table:
     """Per partition and key, the greatest competing record of the log; tombstones then dropped."""
     order = {
         "offset": '"offset" DESC',
-        "timestamp": 'coalesce(timestamp >= 0, false) DESC, CASE WHEN timestamp >= 0 THEN timestamp ELSE -1 END DESC, '
-                     '"offset" DESC',
+        "timestamp": "coalesce(timestamp >= 0, false) DESC, CASE WHEN timestamp >= 0 THEN timestamp ELSE -1 END DESC, "
+        '"offset" DESC',
     }[strategy]
-    gone = pa.table({"partition": pa.array([p for p, offsets in aborted.items() for _ in offsets], pa.int32()),
-                     "offset": pa.array([o for offsets in aborted.values() for o in offsets], pa.int64())})
+    gone = pa.table(
+        {
+            "partition": pa.array([p for p, offsets in aborted.items() for _ in offsets], pa.int32()),
+            "offset": pa.array([o for offsets in aborted.values() for o in offsets], pa.int64()),
+        }
+    )
     con = duckdb.connect()
     try:
         con.register("log", log)

@@ -40,8 +40,7 @@ class _Serialised:
 
 def serve(port: int = 0) -> None:
     """Run the server in this process until terminated, printing its port on the first line."""
-    server = make_server("127.0.0.1", port, _Serialised(DomainDispatcherApplication(create_backend_app)),
-                         threaded=True)
+    server = make_server("127.0.0.1", port, _Serialised(DomainDispatcherApplication(create_backend_app)), threaded=True)
     print(server.server_port, flush=True)
     server.serve_forever()
 
@@ -52,8 +51,13 @@ def s3_server() -> Iterator[str]:
 
     A separate process keeps moto's request handling off the test process's interpreter lock.
     """
-    process = subprocess.Popen([sys.executable, "-m", "tests.helpers.s3server"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, cwd=ROOT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.s3server"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        text=True,
+    )
     try:
         line = process.stdout.readline() if process.stdout else ""
         if not line.strip().isdigit():
@@ -69,8 +73,12 @@ def s3_server() -> Iterator[str]:
 
 
 def storage_options(endpoint: str) -> dict[str, Any]:
-    return {"client_kwargs": {"endpoint_url": endpoint}, "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"], "skip_instance_cache": True}
+    return {
+        "client_kwargs": {"endpoint_url": endpoint},
+        "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        "skip_instance_cache": True,
+    }
 
 
 def new_bucket(endpoint: str) -> str:

@@ -38,9 +38,12 @@ def cleaning_change(store: Store, tp: TopicPartition) -> Replacement:
     kept = base.segments[2]
     vector = store.objects.write_deletes(tp, kept, pa.array([3]), created_ms=50, live_min_delete_horizon_ms=None)
     return Replacement(
-        removed=(*base.segments[:2], kept), added=(merged, kept.model_copy(update={"deletes": vector})),
-        expected_first_dirty_offset=base.first_dirty_offset, first_dirty_offset=5,
-        expected_log_start_offset=base.log_start_offset, log_start_offset=base.log_start_offset,
+        removed=(*base.segments[:2], kept),
+        added=(merged, kept.model_copy(update={"deletes": vector})),
+        expected_first_dirty_offset=base.first_dirty_offset,
+        first_dirty_offset=5,
+        expected_log_start_offset=base.log_start_offset,
+        log_start_offset=base.log_start_offset,
     )
 
 

@@ -29,12 +29,28 @@ class TaskFaults(Storage):
     see): so the first attempt always leaves an object behind, whichever attempt Spark ran first; ``bug``: any call
     under that prefix raises a ``TypeError`` whose message holds ``bug_text``, as a bug in the library would."""
 
-    def __init__(self, inner: Storage, *, kill: str | None = None, first_attempt_only: bool = False,
-                 slow: tuple[str, ...] = (), slow_s: float = 0.0, marks: str = "", bug: str | None = None,
-                 bug_text: str = "") -> None:
+    def __init__(
+        self,
+        inner: Storage,
+        *,
+        kill: str | None = None,
+        first_attempt_only: bool = False,
+        slow: tuple[str, ...] = (),
+        slow_s: float = 0.0,
+        marks: str = "",
+        bug: str | None = None,
+        bug_text: str = "",
+    ) -> None:
         super().__init__(inner.fs, inner.root, inner.url, inner.storage_options)
-        self.faults: dict[str, Any] = {"kill": kill, "first_attempt_only": first_attempt_only, "slow": slow,
-                                       "slow_s": slow_s, "marks": marks, "bug": bug, "bug_text": bug_text}
+        self.faults: dict[str, Any] = {
+            "kill": kill,
+            "first_attempt_only": first_attempt_only,
+            "slow": slow,
+            "slow_s": slow_s,
+            "marks": marks,
+            "bug": bug,
+            "bug_text": bug_text,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "faults": self.faults}

@@ -19,8 +19,9 @@ def _value(value: Any) -> str:
 
 def dumps(settings: Mapping[str, Any], table: tuple[str, ...] = ()) -> str:
     """TOML for ``settings``: values first, then a table per nested mapping (keys quoted: Kafka's names have dots)."""
-    lines = [f"{json.dumps(key)} = {_value(value)}" for key, value in settings.items()
-             if not isinstance(value, Mapping)]
+    lines = [
+        f"{json.dumps(key)} = {_value(value)}" for key, value in settings.items() if not isinstance(value, Mapping)
+    ]
     for key, value in settings.items():
         if isinstance(value, Mapping):
             name = (*table, key)

@@ -50,16 +50,20 @@ def spark(spark_connect_port: int) -> Iterator[Any]:
     the ``connect`` fixture's session runs on the same executors."""
     from compaction.engine.session import spark_session
 
-    session = spark_session("local[2]", "compaction-tests", conf={
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.default.parallelism": "4",
-        "spark.driver.memory": "2g",
-        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(spark_connect_port),
-    })
+    session = spark_session(
+        "local[2]",
+        "compaction-tests",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "4",
+            "spark.driver.memory": "2g",
+            "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(spark_connect_port),
+        },
+    )
     yield session
     session.stop()
 

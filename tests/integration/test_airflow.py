@@ -46,16 +46,31 @@ def worker(tmp_path_factory: pytest.TempPathFactory, lineage: Receiver) -> dict[
     job = job_environment(home / "compaction-venv", build_wheel(home / "dist"))
     config = home / "compaction.toml"
     config.write_text('"log.cleanup.policy" = "compact"\n')
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION", "OPENLINEAGE"))}
-    env.update(AIRFLOW_HOME=str(home / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               AIRFLOW__CORE__DAGS_FOLDER=str(dags), SPARK_LOCAL_IP="127.0.0.1",
-               AIRFLOW_VAR_COMPACTION_EXECUTABLE=str(job), AIRFLOW_VAR_COMPACTION_CONFIG=str(config),
-               AIRFLOW_VAR_COMPACTION_MASTER="local[2]", AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
-               OPENLINEAGE_URL=lineage.url, PATH=os.pathsep.join(
-                   p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(ROOT))))
-    subprocess.run([str(AIRFLOW_PYTHON.parent / "airflow"), "db", "migrate"], env=env, check=True,
-                   capture_output=True, timeout=300, cwd=home)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION", "OPENLINEAGE"))
+    }
+    env.update(
+        AIRFLOW_HOME=str(home / "airflow"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        SPARK_LOCAL_IP="127.0.0.1",
+        AIRFLOW_VAR_COMPACTION_EXECUTABLE=str(job),
+        AIRFLOW_VAR_COMPACTION_CONFIG=str(config),
+        AIRFLOW_VAR_COMPACTION_MASTER="local[2]",
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+        OPENLINEAGE_URL=lineage.url,
+        PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(ROOT))),
+    )
+    subprocess.run(
+        [str(AIRFLOW_PYTHON.parent / "airflow"), "db", "migrate"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=home,
+    )
     return env
 
 
@@ -64,8 +79,14 @@ def run_dags(env: dict[str, str], runs: list[dict]) -> list[dict]:
     "log"."""
     runner = Path(env["AIRFLOW_HOME"]).parent / "airflow_runner.py"
     shutil.copy(ROOT / "tests" / "helpers" / "airflow_runner.py", runner)
-    process = subprocess.run([str(AIRFLOW_PYTHON), str(runner), env["AIRFLOW__CORE__DAGS_FOLDER"], json.dumps(runs)],
-                             env=env, capture_output=True, text=True, timeout=900, cwd=runner.parent)
+    process = subprocess.run(
+        [str(AIRFLOW_PYTHON), str(runner), env["AIRFLOW__CORE__DAGS_FOLDER"], json.dumps(runs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=runner.parent,
+    )
     results: list[dict[str, Any]] = []
     log: list[str] = []
     for line in process.stdout.splitlines():
@@ -81,8 +102,11 @@ def run_dags(env: dict[str, str], runs: list[dict]) -> list[dict]:
 
 def make_store(path: Path) -> Store:
     store = Store.open(str(path))
-    generate(store, GenerateSpec(records=8000, keys=400, partitions=2, segment_records=2000,
-                                 end_time_ms=1_767_225_600_000), now_ms=1_767_225_600_000)
+    generate(
+        store,
+        GenerateSpec(records=8000, keys=400, partitions=2, segment_records=2000, end_time_ms=1_767_225_600_000),
+        now_ms=1_767_225_600_000,
+    )
     return store
 
 
@@ -117,7 +141,8 @@ def dag_runs(worker: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
         if name == "cleaned":  # the downstream DAG reads this run's orders
             assert "s3://my-bucket/topics/orders" in downstream
             Path(worker["AIRFLOW__CORE__DAGS_FOLDER"], "compaction_downstream.py").write_text(
-                downstream.replace("s3://my-bucket/topics/orders", (folder / "store" / "orders").as_uri()))
+                downstream.replace("s3://my-bucket/topics/orders", (folder / "store" / "orders").as_uri())
+            )
         if name == "uncleanable":
             (folder / "store" / "orders" / "1" / "_manifests" / f"{1:020d}.json").write_text("{not json")
         elif name == "invalid configuration":
@@ -134,23 +159,30 @@ def dag_runs(worker: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     return {name: (result, stores[name]) for name, result in zip(SCENARIOS, run_dags(worker, runs), strict=True)}
 
 
-def test_the_installed_job_cleans_the_store_at_the_logical_time(worker: dict[str, str],
-                                                                dag_runs: dict[str, tuple[dict, Store]]) -> None:
+def test_the_installed_job_cleans_the_store_at_the_logical_time(
+    worker: dict[str, str], dag_runs: dict[str, tuple[dict, Store]]
+) -> None:
     result, store = dag_runs["cleaned"]
     assert result["import_errors"] == {} and result["dags"] == ["compaction_downstream", "compaction_nightly"]
     assert result["state"] == "success", result["log"][-3000:]
-    assert result["tasks"] == {"compact": "success", "check_report": "success", "all_cleaned": "success",
-                               "partitions_uncleanable": "skipped"}
+    assert result["tasks"] == {
+        "compact": "success",
+        "check_report": "success",
+        "all_cleaned": "success",
+        "partitions_uncleanable": "skipped",
+    }
     report = json.loads(Path(result["report_path"]).read_text())
     assert report["now_ms"] == 1_767_319_200_000, "--now is the run's logical date"
     assert [p["status"] for p in report["partitions"]] == ["cleaned", "cleaned"]
     assert store.manifest(TopicPartition("orders", 0)).writer.run_id.startswith("manual__")
-    assert f"running {worker['AIRFLOW_VAR_COMPACTION_EXECUTABLE']} run {store.url}" in result["log"], \
+    assert f"running {worker['AIRFLOW_VAR_COMPACTION_EXECUTABLE']} run {store.url}" in result["log"], (
         "the installed job, named by the Airflow Variable"
+    )
 
 
 def test_a_cleaned_topic_is_an_updated_asset_that_makes_the_downstream_dag_due(
-        dag_runs: dict[str, tuple[dict, Store]]) -> None:
+    dag_runs: dict[str, tuple[dict, Store]],
+) -> None:
     result, store = dag_runs["cleaned"]
     report = json.loads(Path(result["report_path"]).read_text())
     [event] = result["asset_events"]
@@ -159,13 +191,17 @@ def test_a_cleaned_topic_is_an_updated_asset_that_makes_the_downstream_dag_due(
     assert result["due"] == ["compaction_downstream"], "scheduled on the orders asset: the scheduler starts it"
 
 
-def test_the_jobs_lineage_nests_under_the_airflow_task_that_ran_it(dag_runs: dict[str, tuple[dict, Store]],
-                                                                   lineage: Receiver) -> None:
+def test_the_jobs_lineage_nests_under_the_airflow_task_that_ran_it(
+    dag_runs: dict[str, tuple[dict, Store]], lineage: Receiver
+) -> None:
     """Airflow's OpenLineage provider tells the task's run; the job, handed that run, tells its own under it."""
     tasks = {e["run"]["runId"] for e in lineage.events if e["job"]["name"] == "compaction_nightly.compact"}
     ours = [e for e in lineage.events if e["job"]["name"] == "compaction.run"]
-    cleaned = [e for e in ours if e["run"]["facets"].get("nominalTime", {}).get("nominalStartTime", "")
-               .startswith("2026-01-02T02:00")]
+    cleaned = [
+        e
+        for e in ours
+        if e["run"]["facets"].get("nominalTime", {}).get("nominalStartTime", "").startswith("2026-01-02T02:00")
+    ]
     assert [e["eventType"] for e in cleaned] == ["START", "COMPLETE"]
     for event in cleaned:
         assert problems(event) == []
@@ -176,16 +212,22 @@ def test_the_jobs_lineage_nests_under_the_airflow_task_that_ran_it(dag_runs: dic
 
 
 def test_uncleanable_partitions_are_retried_then_end_the_run_in_their_own_failed_task(
-        dag_runs: dict[str, tuple[dict, Store]]) -> None:
+    dag_runs: dict[str, tuple[dict, Store]],
+) -> None:
     result, store = dag_runs["uncleanable"]
     assert result["state"] == "failed"
     assert result["compact_tries"] == 2, "exit code 3 is retried: a partition's failure can pass"
-    assert result["tasks"] == {"compact": "success", "check_report": "success", "all_cleaned": "skipped",
-                               "partitions_uncleanable": "failed"}
+    assert result["tasks"] == {
+        "compact": "success",
+        "check_report": "success",
+        "all_cleaned": "skipped",
+        "partitions_uncleanable": "failed",
+    }
     report = json.loads(Path(result["report_path"]).read_text())
-    assert {p["partition"]: p["status"] for p in report["partitions"]} == {"orders-0": "skipped",
-                                                                          "orders-1": "uncleanable"}, \
-        "the last attempt's report: orders-0 was cleaned by the first"
+    assert {p["partition"]: p["status"] for p in report["partitions"]} == {
+        "orders-0": "skipped",
+        "orders-1": "uncleanable",
+    }, "the last attempt's report: orders-0 was cleaned by the first"
     assert store.manifest(TopicPartition("orders", 0)).version == 2, "the healthy partition was committed once"
     assert result["asset_events"] == [] and result["due"] == [], "a topic with a failed partition is not updated"
 

@@ -39,8 +39,7 @@ def plan(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def clean(spark, store: Store, plan: str, now: int = NOW, settings: Settings = SETTINGS,
-          **kwargs: Any) -> RunReport:
+def clean(spark, store: Store, plan: str, now: int = NOW, settings: Settings = SETTINGS, **kwargs: Any) -> RunReport:
     report = Cleaner(spark, store, settings, dedupe_plan=plan).run(now, **kwargs)
     problems = [p for r in verify(store) for p in r.problems]
     assert problems == [], problems
@@ -55,9 +54,19 @@ def layout(store: Store, segments: list[tuple[int, int, list[dict[str, Any]]]], 
     """Commit segments with exact offset ranges ``(base, next, rows)`` (Kafka's logs can have gaps at ends)."""
     metas = [store.objects.write_segment(tp, records(rows), base, end, created_ms=NOW) for base, end, rows in segments]
     end = metas[-1].next_offset
-    return store.commit(tp, lambda _: {"log_start_offset": metas[0].base_offset, "log_end_offset": end,
-                                       "last_stable_offset": end, "first_dirty_offset": metas[0].base_offset,
-                                       "segments": tuple(metas)}, writer=Writer(), operation="append", now_ms=NOW)
+    return store.commit(
+        tp,
+        lambda _: {
+            "log_start_offset": metas[0].base_offset,
+            "log_end_offset": end,
+            "last_stable_offset": end,
+            "first_dirty_offset": metas[0].base_offset,
+            "segments": tuple(metas),
+        },
+        writer=Writer(),
+        operation="append",
+        now_ms=NOW,
+    )
 
 
 def offsets(store: Store, tp: TopicPartition = TP) -> list[int]:
@@ -66,8 +75,11 @@ def offsets(store: Store, tp: TopicPartition = TP) -> list[int]:
 
 def keys(store: Store, tp: TopicPartition = TP) -> list[str]:
     """Kafka's keysInLog: keys of data records with a value, in offset order."""
-    return [r["key"].decode() for r in store.read(tp).to_pylist()
-            if not r["is_control"] and r["value"] is not None and r["key"] is not None]
+    return [
+        r["key"].decode()
+        for r in store.read(tp).to_pylist()
+        if not r["is_control"] and r["value"] is not None and r["key"] is not None
+    ]
 
 
 def T(producer: int, offset: int, key: int) -> dict[str, Any]:  # the reference's notation
@@ -99,9 +111,15 @@ def test_t7_checkpoint_moves_past_offset_gaps(spark, local_store: Store, plan: s
     clean(spark, local_store, plan)
     assert local_store.manifest(TP).first_dirty_offset == 11
     other = TopicPartition("t", 1)
-    layout(local_store, [(0, 15, [rec(str(i), offset=i) for i in range(10)]),
-                         (15, 30, [rec(str(i), offset=i) for i in range(15, 25)]), (30, 31, [rec("a", offset=30)])],
-           tp=other)
+    layout(
+        local_store,
+        [
+            (0, 15, [rec(str(i), offset=i) for i in range(10)]),
+            (15, 30, [rec(str(i), offset=i) for i in range(15, 25)]),
+            (30, 31, [rec("a", offset=30)]),
+        ],
+        tp=other,
+    )
     clean(spark, local_store, plan)
     assert local_store.manifest(other).first_dirty_offset == 30
     assert offsets(local_store, other) == [*range(10), *range(15, 25), 30]
@@ -149,7 +167,9 @@ def test_t11_tombstone_horizon_comes_from_cleaning_time_not_record_time(spark, l
     clean(spark, local_store, plan)
     rows = local_store.read(TP).to_pylist()
     assert [(r["offset"], r["value"], r["delete_horizon_ms"]) for r in rows[:2]] == [
-        (1, b"v", None), (2, None, NOW + DAY)]
+        (1, b"v", None),
+        (2, None, NOW + DAY),
+    ]
 
 
 def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, local_store: Store, plan: str) -> None:
@@ -169,8 +189,19 @@ def test_t12_tombstone_expires_over_later_runs_even_without_new_data(spark, loca
 
 
 def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) -> None:
-    append(local_store, T(1, 0, 1), T(1, 1, 2), T(2, 2, 2), T(2, 3, 3), T(1, 4, 3), T(1, 5, 4), A(1, 6), C(2, 7),
-           T(1, 8, 2), C(1, 9))
+    append(
+        local_store,
+        T(1, 0, 1),
+        T(1, 1, 2),
+        T(2, 2, 2),
+        T(2, 3, 3),
+        T(1, 4, 3),
+        T(1, 5, 4),
+        A(1, 6),
+        C(2, 7),
+        T(1, 8, 2),
+        C(1, 9),
+    )
     append(local_store, rec("active", offset=10))
     report = clean(spark, local_store, plan)
     assert keys(local_store) == ["3", "2", "active"]
@@ -180,8 +211,22 @@ def test_t16_transaction_aware_cleaning(spark, local_store: Store, plan: str) ->
 
 def test_t17_transactions_spanning_segments(spark, local_store: Store, plan: str) -> None:
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(3, 2, 2), T(3, 3, 3), T(2, 4, 3), T(2, 5, 4))
-    append(local_store, T(2, 6, 5), T(2, 7, 6), T(3, 8, 6), T(3, 9, 7), T(1, 10, 7), T(1, 11, 8), A(2, 12),
-           T(3, 13, 8), T(3, 14, 9), C(3, 15), T(1, 16, 9), T(1, 17, 10), A(1, 18))
+    append(
+        local_store,
+        T(2, 6, 5),
+        T(2, 7, 6),
+        T(3, 8, 6),
+        T(3, 9, 7),
+        T(1, 10, 7),
+        T(1, 11, 8),
+        A(2, 12),
+        T(3, 13, 8),
+        T(3, 14, 9),
+        C(3, 15),
+        T(1, 16, 9),
+        T(1, 17, 10),
+        A(1, 18),
+    )
     clean(spark, local_store, plan)
     assert keys(local_store) == ["2", "3", "5", "6", "6", "7", "7", "8", "8", "9", "9", "10"]
     manifest = append(local_store, T(2, 19, 11), T(1, 20, 12))
@@ -190,8 +235,9 @@ def test_t17_transactions_spanning_segments(spark, local_store: Store, plan: str
     assert keys(local_store) == ["2", "3", "6", "7", "8", "9", "11", "12"]
 
 
-def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(spark, local_store: Store,
-                                                                             plan: str) -> None:
+def test_t18_commit_marker_is_stamped_once_its_records_are_gone_then_removed(
+    spark, local_store: Store, plan: str
+) -> None:
     append(local_store, T(1, 0, 1), T(1, 1, 2), T(1, 2, 3), C(1, 3))
     append(local_store, T(1, 4, 2), C(1, 5))
     append(local_store, rec("filler-6", offset=6))
@@ -236,7 +282,8 @@ def test_an_append_during_the_run_survives_and_stays_dirty(spark, local_store: S
     append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
     append(local_store, rec("active", offset=3))
     report = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan).run(
-        NOW, before_commit=lambda: append(local_store, rec("a", "late", 4)))
+        NOW, before_commit=lambda: append(local_store, rec("a", "late", 4))
+    )
     assert report.partitions[0].status == "cleaned"
     manifest = local_store.manifest(TP)
     assert offsets(local_store) == [1, 2, 3, 4]
@@ -259,7 +306,8 @@ def test_a_second_run_at_the_same_time_rewrites_nothing(spark, local_store: Stor
 
 
 def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_vectors(
-        spark, local_store: Store) -> None:
+    spark, local_store: Store
+) -> None:
     # Segments below segment.bytes / 8 (4 KiB here) are small: they merge with their neighbours.
     sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 32768}
     no_vectors = settings_with({**sized, "cleaner": {"deletion.vector.max.ratio": 0}})
@@ -283,14 +331,18 @@ def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_
             assert (stats.segments_rewritten, stats.deletion_vectors_written) == (2, 1)
             assert segment.path == first.path and segment.deletes is not None and segment.deletes.count == 1
             assert [(s.base_offset, s.next_offset) for s in local_store.manifest(tp).segments] == [
-                (0, 200), (200, 203), (203, 204)], "the small dirty neighbours merged"
+                (0, 200),
+                (200, 203),
+                (203, 204),
+            ], "the small dirty neighbours merged"
         assert [r["key"] for r in local_store.read(tp).to_pylist()].count(b"k5") == 1
         assert offsets(local_store, tp) == [*range(0, 5), *range(6, 204)]
 
 
 #: Segments of 16 KiB: every segment of these tests is above segment.bytes / 8, so none merges as small.
-SIXTEEN_KIB = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                             "log.segment.bytes": 16384})
+SIXTEEN_KIB = settings_with(
+    {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 16384}
+)
 
 
 def with_a_deletion_vector(spark: Any, store: Store) -> SegmentMeta:
@@ -332,14 +384,24 @@ def latest_per_key(rows: list[dict[str, Any]], horizon: int) -> list[tuple[int, 
     """The offset strategy's survivors, written out independently: each key's last record, keyless records,
     and a horizon on tombstones (``(offset, delete_horizon_ms)`` in offset order)."""
     last = {r["key"]: r["offset"] for r in rows if r["key"] is not None}
-    return [(r["offset"], horizon if r["value"] is None else None) for r in rows
-            if r["key"] is None or last[r["key"]] == r["offset"]]
+    return [
+        (r["offset"], horizon if r["value"] is None else None)
+        for r in rows
+        if r["key"] is None or last[r["key"]] == r["offset"]
+    ]
 
 
-def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest_per_key(
-        spark, tmp_path) -> None:
-    spec = GenerateSpec(records=12_000, keys=900, partitions=1, segment_records=1_500, tombstone_ratio=0.05,
-                        keyless_ratio=0.01, seed=3, end_time_ms=NOW - DAY)
+def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest_per_key(spark, tmp_path) -> None:
+    spec = GenerateSpec(
+        records=12_000,
+        keys=900,
+        partitions=1,
+        segment_records=1_500,
+        tombstone_ratio=0.05,
+        keyless_ratio=0.01,
+        seed=3,
+        end_time_ms=NOW - DAY,
+    )
     tp = TopicPartition("orders", 0)
     sized = {"log.cleanup.policy": "compact", "log.roll.ms": 60_000, "log.segment.bytes": 131_072}
     # One task; 4 and 6 key ranges, each run read once and its rows handed to the ranges.
@@ -355,13 +417,19 @@ def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest
         assert not reads_whole_ranges(cleaner.task(the_plan.to_clean[0], NOW)), "no transactions"
         cleaner.run(NOW, compaction_plan=the_plan)
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
-            {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(written, NOW + DAY)]
+            {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(written, NOW + DAY)
+        ]
         # A second pass: a few updates make the clean segments lose a record or two each (deletion vectors).
         updates = [rec(f"key-{i * 37:010d}", offset=20_000 + i) for i in range(12)]
         append(store, *updates, tp=tp)
         append(store, rec("active", offset=20_012), tp=tp)
-        small = settings_with({**sized, "log.cleaner.min.cleanable.ratio": 0.0,
-                               "cleaner": {"task.max.records": 200 if ranges > 1 else limit}})
+        small = settings_with(
+            {
+                **sized,
+                "log.cleaner.min.cleanable.ratio": 0.0,
+                "cleaner": {"task.max.records": 200 if ranges > 1 else limit},
+            }
+        )
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
         split = second.task(second_plan.to_clean[0], NOW + 1).key_ranges > 1
@@ -369,10 +437,14 @@ def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest
         report = second.run(NOW + 1, compaction_plan=second_plan)
         assert report.partitions[0].stats.deletion_vectors_written > 0
         assert [p for r in verify(store) for p in r.problems] == []
-        everything = [*written, *({"offset": r["offset"], "key": r["key"].encode(), "value": b"v"} for r in updates),
-                      {"offset": 20_012, "key": b"active", "value": b"v"}]
+        everything = [
+            *written,
+            *({"offset": r["offset"], "key": r["key"].encode(), "value": b"v"} for r in updates),
+            {"offset": 20_012, "key": b"active", "value": b"v"},
+        ]
         assert store.read(tp, columns=["offset", "delete_horizon_ms"]).to_pylist() == [
-            {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(everything, NOW + DAY)]
+            {"offset": o, "delete_horizon_ms": h} for o, h in latest_per_key(everything, NOW + DAY)
+        ]
 
 
 def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> None:
@@ -391,8 +463,15 @@ def test_report_and_prometheus_metrics(spark, local_store: Store, tmp_path) -> N
     path = tmp_path / "metrics.prom"
     write_metrics(report, textfile=str(path), finished_ms=1_767_225_600_000)
     text = path.read_text()
-    for name in ("max_compaction_delay_secs", "uncleanable_partitions_count", "uncleanable_bytes",
-                 "max_clean_time_secs", "cleaner_recopy_percent", "max_dirty_percent", "last_success_time_seconds"):
+    for name in (
+        "max_compaction_delay_secs",
+        "uncleanable_partitions_count",
+        "uncleanable_bytes",
+        "max_clean_time_secs",
+        "cleaner_recopy_percent",
+        "max_dirty_percent",
+        "last_success_time_seconds",
+    ):
         assert f"kafka_log_cleaner_{name}{{" in text
     assert 'kafka_log_cleaner_max_dirty_percent{store="' in text
 
@@ -401,8 +480,9 @@ def test_retention_drops_old_segments_without_spark(local_store: Store) -> None:
     append(local_store, rec("a", offset=0, timestamp=NOW - 10 * DAY))
     append(local_store, rec("b", offset=1, timestamp=NOW - DAY))
     append(local_store, rec("c", offset=2, timestamp=NOW))
-    settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
-                              "log.cleaner.min.cleanable.ratio": 1.0})
+    settings = settings_with(
+        {"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY, "log.cleaner.min.cleanable.ratio": 1.0}
+    )
     manifest = local_store.manifest(TP)
     change_plan = Cleaner(None, local_store, settings).run(NOW)
     assert change_plan.partitions[0].stats.dropped == {"retention": 1}
@@ -419,8 +499,13 @@ def test_the_manifest_promises_unique_clean_keys_after_every_pass(spark, local_s
     assert local_store.manifest(TP).clean_keys_unique
     append(local_store, rec("a", offset=4))
     assert local_store.manifest(TP).clean_keys_unique, "appends keep the promise"
-    by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                  "topics": {TP.topic: {"compaction.strategy": "timestamp"}}})
+    by_timestamp = settings_with(
+        {
+            "log.cleanup.policy": "compact",
+            "log.cleaner.min.cleanable.ratio": 0.0,
+            "topics": {TP.topic: {"compaction.strategy": "timestamp"}},
+        }
+    )
     append(local_store, rec("active2", offset=5))
     clean(spark, local_store, "arrow", settings=by_timestamp)
     assert local_store.manifest(TP).clean_keys_unique, "no strategy keeps a superseded record"
@@ -435,15 +520,22 @@ def test_a_rewritten_segment_keeps_the_age_of_its_sources(spark, local_store: St
     clean(spark, local_store, "arrow")
     rewritten = local_store.manifest(TP).segments[0]
     assert (rewritten.base_offset, rewritten.next_offset, rewritten.created_ms) == (0, 3, NOW - 3 * DAY + 1)
-    retention = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY,
-                               "log.cleaner.min.cleanable.ratio": 1.0})
+    retention = settings_with(
+        {"log.cleanup.policy": "compact,delete", "log.retention.ms": 2 * DAY, "log.cleaner.min.cleanable.ratio": 1.0}
+    )
     Cleaner(None, local_store, retention).run(NOW + 1)
     assert offsets(local_store) == [3], "the rewritten records are as old as they were"
 
 
 def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, local_store: Store) -> None:
-    settings = settings_with({"log.cleanup.policy": "compact,delete", "log.retention.ms": 100_000,
-                              "log.roll.ms": 100_000, "log.cleaner.min.cleanable.ratio": 0.0})
+    settings = settings_with(
+        {
+            "log.cleanup.policy": "compact,delete",
+            "log.retention.ms": 100_000,
+            "log.roll.ms": 100_000,
+            "log.cleaner.min.cleanable.ratio": 0.0,
+        }
+    )
     for base in (0, 3):
         append(local_store, *(rec(str(i % 2), offset=base + i, timestamp=NOW - 200_000) for i in range(3)))
     clean(spark, local_store, "arrow", settings=settings)
@@ -456,8 +548,13 @@ def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, loca
 
 
 def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:
-    settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                              "log.cleaner.delete.retention.ms": 2**63 - 1})
+    settings = settings_with(
+        {
+            "log.cleanup.policy": "compact",
+            "log.cleaner.min.cleanable.ratio": 0.0,
+            "log.cleaner.delete.retention.ms": 2**63 - 1,
+        }
+    )
     append(local_store, rec("a", offset=0), rec("a", None, 1))
     append(local_store, rec("active", offset=2))
     report = clean(spark, local_store, plan, settings=settings)
@@ -467,8 +564,11 @@ def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, loca
 
 def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_store: Store) -> None:
     sized = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 16384}
-    append(local_store, *(rec(f"k{i}", offset=i, timestamp=NOW - 10 * DAY + i) for i in range(9)),
-           rec("late", offset=9, timestamp=NOW - DAY))
+    append(
+        local_store,
+        *(rec(f"k{i}", offset=i, timestamp=NOW - 10 * DAY + i) for i in range(9)),
+        rec("late", offset=9, timestamp=NOW - DAY),
+    )
     append(local_store, rec("active", offset=10, timestamp=NOW))
     clean(spark, local_store, "arrow", settings=settings_with(sized))
     append(local_store, rec("late", "updated", 11, timestamp=NOW))  # the newest record of [0, 10) goes
@@ -478,17 +578,26 @@ def test_deletion_vectors_carry_the_live_figures_the_planner_uses(spark, local_s
     assert segment.deletes is not None and segment.deletes.count == 1
     assert (segment.max_timestamp, segment.live_max_timestamp) == (NOW - DAY, NOW - 10 * DAY + 8)
     assert segment.live_size_bytes == segment.size_bytes * 9 // 10
-    retention = settings_with({**sized, "log.cleanup.policy": "compact,delete", "log.retention.ms": 5 * DAY,
-                               "log.cleaner.min.cleanable.ratio": 1.0})
+    retention = settings_with(
+        {
+            **sized,
+            "log.cleanup.policy": "compact,delete",
+            "log.retention.ms": 5 * DAY,
+            "log.cleaner.min.cleanable.ratio": 1.0,
+        }
+    )
     the_plan = plan_store(local_store, retention, NOW)
-    assert [s.base_offset for s in the_plan.to_clean[0].expired_segments] == [0], \
+    assert [s.base_offset for s in the_plan.to_clean[0].expired_segments] == [0], (
         "retention sees the live records' age, not the deleted one's"
+    )
 
 
-def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spark, local_store: Store,
-                                                                           plan: str) -> None:
-    settings = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                              "log.segment.bytes": 8192})  # no segment here is small
+def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(
+    spark, local_store: Store, plan: str
+) -> None:
+    settings = settings_with(
+        {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 8192}
+    )  # no segment here is small
     append(local_store, rec("a", offset=0), rec("b", offset=1), rec("c", offset=2))
     append(local_store, rec("a", offset=3), rec("b", offset=4), rec("c", offset=5))
     append(local_store, rec("active", offset=6))
@@ -503,19 +612,48 @@ def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(spar
 
 
 def test_records_below_a_log_start_inside_a_segment_never_compete_and_never_come_back(
-        spark, local_store: Store, plan: str) -> None:
-    by_timestamp = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                                  "log.cleaner.compaction.strategy": "timestamp"})
-    layout(local_store, [(0, 6, [rec("k", "gone", 0, timestamp=900), rec("j", "gone", 1, timestamp=1),
-                                 rec("k", "live", 4, timestamp=100), rec("x", offset=5, timestamp=1)]),
-                         (6, 7, [rec("active", offset=6, timestamp=1)])])
-    local_store.commit(TP, lambda m: {**cast(Manifest, m).model_dump(include={"log_end_offset", "last_stable_offset",
-                                                                              "segments"}),
-                                      "log_start_offset": 3, "first_dirty_offset": 3},
-                       writer=Writer(), operation="append", now_ms=NOW)
+    spark, local_store: Store, plan: str
+) -> None:
+    by_timestamp = settings_with(
+        {
+            "log.cleanup.policy": "compact",
+            "log.cleaner.min.cleanable.ratio": 0.0,
+            "log.cleaner.compaction.strategy": "timestamp",
+        }
+    )
+    layout(
+        local_store,
+        [
+            (
+                0,
+                6,
+                [
+                    rec("k", "gone", 0, timestamp=900),
+                    rec("j", "gone", 1, timestamp=1),
+                    rec("k", "live", 4, timestamp=100),
+                    rec("x", offset=5, timestamp=1),
+                ],
+            ),
+            (6, 7, [rec("active", offset=6, timestamp=1)]),
+        ],
+    )
+    local_store.commit(
+        TP,
+        lambda m: {
+            **cast(Manifest, m).model_dump(include={"log_end_offset", "last_stable_offset", "segments"}),
+            "log_start_offset": 3,
+            "first_dirty_offset": 3,
+        },
+        writer=Writer(),
+        operation="append",
+        now_ms=NOW,
+    )
     clean(spark, local_store, plan, settings=by_timestamp)
     assert [(r["offset"], r["value"]) for r in local_store.read(TP).to_pylist()] == [
-        (4, b"live"), (5, b"v"), (6, b"v")], "k@0 (below the log start) does not win over k@4"
+        (4, b"live"),
+        (5, b"v"),
+        (6, b"v"),
+    ], "k@0 (below the log start) does not win over k@4"
     segment = local_store.manifest(TP).segments[0]
     stored = pq.read_table(local_store.storage.path(f"{TP.prefix}/{segment.path}")).column("offset").to_pylist()
     assert stored == [4, 5, 6], "the records below the log start are physically gone with the rewrite"
@@ -551,7 +689,8 @@ def test_a_deletion_vector_whose_bytes_changed_stops_its_partition(spark, local_
 
 
 def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_its_partition(
-        local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    local_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Kafka writes a checkpoint past the log end back to the log start even when it cleans nothing; when that
     commit fails, the partition failed (exit code 3), not skipped."""
     for tp in (TP, TopicPartition("t", 1)):
@@ -567,35 +706,48 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
         return real(self, tp, change, **kw)
 
     monkeypatch.setattr(Store, "replace", refused)
-    code, report = run_job(local_store, JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS,
-                           cast(Callable[[], SparkSession], lambda: None))
+    code, report = run_job(
+        local_store, JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, cast(Callable[[], SparkSession], lambda: None)
+    )
     report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_PARTIAL
     status = {r.partition: (r.status, r.error) for r in report.partitions}
     assert status == {
-        "t-0": ("failed", "could not reset the checkpoint (checkpoint 50 is past the log end 2): StoreError: cannot "
-                          "write t-0: access denied"),
-        "t-1": ("skipped", None)}
+        "t-0": (
+            "failed",
+            "could not reset the checkpoint (checkpoint 50 is past the log end 2): StoreError: cannot "
+            "write t-0: access denied",
+        ),
+        "t-1": ("skipped", None),
+    }
     assert local_store.manifest(TopicPartition("t", 1)).first_dirty_offset == 0, "the other's reset is written"
     assert local_store.manifest(TP).first_dirty_offset == 50
 
 
 def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vector_age(
-        spark, local_store: Store) -> None:
+    spark, local_store: Store
+) -> None:
     """Six nights, a budget that takes one partition a night, two hot partitions always dirtier than the rest:
     the partition past max.compaction.lag.ms and the one whose deletion vector reaches its age go first on the
     night they are due, so after every run no bound is broken (KIP-354's guarantee, and deleted data gone in
     time)."""
     max_lag = max_age = 2 * DAY
     # segment.bytes small enough that dv's clean segment stands alone and takes a deletion vector
-    setup = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                           "log.segment.bytes": 16384})
-    nightly = settings_with({
-        "log.cleanup.policy": "compact", "log.segment.bytes": 16384,
-        "cleaner": {"max.bytes.per.run": 1, "deletion.vector.max.age.ms": max_age},
-        "topics": {"hot": {"min.cleanable.dirty.ratio": 0.1},
-                   "cold": {"min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": max_lag},
-                   "dv": {"min.cleanable.dirty.ratio": 0.99}}})
+    setup = settings_with(
+        {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0, "log.segment.bytes": 16384}
+    )
+    nightly = settings_with(
+        {
+            "log.cleanup.policy": "compact",
+            "log.segment.bytes": 16384,
+            "cleaner": {"max.bytes.per.run": 1, "deletion.vector.max.age.ms": max_age},
+            "topics": {
+                "hot": {"min.cleanable.dirty.ratio": 0.1},
+                "cold": {"min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": max_lag},
+                "dv": {"min.cleanable.dirty.ratio": 0.99},
+            },
+        }
+    )
     hot = [TopicPartition("hot", 0), TopicPartition("hot", 1)]
     cold, dv = TopicPartition("cold", 0), TopicPartition("dv", 0)
 
@@ -631,18 +783,26 @@ def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vec
         # lag, and no deletion vector as old as its maximum age.
         manifest = local_store.manifest(cold)
         dirty = [s for s in manifest.segments if s.next_offset > manifest.first_dirty_offset]
-        assert all(s.first_timestamp is not None and s.first_timestamp >= now - max_lag for s in dirty), \
-            (night, [(s.base_offset, s.first_timestamp) for s in dirty])
+        assert all(s.first_timestamp is not None and s.first_timestamp >= now - max_lag for s in dirty), (
+            night,
+            [(s.base_offset, s.first_timestamp) for s in dirty],
+        )
         for tp in (*hot, cold, dv):
-            aged = [s.path for s in local_store.manifest(tp).segments
-                    if s.deletes is not None and s.deletes.created_ms + max_age <= now]
+            aged = [
+                s.path
+                for s in local_store.manifest(tp).segments
+                if s.deletes is not None and s.deletes.created_ms + max_age <= now
+            ]
             assert aged == [], (night, str(tp), aged)
 
-    assert reasons[(1, "dv-0")] == ("deletion vectors at least deletion.vector.max.age.ms old (due now): rewrite to "
-                                    "remove records physically; overdue, so first in the per-run byte budget")
+    assert reasons[(1, "dv-0")] == (
+        "deletion vectors at least deletion.vector.max.age.ms old (due now): rewrite to "
+        "remove records physically; overdue, so first in the per-run byte budget"
+    )
     for night in (2, 5):
-        assert reasons[(night, "cold-0")] == ("max.compaction.lag.ms exceeded by 1d; overdue, so first in the per-run "
-                                              "byte budget")
+        assert reasons[(night, "cold-0")] == (
+            "max.compaction.lag.ms exceeded by 1d; overdue, so first in the per-run byte budget"
+        )
     assert reasons[(1, "hot-0")].startswith("deferred: per-run byte budget 1 exhausted (dirty ratio")
     assert local_store.read(dv).column("key").to_pylist().count(b"d0") == 1, "the updated key's old value is gone"
     for tp in hot:  # the hot partitions still get the other nights
@@ -650,8 +810,9 @@ def test_under_a_small_budget_every_night_keeps_the_max_lag_and_the_deletion_vec
 
 
 @pytest.mark.parametrize("carried_bytes", [1 << 20, 0], ids=["carried", "joined"])
-def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: Any, carried_bytes: int,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(
+    any_spark: Any, carried_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One row in each partition, task i in partition i: each task is retried and isolated alone, and the
     first planned (the largest) is scheduled first; with no sampling job or shuffle before the stage. Its body
     sees each task's payload, whether the payloads travel with the function (small) or in the rows (large)."""
@@ -664,7 +825,8 @@ def test_a_stage_runs_each_task_in_a_spark_task_of_its_own_in_order(any_spark: A
     assert sorted((row["slot"], row["task"]) for row in rows) == [(i, i) for i in range(7)]
     seen = frame.map(_slot_and_payload, "slot int, task int, payload string").toArrow().to_pylist()
     assert sorted(seen, key=lambda row: row["task"]) == [
-        {"slot": i, "task": i, "payload": f"payload {i}"} for i in range(7)]
+        {"slot": i, "task": i, "payload": f"payload {i}"} for i in range(7)
+    ]
     assert stages.task_frame(any_spark, []).rows.count() == 0
 
 
@@ -676,6 +838,10 @@ def _slot_and_payload(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
     context = TaskContext.get()
     assert context is not None, "runs in a Spark task"
     for batch in batches:
-        yield pa.record_batch({"slot": pa.array([context.partitionId()] * batch.num_rows, pa.int32()),
-                               "task": batch.column("task"),
-                               "payload": [loads(p) for p in batch.column("payload").to_pylist()]})
+        yield pa.record_batch(
+            {
+                "slot": pa.array([context.partitionId()] * batch.num_rows, pa.int32()),
+                "task": batch.column("task"),
+                "payload": [loads(p) for p in batch.column("payload").to_pylist()],
+            }
+        )

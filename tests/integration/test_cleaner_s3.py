@@ -25,8 +25,9 @@ def latest_per_key(rows: list[dict]) -> dict[bytes, tuple[int, bytes | None]]:
 
 
 def test_generate_run_verify_read_and_rerun_on_s3(spark, s3_store: Store) -> None:
-    spec = GenerateSpec(records=20_000, keys=800, partitions=2, segment_records=2_500, tombstone_ratio=0.05,
-                        end_time_ms=NOW, seed=11)
+    spec = GenerateSpec(
+        records=20_000, keys=800, partitions=2, segment_records=2_500, tombstone_ratio=0.05, end_time_ms=NOW, seed=11
+    )
     generate(s3_store, spec, now_ms=NOW)
     partitions = s3_store.topic_partitions()
     before = {}
@@ -51,5 +52,6 @@ def test_generate_run_verify_read_and_rerun_on_s3(spark, s3_store: Store) -> Non
     again = Cleaner(spark, s3_store, SETTINGS).run(NOW)
     assert again.totals["cleaned"] == 0 and again.totals["bytes_written"] == 0
     assert {tp: s3_store.versions(tp) for tp in partitions} == versions
-    assert {tp: sorted(e.name for e in s3_store.storage.list_dir(f"{tp.prefix}/segments"))
-            for tp in partitions} == objects
+    assert {
+        tp: sorted(e.name for e in s3_store.storage.list_dir(f"{tp.prefix}/segments")) for tp in partitions
+    } == objects

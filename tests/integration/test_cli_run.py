@@ -17,8 +17,23 @@ NOW = "2026-01-02T00:00:00Z"
 def generated(capsys: pytest.CaptureFixture[str], tmp_path: Path, records: str) -> str:
     """A store of two partitions of ``orders`` (100 keys, segments of 500 records) generated at NOW."""
     store = str(tmp_path / "s")
-    run(capsys, "generate", store, "--records", records, "--keys", "100", "--partitions", "2",
-        "--segment-records", "500", "--now", NOW, "--end-time", NOW)
+    run(
+        capsys,
+        "generate",
+        store,
+        "--records",
+        records,
+        "--keys",
+        "100",
+        "--partitions",
+        "2",
+        "--segment-records",
+        "500",
+        "--now",
+        NOW,
+        "--end-time",
+        NOW,
+    )
     return store
 
 
@@ -31,7 +46,8 @@ def metrics_conf(tmp_path: Path) -> Path:
 
 @pytest.mark.spark
 def test_run_cleans_writes_the_report_and_metrics_and_reports_partial_failures(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:
     store = generated(capsys, tmp_path, "3000")
     conf = metrics_conf(tmp_path)
     code, out = run(capsys, "run", store, "--conf", str(conf), "--now", NOW, "--dry-run")
@@ -55,7 +71,8 @@ def test_run_cleans_writes_the_report_and_metrics_and_reports_partial_failures(
 
 @pytest.mark.spark
 def test_run_gc_names_each_partition_it_skips_and_fails_the_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:
     store = generated(capsys, tmp_path, "2000")
     source = tmp_path / "in.jsonl"
     source.write_text('{"key": "a", "value": "1"}\n')
@@ -73,6 +90,7 @@ def test_run_gc_names_each_partition_it_skips_and_fails_the_run(
     doc = json.loads(report.read_text())
     assert [p["status"] for p in doc["partitions"]] == ["cleaned", "cleaned"]
     assert [(f["partition"], f["error"]) for f in doc["failures"]] == [
-        ("orders-1", f"gc skipped it, nothing deleted: {reason}")]
+        ("orders-1", f"gc skipped it, nothing deleted: {reason}")
+    ]
     assert doc["gc"]["skipped"].keys() == {"orders-1"}
     assert "kafka_log_cleaner_last_success_time_seconds" not in (tmp_path / "m.prom").read_text()

@@ -31,11 +31,11 @@ from tests.helpers.settings import settings_with
 
 NOW = ahead_of_the_wall_clock_ms()  # so that both runs stamp horizons from it
 DAY = 86_400_000
-CONF = '''"log.cleanup.policy" = "compact"
+CONF = """"log.cleanup.policy" = "compact"
 "log.roll.ms" = 60000
 [cleaner]
 "task.max.records" = 2500
-'''
+"""
 #: Seconds a Spark Connect server may take to listen (a JVM start; more on a loaded machine).
 START_S = 180
 
@@ -50,17 +50,38 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     worker.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no .pth files, no editable install
     worker.chmod(0o755)
     port = free_port()
-    env = {**os.environ, "PYSPARK_PYTHON": str(worker), "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": str(worker),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": sysconfig.get_paths()["purelib"],
+    }
     env.pop("SPARK_REMOTE", None)
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     server = subprocess.Popen(
-        [str(submit), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2,4]",
-         "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", f"spark.connect.grpc.binding.port={port}",
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
-         "--conf", "spark.driver.bindAddress=127.0.0.1"],
-        cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=(folder / "server.log").open("wb"),
-        start_new_session=True)
+        [
+            str(submit),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master",
+            "local[2,4]",
+            "--conf",
+            "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf",
+            f"spark.connect.grpc.binding.port={port}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.driver.bindAddress=127.0.0.1",
+        ],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(folder / "server.log").open("wb"),
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + START_S
         while True:
@@ -83,24 +104,72 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _run(store: Path, conf: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key != "SPARK_REMOTE"}
-    return subprocess.run([sys.executable, "-m", "compaction.cli", "run", str(store), "--conf", str(conf),
-                           "--now", str(NOW), "--allow-future-now", *flags],
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction.cli",
+            "run",
+            str(store),
+            "--conf",
+            str(conf),
+            "--now",
+            str(NOW),
+            "--allow-future-now",
+            *flags,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _generate(path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "compaction.cli", "generate", str(path), "--topics", "orders,payments",
-                    "--partitions", "2", "--records", "12000", "--keys", "700", "--segment-records", "1500",
-                    "--tombstone-ratio", "0.05", "--keyless-ratio", "0.01", "--transactional-ratio", "0.2",
-                    "--abort-ratio", "0.3", "--end-time", str(NOW - DAY), "--now", str(NOW - DAY),
-                    "--allow-future-now", "--seed", "5"],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction.cli",
+            "generate",
+            str(path),
+            "--topics",
+            "orders,payments",
+            "--partitions",
+            "2",
+            "--records",
+            "12000",
+            "--keys",
+            "700",
+            "--segment-records",
+            "1500",
+            "--tombstone-ratio",
+            "0.05",
+            "--keyless-ratio",
+            "0.01",
+            "--transactional-ratio",
+            "0.2",
+            "--abort-ratio",
+            "0.3",
+            "--end-time",
+            str(NOW - DAY),
+            "--now",
+            str(NOW - DAY),
+            "--allow-future-now",
+            "--seed",
+            "5",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_run_on_a_spark_connect_server_commits_what_a_classic_run_commits(
-        spark, connect_server: str, tmp_path: Path) -> None:
+    spark, connect_server: str, tmp_path: Path
+) -> None:
     remote, classic = tmp_path / "remote", tmp_path / "classic"
     _generate(remote)
     shutil.copytree(remote, classic)
@@ -119,13 +188,18 @@ def test_a_run_on_a_spark_connect_server_commits_what_a_classic_run_commits(
     assert partitions == classic_store.topic_partitions() and len(partitions) == 4
     for tp in partitions:
         ours, theirs = remote_store.manifest(tp), classic_store.manifest(tp)
-        assert (ours.version, ours.first_dirty_offset, ours.log_start_offset) == \
-            (theirs.version, theirs.first_dirty_offset, theirs.log_start_offset), tp
-        assert [(s.base_offset, s.next_offset, s.live_records) for s in ours.segments] == \
-            [(s.base_offset, s.next_offset, s.live_records) for s in theirs.segments], tp
+        assert (ours.version, ours.first_dirty_offset, ours.log_start_offset) == (
+            theirs.version,
+            theirs.first_dirty_offset,
+            theirs.log_start_offset,
+        ), tp
+        assert [(s.base_offset, s.next_offset, s.live_records) for s in ours.segments] == [
+            (s.base_offset, s.next_offset, s.live_records) for s in theirs.segments
+        ], tp
     for topic in ("orders", "payments"):
-        assert_df_equality(scan(remote_store, topic).to_spark(spark), scan(classic_store, topic).to_spark(spark),
-                           ignore_row_order=True)
+        assert_df_equality(
+            scan(remote_store, topic).to_spark(spark), scan(classic_store, topic).to_spark(spark), ignore_row_order=True
+        )
 
 
 @pytest.mark.spark
@@ -142,5 +216,6 @@ def test_without_its_package_the_run_stops_before_any_work_and_says_why(connect_
     assert done.stderr.splitlines() == [
         f"error: the Spark Connect server {connect_server} was sent no package (--no-ship-package), and its Python has "
         "no compaction package: install compaction 0.1.0 in the Python the server runs (the wheel of `make dist`), or "
-        "let the job send it (without --no-ship-package)"]
+        "let the job send it (without --no-ship-package)"
+    ]
     assert {tp: Store.open(str(store)).manifest(tp).version for tp in before} == before, "nothing committed"

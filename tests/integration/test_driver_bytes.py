@@ -29,24 +29,59 @@ def driver_bytes(tmp_path: Path, records: int) -> tuple[int, dict[str, Any]]:
     sends to executors and collects from them, with a 1 GB driver; and its report."""
     path = tmp_path / f"store-{records}"
     store = Store.open(str(path))
-    generate(store, GenerateSpec(records=records, keys=records // 5, partitions=1, segment_records=records // SEGMENTS,
-                                 end_time_ms=WRITTEN, seed=11), now_ms=WRITTEN, threads=2)
+    generate(
+        store,
+        GenerateSpec(
+            records=records,
+            keys=records // 5,
+            partitions=1,
+            segment_records=records // SEGMENTS,
+            end_time_ms=WRITTEN,
+            seed=11,
+        ),
+        now_ms=WRITTEN,
+        threads=2,
+    )
     conf = tmp_path / "bytes.toml"
     conf.write_text('"log.cleanup.policy" = "compact"\n"log.roll.ms" = 60000\n')
     report = tmp_path / f"report-{records}.json"
-    command = [sys.executable, "-m", "compaction.cli", "run", str(path), "--conf", str(conf), "--now", str(NOW),
-               "--allow-future-now", "--report", str(report),
-               "--set", f"cleaner.task.max.records={records // RANGES + 1}",
-               "--spark-conf", "spark.driver.memory=1g", "--spark-conf", "spark.ui.enabled=false"]
-    ran = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    command = [
+        sys.executable,
+        "-m",
+        "compaction.cli",
+        "run",
+        str(path),
+        "--conf",
+        str(conf),
+        "--now",
+        str(NOW),
+        "--allow-future-now",
+        "--report",
+        str(report),
+        "--set",
+        f"cleaner.task.max.records={records // RANGES + 1}",
+        "--spark-conf",
+        "spark.driver.memory=1g",
+        "--spark-conf",
+        "spark.ui.enabled=false",
+    ]
+    ran = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     doc = json.loads(report.read_text())
     (partition,) = doc["partitions"]
     assert partition["status"] == "cleaned", partition
     assert f"{RANGES} key range(s)" in ran.stdout + ran.stderr, "the partition is split as the test means it to be"
-    assert Store.open(str(path)).read(TopicPartition("orders", 0), columns=["offset"]).num_rows == \
-        partition["stats"]["records_after"]
+    assert (
+        Store.open(str(path)).read(TopicPartition("orders", 0), columns=["offset"]).num_rows
+        == partition["stats"]["records_after"]
+    )
     return doc["driver_bytes"], doc
 
 

@@ -88,8 +88,14 @@ def log_batches(rows: list[dict[str, Any]]) -> bytes:
 def build(store: Store, config: Settings) -> dict[str, Any]:
     """alice's values in every place a tombstone alone leaves them; returns what the test checks against."""
     # orders-0, Parquet: a clean segment of 41 records, one of them alice=v1 ...
-    store.append(P0, records([{"key": f"k{i:02d}", "value": "x" * 20, "timestamp": T0} for i in range(40)]
-                             + [{"key": "alice", "value": "v1", "timestamp": T0}]), now_ms=T0)
+    store.append(
+        P0,
+        records(
+            [{"key": f"k{i:02d}", "value": "x" * 20, "timestamp": T0} for i in range(40)]
+            + [{"key": "alice", "value": "v1", "timestamp": T0}]
+        ),
+        now_ms=T0,
+    )
     store.append(P0, keyed("bob=1"), now_ms=T0)
     run_pass(store, config, T0 + 1)
     # ... then alice=v2 among ten others: the next pass hides alice=v1 under a deletion vector and leaves the
@@ -103,8 +109,16 @@ def build(store: Store, config: Settings) -> dict[str, Any]:
     # An orphan: the object of a writer that crashed before its commit.
     orphan = store.objects.write_segment(P0, keyed("alice=crashed", start=5), 5, 6, created_ms=T0)
     # orders-1, Kafka's record batches.
-    store.append_log(P1, log_batches([{"offset": 0, "key": "alice", "value": "log-1", "timestamp": T0},
-                                      {"offset": 1, "key": "erin", "value": "e", "timestamp": T0}]), now_ms=T0)
+    store.append_log(
+        P1,
+        log_batches(
+            [
+                {"offset": 0, "key": "alice", "value": "log-1", "timestamp": T0},
+                {"offset": 1, "key": "erin", "value": "e", "timestamp": T0},
+            ]
+        ),
+        now_ms=T0,
+    )
     store.append_log(P1, log_batches([{"offset": 2, "key": "alice", "value": "log-2", "timestamp": T0}]), now_ms=T0)
     # orders-2 never saw alice.
     store.append(P2, keyed("frank=1"), now_ms=T0)
@@ -138,19 +152,23 @@ def independent_scan(store: Store) -> list[tuple[str, int, bytes | None]]:
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])
-def test_forget_run_and_gc_leave_no_value_of_the_key_anywhere(backend: str, store_factory: Any, tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_forget_run_and_gc_leave_no_value_of_the_key_anywhere(
+    backend: str, store_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = store_factory(backend)
     config, conf = settings(tmp_path)
     placed = build(store, config)
     before = independent_scan(store)
     assert {value for _, _, value in before} == {b"v1", b"v2", b"crashed", b"log-1", b"log-2"}
 
-    code, out = cli(capsys, "forget", *store_args(store), TOPIC, "--key", "alice", "--conf", str(conf),
-                    "--now", str(T0 + 10))
+    code, out = cli(
+        capsys, "forget", *store_args(store), TOPIC, "--key", "alice", "--conf", str(conf), "--now", str(T0 + 10)
+    )
     assert code == EXIT_OK, out
-    assert f"key sha256:{ALICE[:16]}: tombstone appended and erasure requested in orders-0 at offset 54, " \
-           "orders-1 at offset 3" in out
+    assert (
+        f"key sha256:{ALICE[:16]}: tombstone appended and erasure requested in orders-0 at offset 54, "
+        "orders-1 at offset 3" in out
+    )
     assert "alice" not in out  # only the digest is printed
     assert [r.tombstone_offset for r in store.manifest(P0).erasures] == [54]
     assert store.manifest(P1).segments[-1].format == "kafka"  # a .log partition stays one
@@ -186,8 +204,12 @@ def test_forget_run_and_gc_leave_no_value_of_the_key_anywhere(backend: str, stor
     proof = json.loads((tmp_path / "proof.json").read_text())
     assert proof["passed"] and proof["key_sha256"] == ALICE and proof["program"]["name"] == "compaction"
     assert [p["manifest_version"] for p in proof["partitions"]] == [store.manifest(tp).version for tp in (P0, P1, P2)]
-    records_found = [(p["partition"], r["offset"], r["tombstone"], r["where"]) for p in proof["partitions"]
-                     for o in p["objects"] for r in o["records"]]
+    records_found = [
+        (p["partition"], r["offset"], r["tombstone"], r["where"])
+        for p in proof["partitions"]
+        for o in p["objects"]
+        for r in o["records"]
+    ]
     assert set(records_found) == {(0, 54, True, "the request's tombstone"), (1, 3, True, "the request's tombstone")}
     assert all(o["sha256"] and o["size"] >= 0 for p in proof["partitions"] for o in p["objects"])
     assert "alice" not in (tmp_path / "proof.json").read_text()
@@ -240,23 +262,42 @@ def test_a_reader_pinned_to_an_old_version_within_the_grace_reads_it_to_the_end(
 
 
 def _written(store: Store, version: int) -> int:
-    return next(cast(int, e.mtime_ms) for e in store.storage.list_dir(f"{P0.prefix}/{MANIFEST_DIR}")
-                if e.name == manifest_name(version))
+    return next(
+        cast(int, e.mtime_ms)
+        for e in store.storage.list_dir(f"{P0.prefix}/{MANIFEST_DIR}")
+        if e.name == manifest_name(version)
+    )
 
 
-def test_a_key_found_nowhere_is_reported_and_nothing_is_appended(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_key_found_nowhere_is_reported_and_nothing_is_appended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store.open(str(tmp_path / "store"))
     for tp in (P0, P1, P2):
         store.append(tp, keyed("alice=1"), now_ms=T0)
-    code, out = cli(capsys, "forget", store.url, TOPIC, "--key", "bWFsbG9yeQ==", "--key", "YWxpY2U=", "--base64",
-                    "--now", str(T0 + 1))  # base64 of mallory and of alice
+    code, out = cli(
+        capsys,
+        "forget",
+        store.url,
+        TOPIC,
+        "--key",
+        "bWFsbG9yeQ==",
+        "--key",
+        "YWxpY2U=",
+        "--base64",
+        "--now",
+        str(T0 + 1),
+    )  # base64 of mallory and of alice
     assert code == EXIT_OK
     mallory = hashlib.sha256(b"mallory").hexdigest()
-    assert f"key sha256:{mallory[:16]}: found nowhere in orders (3 partition(s) searched): nothing to erase, no " \
-           "tombstone appended" in out
-    assert f"key sha256:{ALICE[:16]}: tombstone appended and erasure requested in orders-0 at offset 1, orders-1 " \
-           "at offset 1, orders-2 at offset 1" in out
+    assert (
+        f"key sha256:{mallory[:16]}: found nowhere in orders (3 partition(s) searched): nothing to erase, no "
+        "tombstone appended" in out
+    )
+    assert (
+        f"key sha256:{ALICE[:16]}: tombstone appended and erasure requested in orders-0 at offset 1, orders-1 "
+        "at offset 1, orders-2 at offset 1" in out
+    )
     # With the topic's partition count, only the partition Kafka's default partitioner sends the key to is searched:
     # murmur2(b"alice") & 0x7fffffff is 1951417749, so partition 0 of 3, and 4 of 5 (which has no log).
     code, out = cli(capsys, "forget", store.url, TOPIC, "--key", "alice", "--partitions", "3", "--now", str(T0 + 2))
@@ -289,8 +330,9 @@ class FailingWrites(Storage):
         super().write_bytes(rel, data, flush=flush)
 
 
-def test_a_run_that_fails_midway_leaves_the_request_pending_never_complete(tmp_path: Path,
-                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_that_fails_midway_leaves_the_request_pending_never_complete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config, conf = settings(tmp_path)
     store = Store.open(str(tmp_path / "store"))
     build(store, config)
@@ -322,8 +364,9 @@ def test_a_run_that_fails_midway_leaves_the_request_pending_never_complete(tmp_p
     assert code == EXIT_OK and store.manifest(P0).erasures[0].state == "gone"
 
 
-def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     metrics = tmp_path / "metrics.prom"
     config, conf = settings(tmp_path, f'"metrics.textfile" = "{metrics}"\n')
     store = Store.open(str(tmp_path / "store"))
@@ -337,11 +380,13 @@ def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(tmp_pa
     assert code == EXIT_FAILED and "pending OVERDUE" in out and "1 late" in out
     run_pass(store, config, T0 + HOUR + 2)
     # Carried out: physically gone is due the erasure grace period (here gc's day) after the deadline.
-    code, out = cli(capsys, "erasure", store.url, "--conf", str(conf), "--now", str(T0 + HOUR + DAY),
-                    "--allow-future-now")
+    code, out = cli(
+        capsys, "erasure", store.url, "--conf", str(conf), "--now", str(T0 + HOUR + DAY), "--allow-future-now"
+    )
     assert code == EXIT_OK and "rewritten" in out and "0 late" in out
-    code, out = cli(capsys, "erasure", store.url, "--conf", str(conf), "--now", str(T0 + HOUR + DAY + 1),
-                    "--allow-future-now")
+    code, out = cli(
+        capsys, "erasure", store.url, "--conf", str(conf), "--now", str(T0 + HOUR + DAY + 1), "--allow-future-now"
+    )
     assert code == EXIT_FAILED and "rewritten OVERDUE" in out
 
     def no_spark() -> Any:
@@ -353,9 +398,13 @@ def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(tmp_pa
     samples = {s.name: s.value for f in text_string_to_metric_families(metrics.read_text()) for s in f.samples}
     assert samples["compaction_erasure_overdue_requests"] == 1
     wall = int(time.time() * 1000)  # gc's grace is on the wall clock: the rewrite's manifest is seconds old
-    code, report = run_job(store, JobOptions(now_ms=late, wall_ms=wall, gc=True),
-                           Settings.load(str(conf), overrides={"cleaner": {"erasure.grace.ms": 0}}, environ={}),
-                           no_spark, out=lambda _: None)
+    code, report = run_job(
+        store,
+        JobOptions(now_ms=late, wall_ms=wall, gc=True),
+        Settings.load(str(conf), overrides={"cleaner": {"erasure.grace.ms": 0}}, environ={}),
+        no_spark,
+        out=lambda _: None,
+    )
     gc = cast(RunReport, report).gc
     assert code == 0 and gc is not None and gc.skipped == {}
     samples = {s.name: s.value for f in text_string_to_metric_families(metrics.read_text()) for s in f.samples}
@@ -369,10 +418,24 @@ def _erased_everywhere(store: Store, config: Settings, spark: Any, plan: str, tm
     build(store, config)
     # orders-2: alice inside a committed transaction, so that a split partition decides each key range from the
     # whole range (the transaction facts need every row), beside orders-0's ranges read once per run.
-    store.append(P2, records([
-        {"key": "alice", "value": "txn", "producer_id": 7, "producer_epoch": 0, "is_transactional": True},
-        {"key": None, "value": None, "producer_id": 7, "producer_epoch": 0, "is_transactional": True,
-         "is_control": True, "control_type": "commit"}]), now_ms=T0)
+    store.append(
+        P2,
+        records(
+            [
+                {"key": "alice", "value": "txn", "producer_id": 7, "producer_epoch": 0, "is_transactional": True},
+                {
+                    "key": None,
+                    "value": None,
+                    "producer_id": 7,
+                    "producer_epoch": 0,
+                    "is_transactional": True,
+                    "is_control": True,
+                    "control_type": "commit",
+                },
+            ]
+        ),
+        now_ms=T0,
+    )
     (outcome,) = forget(store, TOPIC, [b"alice"], now_ms=T0 + 10)
     assert sorted(outcome.tombstones) == [0, 1, 2]
     report = Cleaner(spark, store, config, dedupe_plan=plan).run(T0 + 20)
@@ -381,8 +444,12 @@ def _erased_everywhere(store: Store, config: Settings, spark: Any, plan: str, tm
         manifest = store.manifest(tp)
         (request,) = manifest.erasures
         assert request.state == "rewritten", tp
-        left = [(f.path, r.offset) for f in log_findings(store, tp, manifest, KeyMatch.of_keys([b"alice"]))
-                for r in f.records if r.offset < request.tombstone_offset]
+        left = [
+            (f.path, r.offset)
+            for f in log_findings(store, tp, manifest, KeyMatch.of_keys([b"alice"]))
+            for r in f.records
+            if r.offset < request.tombstone_offset
+        ]
         assert left == [], tp
         erased = next(r for r in report.partitions if r.partition == str(tp)).stats.dropped.get("erased", 0)
         assert erased >= 1, tp
@@ -409,13 +476,16 @@ def test_the_spark_sql_plans_erase_too(spark: Any, plan: str, tmp_path: Path) ->
 
 
 def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_an_old_version_is_not_published(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
 
     lake = tmp_path / "lake"
     lake.mkdir()
     conf = tmp_path / "conf.toml"
-    conf.write_text(CONF.replace("[cleaner]", '[cleaner]\n"erasure.grace.ms" = 3600000') + '[publish]\ncatalog = "t"\n'
-                    f'type = "sql"\nuri = "sqlite:///{lake}/c.db"\nwarehouse = "file://{lake}/w"\n')
+    conf.write_text(
+        CONF.replace("[cleaner]", '[cleaner]\n"erasure.grace.ms" = 3600000') + '[publish]\ncatalog = "t"\n'
+        f'type = "sql"\nuri = "sqlite:///{lake}/c.db"\nwarehouse = "file://{lake}/w"\n'
+    )
     config = Settings.load(str(conf), environ={})
     target = publish_target(config)
     store = Store.open(str(tmp_path / "store"))
@@ -427,8 +497,10 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
     rewritten = store.manifest(P0).erasures[0].rewritten_version
     assert rewritten == 4
 
-    predates = (r"version 2 of partition orders-0 predates an erasure \(its log is clean from version 4\): a "
-                r"snapshot of it would keep the erased records readable")
+    predates = (
+        r"version 2 of partition orders-0 predates an erasure \(its log is clean from version 4\): a "
+        r"snapshot of it would keep the erased records readable"
+    )
     with pytest.raises(PublishError, match=predates):
         publish_topic(store, TOPIC, target, wall_ms=WALL, version={0: 2})
     wall = int(time.time() * 1000)
@@ -439,8 +511,12 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
 
     second = publish_topic(store, TOPIC, target, wall_ms=wall)  # replaces the first snapshot, which stays for now
     assert second.snapshot_id is not None
-    replaced = open_catalog("t", config.publish.properties).load_table(("default", TOPIC)).snapshot_by_id(
-        second.snapshot_id).timestamp_ms  # type: ignore[union-attr]
+    replaced = (
+        open_catalog("t", config.publish.properties)  # type: ignore[union-attr]
+        .load_table(("default", TOPIC))
+        .snapshot_by_id(second.snapshot_id)
+        .timestamp_ms
+    )
     assert publish_topic(store, TOPIC, target, wall_ms=replaced + HOUR - 1).expired == []
     # After erasure.grace.ms, not gc's day: what it reads holds an erased key.
     assert publish_topic(store, TOPIC, target, wall_ms=replaced + HOUR).expired == [first.snapshot_id]
@@ -450,14 +526,17 @@ def test_a_snapshot_from_before_an_erasure_expires_after_the_erasure_grace_and_a
 
 
 def test_forget_refuses_a_topic_its_configuration_does_not_compact_and_bad_keys(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store.open(str(tmp_path / "store"))
     store.append(P0, keyed("alice=1"), now_ms=T0)
     conf = tmp_path / "delete.toml"
     conf.write_text('"log.cleanup.policy" = "delete"\n')
     code, out = cli(capsys, "forget", store.url, TOPIC, "--key", "alice", "--conf", str(conf))
-    assert code == 4 and "topic orders has cleanup.policy=delete in this configuration: a tombstone deletes " \
-                         "nothing there" in out
+    assert (
+        code == 4
+        and "topic orders has cleanup.policy=delete in this configuration: a tombstone deletes nothing there" in out
+    )
     code, out = cli(capsys, "forget", store.url, TOPIC, "--key", "not base64!", "--base64")
     assert code == 4 and "--key #1 is not base64" in out
     keys = tmp_path / "keys.txt"
@@ -476,8 +555,16 @@ def test_forget_refuses_a_topic_its_configuration_does_not_compact_and_bad_keys(
 def test_the_table_view_drops_a_pending_requests_key_at_once_whatever_its_version(tmp_path: Path) -> None:
     store = Store.open(str(tmp_path / "store"))
     seq = [{"key": "seq", "value": (9).to_bytes(8, "big")}]
-    store.append(P0, records([{"key": "alice", "value": "old", "headers": seq, "timestamp": T0},
-                              {"key": "bob", "value": "b", "headers": seq, "timestamp": T0}]), now_ms=T0)
+    store.append(
+        P0,
+        records(
+            [
+                {"key": "alice", "value": "old", "headers": seq, "timestamp": T0},
+                {"key": "bob", "value": "b", "headers": seq, "timestamp": T0},
+            ]
+        ),
+        now_ms=T0,
+    )
 
     def latest() -> list[tuple[bytes, bytes | None]]:
         table = scan(store, TOPIC, 0, latest=True, strategy="header", strategy_header="seq").to_arrow()

@@ -29,8 +29,14 @@ def snapshot(store: Store) -> dict[str, bytes]:
 
 def compaction(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> tuple[int, str]:
     """The command in a process of its own: its exit code and what it printed (``timeout`` only bounds a hang)."""
-    process = subprocess.run([sys.executable, "-m", "compaction.cli", *args], capture_output=True, text=True,
-                             timeout=timeout, env=env if env is not None else dict(os.environ), cwd=ROOT)
+    process = subprocess.run(
+        [sys.executable, "-m", "compaction.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ),
+        cwd=ROOT,
+    )
     return process.returncode, process.stderr + process.stdout
 
 
@@ -44,14 +50,26 @@ def local_demo(tmp_path: Path) -> Store:
 def test_wrong_master_url_fails_before_spark_and_changes_nothing(local_demo: Store) -> None:
     before = snapshot(local_demo)
     closed = f"spark://127.0.0.1:{free_port()}"
-    code, out = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--now", NOW,
-                           "--master", closed)
+    code, out = compaction(
+        "run", local_demo.url, "--set", "log.cleanup.policy=compact", "--now", NOW, "--master", closed
+    )
     assert code == 1 and f"no Spark master is listening at {closed}" in out
     code, out = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--master", "sparkk://x")
     assert code == 1 and "is not local[*], local[N], spark://HOST:PORT" in out
-    script = subprocess.run([str(ROOT / "scripts" / "spark-submit.sh"), "--master", closed, "--config",
-                             str(ROOT / "conf" / "local.toml"), "--", local_demo.url],
-                            capture_output=True, text=True, timeout=60)
+    script = subprocess.run(
+        [
+            str(ROOT / "scripts" / "spark-submit.sh"),
+            "--master",
+            closed,
+            "--config",
+            str(ROOT / "conf" / "local.toml"),
+            "--",
+            local_demo.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert script.returncode == 2 and "no Spark master is listening" in script.stderr
     assert snapshot(local_demo) == before
 
@@ -67,26 +85,59 @@ def path_without_java(folder: Path) -> str:
     return str(folder)
 
 
-@pytest.mark.parametrize(("case", "args", "env", "code", "error"), [
-    ("no java", [], {"PATH": "<no java>", "JAVA_HOME": None}, 1,
-     "error: Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install Java 17 or later, or set "
-     "JAVA_HOME to one"),
-    ("bogus JAVA_HOME", [], {"JAVA_HOME": "/nonexistent/jdk"}, 1,
-     "error: Spark cannot start: JAVA_HOME is /nonexistent/jdk, which has no bin/java; set JAVA_HOME to a Java 17 or "
-     "later installation, or unset it to use the java on PATH"),
-    ("a JVM that exits at once", ["--spark-conf", "spark.driver.extraJavaOptions=-Xss1k"], {"JAVA_HOME": None}, 1,
-     "error: Spark cannot start: the driver's JVM (<java>) exits at once with the options '-Xss1k': The Java thread "
-     "stack size specified is too small. Specify at least 136k; fix spark.driver.extraJavaOptions (or JAVA_HOME)"),
-    ("an unreachable master", ["--master", "spark://127.0.0.1:1"], {}, 1,
-     "error: Spark cannot start: no Spark master is listening at spark://127.0.0.1:1 ([Errno 111] Connection "
-     "refused); start the master, or give the URL of a running one with --master"),
-    ("a master and SPARK_REMOTE", ["--master", "local[2]"], {"SPARK_REMOTE": "sc://127.0.0.1:15002/;token=s3cret"}, 4,
-     "error: both a Spark master (local[2]) and a Spark Connect remote (SPARK_REMOTE=sc://127.0.0.1:15002) are set: "
-     "a session is either classic or Spark Connect; drop --master or unset SPARK_REMOTE"),
-])
+@pytest.mark.parametrize(
+    ("case", "args", "env", "code", "error"),
+    [
+        (
+            "no java",
+            [],
+            {"PATH": "<no java>", "JAVA_HOME": None},
+            1,
+            "error: Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install Java 17 or later, "
+            "or set "
+            "JAVA_HOME to one",
+        ),
+        (
+            "bogus JAVA_HOME",
+            [],
+            {"JAVA_HOME": "/nonexistent/jdk"},
+            1,
+            "error: Spark cannot start: JAVA_HOME is /nonexistent/jdk, which has no bin/java; set JAVA_HOME to a Java "
+            "17 or "
+            "later installation, or unset it to use the java on PATH",
+        ),
+        (
+            "a JVM that exits at once",
+            ["--spark-conf", "spark.driver.extraJavaOptions=-Xss1k"],
+            {"JAVA_HOME": None},
+            1,
+            "error: Spark cannot start: the driver's JVM (<java>) exits at once with the options '-Xss1k': The Java "
+            "thread "
+            "stack size specified is too small. Specify at least 136k; fix spark.driver.extraJavaOptions (or "
+            "JAVA_HOME)",
+        ),
+        (
+            "an unreachable master",
+            ["--master", "spark://127.0.0.1:1"],
+            {},
+            1,
+            "error: Spark cannot start: no Spark master is listening at spark://127.0.0.1:1 ([Errno 111] Connection "
+            "refused); start the master, or give the URL of a running one with --master",
+        ),
+        (
+            "a master and SPARK_REMOTE",
+            ["--master", "local[2]"],
+            {"SPARK_REMOTE": "sc://127.0.0.1:15002/;token=s3cret"},
+            4,
+            "error: both a Spark master (local[2]) and a Spark Connect remote (SPARK_REMOTE=sc://127.0.0.1:15002) are "
+            "set: "
+            "a session is either classic or Spark Connect; drop --master or unset SPARK_REMOTE",
+        ),
+    ],
+)
 def test_when_spark_cannot_start_run_says_why_in_one_line_and_writes_nothing(
-        local_demo: Store, tmp_path: Path, case: str, args: list[str], env: dict[str, str | None], code: int,
-        error: str) -> None:
+    local_demo: Store, tmp_path: Path, case: str, args: list[str], env: dict[str, str | None], code: int, error: str
+) -> None:
     environ = dict(os.environ)
     for name, value in env.items():
         if value is None:
@@ -95,20 +146,41 @@ def test_when_spark_cannot_start_run_says_why_in_one_line_and_writes_nothing(
             environ[name] = path_without_java(tmp_path / "bin") if value == "<no java>" else value
     before = snapshot(local_demo)
     report, metrics = tmp_path / "out" / "report.json", tmp_path / "out" / "metrics.prom"
-    actual, out = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--now", NOW,
-                                "--report", str(report), "--set", f"cleaner.metrics.textfile={metrics}", *args,
-                                env=environ)
+    actual, out = compaction(
+        "run",
+        local_demo.url,
+        "--set",
+        "log.cleanup.policy=compact",
+        "--now",
+        NOW,
+        "--report",
+        str(report),
+        "--set",
+        f"cleaner.metrics.textfile={metrics}",
+        *args,
+        env=environ,
+    )
     assert (actual, out.splitlines()) == (code, [error.replace("<java>", str(shutil.which("java")))]), case
     assert snapshot(local_demo) == before and not report.exists() and not metrics.exists(), "nothing written"
 
 
 def test_a_driver_setting_the_launcher_refuses_ends_in_one_typed_line(local_demo: Store) -> None:
     before = snapshot(local_demo)
-    code, out = compaction("run", local_demo.url, "--set", "log.cleanup.policy=compact", "--now", NOW,
-                           "--spark-conf", "spark.driver.memory=lots")
+    code, out = compaction(
+        "run",
+        local_demo.url,
+        "--set",
+        "log.cleanup.policy=compact",
+        "--now",
+        NOW,
+        "--spark-conf",
+        "spark.driver.memory=lots",
+    )
     assert code == 1 and "Traceback" not in out, out
-    assert out.splitlines()[-1] == ("error: Spark cannot start: the driver's JVM exited before it started (its own "
-                                    "message is above); check JAVA_HOME and the spark.driver.* settings")
+    assert out.splitlines()[-1] == (
+        "error: Spark cannot start: the driver's JVM exited before it started (its own "
+        "message is above); check JAVA_HOME and the spark.driver.* settings"
+    )
     assert "Invalid maximum heap size: -Xmxlots" in out, "the JVM's own words stay above"
     assert snapshot(local_demo) == before
 
@@ -116,8 +188,9 @@ def test_a_driver_setting_the_launcher_refuses_ends_in_one_typed_line(local_demo
 @pytest.mark.s3
 def test_unreachable_s3_endpoint_fails_fast_with_a_clear_message() -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
-    code, out = compaction("run", "s3://nightly-store", "--now", NOW, "--storage-option",
-                           f"client_kwargs.endpoint_url={endpoint}")
+    code, out = compaction(
+        "run", "s3://nightly-store", "--now", NOW, "--storage-option", f"client_kwargs.endpoint_url={endpoint}"
+    )
     assert code == 1 and f"cannot list s3://nightly-store: the endpoint {endpoint} cannot be reached" in out
 
 
@@ -129,8 +202,16 @@ def test_a_silent_s3_endpoint_fails_within_the_configured_retry_budget() -> None
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        code, out = compaction("run", "s3://nightly-store", "--now", NOW, "--set", "store.retry.budget.ms=2000",
-                               "--storage-option", f"client_kwargs.endpoint_url={endpoint}")
+        code, out = compaction(
+            "run",
+            "s3://nightly-store",
+            "--now",
+            NOW,
+            "--set",
+            "store.retry.budget.ms=2000",
+            "--storage-option",
+            f"client_kwargs.endpoint_url={endpoint}",
+        )
         attempts = connections_accepted(silent)
     assert code == 1 and f"cannot list s3://nightly-store: the endpoint {endpoint} did not answer" in out
     assert "gave up within the retry budget of 2 s" in out
@@ -146,8 +227,17 @@ def test_missing_credentials_fail_fast_and_touch_nothing(s3_endpoint: str) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent"
     env["AWS_EC2_METADATA_DISABLED"] = "true"
-    code, out = compaction("run", url, "--set", "log.cleanup.policy=compact", "--now", NOW,
-                           "--storage-option", f"client_kwargs.endpoint_url={s3_endpoint}", env=env)
+    code, out = compaction(
+        "run",
+        url,
+        "--set",
+        "log.cleanup.policy=compact",
+        "--now",
+        NOW,
+        "--storage-option",
+        f"client_kwargs.endpoint_url={s3_endpoint}",
+        env=env,
+    )
     assert code == 1 and "no credentials found" in out
     assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in out
     assert snapshot(store) == before

@@ -54,8 +54,9 @@ def test_the_page_has_the_three_days() -> None:
     assert "compaction warm-up" in blocks[0], "a new environment is prepared once, before its first run"
     assert "compaction plan s3://my-bucket/topics --conf /etc/kafka/server.properties" in blocks[1]
     assert "airflow dags test compaction_nightly" in blocks[2]
-    assert 'schedule=[ORDERS]' in blocks[2] and "airflow dags unpause orders_report" in blocks[2], \
+    assert "schedule=[ORDERS]" in blocks[2] and "airflow dags unpause orders_report" in blocks[2], (
         "a downstream DAG scheduled on a cleaned topic's asset"
+    )
 
 
 def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
@@ -65,8 +66,13 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
     store_url = f"{bucket}/topics"
     store = Store.open(store_url, storage_options(s3_endpoint))
     for topic in ("orders", "payments"):
-        generate(store, GenerateSpec(topics=(topic,), records=4000, keys=200, partitions=2, segment_records=1000,
-                                     end_time_ms=WRITTEN_MS), now_ms=WRITTEN_MS)
+        generate(
+            store,
+            GenerateSpec(
+                topics=(topic,), records=4000, keys=200, partitions=2, segment_records=1000, end_time_ms=WRITTEN_MS
+            ),
+            now_ms=WRITTEN_MS,
+        )
     kafka = tmp_path / "etc-kafka"
     kafka.mkdir()
     (kafka / "server.properties").write_text(SERVER_PROPERTIES)
@@ -75,17 +81,30 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "airflow").symlink_to(AIRFLOW)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION", "AWS_"))}
-    env.update(CREDENTIALS, AWS_ENDPOINT_URL=s3_endpoint, AWS_EC2_METADATA_DISABLED="true",
-               AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__LOAD_EXAMPLES="False", SPARK_LOCAL_IP="127.0.0.1",
-               PATH=os.pathsep.join([str(tools), *(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)]))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "PYSPARK", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION", "AWS_"))
+    }
+    env.update(
+        CREDENTIALS,
+        AWS_ENDPOINT_URL=s3_endpoint,
+        AWS_EC2_METADATA_DISABLED="true",
+        AIRFLOW_HOME=str(airflow_home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        SPARK_LOCAL_IP="127.0.0.1",
+        PATH=os.pathsep.join([str(tools), *(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)]),
+    )
     subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
 
     with Pushgateway() as pushgateway:
-        values = {"s3://my-bucket": bucket, "/etc/kafka/server.properties": str(kafka / "server.properties"),
-                  "/opt/compaction": str(tmp_path / "opt-compaction"), "/etc/compaction": str(tmp_path / "etc"),
-                  "http://pushgateway:9091": pushgateway.url}
+        values = {
+            "s3://my-bucket": bucket,
+            "/etc/kafka/server.properties": str(kafka / "server.properties"),
+            "/opt/compaction": str(tmp_path / "opt-compaction"),
+            "/etc/compaction": str(tmp_path / "etc"),
+            "http://pushgateway:9091": pushgateway.url,
+        }
         script = "\n".join(shell_blocks(PAGE.read_text()))
         for written, here in values.items():
             script = script.replace(written, here)
@@ -94,12 +113,18 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
         # finds them installed; the project itself it gets from the wheel only.
         venv_line = f"python3 -m venv {tmp_path / 'opt-compaction'}\n"
         assert venv_line in script
-        script = script.replace(venv_line, venv_line + (
-            f"{sys.executable} -c 'import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-            f"from tests.helpers.jobenv import borrow_dependencies; borrow_dependencies(Path(sys.argv[2]))' "
-            f"{ROOT} {tmp_path / 'opt-compaction'}\n"))
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=900)
+        script = script.replace(
+            venv_line,
+            venv_line
+            + (
+                f"{sys.executable} -c 'import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+                f"from tests.helpers.jobenv import borrow_dependencies; borrow_dependencies(Path(sys.argv[2]))' "
+                f"{ROOT} {tmp_path / 'opt-compaction'}\n"
+            ),
+        )
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        )
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-5000:]
 
@@ -121,8 +146,13 @@ def test_your_first_week_as_written(s3_endpoint: str, tmp_path: Path) -> None:
 
     # The night left the orders asset updated, which makes the downstream DAG of the page due; payments is not
     # compacted, so its asset is not.
-    assets = subprocess.run([str(AIRFLOW_PYTHON), str(ROOT / "tests" / "helpers" / "airflow_runner.py"), "--assets"],
-                            env=env, capture_output=True, text=True, timeout=300)
+    assets = subprocess.run(
+        [str(AIRFLOW_PYTHON), str(ROOT / "tests" / "helpers" / "airflow_runner.py"), "--assets"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     [line] = [line for line in assets.stdout.splitlines() if line.startswith("ASSETS ")] or [assets.stderr[-3000:]]
     queued = json.loads(line.removeprefix("ASSETS "))
     assert [e["uri"] for e in queued["asset_events"]] == [f"{store_url}/orders"]

@@ -29,20 +29,39 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def user_env() -> dict[str, str]:
     """A user's shell: none of the variables `make` exports, no virtualenv of the checkout on PATH."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYSPARK", "SPARK_", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYSPARK", "SPARK_", "VIRTUAL_ENV", "PYTHONPATH", "COMPACTION"))
+    }
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     return env
 
 
 def compaction(wheel: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(wheel), *argv], env=user_env(), cwd=wheel.parent, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [str(wheel), *argv], env=user_env(), cwd=wheel.parent, capture_output=True, text=True, timeout=600
+    )
 
 
 def store(wheel: Path, path: Path) -> str:
-    done = compaction(wheel, "generate", str(path), "--topics", "orders", "--partitions", "2", "--records", "6000",
-                      "--keys", "600", "--segment-records", "1000", "--seed", "3")
+    done = compaction(
+        wheel,
+        "generate",
+        str(path),
+        "--topics",
+        "orders",
+        "--partitions",
+        "2",
+        "--records",
+        "6000",
+        "--keys",
+        "600",
+        "--segment-records",
+        "1000",
+        "--seed",
+        "3",
+    )
     assert done.returncode == 0, done.stderr
     return str(path)
 
@@ -56,8 +75,9 @@ def quiet_run(wheel: Path, tmp_path: Path, name: str) -> None:
     assert not SPARK_NOISE.search(done.stderr), f"a successful run printed on stderr:\n{done.stderr[-4000:]}"
 
 
-def test_a_run_of_the_installed_wheel_prints_nothing_of_spark_before_and_after_the_warm_up(wheel: Path,
-                                                                                         tmp_path: Path) -> None:
+def test_a_run_of_the_installed_wheel_prints_nothing_of_spark_before_and_after_the_warm_up(
+    wheel: Path, tmp_path: Path
+) -> None:
     quiet_run(wheel, tmp_path, "before")
 
     warmed = compaction(wheel, "warm-up")
@@ -88,7 +108,13 @@ def test_spark_finds_the_data_source_the_wheel_installs(wheel: Path, tmp_path: P
     script.write_text(DISCOVERY)
     python = wheel.parent / "python"
     env = {**user_env(), "PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1"}
-    done = subprocess.run([str(python), str(script), store(wheel, tmp_path / "found")], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(python), str(script), store(wheel, tmp_path / "found")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.split()[-1] == "6000"

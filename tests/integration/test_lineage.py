@@ -31,15 +31,45 @@ def make_store(capsys: pytest.CaptureFixture[str], folder: Path) -> Path:
     compacting every topic."""
     store = folder / "store"
     for topic, partitions in (("orders", "2"), ("payments", "1")):
-        assert run(capsys, "generate", str(store), "--topics", topic, "--records", "2000", "--keys", "50",
-                   "--partitions", partitions, "--segment-records", "250", "--now", NOW, "--end-time", NOW)[0] == 0
+        assert (
+            run(
+                capsys,
+                "generate",
+                str(store),
+                "--topics",
+                topic,
+                "--records",
+                "2000",
+                "--keys",
+                "50",
+                "--partitions",
+                partitions,
+                "--segment-records",
+                "250",
+                "--now",
+                NOW,
+                "--end-time",
+                NOW,
+            )[0]
+            == 0
+        )
     (folder / "c.toml").write_text('"log.cleanup.policy" = "compact"\n')
     return store
 
 
 def run_job(capsys: pytest.CaptureFixture[str], folder: Path, *flags: str) -> tuple[int, str, str]:
-    code, out, err = invoke(capsys, "run", str(folder / "store"), "--conf", str(folder / "c.toml"), "--now", NOW,
-                            "--report", str(folder / "report.json"), *flags)
+    code, out, err = invoke(
+        capsys,
+        "run",
+        str(folder / "store"),
+        "--conf",
+        str(folder / "c.toml"),
+        "--now",
+        NOW,
+        "--report",
+        str(folder / "report.json"),
+        *flags,
+    )
     return code, out, err
 
 
@@ -60,7 +90,8 @@ def delivered(receiver: Receiver, count: int) -> list[dict[str, Any]]:
 
 @pytest.mark.spark
 def test_a_run_tells_its_start_and_completion_with_each_topic_and_the_reports_figures(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver, spark: Any) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver, spark: Any
+) -> None:
     make_store(capsys, tmp_path)
     code, _, err = run_job(capsys, tmp_path)
     assert code == EXIT_OK and "OpenLineage" not in err
@@ -71,10 +102,14 @@ def test_a_run_tells_its_start_and_completion_with_each_topic_and_the_reports_fi
     assert complete["run"]["facets"]["nominalTime"]["nominalStartTime"] == "2026-01-02T00:00:00.000+00:00"
     report = json.loads((tmp_path / "report.json").read_text())
     where = str(tmp_path / "store")
-    assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [("file", f"{where}/orders"),
-                                                                        ("file", f"{where}/payments")]
-    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [("file", f"{where}/orders"),
-                                                                         ("file", f"{where}/payments")]
+    assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [
+        ("file", f"{where}/orders"),
+        ("file", f"{where}/payments"),
+    ]
+    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [
+        ("file", f"{where}/orders"),
+        ("file", f"{where}/payments"),
+    ]
     for output in complete["outputs"]:
         topic = output["name"].rsplit("/", 1)[1]
         partitions = [p for p in report["partitions"] if p["partition"].startswith(f"{topic}-")]
@@ -94,7 +129,8 @@ def test_a_run_tells_its_start_and_completion_with_each_topic_and_the_reports_fi
 
 @pytest.mark.spark
 def test_a_partial_run_completes_with_its_failures_and_without_the_topic_it_could_not_write(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver, spark: Any) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver, spark: Any
+) -> None:
     make_store(capsys, tmp_path)
     segment = Store.open(str(tmp_path / "store")).manifest(TopicPartition("payments", 0)).segments[0]
     (tmp_path / "store" / "payments" / "0" / segment.path).unlink()
@@ -108,8 +144,9 @@ def test_a_partial_run_completes_with_its_failures_and_without_the_topic_it_coul
     assert [d["name"].rsplit("/", 1)[1] for d in complete["inputs"]] == ["orders", "payments"]
 
 
-def test_a_failed_command_tells_its_failure_with_the_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                            endpoint: Receiver) -> None:
+def test_a_failed_command_tells_its_failure_with_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver
+) -> None:
     code, out = run(capsys, "run", str(tmp_path / "no-store"), "--now", NOW)
     assert code == EXIT_FAILED
     start, fail = delivered(endpoint, 2)
@@ -125,8 +162,8 @@ def test_a_failed_command_tells_its_failure_with_the_error(tmp_path: Path, capsy
 
 
 def test_forget_on_s3_names_the_bucket_keeps_the_key_out_and_nests_under_airflows_run(
-        s3_store: Store, capsys: pytest.CaptureFixture[str], endpoint: Receiver,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    s3_store: Store, capsys: pytest.CaptureFixture[str], endpoint: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     task_run, dag_run = str(uuid.uuid4()), str(uuid.uuid4())
     monkeypatch.setenv("OPENLINEAGE_PARENT_ID", f"default/compaction_nightly.compact/{task_run}")
     monkeypatch.setenv("OPENLINEAGE_ROOT_PARENT_ID", f"default/compaction_nightly/{dag_run}")
@@ -136,8 +173,23 @@ def test_forget_on_s3_names_the_bucket_keeps_the_key_out_and_nests_under_airflow
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "lineage-secret-access-key-0001")
     endpoint_url = s3_store.storage.storage_options["client_kwargs"]["endpoint_url"]
     options = [f"--storage-option=client_kwargs.endpoint_url={endpoint_url}"]
-    assert run(capsys, "generate", s3_store.url, "--records", "100", "--keys", "10", "--partitions", "2", *options,
-               "--now", NOW)[0] == EXIT_OK
+    assert (
+        run(
+            capsys,
+            "generate",
+            s3_store.url,
+            "--records",
+            "100",
+            "--keys",
+            "10",
+            "--partitions",
+            "2",
+            *options,
+            "--now",
+            NOW,
+        )[0]
+        == EXIT_OK
+    )
     assert endpoint.events == [], "generate is not told"
     code, out = run(capsys, "forget", s3_store.url, "orders", "--key", "key-0000000003", *options, "--now", NOW)
     assert code == EXIT_OK, out
@@ -165,8 +217,8 @@ def same_output(text: str, folder: Path) -> list[str]:
 @pytest.mark.spark
 @pytest.mark.parametrize("hang", [False, True], ids=["refused", "never answers"])
 def test_an_endpoint_that_fails_changes_neither_the_exit_code_nor_the_output(
-        hang: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        spark: Any) -> None:
+    hang: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, spark: Any
+) -> None:
     alone, told = tmp_path / "alone", tmp_path / "told"
     for folder in (alone, told):
         folder.mkdir()
@@ -186,25 +238,32 @@ def test_an_endpoint_that_fails_changes_neither_the_exit_code_nor_the_output(
     assert same_output(out, told) == same_output(expected[1], alone)
     [warning] = [line for line in err.splitlines() if "compaction.lineage" in line]
     assert "OpenLineage events not" in warning and "not affected" in warning, err
-    assert same_output("\n".join(line[24:] for line in err.splitlines() if line != warning), told) == \
-        same_output("\n".join(line[24:] for line in expected[2].splitlines()), alone), "one warning line, no other"
+    assert same_output("\n".join(line[24:] for line in err.splitlines() if line != warning), told) == same_output(
+        "\n".join(line[24:] for line in expected[2].splitlines()), alone
+    ), "one warning line, no other"
     if hang:
         assert receiver.requests >= 1 and "within 3 s" in warning
     # Unbounded, the client's retries (6 attempts of 5 s for each of 2 events) would hold the command a minute.
     assert waited < alone_s + 3 + 20, "the command waited for its events no longer than the timeout"
-    assert json.loads((told / "report.json").read_text())["topics"] == \
-        json.loads((alone / "report.json").read_text())["topics"]
-
+    assert (
+        json.loads((told / "report.json").read_text())["topics"]
+        == json.loads((alone / "report.json").read_text())["topics"]
+    )
 
 
 def test_publish_tells_the_topic_it_read_and_the_iceberg_table_it_wrote(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], endpoint: Receiver
+) -> None:
     store = tmp_path / "store"
-    assert run(capsys, "generate", str(store), "--records", "200", "--keys", "20", "--partitions", "2",
-               "--now", NOW)[0] == EXIT_OK
+    assert (
+        run(capsys, "generate", str(store), "--records", "200", "--keys", "20", "--partitions", "2", "--now", NOW)[0]
+        == EXIT_OK
+    )
     conf = tmp_path / "c.toml"
-    conf.write_text(f'[publish]\ncatalog = "lake"\n"type" = "sql"\n"uri" = "sqlite:///{tmp_path}/catalog.db"\n'
-                    f'"warehouse" = "file://{tmp_path}/warehouse"\n')
+    conf.write_text(
+        f'[publish]\ncatalog = "lake"\n"type" = "sql"\n"uri" = "sqlite:///{tmp_path}/catalog.db"\n'
+        f'"warehouse" = "file://{tmp_path}/warehouse"\n'
+    )
     code, out = run(capsys, "publish", str(store), "orders", "--conf", str(conf))
     assert code == EXIT_OK, out
     _, complete = delivered(endpoint, 2)

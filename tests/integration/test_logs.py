@@ -19,8 +19,12 @@ KEY_ID = "AKIAQWERTYSECRET7788"
 
 def _clean_environment(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-               AWS_CONFIG_FILE=str(tmp_path / "no-config"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-file"))
+    env.update(
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(tmp_path / "no-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-file"),
+    )
     return env
 
 
@@ -32,12 +36,19 @@ def _credentials(source: str, tmp_path: Path) -> tuple[dict[str, str], list[str]
         return env, []
     if source == "profile":  # values the CLI cannot know up front: masked by their shape
         profile = tmp_path / "credentials"
-        profile.write_text(f"[default]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = {SECRET}\n"
-                           f"aws_session_token = {TOKEN}\n")
+        profile.write_text(
+            f"[default]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = {SECRET}\naws_session_token = {TOKEN}\n"
+        )
         env["AWS_SHARED_CREDENTIALS_FILE"] = str(profile)
         return env, []
-    return env, ["--storage-option", f"key={KEY_ID}", "--storage-option", f"secret={SECRET}",
-                 "--storage-option", f"token={TOKEN}"]
+    return env, [
+        "--storage-option",
+        f"key={KEY_ID}",
+        "--storage-option",
+        f"secret={SECRET}",
+        "--storage-option",
+        f"token={TOKEN}",
+    ]
 
 
 @pytest.mark.s3
@@ -50,12 +61,20 @@ def test_verbose_commands_print_no_credential(s3_endpoint: str, tmp_path: Path, 
     where = ["--storage-option", f"client_kwargs.endpoint_url={s3_endpoint}", *flags]
 
     def cli(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "compaction.cli", *args, *where], env=env, cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "compaction.cli", *args, *where],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     printed = []
-    for batch in ([("-v", "append", url, "orders", "0", str(records))],  # then the rest side by side
-                  [("-vv", "status", url), ("-vv", "read", url, "orders", "0"), ("-vv", "read", url, "orders", "9")]):
+    for batch in (
+        [("-v", "append", url, "orders", "0", str(records))],  # then the rest side by side
+        [("-vv", "status", url), ("-vv", "read", url, "orders", "0"), ("-vv", "read", url, "orders", "9")],
+    ):
         for process in [cli(*args) for args in batch]:
             output, _ = process.communicate(timeout=120)
             failing = cast(list[str], process.args)[-len(where) - 1] == "9"
@@ -76,13 +95,31 @@ def test_a_run_is_quiet_by_default_and_verbose_when_asked(s3_endpoint: str, tmp_
     env = {**{k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}, "AWS_ENDPOINT_URL": s3_endpoint}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "compaction.cli", *args], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "compaction.cli", *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         return done
 
-    cli("generate", url, "--records", "8000", "--keys", "400", "--partitions", "2", "--segment-records", "1000",
-        "--now", "2026-01-01T00:00:00Z")
+    cli(
+        "generate",
+        url,
+        "--records",
+        "8000",
+        "--keys",
+        "400",
+        "--partitions",
+        "2",
+        "--segment-records",
+        "1000",
+        "--now",
+        "2026-01-01T00:00:00Z",
+    )
     run = cli("run", url, "--set", "log.cleanup.policy=compact", "--now", "2026-01-02T00:00:00Z")
     assert "2 partition(s) cleaned" in run.stdout, "the job's own progress and summary are on stdout"
     assert run.stderr == "", "no storage client INFO lines, no Spark or JVM line, no console progress bar"

@@ -101,10 +101,15 @@ def s3(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Published:
     root = tmp_path_factory.mktemp("publish-s3")
     url, options = new_bucket(s3_endpoint), storage_options(s3_endpoint)
     readstore.build(Store.open(url, options))
-    catalog = {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"{new_bucket(s3_endpoint)}/lake",
-               "s3.endpoint": s3_endpoint, "s3.region": CREDENTIALS["AWS_DEFAULT_REGION"],
-               "s3.access-key-id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
-               "s3.secret-access-key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
+    catalog = {
+        "type": "sql",
+        "uri": f"sqlite:///{root}/catalog.db",
+        "warehouse": f"{new_bucket(s3_endpoint)}/lake",
+        "s3.endpoint": s3_endpoint,
+        "s3.region": CREDENTIALS["AWS_DEFAULT_REGION"],
+        "s3.access-key-id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "s3.secret-access-key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
     flags = ["--storage-option", f"client_kwargs.endpoint_url={s3_endpoint}"]
     return publish_both_versions(Published(url, options, flags, catalog, write_conf(root / "c.toml", catalog)))
 
@@ -146,8 +151,9 @@ def with_duckdb(table: Table, snapshot_id: int) -> pa.Table:
 READERS: dict[str, Callable[[Table, int], pa.Table]] = {
     "pyiceberg": lambda table, snapshot_id: table.scan(snapshot_id=snapshot_id).to_arrow(),
     # Polars reads the files itself: it takes the catalog's storage properties (the S3 endpoint) as options.
-    "polars": lambda table, snapshot_id: pl.scan_iceberg(table, snapshot_id=snapshot_id,
-                                                         storage_options=dict(table.io.properties)).collect().to_arrow(),
+    "polars": lambda table, snapshot_id: (
+        pl.scan_iceberg(table, snapshot_id=snapshot_id, storage_options=dict(table.io.properties)).collect().to_arrow()
+    ),
     "duckdb": with_duckdb,
 }
 
@@ -176,7 +182,8 @@ def assert_reads(reader: str, got: pa.Table, expected: pa.Table) -> None:
 @pytest.mark.parametrize("version", [NEWEST, OLDER])
 @pytest.mark.parametrize("name", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_each_snapshot_reads_the_log_of_its_versions_in_every_engine(
-        request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int, reader: str) -> None:
+    request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int, reader: str
+) -> None:
     pub = backend(request, name)
     table = pub.table()
     expected = compaction_read(pub, tmp_path, version)
@@ -190,9 +197,12 @@ def test_the_table_is_the_segments_themselves_with_position_deletes(local: Publi
     table = local.table()
     store = local.store()
     tasks = list(table.scan().plan_files())
-    live = {f"file://{store.storage.describe(f'{TOPIC}/{p}/{s.path}')}"
-            for p in range(PARTITIONS) for s in store.manifest(TopicPartition(TOPIC, p)).segments
-            if s.next_offset > store.manifest(TopicPartition(TOPIC, p)).log_start_offset}
+    live = {
+        f"file://{store.storage.describe(f'{TOPIC}/{p}/{s.path}')}"
+        for p in range(PARTITIONS)
+        for s in store.manifest(TopicPartition(TOPIC, p)).segments
+        if s.next_offset > store.manifest(TopicPartition(TOPIC, p)).log_start_offset
+    }
     assert {t.file.file_path for t in tasks} == live, "zero-copy: the live segments are the data files"
     with_deletes = {t.file.file_path: t.delete_files for t in tasks if t.delete_files}
     # Deletion vectors on three segments, and log starts inside partition 0's first segment (partition 2's
@@ -207,8 +217,9 @@ def test_the_table_is_the_segments_themselves_with_position_deletes(local: Publi
 # Versions and snapshots ----------------------------------------------------------------------------------------
 
 
-def test_publishing_the_same_versions_again_adds_no_snapshot(local: Published,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_publishing_the_same_versions_again_adds_no_snapshot(
+    local: Published, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = [s.snapshot_id for s in local.table().snapshots()]
     assert len(before) == 2, "one per publish of new versions: the older, then the newest"
     capsys.readouterr()
@@ -217,11 +228,15 @@ def test_publishing_the_same_versions_again_adds_no_snapshot(local: Published,
     assert [s.snapshot_id for s in local.table().snapshots()] == before
     current = local.table().current_snapshot()
     assert current is not None and json.loads(current.summary[VERSIONS_PROPERTY]) == {  # type: ignore[index,arg-type]
-        "0": 4, "1": 4, "2": 4}
+        "0": 4,
+        "1": 4,
+        "2": 4,
+    }
 
 
 def test_a_publish_racing_another_resolves_through_the_catalogs_commit_check(
-        local: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     copy_store(local, tmp_path / "store")
     copy = Published(str(tmp_path / "store"), {}, [], local_catalog(tmp_path / "lake"), local.conf)
     store = copy.store()
@@ -264,12 +279,22 @@ def test_a_publish_racing_another_resolves_through_the_catalogs_commit_check(
     assert len(copy.table().snapshots()) == 3
 
 
-def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = str(tmp_path / "store")
-    generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=2, records=400, keys=50,
-                                           segment_records=100, segment_format=SegmentFormat.KAFKA),
-             now_ms=readstore.NOW)
+    generate(
+        Store.open(url),
+        GenerateSpec(
+            topics=("clicks",),
+            partitions=2,
+            records=400,
+            keys=50,
+            segment_records=100,
+            segment_format=SegmentFormat.KAFKA,
+        ),
+        now_ms=readstore.NOW,
+    )
     catalog = local_catalog(tmp_path / "lake")
     code = main(["publish", url, "clicks", "--conf", str(write_conf(tmp_path / "c.toml", catalog))])
     err = capsys.readouterr().err
@@ -282,16 +307,33 @@ def test_a_topic_of_kafka_log_segments_is_refused_in_one_line(tmp_path: Path,
 
 def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
-    generate(Store.open(url), GenerateSpec(topics=("clicks",), partitions=1, records=100, keys=10,
-                                           segment_records=50, segment_format=SegmentFormat.KAFKA),
-             now_ms=readstore.NOW)
-    generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=2, records=100, keys=10,
-                                           segment_records=50), now_ms=readstore.NOW)
+    generate(
+        Store.open(url),
+        GenerateSpec(
+            topics=("clicks",),
+            partitions=1,
+            records=100,
+            keys=10,
+            segment_records=50,
+            segment_format=SegmentFormat.KAFKA,
+        ),
+        now_ms=readstore.NOW,
+    )
+    generate(
+        Store.open(url),
+        GenerateSpec(topics=("orders",), partitions=2, records=100, keys=10, segment_records=50),
+        now_ms=readstore.NOW,
+    )
     catalog = local_catalog(tmp_path / "lake")
     settings = settings_with(conf=write_conf(tmp_path / "c.toml", catalog, '"after.run" = true'))
     lines: list[str] = []
-    code, report = run_job(Store.open(url), JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)), settings,
-                           lambda: pytest.fail("nothing to clean: no Spark"), out=lines.append)
+    code, report = run_job(
+        Store.open(url),
+        JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)),
+        settings,
+        lambda: pytest.fail("nothing to clean: no Spark"),
+        out=lines.append,
+    )
     report = cast(RunReport, report)  # not a dry run
     assert code == 3, "the run's cleaning committed, but a publish failed"
     clicks, orders = report.published
@@ -306,24 +348,34 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
 @pytest.mark.spark
 @pytest.mark.parametrize("strategy", ["offset", "timestamp", "header"])
 def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_it_expires(
-        spark, local: Published, tmp_path: Path, strategy: str) -> None:
+    spark, local: Published, tmp_path: Path, strategy: str
+) -> None:
     copy_store(local, tmp_path / "store")
     catalog = local_catalog(tmp_path / "lake")
-    pub = Published(str(tmp_path / "store"), {}, [], catalog, write_conf(tmp_path / "c.toml", catalog,
-                                                                        '"after.run" = true'))
+    pub = Published(
+        str(tmp_path / "store"), {}, [], catalog, write_conf(tmp_path / "c.toml", catalog, '"after.run" = true')
+    )
     store = pub.store()
     before = compaction_read(pub, tmp_path)
     assert pub.cli("publish", TOPIC) == EXIT_OK
     first = pub.table().current_snapshot()
     assert first is not None
 
-    settings = settings_with(conf=pub.conf, flags=[
-        "log.cleanup.policy=compact", "log.roll.ms=1", "cleaner.deletion.vector.max.ratio=0.5",
-        f"{TOPIC}:compaction.strategy={strategy}", f"{TOPIC}:compaction.strategy.header={HEADER}"])
+    settings = settings_with(
+        conf=pub.conf,
+        flags=[
+            "log.cleanup.policy=compact",
+            "log.roll.ms=1",
+            "cleaner.deletion.vector.max.ratio=0.5",
+            f"{TOPIC}:compaction.strategy={strategy}",
+            f"{TOPIC}:compaction.strategy.header={HEADER}",
+        ],
+    )
     wall = int(time.time() * 1000)
     lines: list[str] = []
-    code, report = run_job(store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark,
-                           out=lines.append)
+    code, report = run_job(
+        store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark, out=lines.append
+    )
     report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_OK and [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     newest = {p: store.versions(TopicPartition(TOPIC, p))[-1] for p in range(PARTITIONS)}
@@ -337,8 +389,9 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     for reader, read in READERS.items():
         assert_reads(reader, read(table, second), after)
     # gc as eager as it gets: the previous snapshot's versions are pinned, so it still reads the previous log.
-    results, failures = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(),
-                                      grace_ms=0, keep_versions=1)
+    results, failures = collect_store(
+        store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0, keep_versions=1
+    )
     assert not failures and all(r.pinned_versions == [NEWEST, newest[int(r.partition[-1])]] for r in results)
     assert_reads("polars", READERS["polars"](table, first.snapshot_id), before)
     assert not [p for r in verify(store, check_data=False) for p in r.problems]
@@ -352,16 +405,17 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     assert not expired.committed and expired.expired == [first.snapshot_id]
     assert [s.snapshot_id for s in pub.table().snapshots()] == [second]
     assert all(p.holder.endswith(f"-{second}") for p in store.objects.pins(TopicPartition(TOPIC, 0)))
-    results, _ = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0,
-                               keep_versions=1)
+    results, _ = collect_store(
+        store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0, keep_versions=1
+    )
     assert all(r.pruned_versions == [NEWEST] and r.deleted_objects for r in results)
     assert_reads("polars", READERS["polars"](pub.table(), second), after)
     assert_reads("pyiceberg", READERS["pyiceberg"](pub.table(), second), after)
 
 
-def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Published, tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str],
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_names_the_snapshot_whose_version_or_object_is_missing(
+    local: Published, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     shutil.copytree(Path(local.url), tmp_path / "store")
     store = Store.open(str(tmp_path / "store"))
     tp = TopicPartition(TOPIC, 1)
@@ -369,8 +423,10 @@ def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Pub
     assert [p.version for p in pins] == [OLDER, NEWEST], "the store learnt what the published snapshots read"
     monkeypatch.setattr(common, "wall_clock_ms", past_every_write_ms)
     assert main(["gc", str(tmp_path / "store"), "--grace", "0", "--keep-versions", "1"]) == EXIT_OK
-    assert f"{TOPIC}-1: deleted 0 object(s) (0 B), pruned manifest versions [1], 0 within the grace period, kept " \
-           f"pinned versions [{OLDER}, {NEWEST}]" in capsys.readouterr().out
+    assert (
+        f"{TOPIC}-1: deleted 0 object(s) (0 B), pruned manifest versions [1], 0 within the grace period, kept "
+        f"pinned versions [{OLDER}, {NEWEST}]" in capsys.readouterr().out
+    )
     assert not [p for r in verify(store, check_data=False) for p in r.problems], "the versions kept are continuous"
     segment = store.manifest(tp, NEWEST).segments[-1]
     (tmp_path / "store" / TOPIC / "1" / segment.path).unlink()
@@ -378,25 +434,37 @@ def test_verify_names_the_snapshot_whose_version_or_object_is_missing(local: Pub
     assert main(["verify", str(tmp_path / "store"), "--metadata-only"]) == 1
     out = capsys.readouterr().out
     newest_snapshot = pins[1].holder.rsplit("-", 1)[1]
-    assert f"missing, but manifest version {NEWEST} references it; Iceberg snapshot {newest_snapshot} of table " \
-           f"default.orders" in out
+    assert (
+        f"missing, but manifest version {NEWEST} references it; Iceberg snapshot {newest_snapshot} of table "
+        f"default.orders" in out
+    )
     assert f"holds manifest version {OLDER}, which is missing" in out
 
 
 def test_a_table_of_another_topic_or_store_is_refused_and_secrets_stay_out_of_errors(
-        local: Published, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    generate(local.store(), GenerateSpec(topics=("payments",), partitions=1, records=50, keys=10, segment_records=50),
-             now_ms=readstore.NOW)
+    local: Published, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    generate(
+        local.store(),
+        GenerateSpec(topics=("payments",), partitions=1, records=50, keys=10, segment_records=50),
+        now_ms=readstore.NOW,
+    )
     assert local.cli("publish", "payments", "--table", "default.orders") == EXIT_INVALID
-    assert f"error: Iceberg table default.orders publishes topic orders of store file://{local.url}, not topic " \
-           "payments" in capsys.readouterr().err
+    assert (
+        f"error: Iceberg table default.orders publishes topic orders of store file://{local.url}, not topic "
+        "payments" in capsys.readouterr().err
+    )
     secret = "sup3r-s3cret-value"
-    conf = write_conf(tmp_path / "c.toml", {"type": "sql", "uri": f"sqlite:///{tmp_path}/missing/c.db",
-                                            "s3.secret-access-key": secret})
+    conf = write_conf(
+        tmp_path / "c.toml",
+        {"type": "sql", "uri": f"sqlite:///{tmp_path}/missing/c.db", "s3.secret-access-key": secret},
+    )
     assert main(["publish", local.url, "payments", "--conf", str(conf)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: Iceberg catalog 'test', table default.payments: OperationalError") and \
-        len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("error: Iceberg catalog 'test', table default.payments: OperationalError")
+        and len(err.strip().splitlines()) == 1
+    )
     settings = settings_with(conf=conf)
     with pytest.raises(CatalogError) as raised, redacted(publish_target(settings)):
         raise CatalogError(f"the catalog said: bad credential {secret}")
@@ -406,13 +474,21 @@ def test_a_table_of_another_topic_or_store_is_refused_and_secrets_stay_out_of_er
 
 def test_publish_settings_come_from_the_publish_table(tmp_path: Path) -> None:
     conf = tmp_path / "c.toml"
-    conf.write_text('[publish]\ncatalog = "lake"\nnamespace = "kafka"\n"after.run" = true\ntype = "rest"\n'
-                    'uri = "http://127.0.0.1:1"\ns3.endpoint = "http://127.0.0.1:2"\n')
+    conf.write_text(
+        '[publish]\ncatalog = "lake"\nnamespace = "kafka"\n"after.run" = true\ntype = "rest"\n'
+        'uri = "http://127.0.0.1:1"\ns3.endpoint = "http://127.0.0.1:2"\n'
+    )
     settings = settings_with(conf=conf, flags=["publish.warehouse=s3://w"])
-    assert (settings.publish.catalog, settings.publish.namespace, settings.publish.after_run) == ("lake", "kafka",
-                                                                                                    True)
-    assert settings.publish.properties == {"type": "rest", "uri": "http://127.0.0.1:1",
-                                           "s3.endpoint": "http://127.0.0.1:2", "warehouse": "s3://w"}
-    with pytest.raises(Exception, match=r"Unknown configuration 'after.runs' in \[publish\] \(did you mean "
-                                        r"'after.run'\?\)"):
+    assert (settings.publish.catalog, settings.publish.namespace, settings.publish.after_run) == ("lake", "kafka", True)
+    assert settings.publish.properties == {
+        "type": "rest",
+        "uri": "http://127.0.0.1:1",
+        "s3.endpoint": "http://127.0.0.1:2",
+        "warehouse": "s3://w",
+    }
+    with pytest.raises(
+        Exception,
+        match=r"Unknown configuration 'after.runs' in \[publish\] \(did you mean "
+        r"'after.run'\?\)",
+    ):
         settings_with(conf=conf, flags=["publish.after.runs=true"])

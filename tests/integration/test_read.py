@@ -51,8 +51,12 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def s3(s3_endpoint: str) -> Built:
     url = new_bucket(s3_endpoint)
     options = storage_options(s3_endpoint)
-    return Built(url, options, ["--storage-option", f"client_kwargs.endpoint_url={s3_endpoint}"],
-                 readstore.build(Store.open(url, options)))
+    return Built(
+        url,
+        options,
+        ["--storage-option", f"client_kwargs.endpoint_url={s3_endpoint}"],
+        readstore.build(Store.open(url, options)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,20 +65,23 @@ def cleaned(spark, local: Built, tmp_path_factory: pytest.TempPathFactory) -> Bu
     url = str(tmp_path_factory.mktemp("cleaned") / "store")
     shutil.copytree(local.url, url)
     store = Store.open(url)
-    settings = settings_with({"log.cleanup.policy": "compact", "log.roll.ms": 1,
-                              "cleaner": {"deletion.vector.max.ratio": 0.5}})
+    settings = settings_with(
+        {"log.cleanup.policy": "compact", "log.roll.ms": 1, "cleaner": {"deletion.vector.max.ratio": 0.5}}
+    )
     report = Cleaner(spark, store, settings).run(readstore.NOW)
     assert [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
-    _, failures = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0,
-                                keep_versions=2)
+    _, failures = collect_store(
+        store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0, keep_versions=2
+    )
     assert not failures
     return Built(url, {}, [], local.aborted)
 
 
 @pytest.mark.parametrize("name", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 @pytest.mark.parametrize("version", [NEWEST, OLDER])
-def test_compaction_read_returns_the_live_log_of_the_version(request: pytest.FixtureRequest, tmp_path: Path,
-                                                             name: str, version: int) -> None:
+def test_compaction_read_returns_the_live_log_of_the_version(
+    request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int
+) -> None:
     built = backend(request, name)
     expected = readstore.oracle(built.store(), {p: version for p in range(PARTITIONS)})
     got = cli_table(built, tmp_path, "--version", str(version))
@@ -93,16 +100,26 @@ SCENARIOS = [
 
 
 # On S3 the latest view is read once: the readers differ only in what they do with the same batches.
-READER_CASES = [pytest.param(scenario.values[0], scenario.values[1], latest, reader, marks=scenario.marks,
-                             id=f"{reader}-{'latest' if latest else 'log'}-{scenario.id}")
-                for scenario in SCENARIOS for latest in (False, True) for reader in READERS
-                if not (scenario.values[0] == "s3" and latest and reader != "table")]
+READER_CASES = [
+    pytest.param(
+        scenario.values[0],
+        scenario.values[1],
+        latest,
+        reader,
+        marks=scenario.marks,
+        id=f"{reader}-{'latest' if latest else 'log'}-{scenario.id}",
+    )
+    for scenario in SCENARIOS
+    for latest in (False, True)
+    for reader in READERS
+    if not (scenario.values[0] == "s3" and latest and reader != "table")
+]
 
 
 @pytest.mark.parametrize(("name", "version", "latest", "reader"), READER_CASES)
-def test_every_reader_returns_the_records_of_compaction_read(request: pytest.FixtureRequest, tmp_path: Path,
-                                                             name: str, version: int | None, latest: bool,
-                                                             reader: str) -> None:
+def test_every_reader_returns_the_records_of_compaction_read(
+    request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None, latest: bool, reader: str
+) -> None:
     built = backend(request, name)
     flags = [*(["--version", str(version)] if version else []), *(["--latest"] if latest else [])]
     expected = cli_table(built, tmp_path, *flags)
@@ -116,8 +133,8 @@ def test_every_reader_returns_the_records_of_compaction_read(request: pytest.Fix
 @pytest.mark.parametrize(("name", "version"), [s for s in SCENARIOS if s.id != "local-older"])
 @pytest.mark.parametrize("latest", [False, True], ids=["log", "latest"])
 def test_the_spark_reader_returns_the_records_of_compaction_read(
-        any_spark, request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None,
-        latest: bool) -> None:
+    any_spark, request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None, latest: bool
+) -> None:
     """On a classic session and on Spark Connect alike."""
     built = backend(request, name)
     flags = [*(["--version", str(version)] if version else []), *(["--latest"] if latest else [])]
@@ -129,23 +146,33 @@ def test_the_spark_reader_returns_the_records_of_compaction_read(
     if not type(any_spark).__module__.startswith("pyspark.sql.connect"):  # only classic sessions show their RDDs
         assert frame.rdd.getNumPartitions() == tasks
     assert canonical(frame.toArrow(), expected.schema).equals(expected)
-    assert_df_equality(frame.select(*expected.schema.names), any_spark.createDataFrame(expected),
-                       ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        frame.select(*expected.schema.names),
+        any_spark.createDataFrame(expected),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
 
 
 @pytest.mark.parametrize(("name", "version"), SCENARIOS)
 @pytest.mark.parametrize("strategy", ["offset", "timestamp", "header"])
 def test_latest_is_each_keys_winner_of_the_log_under_the_topics_strategy(
-        request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None, strategy: str) -> None:
+    request: pytest.FixtureRequest, tmp_path: Path, name: str, version: int | None, strategy: str
+) -> None:
     built = backend(request, name)
     pinned = ["--version", str(version)] if version else []
     log = cli_table(built, tmp_path, *pinned)
-    chosen = ["--set", f"{TOPIC}:compaction.strategy={strategy}", "--set",
-              f"{TOPIC}:compaction.strategy.header={HEADER}"]
+    chosen = [
+        "--set",
+        f"{TOPIC}:compaction.strategy={strategy}",
+        "--set",
+        f"{TOPIC}:compaction.strategy.header={HEADER}",
+    ]
     got = cli_table(built, tmp_path, *pinned, "--latest", *chosen)
     if strategy == "header":
-        assert list(zip(got.column("partition").to_pylist(), got.column("offset").to_pylist(), strict=True)) == \
-            latest_by_header(log, built.aborted)
+        assert list(
+            zip(got.column("partition").to_pylist(), got.column("offset").to_pylist(), strict=True)
+        ) == latest_by_header(log, built.aborted)
     else:
         assert got.equals(latest_in_duckdb(log, built.aborted, strategy).cast(got.schema))
     assert 0 < got.num_rows < log.num_rows
@@ -154,8 +181,7 @@ def test_latest_is_each_keys_winner_of_the_log_under_the_topics_strategy(
     assert got.column("value").null_count == 0 and got.column("key").null_count == 0
 
 
-def test_latest_view_is_the_same_before_and_after_a_clean_pass(local: Built, cleaned: Built,
-                                                               tmp_path: Path) -> None:
+def test_latest_view_is_the_same_before_and_after_a_clean_pass(local: Built, cleaned: Built, tmp_path: Path) -> None:
     before = cli_table(local, tmp_path, "--latest")
     after = cli_table(cleaned, tmp_path, "--latest")
     assert after.equals(before), "cleaning keeps each key's winner and drops only what the view never shows"

@@ -48,14 +48,16 @@ def pushgateway() -> Iterator[Pushgateway]:
 @pytest.mark.s3
 @pytest.mark.spark
 def test_report_and_metrics_file_given_as_s3_urls_are_written_to_the_bucket(
-        spark, s3_endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    spark, s3_endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     url = new_bucket(s3_endpoint)
     make_store(url, storage_options(s3_endpoint))
     conf = tmp_path / "c.toml"
-    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{url}/metrics/job.prom"\n'
-                    f'[store]\noptions = {{ client_kwargs = {{ endpoint_url = "{s3_endpoint}" }} }}\n')
+    conf.write_text(
+        f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{url}/metrics/job.prom"\n'
+        f'[store]\noptions = {{ client_kwargs = {{ endpoint_url = "{s3_endpoint}" }} }}\n'
+    )
     code, out = run(capsys, "run", url, "--conf", str(conf), "--now", NOW, "--report", f"{url}/reports/run.json")
     assert code == EXIT_OK, out
     assert f"report written to {url}/reports/run.json" in out
@@ -68,13 +70,15 @@ def test_report_and_metrics_file_given_as_s3_urls_are_written_to_the_bucket(
 
 @pytest.mark.spark
 def test_the_last_success_survives_a_partially_failed_run_and_is_on_the_wall_clock(
-        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        pushgateway: Pushgateway) -> None:
+    spark, tmp_path: Path, capsys: pytest.CaptureFixture[str], pushgateway: Pushgateway
+) -> None:
     store = make_store(str(tmp_path / "store"))
     textfile = tmp_path / "metrics" / "compaction.prom"
     conf = tmp_path / "c.toml"
-    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{textfile}"\n'
-                    f'"metrics.pushgateway" = "{pushgateway.url}"\n')
+    conf.write_text(
+        f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{textfile}"\n'
+        f'"metrics.pushgateway" = "{pushgateway.url}"\n'
+    )
     before = time.time()
     assert run(capsys, "run", store.url, "--conf", str(conf), "--now", NOW)[0] == EXIT_OK
     first = samples(textfile.read_text())
@@ -82,8 +86,11 @@ def test_the_last_success_survives_a_partially_failed_run_and_is_on_the_wall_clo
     assert before <= stamped <= time.time(), "the wall clock when the run finished, not --now (a backfill's time)"
     assert samples(pushgateway.pushes[-1][2])[LAST_SUCCESS][store.url] == stamped
 
-    generate(store, GenerateSpec(records=600, keys=30, partitions=2, segment_records=100, end_time_ms=NOW_MS - 1),
-             now_ms=NOW_MS - 1)
+    generate(
+        store,
+        GenerateSpec(records=600, keys=30, partitions=2, segment_records=100, end_time_ms=NOW_MS - 1),
+        now_ms=NOW_MS - 1,
+    )
     break_partition(tmp_path / "store", store, 1)
     assert run(capsys, "run", store.url, "--conf", str(conf), "--now", NOW)[0] == EXIT_PARTIAL
     second = samples(textfile.read_text())
@@ -95,14 +102,17 @@ def test_the_last_success_survives_a_partially_failed_run_and_is_on_the_wall_clo
 
 
 @pytest.mark.spark
-def test_two_stores_metrics_stay_apart(spark, tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str], pushgateway: Pushgateway) -> None:
+def test_two_stores_metrics_stay_apart(
+    spark, tmp_path: Path, capsys: pytest.CaptureFixture[str], pushgateway: Pushgateway
+) -> None:
     first, second = make_store(str(tmp_path / "first")), make_store(str(tmp_path / "second"))
     break_partition(tmp_path / "second", second, 0)
     textfile = tmp_path / "compaction.prom"
     conf = tmp_path / "c.toml"
-    conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{textfile}"\n'
-                    f'"metrics.pushgateway" = "{pushgateway.url}"\n')
+    conf.write_text(
+        f'"log.cleanup.policy" = "compact"\n[cleaner]\n"metrics.textfile" = "{textfile}"\n'
+        f'"metrics.pushgateway" = "{pushgateway.url}"\n'
+    )
     assert run(capsys, "run", first.url, "--conf", str(conf), "--now", NOW)[0] == EXIT_OK
     assert run(capsys, "run", second.url, "--conf", str(conf), "--now", NOW)[0] == EXIT_PARTIAL
 
@@ -119,8 +129,9 @@ def test_two_stores_metrics_stay_apart(spark, tmp_path: Path,
 
 @pytest.mark.spark
 @pytest.mark.parametrize("task_max_records", [1_000_000, 100], ids=["in-task", "key-buckets"])
-def test_the_report_says_where_the_time_went(spark, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str], task_max_records: int) -> None:
+def test_the_report_says_where_the_time_went(
+    spark, tmp_path: Path, capsys: pytest.CaptureFixture[str], task_max_records: int
+) -> None:
     store = make_store(str(tmp_path / "store"))
     conf = tmp_path / "c.toml"
     conf.write_text(f'"log.cleanup.policy" = "compact"\n[cleaner]\n"task.max.records" = {task_max_records}\n')

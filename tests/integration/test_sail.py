@@ -41,11 +41,11 @@ pytestmark = [pytest.mark.sail, pytest.mark.slow]
 SAIL_PYTHON = ROOT / ".venv-sail" / "bin" / "python"
 NOW = ahead_of_the_wall_clock_ms()  # so that every run stamps horizons from it
 DAY = 86_400_000
-CONF = '''"log.cleanup.policy" = "compact"
+CONF = """"log.cleanup.policy" = "compact"
 "log.roll.ms" = 60000
 [cleaner]
 "task.max.records" = 2500
-'''
+"""
 #: Seconds a Sail server may take to listen (about one; more on a loaded machine).
 START_S = 60
 
@@ -58,8 +58,12 @@ def _sail_server(folder: Path, *, without_package: bool = False) -> tuple[subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK", "VIRTUAL_ENV"))}
     command = [str(SAIL_PYTHON), "-m", "pysail", "spark", "server", "--ip", "127.0.0.1", "--port", str(port)]
     if without_package:  # -S: no .pth files, so no editable install of this checkout; the rest of site-packages
-        purelib = subprocess.run([str(SAIL_PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 check=True, capture_output=True, text=True).stdout.strip()
+        purelib = subprocess.run(
+            [str(SAIL_PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         command.insert(1, "-S")
         env["PYTHONPATH"] = purelib
     log = (folder / f"sail-{port}.log").open("wb")
@@ -110,11 +114,13 @@ def sail(sail_session: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.mark.parametrize("plan", ["arrow", "arrow-split", "window", "aggregate"])
-@settings(max_examples=3, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(setup=setups(), history=HISTORY)
 def test_every_plan_on_sail_plans_and_keeps_exactly_what_the_reference_model_does(
-        sail: Any, plan: str, setup: Setup, history: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    sail: Any, plan: str, setup: Setup, history: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Split partitions (with and without transactions) take their payloads in their rows."""
     split = plan == "arrow-split"
     if plan in ("arrow-split", "aggregate"):
@@ -124,11 +130,13 @@ def test_every_plan_on_sail_plans_and_keeps_exactly_what_the_reference_model_doe
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
-@settings(max_examples=2, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(setup=setups(), history=HISTORY)
-def test_log_segments_on_sail_keep_exactly_what_the_reference_model_keeps(sail: Any, split: bool, setup: Setup,
-                                                                          history: list[Any]) -> None:
+def test_log_segments_on_sail_keep_exactly_what_the_reference_model_keeps(
+    sail: Any, split: bool, setup: Setup, history: list[Any]
+) -> None:
     """kafka-python's batches, parsed by kafka-python after every run."""
     runner = through_cleaner(sail, "arrow", setup.settings(kafka=True, split=split))
     check_history(setup, lambda _: runner, history, kafka=True, split=split)
@@ -137,19 +145,67 @@ def test_log_segments_on_sail_keep_exactly_what_the_reference_model_keeps(sail: 
 def _generate(path: Path) -> None:
     """Two topics: orders as Parquet, payments as zstd .log batches; transactions with aborts, tombstones."""
     for topic, extra in (("orders", []), ("payments", ["--format", "kafka", "--compression", "zstd"])):
-        subprocess.run([sys.executable, "-m", "compaction.cli", "generate", str(path), "--topics", topic,
-                        "--partitions", "2", "--records", "12000", "--keys", "700", "--segment-records", "1500",
-                        "--tombstone-ratio", "0.05", "--keyless-ratio", "0.01", "--transactional-ratio", "0.2",
-                        "--abort-ratio", "0.3", "--end-time", str(NOW - DAY), "--now", str(NOW - DAY),
-                        "--allow-future-now", "--seed", "5", *extra],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "compaction.cli",
+                "generate",
+                str(path),
+                "--topics",
+                topic,
+                "--partitions",
+                "2",
+                "--records",
+                "12000",
+                "--keys",
+                "700",
+                "--segment-records",
+                "1500",
+                "--tombstone-ratio",
+                "0.05",
+                "--keyless-ratio",
+                "0.01",
+                "--transactional-ratio",
+                "0.2",
+                "--abort-ratio",
+                "0.3",
+                "--end-time",
+                str(NOW - DAY),
+                "--now",
+                str(NOW - DAY),
+                "--allow-future-now",
+                "--seed",
+                "5",
+                *extra,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
 
 
 def _run(python: Path | str, store: Path, conf: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK"))}
-    return subprocess.run([str(python), "-m", "compaction.cli", "run", str(store), "--conf", str(conf), "--now",
-                           str(NOW), "--allow-future-now", *flags],
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            str(python),
+            "-m",
+            "compaction.cli",
+            "run",
+            str(store),
+            "--conf",
+            str(conf),
+            "--now",
+            str(NOW),
+            "--allow-future-now",
+            *flags,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.spark
@@ -180,13 +236,18 @@ def test_a_run_on_sail_commits_what_a_classic_run_commits(spark: Any, sail_serve
         assert store.topic_partitions() == expected.topic_partitions()
         for tp in store.topic_partitions():
             ours, theirs = store.manifest(tp), expected.manifest(tp)
-            assert (ours.version, ours.first_dirty_offset, ours.log_start_offset) == \
-                (theirs.version, theirs.first_dirty_offset, theirs.log_start_offset), (path.name, tp)
-            assert [(s.base_offset, s.next_offset, s.live_records, s.format) for s in ours.segments] == \
-                [(s.base_offset, s.next_offset, s.live_records, s.format) for s in theirs.segments], (path.name, tp)
+            assert (ours.version, ours.first_dirty_offset, ours.log_start_offset) == (
+                theirs.version,
+                theirs.first_dirty_offset,
+                theirs.log_start_offset,
+            ), (path.name, tp)
+            assert [(s.base_offset, s.next_offset, s.live_records, s.format) for s in ours.segments] == [
+                (s.base_offset, s.next_offset, s.live_records, s.format) for s in theirs.segments
+            ], (path.name, tp)
         for topic in ("orders", "payments"):
-            assert_df_equality(scan(store, topic).to_spark(spark), scan(expected, topic).to_spark(spark),
-                               ignore_row_order=True)
+            assert_df_equality(
+                scan(store, topic).to_spark(spark), scan(expected, topic).to_spark(spark), ignore_row_order=True
+            )
 
 
 def test_a_corrupt_partition_fails_alone_on_sail(sail_server: str, tmp_path: Path) -> None:
@@ -224,7 +285,8 @@ def test_a_server_without_the_package_and_without_artifacts_fails_in_one_line(tm
     assert done.stderr.splitlines() == [
         f"error: the Spark Connect server {url} takes no artifacts (Sail does not), and its Python has no compaction "
         "package: install compaction 0.1.0 in the Python the server runs (the wheel of `make dist`), or run on a "
-        "server that takes them (Spark's own Spark Connect server)"]
+        "server that takes them (Spark's own Spark Connect server)"
+    ]
     assert {Store.open(str(store)).manifest(tp).version for tp in Store.open(str(store)).topic_partitions()} == {1}
 
 
@@ -239,12 +301,14 @@ def test_remote_sail_is_refused_in_one_line_where_sail_cannot_run(tmp_path: Path
     assert here.stderr.splitlines() == [
         "error: --remote sail needs pyspark 4.0 to 4.2.x, which Sail 0.7 runs, and this environment has pyspark "
         f"{pyspark.__version__}: pip install "
-        "'compaction[sail]' in a virtualenv of its own (pysail, with pyspark 4.0 to 4.2.x)"]
+        "'compaction[sail]' in a virtualenv of its own (pysail, with pyspark 4.0 to 4.2.x)"
+    ]
     retried = _run(SAIL_PYTHON, store, conf, "--remote", "sail", "--spark-conf", "spark.task.maxFailures=4")
     assert retried.returncode == 4
     assert retried.stderr.splitlines() == [
         "error: spark.task.maxFailures=4: Sail runs each task once, in its own process, so no task is retried or "
-        "speculated there; drop the setting, or run on Spark (--master, or a Spark Connect server)"]
+        "speculated there; drop the setting, or run on Spark (--master, or a Spark Connect server)"
+    ]
 
 
 # The data source compaction on Sail: batch read and write, the SQL functions; no streaming, no discovery ----------
@@ -265,17 +329,21 @@ def test_the_data_source_reads_writes_and_answers_sql_on_sail(sail: Any, sail_st
     log = cli_table(sail_store, tmp_path)
     frame = sail.read.format("compaction").load(sail_store.url)
     got = frame.select("partition", "offset", "key", "value").toArrow()
-    assert sorted(zip(*(got.column(c).to_pylist() for c in ("partition", "offset", "key", "value")), strict=True)) \
-        == sorted(zip(*(log.column(c).to_pylist() for c in ("partition", "offset", "key", "value")), strict=True))
+    assert sorted(
+        zip(*(got.column(c).to_pylist() for c in ("partition", "offset", "key", "value")), strict=True)
+    ) == sorted(zip(*(log.column(c).to_pylist() for c in ("partition", "offset", "key", "value")), strict=True))
     assert frame.where("partition = 1 AND offset < 100").count() == sum(
-        1 for p, o in zip(log.column("partition").to_pylist(), log.column("offset").to_pylist(), strict=True)
-        if p == 1 and o < 100)
+        1
+        for p, o in zip(log.column("partition").to_pylist(), log.column("offset").to_pylist(), strict=True)
+        if p == 1 and o < 100
+    )
     url = str(tmp_path / "written")
     Store.open(url).create_topic(TOPIC, 3, now_ms=NOW)
     frame.write.format("compaction").mode("append").save(url)
     copied = sail.read.format("compaction").load(url).select("partition", "offset", "value").toArrow()
-    assert sorted(zip(*(copied.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True)) == \
-        sorted(zip(*(log.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True))
+    assert sorted(
+        zip(*(copied.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True)
+    ) == sorted(zip(*(log.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True))
     status = sail.sql(f"SELECT partition, records FROM compaction_status('{url}') ORDER BY partition").collect()
     assert [r.records for r in status] == [log.column("partition").to_pylist().count(p) for p in range(3)]
 
@@ -287,4 +355,5 @@ def test_sail_runs_no_streaming_data_source(sail: Any, sail_store: Any) -> None:
     register(sail)
     with pytest.raises(Exception):  # noqa: B017 (whichever error Sail gives)
         sail.readStream.format("compaction").load(sail_store.url).writeStream.format("memory").queryName(
-            "sail_stream").start().awaitTermination(30)
+            "sail_stream"
+        ).start().awaitTermination(30)

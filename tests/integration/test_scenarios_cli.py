@@ -48,8 +48,7 @@ class Cli:
         self.files += 1
         path = self.tmp_path / f"in-{self.files}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        code, out = self.call("append", self.store, "t", str(partition), str(path), "--now", str(now),
-                              "--no-timestamp")
+        code, out = self.call("append", self.store, "t", str(partition), str(path), "--now", str(now), "--no-timestamp")
         assert code == EXIT_OK, out
 
     def run(self, now: int | None = NOW) -> str:
@@ -73,8 +72,11 @@ class Cli:
 
     def keys(self) -> list[str]:
         """Kafka's keysInLog: keys of data records with a value."""
-        return [r["key"] for r in self.read() if not r["is_control"] and r["value"] is not None and "key" in r
-                and r["key"] is not None]
+        return [
+            r["key"]
+            for r in self.read()
+            if not r["is_control"] and r["value"] is not None and "key" in r and r["key"] is not None
+        ]
 
 
 def T(producer: int, key: int) -> dict[str, Any]:  # the reference's notation
@@ -129,28 +131,32 @@ def test_t24_an_abort_marker_goes_two_passes_after_its_records(cli: Cli) -> None
 
 def test_t28_a_data_key_equal_to_a_marker_key_supersedes_nothing(cli: Cli) -> None:
     commit_key = "AAAAAQ=="  # the bytes of a COMMIT control record's key
-    cli.append(T(1, 1), C(1), {"key_base64": commit_key, "value": "foo", "producer_id": 2,
-                               "is_transactional": True}, C(2))
+    cli.append(
+        T(1, 1), C(1), {"key_base64": commit_key, "value": "foo", "producer_id": 2, "is_transactional": True}, C(2)
+    )
     cli.append(rec("active"))
     cli.run()
     assert cli.offsets() == [0, 1, 2, 3, 4]
 
 
 def test_records_within_the_min_compaction_lag_survive_a_run_until_they_are_older(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:
     cli = Cli(tmp_path, capsys, f'"log.cleaner.min.compaction.lag.ms" = {HOUR}\n')
     cli.append(rec("a", "o1", timestamp=NOW - 3 * HOUR), rec("a", "o2", timestamp=NOW - 3 * HOUR))  # past the lag
     cli.append(rec("a", "y1", timestamp=NOW - HOUR // 2), rec("a", "y2", timestamp=NOW - HOUR // 2))  # within it
     cli.append(rec("z", "active", timestamp=NOW), now=NOW)
     cli.run(NOW)
-    assert [(r["offset"], r["value"]) for r in cli.read()] == [(1, "o2"), (2, "y1"), (3, "y2"), (4, "active")], \
+    assert [(r["offset"], r["value"]) for r in cli.read()] == [(1, "o2"), (2, "y1"), (3, "y2"), (4, "active")], (
         "only the segment past the lag was cleaned: y1 survives though y2 supersedes it, and o2 though y1 does"
+    )
     cli.run(NOW + HOUR)  # half an hour past the lag for the second segment
     assert [(r["offset"], r["value"]) for r in cli.read()] == [(3, "y2"), (4, "active")]
 
 
-def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str], spark) -> None:
+def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.delete.retention.ms" = 1\n')
     horizon = NOW
     cli.append(rec("a", timestamp=5), rec("b", None, timestamp=10), rec("c", timestamp=15))
@@ -160,13 +166,21 @@ def test_t56_a_stamped_horizon_leaves_the_record_timestamps_alone(tmp_path: Path
     assert [(r["timestamp"], r["delete_horizon_ms"]) for r in rows[:3]] == [(5, None), (10, horizon), (15, None)]
 
 
-@pytest.mark.parametrize(("strategy", "version"), [
-    ("timestamp", lambda t: {"timestamp": NOW - 1000 + t}),
-    ("header", lambda t: {"headers": [{"key": "seq", "value_long": t}]})])
-def test_a_deleted_key_never_comes_back_after_its_tombstone_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                 spark, strategy: str, version) -> None:
-    cli = Cli(tmp_path, capsys, f'"log.cleaner.compaction.strategy" = "{strategy}"\n'
-                                '"log.cleaner.compaction.strategy.header" = "seq"\n')
+@pytest.mark.parametrize(
+    ("strategy", "version"),
+    [
+        ("timestamp", lambda t: {"timestamp": NOW - 1000 + t}),
+        ("header", lambda t: {"headers": [{"key": "seq", "value_long": t}]}),
+    ],
+)
+def test_a_deleted_key_never_comes_back_after_its_tombstone_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark, strategy: str, version
+) -> None:
+    cli = Cli(
+        tmp_path,
+        capsys,
+        f'"log.cleaner.compaction.strategy" = "{strategy}"\n"log.cleaner.compaction.strategy.header" = "seq"\n',
+    )
     # k: a value at 300, its tombstone at 500, and a stale value at 100 last in the cleaned range.
     cli.append(rec("k", "v300", **version(300)), rec("k", None, **version(500)), rec("k", "stale", **version(100)))
     for step, now in enumerate((NOW, NOW + DAY, NOW + 2 * DAY)):
@@ -177,7 +191,8 @@ def test_a_deleted_key_never_comes_back_after_its_tombstone_goes(tmp_path: Path,
 
 
 def test_a_tombstone_outlives_its_horizon_while_a_stale_record_of_its_key_waits_beyond_the_range(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.compaction.strategy" = "timestamp"\n')
     cli.append(rec("k", "v", timestamp=NOW - 300), rec("k", None, timestamp=NOW - 100))
     cli.append(rec("active", timestamp=NOW))
@@ -192,7 +207,8 @@ def test_a_tombstone_outlives_its_horizon_while_a_stale_record_of_its_key_waits_
 
 
 def test_an_expired_tombstone_that_lost_on_version_goes_and_the_next_plan_selects_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:
     cli = Cli(tmp_path, capsys, '"log.cleaner.compaction.strategy" = "timestamp"\n')
     cli.append(rec("k", "live", timestamp=NOW - 100), rec("k", None, timestamp=NOW - 300))  # an older tombstone
     cli.append(rec("active", timestamp=NOW))

@@ -40,8 +40,12 @@ from tests.helpers.s3server import new_bucket, storage_options
 
 pytestmark = [pytest.mark.spark]
 
-STRATEGY_VIEWS = [pytest.param([], id="log"), pytest.param(["offset"], id="latest-offset"),
-                  pytest.param(["timestamp"], id="latest-timestamp"), pytest.param(["header"], id="latest-header")]
+STRATEGY_VIEWS = [
+    pytest.param([], id="log"),
+    pytest.param(["offset"], id="latest-offset"),
+    pytest.param(["timestamp"], id="latest-timestamp"),
+    pytest.param(["header"], id="latest-header"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +58,25 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """Kafka's .log segments of zstd record batches, with a version header and records without a timestamp."""
     url = str(tmp_path_factory.mktemp("kafka") / "store")
-    generate(Store.open(url), GenerateSpec(topics=(TOPIC,), partitions=2, records=1_200, keys=90, segment_records=200,
-                                           tombstone_ratio=0.1, keyless_ratio=0.05, missing_timestamp_ratio=0.05,
-                                           version_header=HEADER, segment_format=SegmentFormat.KAFKA,
-                                           compression="zstd", end_time_ms=NOW, seed=11), now_ms=NOW)
+    generate(
+        Store.open(url),
+        GenerateSpec(
+            topics=(TOPIC,),
+            partitions=2,
+            records=1_200,
+            keys=90,
+            segment_records=200,
+            tombstone_ratio=0.1,
+            keyless_ratio=0.05,
+            missing_timestamp_ratio=0.05,
+            version_header=HEADER,
+            segment_format=SegmentFormat.KAFKA,
+            compression="zstd",
+            end_time_ms=NOW,
+            seed=11,
+        ),
+        now_ms=NOW,
+    )
     return Built(url, {}, [], {0: [], 1: [], 2: []})
 
 
@@ -78,10 +97,15 @@ def kafka_layout(log: pa.Table, headers: bool = False) -> pa.Table:
     """``compaction read``'s records in the Kafka source's columns, written out here: a timestamp in µs, none
     for a record without one (null or negative), timestampType 0, the topic's name."""
     stamps = [None if t is None or t < 0 else t * 1000 for t in log.column("timestamp").to_pylist()]
-    columns = {"key": log.column("key"), "value": log.column("value"), "topic": pa.array([TOPIC] * log.num_rows),
-               "partition": log.column("partition"), "offset": log.column("offset"),
-               "timestamp": pa.array(stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-               "timestampType": pa.array([0] * log.num_rows, pa.int32())}
+    columns = {
+        "key": log.column("key"),
+        "value": log.column("value"),
+        "topic": pa.array([TOPIC] * log.num_rows),
+        "partition": log.column("partition"),
+        "offset": log.column("offset"),
+        "timestamp": pa.array(stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0] * log.num_rows, pa.int32()),
+    }
     if headers:
         columns["headers"] = log.column("headers")
     return pa.table(columns)
@@ -101,7 +125,7 @@ def read(spark: Any, built: Built, **options: str) -> Any:
 
 # Discovery ------------------------------------------------------------------------------------------------------
 
-DISCOVERY = textwrap.dedent('''
+DISCOVERY = textwrap.dedent("""
     import sys
     from compaction.engine.session import spark_session
     classic = spark_session("local[1]", conf={"spark.ui.enabled": "false",
@@ -112,18 +136,24 @@ DISCOVERY = textwrap.dedent('''
         print(session.read.format("compaction").load(sys.argv[1]).count())
     connect.stop()
     classic.stop()
-''')
+""")
 
 
 @pytest.mark.slow
-def test_format_compaction_needs_no_registration_on_classic_spark_or_spark_connect(local: Built,
-                                                                                   tmp_path: Path) -> None:
+def test_format_compaction_needs_no_registration_on_classic_spark_or_spark_connect(
+    local: Built, tmp_path: Path
+) -> None:
     """Spark's own discovery of the installed pyspark_compaction module (make setup installs this checkout
     editable, whose import hook pkgutil cannot list: a folder on the path holds the module)."""
     script = tmp_path / "discover.py"
     script.write_text(DISCOVERY)
-    done = subprocess.run([sys.executable, str(script), local.url, str(free_port())], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script), local.url, str(free_port())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     live = cli_table(local, tmp_path).num_rows
     assert done.stdout.split() == [str(live), str(live)]
@@ -132,36 +162,55 @@ def test_format_compaction_needs_no_registration_on_classic_spark_or_spark_conne
 # Batch read ----------------------------------------------------------------------------------------------------
 
 
-READS = [pytest.param(session, name, view.values[0], id=f"{session}-{name}-{view.id}")
-         for session in ("spark", "connect") for name in ("local", "kafka") for view in STRATEGY_VIEWS
-         if session == "spark" or view.id in ("log", "latest-header")]
+READS = [
+    pytest.param(session, name, view.values[0], id=f"{session}-{name}-{view.id}")
+    for session in ("spark", "connect")
+    for name in ("local", "kafka")
+    for view in STRATEGY_VIEWS
+    if session == "spark" or view.id in ("log", "latest-header")
+]
 
 
 @pytest.mark.parametrize(("session", "name", "view"), READS)
-def test_a_batch_read_returns_the_records_of_compaction_read(request: pytest.FixtureRequest, tmp_path: Path,
-                                                             session: str, name: str, view: list[str]) -> None:
+def test_a_batch_read_returns_the_records_of_compaction_read(
+    request: pytest.FixtureRequest, tmp_path: Path, session: str, name: str, view: list[str]
+) -> None:
     """Every strategy's view of both formats on classic Spark; the log and the header strategy's view on Connect."""
     any_spark = request.getfixturevalue(session)
     built: Built = request.getfixturevalue(name)
-    flags = [] if not view else ["--latest", "--set", f"{TOPIC}:compaction.strategy={view[0]}", "--set",
-                                 f"{TOPIC}:compaction.strategy.header={HEADER}"]
+    flags = (
+        []
+        if not view
+        else [
+            "--latest",
+            "--set",
+            f"{TOPIC}:compaction.strategy={view[0]}",
+            "--set",
+            f"{TOPIC}:compaction.strategy.header={HEADER}",
+        ]
+    )
     expected = kafka_layout(cli_table(built, tmp_path, *flags), headers=True)
-    options = {} if not view else {"latest": "true", "compaction.strategy": view[0],
-                                   "compaction.strategy.header": HEADER}
+    options = (
+        {} if not view else {"latest": "true", "compaction.strategy": view[0], "compaction.strategy.header": HEADER}
+    )
     frame = read(any_spark, built, includeHeaders="true", **options)
     same_rows(any_spark, frame, expected)
 
 
-def test_a_read_at_a_version_and_between_offsets_is_compaction_reads(any_spark: Any, local: Built,
-                                                                     tmp_path: Path) -> None:
+def test_a_read_at_a_version_and_between_offsets_is_compaction_reads(
+    any_spark: Any, local: Built, tmp_path: Path
+) -> None:
     older = cli_table(local, tmp_path, "--version", str(readstore.OLDER))
     same_rows(any_spark, read(any_spark, local, version=str(readstore.OLDER)), kafka_layout(older))
     log = cli_table(local, tmp_path)
     starting, ending = {"0": 200, "2": -2}, {"0": 900, "1": 400}
-    keep = [(p == 0 and 200 <= o < 900) or (p == 1 and o < 400) or p == 2
-            for p, o in zip(log.column("partition").to_pylist(), log.column("offset").to_pylist(), strict=True)]
-    frame = read(any_spark, local, startingOffsets=json.dumps({TOPIC: starting}),
-                 endingOffsets=json.dumps({TOPIC: ending}))
+    keep = [
+        (p == 0 and 200 <= o < 900) or (p == 1 and o < 400) or p == 2
+        for p, o in zip(log.column("partition").to_pylist(), log.column("offset").to_pylist(), strict=True)
+    ]
+    frame = read(
+        any_spark, local, startingOffsets=json.dumps({TOPIC: starting}), endingOffsets=json.dumps({TOPIC: ending})
+    )
     same_rows(any_spark, frame, kafka_layout(log.filter(pa.array(keep))))
     assigned = read(any_spark, local, assign=json.dumps({TOPIC: [1]}))
     same_rows(any_spark, assigned, kafka_layout(log.filter(pa.compute.equal(log.column("partition"), 1))))
@@ -205,11 +254,23 @@ def clicks(s3_endpoint: str) -> Iterator[tuple[str, FaultProxy]]:
         for partition in range(2):
             tp = TopicPartition(CLICKS, partition)
             for first in range(0, ROWS_PER_GROUP * GROUPS * SEGMENTS, ROWS_PER_GROUP * GROUPS):
-                pieces = [records([{"offset": o, "timestamp": BASE_MS + o * 1000, "key": f"k-{o % 50}",
-                                    "value": noise.randbytes(1000)} for o in range(start, start + ROWS_PER_GROUP)])
-                          for start in range(first, first + ROWS_PER_GROUP * GROUPS, ROWS_PER_GROUP)]
-                segment = store.objects.write_segment_pieces(tp, pieces, first, first + ROWS_PER_GROUP * GROUPS,
-                                                             created_ms=NOW)
+                pieces = [
+                    records(
+                        [
+                            {
+                                "offset": o,
+                                "timestamp": BASE_MS + o * 1000,
+                                "key": f"k-{o % 50}",
+                                "value": noise.randbytes(1000),
+                            }
+                            for o in range(start, start + ROWS_PER_GROUP)
+                        ]
+                    )
+                    for start in range(first, first + ROWS_PER_GROUP * GROUPS, ROWS_PER_GROUP)
+                ]
+                segment = store.objects.write_segment_pieces(
+                    tp, pieces, first, first + ROWS_PER_GROUP * GROUPS, created_ms=NOW
+                )
                 assert segment is not None
                 written: SegmentMeta = segment
 
@@ -248,19 +309,28 @@ def opened(store: Store, proxy: FaultProxy) -> dict[str, set[int]]:
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize(("where", "rows", "objects", "groups"), [
-    ("partition = 1 AND offset >= 1100 AND offset < 1280", 180, 1, 2),
-    (f"timestamp >= timestamp_millis({BASE_MS + 2_300_000})", 200, 2, 2),
-    ("topic = 'clicks' AND partition IN (0) AND offset = 2", 1, 1, 1),
-    ("key = cast('k-7' AS binary) AND partition = 0", 48, 3, 12),
-], ids=["partition-offsets", "timestamp", "offset", "key"])
-def test_pushed_filters_skip_partitions_files_and_row_groups(registered: Any, clicks: tuple[str, FaultProxy],
-                                                             s3_endpoint: str, where: str, rows: int, objects: int,
-                                                             groups: int) -> None:
+@pytest.mark.parametrize(
+    ("where", "rows", "objects", "groups"),
+    [
+        ("partition = 1 AND offset >= 1100 AND offset < 1280", 180, 1, 2),
+        (f"timestamp >= timestamp_millis({BASE_MS + 2_300_000})", 200, 2, 2),
+        ("topic = 'clicks' AND partition IN (0) AND offset = 2", 1, 1, 1),
+        ("key = cast('k-7' AS binary) AND partition = 0", 48, 3, 12),
+    ],
+    ids=["partition-offsets", "timestamp", "offset", "key"],
+)
+def test_pushed_filters_skip_partitions_files_and_row_groups(
+    registered: Any, clicks: tuple[str, FaultProxy], s3_endpoint: str, where: str, rows: int, objects: int, groups: int
+) -> None:
     url, proxy = clicks
     proxy.clear()
-    frame = (registered.read.format("compaction").option("storage.client_kwargs.endpoint_url", proxy.endpoint)
-             .option("storage.default_cache_type", "none").load(url).where(where))
+    frame = (
+        registered.read.format("compaction")
+        .option("storage.client_kwargs.endpoint_url", proxy.endpoint)
+        .option("storage.default_cache_type", "none")
+        .load(url)
+        .where(where)
+    )
     assert frame.count() == rows
     touched = opened(Store.open(url, storage_options(s3_endpoint)), proxy)
     assert (len(touched), sum(len(g) for g in touched.values())) == (objects, groups), touched
@@ -274,8 +344,11 @@ def test_a_read_without_pushdown_still_filters_right(any_spark: Any, local: Buil
     finally:
         any_spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     log = cli_table(local, tmp_path)
-    assert got == sum(1 for p, o in zip(log.column("partition").to_pylist(), log.column("offset").to_pylist(),
-                                        strict=True) if p == 1 and o < 300)
+    assert got == sum(
+        1
+        for p, o in zip(log.column("partition").to_pylist(), log.column("offset").to_pylist(), strict=True)
+        if p == 1 and o < 300
+    )
 
 
 # Batch write -------------------------------------------------------------------------------------------------------
@@ -286,15 +359,27 @@ def rows_frame(spark: Any, rows: list[tuple[Any, ...]], schema: str) -> Any:
 
 
 @pytest.mark.parametrize("fmt", [SegmentFormat.PARQUET, SegmentFormat.KAFKA])
-def test_a_write_appends_what_compaction_read_and_verify_then_find(registered: Any, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str],
-                                                                   fmt: SegmentFormat) -> None:
+def test_a_write_appends_what_compaction_read_and_verify_then_find(
+    registered: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: SegmentFormat
+) -> None:
     url = str(tmp_path / "store")
-    generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=3, records=30, keys=10, segment_format=fmt,
-                                           end_time_ms=NOW, seed=2), now_ms=NOW)
-    frame = rows_frame(registered, [("orders", 2, b"a", b"1", None), ("orders", None, b"user-7", b"2", None),
-                                    ("orders", None, None, b"3", None), ("orders", 0, b"b", None, None)],
-                       "topic string, partition int, key binary, value binary, timestamp timestamp")
+    generate(
+        Store.open(url),
+        GenerateSpec(
+            topics=("orders",), partitions=3, records=30, keys=10, segment_format=fmt, end_time_ms=NOW, seed=2
+        ),
+        now_ms=NOW,
+    )
+    frame = rows_frame(
+        registered,
+        [
+            ("orders", 2, b"a", b"1", None),
+            ("orders", None, b"user-7", b"2", None),
+            ("orders", None, None, b"3", None),
+            ("orders", 0, b"b", None, None),
+        ],
+        "topic string, partition int, key binary, value binary, timestamp timestamp",
+    )
     frame.write.format("compaction").mode("append").save(url)
     code, out = run(capsys, "verify", url)
     assert code == 0, out
@@ -327,8 +412,11 @@ def test_two_writers_racing_on_one_partition_lose_and_reorder_nothing(spark: Any
 
     def writer(name: str) -> None:
         try:
-            frame = rows_frame(spark, [("orders", 0, f"{name}-{i:03d}".encode()) for i in range(200)],
-                               "topic string, partition int, value binary").repartition(1)
+            frame = rows_frame(
+                spark,
+                [("orders", 0, f"{name}-{i:03d}".encode()) for i in range(200)],
+                "topic string, partition int, value binary",
+            ).repartition(1)
             frame.write.format("compaction").mode("append").save(url)
         except BaseException as err:
             errors.append(err)
@@ -350,20 +438,32 @@ def test_two_writers_racing_on_one_partition_lose_and_reorder_nothing(spark: Any
 
 BAD_WRITES = [
     pytest.param([(None, 1, b"k", b"v")], "a record for partition 1: field topic is null", id="null topic"),
-    pytest.param([("orders", 7, b"k", b"v")], "a record for orders-7: field partition 7 is outside topic orders's "
-                                              "partitions 0 to 2", id="partition outside"),
-    pytest.param([("refunds", 0, b"k", b"v")], "a record for topic refunds: topic refunds does not exist in store",
-                 id="unknown topic"),
-    pytest.param([("orders", 1, b"k", b"v" * 2_000)], "a record for orders-1: field value makes a record of 2,0",
-                 id="value too large"),
+    pytest.param(
+        [("orders", 7, b"k", b"v")],
+        "a record for orders-7: field partition 7 is outside topic orders's partitions 0 to 2",
+        id="partition outside",
+    ),
+    pytest.param(
+        [("refunds", 0, b"k", b"v")],
+        "a record for topic refunds: topic refunds does not exist in store",
+        id="unknown topic",
+    ),
+    pytest.param(
+        [("orders", 1, b"k", b"v" * 2_000)],
+        "a record for orders-1: field value makes a record of 2,0",
+        id="value too large",
+    ),
 ]
 
 
 @pytest.fixture
 def small(tmp_path: Path) -> str:
     url = str(tmp_path / "small")
-    generate(Store.open(url), GenerateSpec(topics=("orders",), partitions=3, records=30, keys=10, end_time_ms=NOW,
-                                           seed=2), now_ms=NOW)
+    generate(
+        Store.open(url),
+        GenerateSpec(topics=("orders",), partitions=3, records=30, keys=10, end_time_ms=NOW, seed=2),
+        now_ms=NOW,
+    )
     (tmp_path / "small.toml").write_text('[topics.orders]\n"max.message.bytes" = 1000\n')
     return url
 
@@ -374,8 +474,9 @@ def versions(url: str) -> list[int]:
 
 
 @pytest.mark.parametrize(("rows", "problem"), BAD_WRITES)
-def test_bad_rows_are_refused_in_one_line_before_anything_commits(classic: Any, small: str, tmp_path: Path,
-                                                                 rows: list[tuple[Any, ...]], problem: str) -> None:
+def test_bad_rows_are_refused_in_one_line_before_anything_commits(
+    classic: Any, small: str, tmp_path: Path, rows: list[tuple[Any, ...]], problem: str
+) -> None:
     good = [("orders", 0, b"fine", b"v")] * 3
     frame = rows_frame(classic, good + rows, "topic string, partition int, key binary, value binary")
     before = versions(small)
@@ -385,30 +486,42 @@ def test_bad_rows_are_refused_in_one_line_before_anything_commits(classic: Any, 
 
 
 def test_a_timestamp_outside_kafkas_range_is_refused(classic: Any, small: str) -> None:
-    frame = classic.sql("SELECT 'orders' AS topic, 2 AS partition, CAST('k' AS binary) AS key, "
-                           "CAST('v' AS binary) AS value, TIMESTAMP'1969-12-31 23:59:59 UTC' AS timestamp")
+    frame = classic.sql(
+        "SELECT 'orders' AS topic, 2 AS partition, CAST('k' AS binary) AS key, "
+        "CAST('v' AS binary) AS value, TIMESTAMP'1969-12-31 23:59:59 UTC' AS timestamp"
+    )
     with pytest.raises(Exception, match="a record for orders-2: field timestamp -1000 ms is before 1970-01-01"):
         frame.write.format("compaction").mode("append").save(small)
 
 
 def test_offsets_at_or_below_a_partitions_log_end_are_refused(classic: Any, small: str) -> None:
-    frame = rows_frame(classic, [("orders", 1, 5, b"k", b"v"), ("orders", 1, 6, b"k", b"w")],
-                       "topic string, partition int, offset bigint, key binary, value binary")
+    frame = rows_frame(
+        classic,
+        [("orders", 1, 5, b"k", b"v"), ("orders", 1, 6, b"k", b"w")],
+        "topic string, partition int, offset bigint, key binary, value binary",
+    )
     before = versions(small)
-    with pytest.raises(Exception, match=r"records for orders-1: offsets from 5 are at or below the partition's log "
-                                        r"end 10"):
+    with pytest.raises(
+        Exception,
+        match=r"records for orders-1: offsets from 5 are at or below the partition's log "
+        r"end 10",
+    ):
         frame.write.format("compaction").mode("append").save(small)
     assert versions(small) == before
 
 
-@pytest.mark.parametrize(("verb", "problem"), [
-    ("read", r"does not know the option\(s\) subscirbe for a read"),
-    ("write", r"does not know the option\(s\) kafka.bootstrap.servers for a write"),
-    ("overwrite", "mode overwrite is refused: a store's log is append-only"),
-    ("column", "column 'vaule' is not one a write to format compaction takes"),
-])
-def test_an_unknown_option_a_mode_or_a_column_is_refused_in_one_line(classic: Any, small: str, verb: str,
-                                                                     problem: str) -> None:
+@pytest.mark.parametrize(
+    ("verb", "problem"),
+    [
+        ("read", r"does not know the option\(s\) subscirbe for a read"),
+        ("write", r"does not know the option\(s\) kafka.bootstrap.servers for a write"),
+        ("overwrite", "mode overwrite is refused: a store's log is append-only"),
+        ("column", "column 'vaule' is not one a write to format compaction takes"),
+    ],
+)
+def test_an_unknown_option_a_mode_or_a_column_is_refused_in_one_line(
+    classic: Any, small: str, verb: str, problem: str
+) -> None:
     frame = rows_frame(classic, [("orders", b"v")], "topic string, value binary")
     with pytest.raises(Exception, match=problem):
         if verb == "read":
@@ -435,26 +548,33 @@ def split(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def test_the_sql_functions_return_what_the_commands_print(registered: Any, local: Built, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_sql_functions_return_what_the_commands_print(
+    registered: Any, local: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = tmp_path / "plan.toml"
-    conf.write_text('"log.cleanup.policy" = "compact"\n"log.roll.ms" = 1\n'
-                    '[cleaner]\n"deletion.vector.max.age.ms" = 9000000000000000000\n')  # reasons that do not age
+    conf.write_text(
+        '"log.cleanup.policy" = "compact"\n"log.roll.ms" = 1\n'
+        '[cleaner]\n"deletion.vector.max.age.ms" = 9000000000000000000\n'
+    )  # reasons that do not age
     status = registered.sql(f"SELECT * FROM compaction_status('{local.url}') ORDER BY partition").collect()
     printed = cli_json(capsys, "status", local.url)["partitions"]
-    assert [r.asDict() for r in status] == [{**p, "topic": split(p["partition"])[0],
-                                             "partition": split(p["partition"])[1]} for p in printed]
+    assert [r.asDict() for r in status] == [
+        {**p, "topic": split(p["partition"])[0], "partition": split(p["partition"])[1]} for p in printed
+    ]
     plan = registered.sql(f"SELECT * FROM compaction_plan('{local.url}', '{conf}') ORDER BY partition").collect()
     planned = cli_json(capsys, "plan", local.url, "--conf", str(conf))["partitions"]
     assert [(r.topic, r.partition, r.decision, r.reason, r.clean_range, r.segments) for r in plan] == [
         (*split(p["partition"]), p["decision"], p["reason"], p["clean_range"], p["segments"])
-        for p in sorted(planned, key=lambda p: split(p["partition"]))]
+        for p in sorted(planned, key=lambda p: split(p["partition"]))
+    ]
     assert {r.decision for r in plan} == {"clean"}
     files = registered.sql(f"SELECT * FROM compaction_files('{local.url}', '{TOPIC}')").collect()
     listed = cli_json(capsys, "files", local.url, TOPIC)["partitions"]
     assert sorted((r.partition, r.url, r.live_records, r.deletes_count) for r in files) == sorted(
         (p["partition"], f["url"], f["live_records"], f["deletes"]["count"] if f["deletes"] else 0)
-        for p in listed for f in p["files"])
+        for p in listed
+        for f in p["files"]
+    )
     versions_ = registered.sql(f"SELECT * FROM compaction_history('{local.url}', '{TOPIC}', 1)").collect()
     entries = cli_json(capsys, "history", local.url, TOPIC, "1")
     assert [r.asDict() for r in versions_] == [{**e, "topic": TOPIC, "partition": 1} for e in entries]
@@ -464,7 +584,11 @@ def test_the_sql_functions_types_are_typed_columns(classic: Any, local: Built) -
     schema = classic.sql(f"SELECT * FROM compaction_plan('{local.url}')").schema
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     assert (types["partition"], types["cleanable_ratio"], types["active_rolled"], types["clean_range"]) == (
-        "int", "double", "boolean", "array<bigint>")
+        "int",
+        "double",
+        "boolean",
+        "array<bigint>",
+    )
 
 
 def test_a_bad_argument_to_a_sql_function_is_one_line(classic: Any, local: Built) -> None:

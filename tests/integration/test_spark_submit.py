@@ -25,8 +25,10 @@ def spark_home(tmp_path: Path) -> Path:
     home = tmp_path / "spark-home"
     (home / "bin").mkdir(parents=True)
     submit = home / "bin" / "spark-submit"
-    submit.write_text('#!/usr/bin/env bash\n'
-                      '"$RECORDER_PYTHON" -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "$RECORD"\n')
+    submit.write_text(
+        "#!/usr/bin/env bash\n"
+        '"$RECORDER_PYTHON" -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "$RECORD"\n'
+    )
     submit.chmod(0o755)
     return home
 
@@ -36,8 +38,9 @@ def submit(spark_home: Path, *argv: str, env: dict[str, str] | None = None) -> t
     record = spark_home / "submitted.jsonl"
     record.unlink(missing_ok=True)
     environment = {k: v for k, v in os.environ.items() if k not in ("COMPACTION_CONFIG_FILE", "SPARK_MASTER")}
-    environment.update(SPARK_HOME=str(spark_home), RECORD=str(record), RECORDER_PYTHON=str(ROOT / ".venv/bin/python"),
-                       **(env or {}))
+    environment.update(
+        SPARK_HOME=str(spark_home), RECORD=str(record), RECORDER_PYTHON=str(ROOT / ".venv/bin/python"), **(env or {})
+    )
     done = subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, env=environment, timeout=120)
     calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
     return done.returncode, done.stderr, calls
@@ -45,12 +48,12 @@ def submit(spark_home: Path, *argv: str, env: dict[str, str] | None = None) -> t
 
 def job_args(call: list[str]) -> list[str]:
     """The arguments the submitted jobs/compact.py gets."""
-    return call[call.index(str(ROOT / "jobs" / "compact.py")) + 1:]
+    return call[call.index(str(ROOT / "jobs" / "compact.py")) + 1 :]
 
 
 def option_values(call: list[str], option: str) -> list[str]:
     """The values of a spark-submit option (before the application)."""
-    head = call[:call.index(str(ROOT / "jobs" / "compact.py"))]
+    head = call[: call.index(str(ROOT / "jobs" / "compact.py"))]
     return [head[i + 1] for i, arg in enumerate(head) if arg == option]
 
 
@@ -68,31 +71,50 @@ def test_the_configuration_given_is_shipped_and_read(spark_home: Path, tmp_path:
     [call] = calls
     assert option_values(call, "--files") == [str(conf)]
     assert job_args(call) == ["s3://bucket/topics", "--now", "1000", "--conf", str(conf)]
-    assert any(c.startswith("spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=") for c in
-               option_values(call, "--conf")), "the driver is as quiet as compaction run's"
+    assert any(
+        c.startswith("spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=") for c in option_values(call, "--conf")
+    ), "the driver is as quiet as compaction run's"
 
 
 def test_the_jobs_own_options_win_over_the_scripts(spark_home: Path, tmp_path: Path) -> None:
     mine, theirs = tmp_path / "script.toml", tmp_path / "job.toml"
     mine.write_text(VALID)
     theirs.write_text(VALID + '"log.cleaner.min.cleanable.ratio" = 0.2\n')
-    code, err, calls = submit(spark_home, "--config", str(mine), "--", "s3://bucket/topics", "--conf", str(theirs),
-                              "--set", "log.cleaner.min.cleanable.ratio=0.3")
+    code, err, calls = submit(
+        spark_home,
+        "--config",
+        str(mine),
+        "--",
+        "s3://bucket/topics",
+        "--conf",
+        str(theirs),
+        "--set",
+        "log.cleaner.min.cleanable.ratio=0.3",
+    )
     assert code == 0, err
     [call] = calls
     assert f"the job's --conf {theirs} wins over {mine}" in err
     assert option_values(call, "--files") == [str(theirs)]
-    assert job_args(call) == ["s3://bucket/topics", "--set", "log.cleaner.min.cleanable.ratio=0.3",
-                              "--conf", str(theirs)], "one configuration file: the job's"
+    assert job_args(call) == [
+        "s3://bucket/topics",
+        "--set",
+        "log.cleaner.min.cleanable.ratio=0.3",
+        "--conf",
+        str(theirs),
+    ], "one configuration file: the job's"
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('"log.cleaner.min.cleanable.ratio" = 1.5\n', "Invalid value 1.5 for configuration"),
-    ('"log.cleaner.min.cleanable.ration" = 0.5\n', "did you mean 'log.cleaner.min.cleanable.ratio'?"),
-    ("log.cleaner.min.cleanable.ratio = \n", "nightly.toml"),
-])
-def test_an_invalid_configuration_fails_the_script_before_submitting(spark_home: Path, tmp_path: Path,
-                                                                     content: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('"log.cleaner.min.cleanable.ratio" = 1.5\n', "Invalid value 1.5 for configuration"),
+        ('"log.cleaner.min.cleanable.ration" = 0.5\n', "did you mean 'log.cleaner.min.cleanable.ratio'?"),
+        ("log.cleaner.min.cleanable.ratio = \n", "nightly.toml"),
+    ],
+)
+def test_an_invalid_configuration_fails_the_script_before_submitting(
+    spark_home: Path, tmp_path: Path, content: str, message: str
+) -> None:
     conf = tmp_path / "nightly.toml"
     conf.write_text(content)
     code, err, calls = submit(spark_home, "--config", str(conf), "--", "s3://bucket/topics")
@@ -112,9 +134,18 @@ def test_invalid_job_flags_fail_the_script_before_submitting(spark_home: Path, t
 def test_spark_properties_are_taken_as_spark_submit_writes_them(spark_home: Path, tmp_path: Path) -> None:
     conf = tmp_path / "nightly.toml"
     conf.write_text(VALID)
-    code, err, calls = submit(spark_home, "--conf", "spark.executor.memory=4g", "--conf", str(conf),
-                              "--conf=spark.sql.shuffle.partitions=8", "--spark-conf", "spark.driver.cores=2",
-                              "--", "s3://bucket/topics")
+    code, err, calls = submit(
+        spark_home,
+        "--conf",
+        "spark.executor.memory=4g",
+        "--conf",
+        str(conf),
+        "--conf=spark.sql.shuffle.partitions=8",
+        "--spark-conf",
+        "spark.driver.cores=2",
+        "--",
+        "s3://bucket/topics",
+    )
     assert code == 0, err
     [call] = calls
     confs = option_values(call, "--conf")

@@ -73,8 +73,9 @@ class Bench:
     def content(self, tp: TopicPartition) -> list[tuple[int, bytes]]:
         return [(r["offset"], r["key"]) for r in self.direct.read(tp, columns=["offset", "key"]).to_pylist()]
 
-    def assert_committed_once(self, tp: TopicPartition, result: Manifest, expected: list[tuple[int, bytes]],
-                              what: str) -> None:
+    def assert_committed_once(
+        self, tp: TopicPartition, result: Manifest, expected: list[tuple[int, bytes]], what: str
+    ) -> None:
         assert self.direct.versions(tp) == [1, 2, 3, 4], f"{what}: exactly one new version"
         assert result.version == 4 and result.writer.commit_id == self.direct.manifest(tp).writer.commit_id, what
         assert [p for r in verify(self.direct, [tp]) for p in r.problems] == [], what
@@ -93,8 +94,9 @@ def _clean(bench: Bench, tp: TopicPartition, via: Store | None = None) -> Callab
 
 @pytest.mark.parametrize("action", ["drop", "slowdown", "reset"])
 @pytest.mark.parametrize("operation", [_append, _clean], ids=["append", "clean"])
-def test_a_fault_at_any_call_of_a_commit_commits_exactly_once(bench: Bench, proxy: FaultProxy, operation: Operation,
-                                                              action: str) -> None:
+def test_a_fault_at_any_call_of_a_commit_commits_exactly_once(
+    bench: Bench, proxy: FaultProxy, operation: Operation, action: str
+) -> None:
     probe = bench.seeded()
     commit = operation(bench, probe)
     proxy.clear()
@@ -117,7 +119,8 @@ def test_a_fault_at_any_call_of_a_commit_commits_exactly_once(bench: Bench, prox
 
 @pytest.mark.parametrize("operation", [_append, _clean], ids=["append", "clean"])
 def test_a_commit_whose_every_answer_is_lost_is_resolved_by_reading_it_back(
-        bench: Bench, proxy: FaultProxy, operation: Operation) -> None:
+    bench: Bench, proxy: FaultProxy, operation: Operation
+) -> None:
     tp = bench.seeded()
     commit = operation(bench, tp)
     proxy.clear()
@@ -150,7 +153,8 @@ def test_a_stalled_commit_that_lands_late_is_still_one_version(bench: Bench, pro
 
 
 def test_an_unknown_outcome_that_stays_unknown_fails_clearly_within_the_budget(
-        bench: Bench, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench: Bench, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The commit is sent again and read back until its pauses have spent the retry budget, and no longer (the
     protocol's clock moves by its pauses alone: no elapsed time decides)."""
     tp = bench.seeded()
@@ -178,8 +182,9 @@ def unreachable_endpoint(request: pytest.FixtureRequest) -> Iterator[tuple[str, 
 
 
 @pytest.mark.parametrize("budget_ms", [1_500, 5_000])
-def test_an_unreachable_endpoint_gives_up_within_the_retry_budget(unreachable_endpoint: tuple[str, socket.socket],
-                                                                  budget_ms: int) -> None:
+def test_an_unreachable_endpoint_gives_up_within_the_retry_budget(
+    unreachable_endpoint: tuple[str, socket.socket], budget_ms: int
+) -> None:
     """botocore is held to the budget: its attempts, each within its connect and read timeouts, and the longest
     pauses between them add up to the budget at most; it makes exactly those attempts, then the store says in one
     line what happened (no elapsed time decides)."""
@@ -190,8 +195,11 @@ def test_an_unreachable_endpoint_gives_up_within_the_retry_budget(unreachable_en
     attempts = config.retries["total_max_attempts"]
     longest_pauses_s = 2 ** (attempts - 1) - 1  # botocore's jittered pauses: up to 1 s, then up to 2 s
     assert attempts * (config.connect_timeout + config.read_timeout) + longest_pauses_s <= budget_ms / 1000
-    with pytest.raises(StoreError, match=f"cannot list s3://nightly-store: the endpoint {endpoint} "
-                                         f"(cannot be reached|did not answer) .*; gave up within the retry budget"):
+    with pytest.raises(
+        StoreError,
+        match=f"cannot list s3://nightly-store: the endpoint {endpoint} "
+        f"(cannot be reached|did not answer) .*; gave up within the retry budget",
+    ):
         store.require_exists()
     if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         assert connections_accepted(sock) == attempts

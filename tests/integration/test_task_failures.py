@@ -33,8 +33,7 @@ OVERRIDES = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio":
 SETTINGS = settings_with(OVERRIDES)
 #: The two ways through Spark: a whole partition in one task; or stage 1 (key buckets here, or the Spark SQL
 #: plans) then stage 2's apply jobs. Every failed attempt costs a new Python worker (~2 s), so one of each.
-PATHS = {"arrow": SETTINGS,
-         "arrow-split": settings_with({**OVERRIDES, "cleaner": {"task.max.records": 3}})}
+PATHS = {"arrow": SETTINGS, "arrow-split": settings_with({**OVERRIDES, "cleaner": {"task.max.records": 3}})}
 
 
 def seed(store: Store, partitions: list[TopicPartition] = PARTITIONS) -> None:
@@ -62,11 +61,17 @@ def test_a_worker_killed_once_is_retried_and_every_partition_commits(any_spark, 
 @pytest.mark.spark
 @pytest.mark.parametrize("path", list(PATHS))
 def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_commit(
-        any_spark, local_store: Store, path: str) -> None:
+    any_spark, local_store: Store, path: str
+) -> None:
     seed(local_store)
     printed: list[str] = []
-    code, report = run_job(faulty(local_store, kill=f"{BAD.prefix}/"), JobOptions(now_ms=NOW, wall_ms=NOW),
-                           PATHS[path], lambda: any_spark, out=printed.append)
+    code, report = run_job(
+        faulty(local_store, kill=f"{BAD.prefix}/"),
+        JobOptions(now_ms=NOW, wall_ms=NOW),
+        PATHS[path],
+        lambda: any_spark,
+        out=printed.append,
+    )
     report = cast(RunReport, report)  # not a dry run
 
     assert code == EXIT_PARTIAL
@@ -77,8 +82,11 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
     assert failure["partition"] == "t-1"
     assert failure["error"] == "Spark task failed 4 times: Python worker exited unexpectedly (crashed)"
     (line,) = [line for line in printed if "t-1" in line and "failed" in line]
-    assert re.fullmatch(r"\[[123]/3\] failed t-1: Spark task failed 4 times: Python worker exited unexpectedly "
-                        r"\(crashed\)", line), line
+    assert re.fullmatch(
+        r"\[[123]/3\] failed t-1: Spark task failed 4 times: Python worker exited unexpectedly "
+        r"\(crashed\)",
+        line,
+    ), line
     assert not any("\tat " in line or "Traceback" in line for line in printed), "no stack trace reaches the user"
     assert local_store.versions(BAD) == [1, 2, 3], "the failed partition is untouched"
     assert offsets(local_store, PARTITIONS[0]) == offsets(local_store, PARTITIONS[2]) == [2, 3, 4, 5]
@@ -87,7 +95,8 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
 
 @pytest.mark.spark
 def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_error(
-        any_spark, local_store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    any_spark, local_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     """A TypeError in a task body is a bug: the line says internal error and names the partition, the report keeps
     the executor's traceback with credentials masked, -v (debug) prints it, and the exit code is 1 (the DAG does
     not retry it as if it were transient); the other partitions commit."""
@@ -95,8 +104,13 @@ def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_erro
     secret = "AKIAIOSFODNN7EXAMPLE"
     printed: list[str] = []
     with caplog.at_level(logging.DEBUG, logger="compaction.job"):
-        code, report = run_job(faulty(local_store, bug=f"{BAD.prefix}/", bug_text=f"key {secret}"),
-                               JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, lambda: any_spark, out=printed.append)
+        code, report = run_job(
+            faulty(local_store, bug=f"{BAD.prefix}/", bug_text=f"key {secret}"),
+            JobOptions(now_ms=NOW, wall_ms=NOW),
+            SETTINGS,
+            lambda: any_spark,
+            out=printed.append,
+        )
         report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_FAILED
     status: dict[str, Any] = {r.partition: r.status for r in report.partitions}
@@ -155,9 +169,14 @@ def _speculative_pass(master: str, store: Store, partitions: list[TopicPartition
     """One pass under speculation, checked; returns the objects no manifest references (the losers')."""
     marks = report_path.parent / "first-attempt-marks"
     marks.mkdir()
-    process = subprocess.run([sys.executable, "-c", DRIVER, master, store.url, str(report_path), str(NOW), str(HANG_S),
-                              str(marks)],
-                             env=cluster_env(), cwd=ROOT, capture_output=True, text=True, timeout=2 * HANG_S)
+    process = subprocess.run(
+        [sys.executable, "-c", DRIVER, master, store.url, str(report_path), str(NOW), str(HANG_S), str(marks)],
+        env=cluster_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=2 * HANG_S,
+    )
     assert process.returncode == 0, process.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert [r["status"] for r in report["partitions"]] == ["cleaned"] * 4
@@ -194,8 +213,11 @@ def test_speculative_attempts_never_publish_twice(tmp_path: Path, monkeypatch: p
     # matters is checked above: no manifest names two objects for a segment, or a loser's object.
 
     # They are garbage: gc removes exactly them, and the log reads the same.
-    deleted = {f"{tp.prefix}/{path}" for tp in partitions for path in
-               collect_garbage(store, tp, wall_ms=past_every_write_ms(), grace_ms=0).deleted_objects}
+    deleted = {
+        f"{tp.prefix}/{path}"
+        for tp in partitions
+        for path in collect_garbage(store, tp, wall_ms=past_every_write_ms(), grace_ms=0).deleted_objects
+    }
     assert deleted == orphans
     assert {str(tp): offsets(store, tp) for tp in partitions} == {str(tp): [2, 3, 4, 5] for tp in partitions}
     assert [p for r in verify(store) for p in r.problems] == []

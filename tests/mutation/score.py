@@ -22,8 +22,11 @@ NAME = re.compile(r"`(compaction\.[\w.]+__mutmut_\d+)`")
 def survivors(mutmut: str) -> list[str]:
     """The mutants mutmut's last run left alive (``mutmut results`` lists those not killed)."""
     listed = subprocess.run([mutmut, "results"], capture_output=True, text=True, check=True).stdout
-    return [name for name, status in re.findall(r"^\s*([\w.]+__mutmut_\d+): (\w[\w ]*)$", listed, re.MULTILINE)
-            if status == "survived"]
+    return [
+        name
+        for name, status in re.findall(r"^\s*([\w.]+__mutmut_\d+): (\w[\w ]*)$", listed, re.MULTILINE)
+        if status == "survived"
+    ]
 
 
 def main() -> int:
@@ -35,8 +38,10 @@ def main() -> int:
     stats = json.loads(args.stats.read_text())
     killed = stats["killed"] + stats["timeout"]  # a mutant that makes the tests hang is caught too
     score = killed / stats["total"] if stats["total"] else 0.0
-    print(f"mutation score: {killed} of {stats['total']} mutants killed ({score:.1%}); survived {stats['survived']}, "
-          f"no tests {stats['no_tests']}, skipped {stats['skipped']}, suspicious {stats['suspicious']}")
+    print(
+        f"mutation score: {killed} of {stats['total']} mutants killed ({score:.1%}); survived {stats['survived']}, "
+        f"no tests {stats['no_tests']}, skipped {stats['skipped']}, suspicious {stats['suspicious']}"
+    )
     equivalent = set(NAME.findall(EQUIVALENT.read_text()))
     alive = survivors(args.mutmut)
     unexplained = [name for name in alive if name not in equivalent]

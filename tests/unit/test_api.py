@@ -30,7 +30,9 @@ def test_importing_the_package_or_the_store_loads_no_spark() -> None:
 
 
 def test_the_read_api_loads_no_engine_until_its_adapter_is_used() -> None:
-    code = ("import sys, compaction; compaction.scan, compaction.snapshot, compaction.history; "
-            "print([m for m in ('pyspark', 'duckdb', 'polars') if m in sys.modules])")
+    code = (
+        "import sys, compaction; compaction.scan, compaction.snapshot, compaction.history; "
+        "print([m for m in ('pyspark', 'duckdb', 'polars') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -112,16 +112,21 @@ def test_manifest_referencing_a_missing_object(seeded: Store) -> None:
 
 
 def test_manifest_referencing_a_path_outside_its_partition(seeded: Store) -> None:
-    rel = _edit_manifest(seeded, lambda doc: doc["segments"][0].update(
-        path="../../other/0/segments/00000000000000000000-x.parquet"))
+    rel = _edit_manifest(
+        seeded, lambda doc: doc["segments"][0].update(path="../../other/0/segments/00000000000000000000-x.parquet")
+    )
     with pytest.raises(CorruptManifestError, match=r"\.\./\.\./other.*inside the partition"):
         seeded.manifest(TP)
     _everything_fails_cleanly(seeded, CorruptManifestError, rel.split("/")[-1])
 
 
 def test_manifest_with_overlapping_segments(seeded: Store) -> None:
-    _edit_manifest(seeded, lambda doc: doc["segments"][1].update(
-        base_offset=1, path=doc["segments"][1]["path"].replace("00000000000000000002-", "00000000000000000001-")))
+    _edit_manifest(
+        seeded,
+        lambda doc: doc["segments"][1].update(
+            base_offset=1, path=doc["segments"][1]["path"].replace("00000000000000000002-", "00000000000000000001-")
+        ),
+    )
     with pytest.raises(CorruptManifestError, match="must not overlap"):
         seeded.manifest(TP)
 

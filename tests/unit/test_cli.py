@@ -17,8 +17,23 @@ NOW = "2026-01-02T00:00:00Z"
 
 def test_generate_status_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "s")
-    code, out = run(capsys, "generate", store, "--records", "3000", "--keys", "100", "--partitions", "3",
-                    "--segment-records", "400", "--now", NOW, "--seed", "1")
+    code, out = run(
+        capsys,
+        "generate",
+        store,
+        "--records",
+        "3000",
+        "--keys",
+        "100",
+        "--partitions",
+        "3",
+        "--segment-records",
+        "400",
+        "--now",
+        NOW,
+        "--seed",
+        "1",
+    )
     assert code == EXIT_OK and "3 partition(s), 3,000 records" in out
     code, out = run(capsys, "status", store, "--json")
     doc = json.loads(out)
@@ -32,14 +47,18 @@ def test_generate_status_verify(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_append_jsonl_then_read_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "s")
     source = tmp_path / "in.jsonl"
-    source.write_text('{"key": "a", "value": "1"}\n{"key": "a", "value": null, "timestamp": 5}\n'
-                      '{"key_base64": "AAE=", "value": "x", "headers": [{"key": "v", "value_long": 3}]}\n')
+    source.write_text(
+        '{"key": "a", "value": "1"}\n{"key": "a", "value": null, "timestamp": 5}\n'
+        '{"key_base64": "AAE=", "value": "x", "headers": [{"key": "v", "value_long": 3}]}\n'
+    )
     code, out = run(capsys, "append", store, "t", "0", str(source), "--now", "1000")
     assert code == EXIT_OK and "[0, 3)" in out
     code, out = run(capsys, "read", store, "t", "0", "--from", "1")
     lines = [json.loads(line) for line in out.splitlines()]
     assert [(r["offset"], r.get("key"), r["value"], r["timestamp"]) for r in lines] == [
-        (1, "a", None, 5), (2, None, "x", 1000)]
+        (1, "a", None, 5),
+        (2, None, "x", 1000),
+    ]
     assert lines[1]["key_base64"] == "AAE="
     assert lines[1]["headers"] == [{"key": "v", "value_base64": "AAAAAAAAAAM="}]
     out_file = tmp_path / "dump.parquet"
@@ -82,8 +101,23 @@ def test_time_and_duration_parsing() -> None:
 
 def test_plan_prints_decisions_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "s")
-    run(capsys, "generate", store, "--records", "2000", "--keys", "100", "--partitions", "2",
-        "--segment-records", "400", "--now", NOW, "--end-time", NOW)
+    run(
+        capsys,
+        "generate",
+        store,
+        "--records",
+        "2000",
+        "--keys",
+        "100",
+        "--partitions",
+        "2",
+        "--segment-records",
+        "400",
+        "--now",
+        NOW,
+        "--end-time",
+        NOW,
+    )
     code, out = run(capsys, "plan", store, "--conf", "conf/local.toml", "--now", NOW)
     assert code == EXIT_OK
     assert "orders-0   clean" in out and "dirty ratio 1.00 > 0.50" in out and "[0, 800)" in out
@@ -93,11 +127,20 @@ def test_plan_prints_decisions_and_json(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no --conf was given and Kafka's default policy is delete" in printed.err
     assert [p["decision"] for p in doc["partitions"]] == ["skip", "skip"]
     assert doc["partitions"][0]["reason"] == "cleanup.policy=delete: not compacted"
-    code, out = run(capsys, "plan", store, "--now", "2026-01-20T00:00:00Z", "--json", "--set",
-                    "log.cleanup.policy=compact", "--set", "log.cleaner.min.cleanable.ratio=1",
-                    "--set", "log.cleaner.max.compaction.lag.ms=86400000")
+    code, out = run(
+        capsys,
+        "plan",
+        store,
+        "--now",
+        "2026-01-20T00:00:00Z",
+        "--json",
+        "--set",
+        "log.cleanup.policy=compact",
+        "--set",
+        "log.cleaner.min.cleanable.ratio=1",
+        "--set",
+        "log.cleaner.max.compaction.lag.ms=86400000",
+    )
     first = json.loads(out)["partitions"][0]
     assert first["decision"] == "clean" and first["reason"].startswith("max.compaction.lag.ms exceeded by")
     assert first["clean_range"] == [0, 1000] and first["active_rolled"] is True
-
-

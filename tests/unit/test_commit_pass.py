@@ -54,8 +54,9 @@ def skipped(store: Store, config: TopicConfig) -> Skipped:
 
 
 def work(store: Store, p: LogToClean) -> PartitionWork:
-    return PartitionWork(p, clean_task(TP, store, p.segments, now_ms=NOW, horizon_ms=HORIZON,
-                                       first_dirty_offset=p.first_dirty_offset))
+    return PartitionWork(
+        p, clean_task(TP, store, p.segments, now_ms=NOW, horizon_ms=HORIZON, first_dirty_offset=p.first_dirty_offset)
+    )
 
 
 def rewritten(store: Store, w: PartitionWork, *rows: dict, stamped: int = 0) -> None:
@@ -63,14 +64,24 @@ def rewritten(store: Store, w: PartitionWork, *rows: dict, stamped: int = 0) -> 
     job = w.task.job(0, w.log.segments, False)
     segment = store.objects.write_segment(TP, records(rows), job.base_offset, job.next_offset, created_ms=NOW)
     w.jobs.append(job)
-    w.add(AppliedJob.of(job, segment=segment, records_written=len(rows), bytes_written=segment.size_bytes,
-                        stamped=stamped))
+    w.add(
+        AppliedJob.of(
+            job, segment=segment, records_written=len(rows), bytes_written=segment.size_bytes, stamped=stamped
+        )
+    )
 
 
-def counts(records: int, kept: int, next_horizon: int | None = None, erased: frozenset[str] = frozenset()
-            ) -> SegmentCounts:
-    return SegmentCounts(records=records, kept=kept, stamped=0, dropped={"superseded": records - kept},
-                          next_horizon_ms=next_horizon, erased_keys=erased)
+def counts(
+    records: int, kept: int, next_horizon: int | None = None, erased: frozenset[str] = frozenset()
+) -> SegmentCounts:
+    return SegmentCounts(
+        records=records,
+        kept=kept,
+        stamped=0,
+        dropped={"superseded": records - kept},
+        next_horizon_ms=next_horizon,
+        erased_keys=erased,
+    )
 
 
 def test_a_pass_commits_its_objects_its_checkpoint_and_when_it_cleaned(store: Store) -> None:
@@ -80,14 +91,27 @@ def test_a_pass_commits_its_objects_its_checkpoint_and_when_it_cleaned(store: St
     rewritten(store, w, rec("b", "2", 1), rec("a", "3", 2))
     result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=5)
     manifest = store.manifest(TP)
-    assert (result.status, result.version_before, result.version_after, result.checkpoint_before,
-            result.checkpoint_after, result.clean_range, result.elapsed_ms) == (
-        Status.CLEANED, 3, 4, 0, 3, [0, 3], 5)
+    assert (
+        result.status,
+        result.version_before,
+        result.version_after,
+        result.checkpoint_before,
+        result.checkpoint_after,
+        result.clean_range,
+        result.elapsed_ms,
+    ) == (Status.CLEANED, 3, 4, 0, 3, [0, 3], 5)
     assert [(s.base_offset, s.next_offset, s.record_count) for s in manifest.segments] == [(0, 3, 2), (3, 4, 1)]
-    assert (manifest.first_dirty_offset, manifest.clean_keys_unique, manifest.last_clean_ms,
-            manifest.next_horizon_ms) == (3, True, NOW, 11_500)
+    assert (
+        manifest.first_dirty_offset,
+        manifest.clean_keys_unique,
+        manifest.last_clean_ms,
+        manifest.next_horizon_ms,
+    ) == (3, True, NOW, 11_500)
     assert (result.stats.messages_read, result.stats.messages_written, result.stats.dropped) == (
-        3, 2, {"superseded": 1})
+        3,
+        2,
+        {"superseded": 1},
+    )
 
 
 def test_a_pass_commits_on_the_version_its_plan_read_without_listing_or_reading_the_manifests(store: Store) -> None:
@@ -116,7 +140,11 @@ def test_a_partition_that_failed_anywhere_commits_nothing_and_keeps_its_error(st
     w.fail(Failure("OSError: later"))  # the first failure is the one reported
     result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
     assert (result.status, result.error, result.internal, result.trace) == (
-        Status.FAILED, "ValueError: boom", True, "Traceback: boom")
+        Status.FAILED,
+        "ValueError: boom",
+        True,
+        "Traceback: boom",
+    )
     assert store.versions(TP) == [1, 2, 3]
 
 
@@ -125,7 +153,10 @@ def test_an_apply_job_without_a_result_is_a_bug_and_commits_nothing(store: Store
     w.jobs.append(w.task.job(0, w.log.segments, False))
     result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
     assert (result.status, result.error, result.internal) == (
-        Status.FAILED, "apply job(s) [0] produced no output", True)
+        Status.FAILED,
+        "apply job(s) [0] produced no output",
+        True,
+    )
     assert store.versions(TP) == [1, 2, 3]
 
 
@@ -163,10 +194,15 @@ def test_a_pass_that_carries_out_an_erasure_marks_it_rewritten_and_names_what_he
 
 
 def test_a_retention_pass_moves_the_log_start_but_not_the_time_of_the_last_clean(store: Store) -> None:
-    config = TopicConfig(cleanup_policy=("compact", "delete"), min_cleanable_dirty_ratio=1.0, retention_bytes=0,
-                         retention_ms=-1)
-    store.replace(TP, Replacement((), (), 0, 3, 0, 0, clean_keys_unique=False, last_clean_ms=7, next_horizon_ms=9),
-                  writer=WRITER, now_ms=NOW)  # a pass cleaned [0, 3) at 7 (keys left unique or not: as it was)
+    config = TopicConfig(
+        cleanup_policy=("compact", "delete"), min_cleanable_dirty_ratio=1.0, retention_bytes=0, retention_ms=-1
+    )
+    store.replace(
+        TP,
+        Replacement((), (), 0, 3, 0, 0, clean_keys_unique=False, last_clean_ms=7, next_horizon_ms=9),
+        writer=WRITER,
+        now_ms=NOW,
+    )  # a pass cleaned [0, 3) at 7 (keys left unique or not: as it was)
     p = planned(store, config).to_clean()
     assert (p.needs_dedupe, [s.base_offset for s in p.expired_segments]) == (False, [0, 2])
     result = done_cleaning(store, work(store, p), WRITER, NOW, elapsed_ms=0)
@@ -182,8 +218,9 @@ def test_a_commit_that_conflicts_fails_the_partition_with_the_reason(store: Stor
     store.replace(TP, Replacement((), (), 0, 1, 0, 0), writer=WRITER, now_ms=NOW)  # another cleaner moved it
     result = done_cleaning(store, w, WRITER, NOW, elapsed_ms=0)
     assert (result.status, result.internal) == (Status.FAILED, False)
-    assert result.error is not None and result.error.startswith("CommitConflictError: partition t-0: manifest "
-                                                                "version 4 moved the checkpoint from 0 to 1")
+    assert result.error is not None and result.error.startswith(
+        "CommitConflictError: partition t-0: manifest version 4 moved the checkpoint from 0 to 1"
+    )
 
 
 def past_the_end() -> Store:
@@ -204,7 +241,10 @@ def test_a_reset_checkpoint_is_committed_at_once() -> None:
     reset = p.checkpoint_reset
     assert reset is not None
     assert (p.manifest.first_dirty_offset, reset.first_dirty_offset, str(reset)) == (
-        5, 0, "checkpoint 5 is past the log end 2")
+        5,
+        0,
+        "checkpoint 5 is past the log end 2",
+    )
     result = reset_checkpoint(store, p, reset, WRITER, NOW)
     manifest = store.manifest(TP)
     assert (result.status, manifest.first_dirty_offset, manifest.log_start_offset) == (Status.SKIPPED, 0, 0)
@@ -229,7 +269,8 @@ def test_a_reset_that_cannot_be_committed_fails_the_partition() -> None:
     result = reset_checkpoint(store, p, p.checkpoint_reset, WRITER, NOW)
     assert (result.status, result.internal) == (Status.FAILED, False)
     assert result.error is not None and result.error.startswith(
-        "could not reset the checkpoint (checkpoint 5 is past the log end 2): CommitConflictError: ")
+        "could not reset the checkpoint (checkpoint 5 is past the log end 2): CommitConflictError: "
+    )
     assert store.manifest(TP).first_dirty_offset == 1
 
 
@@ -247,9 +288,14 @@ def test_apply_results_add_up() -> None:
 def verdicts(path: str | None, *found: tuple[int, int, int | None]) -> Verdicts:
     """What one key range listed in the object at ``path``: per segment, its base, the live rows it read and the
     row group listing its part."""
-    return Verdicts(tp=TP, path=path, segments=tuple(
-        SegmentVerdicts(segment_base=base, counts=counts(rows, rows), rows=rows, row_group=group)
-        for base, rows, group in found))
+    return Verdicts(
+        tp=TP,
+        path=path,
+        segments=tuple(
+            SegmentVerdicts(segment_base=base, counts=counts(rows, rows), rows=rows, row_group=group)
+            for base, rows, group in found
+        ),
+    )
 
 
 def test_an_apply_job_finds_every_key_ranges_part_of_a_segments_verdicts(store: Store) -> None:
@@ -259,12 +305,14 @@ def test_an_apply_job_finds_every_key_ranges_part_of_a_segments_verdicts(store: 
     w.decided(verdicts("verdicts/0.parquet", (0, 2, 0), (2, 1, None)))
     w.decided(verdicts("verdicts/1.parquet", (0, 2, 3)))
     w.decided(verdicts(None, (2, 1, None)))  # a key range that listed no row of the segment
-    assert w.source_verdicts(first) == SourceVerdicts(rows=2, kept=True, listed=(("verdicts/0.parquet", 0),
-                                                                                 ("verdicts/1.parquet", 3)))
+    assert w.source_verdicts(first) == SourceVerdicts(
+        rows=2, kept=True, listed=(("verdicts/0.parquet", 0), ("verdicts/1.parquet", 3))
+    )
     assert w.source_verdicts(second) == SourceVerdicts(rows=1, kept=True, listed=())
     w.handed.add("pieces/0.parquet")
-    assert w.handed_paths() == ["pieces/0.parquet", "verdicts/0.parquet", "verdicts/1.parquet"], \
+    assert w.handed_paths() == ["pieces/0.parquet", "verdicts/0.parquet", "verdicts/1.parquet"], (
         "the pass deletes every hand-over object it wrote once it ends: pieces and verdicts"
+    )
 
 
 def test_a_segment_no_key_range_read_has_no_verdicts_to_apply(store: Store) -> None:
@@ -274,13 +322,13 @@ def test_a_segment_no_key_range_read_has_no_verdicts_to_apply(store: Store) -> N
     assert w.source_verdicts(p.segments[1]) == SourceVerdicts(rows=0, kept=True, listed=())
 
 
-def test_key_ranges_that_read_a_segment_with_different_row_counts_fail_the_pass_as_a_change_of_it(
-        store: Store) -> None:
+def test_key_ranges_that_read_a_segment_with_different_row_counts_fail_the_pass_as_a_change_of_it(store: Store) -> None:
     p = planned(store).to_clean()
     w = work(store, p)
     w.decided(verdicts("verdicts/0.parquet", (0, 2, 0)))
     w.decided(verdicts("verdicts/1.parquet", (0, 3, 0)))
     with pytest.raises(SegmentChangedError) as raised:
         w.source_verdicts(p.segments[0])
-    assert str(raised.value) == (f"the key ranges of t-0 read [2, 3] live rows of segment {p.segments[0].path}: it "
-                                 "changed while they read it")
+    assert str(raised.value) == (
+        f"the key ranges of t-0 read [2, 3] live rows of segment {p.segments[0].path}: it changed while they read it"
+    )

@@ -44,23 +44,39 @@ def test_a_replacement_moves_what_it_says_and_carries_over_the_rest(store: Store
     latest = store.manifest(TP)
     first, second = latest.segments
     built = Replacement((first,), (), 0, 2, 0, 2).apply(latest, "t-0")
-    assert built == {"log_start_offset": 2, "log_end_offset": 3, "last_stable_offset": 3, "first_dirty_offset": 2,
-                     "clean_keys_unique": False, "last_clean_ms": None, "next_horizon_ms": None,
-                     "open_transactions": {}, "segments": (second,), "erasures": ()}
+    assert built == {
+        "log_start_offset": 2,
+        "log_end_offset": 3,
+        "last_stable_offset": 3,
+        "first_dirty_offset": 2,
+        "clean_keys_unique": False,
+        "last_clean_ms": None,
+        "next_horizon_ms": None,
+        "open_transactions": {},
+        "segments": (second,),
+        "erasures": (),
+    }
     cleaned = Replacement((), (), 0, 3, 0, 0, clean_keys_unique=True, last_clean_ms=5, next_horizon_ms=9)
-    assert {k: v for k, v in cleaned.apply(latest, "t-0").items()
-            if k in ("clean_keys_unique", "last_clean_ms", "next_horizon_ms")} == {
-        "clean_keys_unique": True, "last_clean_ms": 5, "next_horizon_ms": 9}
+    assert {
+        k: v
+        for k, v in cleaned.apply(latest, "t-0").items()
+        if k in ("clean_keys_unique", "last_clean_ms", "next_horizon_ms")
+    } == {"clean_keys_unique": True, "last_clean_ms": 5, "next_horizon_ms": 9}
     store.replace(TP, cleaned, writer=WRITER, now_ms=5)
     later = Replacement((), (), 3, 3, 0, 0).apply(store.manifest(TP), "t-0")  # says nothing of them: kept
     assert (later["clean_keys_unique"], later["last_clean_ms"], later["next_horizon_ms"]) == (True, 5, 9)
 
 
-@pytest.mark.parametrize(("change", "problem"), [
-    (Replacement((), (), 1, 2, 0, 0), "partition t-0: manifest version 2 moved the checkpoint from 1 to 0: another "
-                                      "cleaner ran"),
-    (Replacement((), (), 0, 2, 1, 1), "partition t-0: manifest version 2 moved the log start from 1 to 0"),
-])
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            Replacement((), (), 1, 2, 0, 0),
+            "partition t-0: manifest version 2 moved the checkpoint from 1 to 0: another cleaner ran",
+        ),
+        (Replacement((), (), 0, 2, 1, 1), "partition t-0: manifest version 2 moved the log start from 1 to 0"),
+    ],
+)
 def test_a_replacement_that_no_longer_applies_is_a_conflict(store: Store, change: Replacement, problem: str) -> None:
     with pytest.raises(CommitConflictError) as raised:
         change.apply(store.manifest(TP), "t-0")
@@ -72,8 +88,11 @@ def test_a_replacement_needs_a_manifest_and_its_segments_live_and_unchanged(stor
     with pytest.raises(CommitConflictError, match=r"^partition t-0 has no manifest to replace segments in$"):
         Replacement((), (), 0, 0, 0, 0).apply(None, "t-0")
     changed = latest.segments[0].model_copy(update={"size_bytes": 1})
-    with pytest.raises(CommitConflictError, match=f"^segment t-0/{changed.path} is no longer live and unchanged in "
-                                                  "manifest version 2: another writer replaced it$"):
+    with pytest.raises(
+        CommitConflictError,
+        match=f"^segment t-0/{changed.path} is no longer live and unchanged in "
+        "manifest version 2: another writer replaced it$",
+    ):
         Replacement((changed,), (), 0, 0, 0, 0).apply(latest, "t-0")
 
 
@@ -84,11 +103,20 @@ def request(key: str, offset: int, **fields: Any) -> ErasureRequest:
 def test_the_erasures_a_replacement_carries_out_are_marked_rewritten_in_the_version_it_builds(store: Store) -> None:
     done_before = request("c", 0, rewritten_ms=3, rewritten_version=2)
     latest = store.manifest(TP).model_copy(update={"erasures": (request("a", 2), request("b", 1), done_before)})
-    change = Replacement((), (), 0, 0, 0, 0, erased=(Erased(digest("a"), 2, ("segments/x.parquet",)),
-                                                     Erased(digest("c"), 0, ("segments/y.parquet",))), time_ms=7)
+    change = Replacement(
+        (),
+        (),
+        0,
+        0,
+        0,
+        0,
+        erased=(Erased(digest("a"), 2, ("segments/x.parquet",)), Erased(digest("c"), 0, ("segments/y.parquet",))),
+        time_ms=7,
+    )
     a, b, c = change.apply(latest, "t-0")["erasures"]
-    assert a == request("a", 2, rewritten_ms=7, rewritten_version=3,
-                        held=(HeldObject(path="segments/x.parquet", found_ms=7),))
+    assert a == request(
+        "a", 2, rewritten_ms=7, rewritten_version=3, held=(HeldObject(path="segments/x.parquet", found_ms=7),)
+    )
     assert (b, c) == (request("b", 1), done_before), "one it did not carry out, and one already rewritten"
     assert Replacement((), (), 0, 0, 0, 0).apply(latest, "t-0")["erasures"] == latest.erasures
     with pytest.raises(ValueError, match=r"^a replacement that carries out erasure requests needs their time$"):
@@ -98,9 +126,19 @@ def test_the_erasures_a_replacement_carries_out_are_marked_rewritten_in_the_vers
 def test_an_unchanged_state_is_the_log_as_it_is(store: Store) -> None:
     latest = store.manifest(TP)
     state = unchanged(latest)
-    assert set(state) == {"log_start_offset", "log_end_offset", "last_stable_offset", "first_dirty_offset",
-                          "clean_keys_unique", "last_clean_ms", "next_horizon_ms", "open_transactions", "segments",
-                          "erasures", "streams"}
+    assert set(state) == {
+        "log_start_offset",
+        "log_end_offset",
+        "last_stable_offset",
+        "first_dirty_offset",
+        "clean_keys_unique",
+        "last_clean_ms",
+        "next_horizon_ms",
+        "open_transactions",
+        "segments",
+        "erasures",
+        "streams",
+    }
     committed = store.commit(TP, as_it_is, writer=WRITER, operation="erasure", now_ms=3)
     assert committed.model_dump(exclude={"version", "writer"}) == latest.model_dump(exclude={"version", "writer"})
 
@@ -121,12 +159,16 @@ def test_a_writer_that_loses_the_race_rebuilds_on_the_version_that_won(store: St
 
 
 def test_a_writer_that_lost_reads_the_versions_after_the_winner_not_a_listing_that_lags(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An object store's listing may not show a version created a moment ago: the version a writer lost to is
     known, and it probes the ones after it."""
     listed = store.storage.list_dir
-    monkeypatch.setattr(store.storage, "list_dir", lambda rel, detail=True: [
-        e for e in listed(rel, detail) if not e.name.endswith("00000000000000000003.json")])
+    monkeypatch.setattr(
+        store.storage,
+        "list_dir",
+        lambda rel, detail=True: [e for e in listed(rel, detail) if not e.name.endswith("00000000000000000003.json")],
+    )
     store.commit(TP, as_it_is, writer=Writer(id="other"), operation="erasure", now_ms=3)  # version 3: not listed
     committed = store.commit(TP, as_it_is, writer=WRITER, operation="erasure", now_ms=4)
     assert (committed.version, committed.writer.id) == (4, "test")
@@ -138,15 +180,20 @@ def test_a_writer_gives_up_after_its_attempts_all_lose(store: Store) -> None:
         store.append(TP, keyed("x=1"), now_ms=3)  # every time, someone else wins
         return unchanged(latest)
 
-    with pytest.raises(CommitConflictError, match=r"^partition t-0: gave up after 3 commit attempts lost to concurrent "
-                                                  r"writers$"):
-        protocol.commit(store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3, max_attempts=3,
-                        rng=random.Random(0))
+    with pytest.raises(
+        CommitConflictError,
+        match=r"^partition t-0: gave up after 3 commit attempts lost to concurrent "
+        r"writers$",
+    ):
+        protocol.commit(
+            store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3, max_attempts=3, rng=random.Random(0)
+        )
     assert store.versions(TP) == [1, 2, 3, 4, 5]
 
 
-def test_a_partition_at_the_last_version_a_name_holds_takes_no_more_commits(store: Store,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_partition_at_the_last_version_a_name_holds_takes_no_more_commits(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     at_end = store.manifest(TP).model_copy(update={"version": MAX_VERSION})
     monkeypatch.setattr(protocol, "newest_manifest", lambda storage, tp: at_end)
     built: list[Manifest | None] = []
@@ -155,8 +202,11 @@ def test_a_partition_at_the_last_version_a_name_holds_takes_no_more_commits(stor
         built.append(latest)
         return as_it_is(latest)
 
-    with pytest.raises(StoreError, match=rf"^partition {store.storage.describe(TP.prefix)} is at manifest version "
-                                         rf"{MAX_VERSION}, the last a 20-digit manifest name holds"):
+    with pytest.raises(
+        StoreError,
+        match=rf"^partition {store.storage.describe(TP.prefix)} is at manifest version "
+        rf"{MAX_VERSION}, the last a 20-digit manifest name holds",
+    ):
         protocol.commit(store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3)
     assert built == [], "refused before the change is built (it may write objects)"
 
@@ -200,8 +250,7 @@ def test_a_create_whose_outcome_is_unknown_is_sent_again_until_it_lands(store: S
     assert (flaky.calls, committed.version, store.versions(TP)) == (3, 3, [1, 2, 3])
 
 
-def test_an_outcome_that_stays_unknown_past_the_retry_budget_says_which_versions_readers_may_see(
-        store: Store) -> None:
+def test_an_outcome_that_stays_unknown_past_the_retry_budget_says_which_versions_readers_may_see(store: Store) -> None:
     Flaky(store, fail=10**6, lands=False, certain=False)
     store.storage.retry_budget_ms = 0
     with pytest.raises(StoreError) as raised:
@@ -212,8 +261,9 @@ def test_an_outcome_that_stays_unknown_past_the_retry_budget_says_which_versions
     assert store.versions(TP) == [1, 2]
 
 
-def test_a_version_that_reads_back_corrupt_is_not_taken_for_anyones(store: Store,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_version_that_reads_back_corrupt_is_not_taken_for_anyones(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     flaky = Flaky(store, fail=1, lands=False, certain=False)
     next_version = store.manifest(TP).model_copy(update={"version": 3})
 
@@ -229,15 +279,42 @@ def test_a_version_that_reads_back_corrupt_is_not_taken_for_anyones(store: Store
 
 def test_what_a_change_does_not_set_carries_over_from_the_version_before(store: Store) -> None:
     done = request("c", 0, rewritten_ms=3, rewritten_version=2)
-    store.commit(TP, lambda latest: {**as_it_is(latest), "clean_keys_unique": True, "last_clean_ms": 5,
-                                     "next_horizon_ms": 9, "erasures": (done,), "streams": {"query-1": 7}},
-                 writer=WRITER, operation="clean", now_ms=5)
-    log_only = ("log_start_offset", "log_end_offset", "last_stable_offset", "first_dirty_offset",
-                "open_transactions", "segments")
-    committed = store.commit(TP, lambda latest: {k: v for k, v in as_it_is(latest).items() if k in log_only},
-                             writer=WRITER, operation="append", now_ms=6)
-    assert (committed.clean_keys_unique, committed.last_clean_ms, committed.next_horizon_ms, committed.erasures,
-            committed.streams) == (True, 5, 9, (done,), {"query-1": 7})
+    store.commit(
+        TP,
+        lambda latest: {
+            **as_it_is(latest),
+            "clean_keys_unique": True,
+            "last_clean_ms": 5,
+            "next_horizon_ms": 9,
+            "erasures": (done,),
+            "streams": {"query-1": 7},
+        },
+        writer=WRITER,
+        operation="clean",
+        now_ms=5,
+    )
+    log_only = (
+        "log_start_offset",
+        "log_end_offset",
+        "last_stable_offset",
+        "first_dirty_offset",
+        "open_transactions",
+        "segments",
+    )
+    committed = store.commit(
+        TP,
+        lambda latest: {k: v for k, v in as_it_is(latest).items() if k in log_only},
+        writer=WRITER,
+        operation="append",
+        now_ms=6,
+    )
+    assert (
+        committed.clean_keys_unique,
+        committed.last_clean_ms,
+        committed.next_horizon_ms,
+        committed.erasures,
+        committed.streams,
+    ) == (True, 5, 9, (done,), {"query-1": 7})
 
 
 class Highest(random.Random):
@@ -266,14 +343,14 @@ def test_a_writer_that_keeps_losing_backs_off_exponentially_up_to_half_a_second(
 
     rng = Highest()
     with pytest.raises(CommitConflictError):
-        protocol.commit(store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3, max_attempts=9,
-                        rng=rng)
+        protocol.commit(store.storage, TP, build, writer=WRITER, operation="erasure", now_ms=3, max_attempts=9, rng=rng)
     assert rng.ranges == [(0, 0.005 * 2**n) for n in range(7)] + [(0, 0.5)] * 2
     assert clock.pauses == [0.005 * 2**n for n in range(7)] + [0.5] * 2
 
 
-def test_an_unknown_outcome_is_sent_again_after_growing_pauses_until_the_budget_is_spent(store: Store,
-                                                                                       clock: Clock) -> None:
+def test_an_unknown_outcome_is_sent_again_after_growing_pauses_until_the_budget_is_spent(
+    store: Store, clock: Clock
+) -> None:
     Flaky(store, fail=10**6, lands=False, certain=False)
     store.storage.retry_budget_ms = 1000
     rng = Highest()
@@ -302,8 +379,9 @@ def test_a_create_refused_for_a_version_that_is_not_there_is_an_unknown_outcome(
         protocol._publish(store.storage, TP, store.manifest(TP).model_copy(update={"version": 3}), Highest())
 
 
-def test_the_last_error_reading_back_is_the_one_reported(store: Store, clock: Clock,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_error_reading_back_is_the_one_reported(
+    store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     Flaky(store, fail=10**6, lands=False, certain=False)
     store.storage.retry_budget_ms = 0
     next_version = store.manifest(TP).model_copy(update={"version": 3})
@@ -319,8 +397,11 @@ def test_the_last_error_reading_back_is_the_one_reported(store: Store, clock: Cl
 def test_a_manifest_that_names_another_version_or_is_not_json_is_corrupt(store: Store) -> None:
     where = store.storage.describe(f"{TP.prefix}/_manifests/00000000000000000009.json")
     store.storage.write_bytes(f"{TP.prefix}/_manifests/00000000000000000009.json", store.manifest(TP, 2).to_json())
-    with pytest.raises(CorruptManifestError, match=rf"^manifest {where} describes t-0 version 2, expected t-0 version "
-                                                   r"9$"):
+    with pytest.raises(
+        CorruptManifestError,
+        match=rf"^manifest {where} describes t-0 version 2, expected t-0 version "
+        r"9$",
+    ):
         protocol.read_manifest(store.storage, TP, 9)
     store.storage.write_bytes(f"{TP.prefix}/_manifests/00000000000000000009.json", b"{")
     with pytest.raises(CorruptManifestError, match=rf"^manifest {where} is not valid JSON"):

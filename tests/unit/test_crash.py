@@ -58,8 +58,7 @@ def _content(store: Store) -> list[tuple[int, bytes]]:
 
 
 @pytest.mark.parametrize("operation", [_append, _clean], ids=["append", "clean"])
-def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: str,
-                                                       operation) -> None:
+def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: str, operation) -> None:
     reference = store_factory(backend)
     seed_three_versions(reference, TP)
     before = _content(reference)
@@ -87,5 +86,6 @@ def test_crash_at_every_step_leaves_old_or_new_version(store_factory, backend: s
             live |= {s.deletes.path.split("/")[-1] for s in manifest.segments if s.deletes}
             assert {e.name for e in store.storage.list_dir(f"{TP.prefix}/{SEGMENT_DIR}")} == live
             assert [e.name for e in store.storage.list_dir(f"{TP.prefix}/{MANIFEST_DIR}")] == [
-                f"{manifest.version:020d}.json"]
+                f"{manifest.version:020d}.json"
+            ]
             assert _content(store) == state

@@ -19,8 +19,21 @@ from tests.helpers.settings import settings_with
 
 DASHBOARD = ROOT / "dashboards" / "compaction.json"
 #: PromQL words that are not metric names where they stand (functions are recognised by their parenthesis).
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless",
-            "inf", "nan"}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+}
 #: Labels a series of the job has: its own, and the one Prometheus gives every pushed or scraped series.
 LABELS = {"store", "job"}
 
@@ -41,19 +54,22 @@ def expressions(node: Any) -> Iterator[str]:
 def parse(expr: str) -> tuple[set[str], set[str]]:
     """The metric names and the label names an expression uses."""
     text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
-    labels = {name for matchers in re.findall(r"\{([^}]*)\}", text)
-              for name in re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", matchers)}
+    labels = {
+        name
+        for matchers in re.findall(r"\{([^}]*)\}", text)
+        for name in re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", matchers)
+    }
     text = re.sub(r"\{[^}]*\}", " ", text)
     text = re.sub(r"\[[^\]]*\]", " ", text)  # range selectors
     grouping = re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", text)
     labels |= {name.strip() for names in grouping for name in names.split(",") if name.strip()}
     text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
     if text.startswith("label_values("):  # Grafana's variable query: label_values(metric, label)
-        metric, label = (part.strip() for part in text[len("label_values("):text.rindex(")")].split(","))
+        metric, label = (part.strip() for part in text[len("label_values(") : text.rindex(")")].split(","))
         return {metric}, labels | {label}
     metrics = set()
     for found in re.finditer(r"(?<![\w$.:])[A-Za-z_:][\w:]*", text):
-        if found.group() in KEYWORDS or text[found.end():].lstrip().startswith("("):
+        if found.group() in KEYWORDS or text[found.end() :].lstrip().startswith("("):
             continue
         metrics.add(found.group())
     return metrics, labels
@@ -69,15 +85,18 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         raise AssertionError("an empty store needs no Spark")
 
     settings = settings_with({"cleaner": {"metrics.textfile": str(folder / "m.prom")}})
-    code, _ = run_job(store, JobOptions(now_ms=1_767_225_600_000, wall_ms=1_767_225_600_000), settings, no_spark,
-                      out=lambda _: None)
+    code, _ = run_job(
+        store, JobOptions(now_ms=1_767_225_600_000, wall_ms=1_767_225_600_000), settings, no_spark, out=lambda _: None
+    )
     assert code == EXIT_OK
     return {s.name for f in text_string_to_metric_families((folder / "m.prom").read_text()) for s in f.samples}
 
 
 def test_the_expression_parser_finds_metrics_and_labels() -> None:
     assert parse('time() - max by (store) (a_total{store=~"$store", job!="x"}[5m] offset 1h) > 1e3') == (
-        {"a_total"}, {"store", "job"})
+        {"a_total"},
+        {"store", "job"},
+    )
     assert parse("label_values(b_seconds, store)") == ({"b_seconds"}, {"store"})
 
 

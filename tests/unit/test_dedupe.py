@@ -15,13 +15,16 @@ def test_a_clean_section_with_unique_keys_is_decided_from_the_dirty_keys_alone()
     rng = np.random.default_rng(7)
     for strategy_versions in (False, True):
         for _ in range(20):
-            clean = rng.permutation(200)[:rng.integers(1, 150)]  # a compacted section: each key once
+            clean = rng.permutation(200)[: rng.integers(1, 150)]  # a compacted section: each key once
             dirty = rng.integers(0, 300, rng.integers(0, 100))
             ids = np.concatenate([clean, dirty])
             rows = []
             for offset, key in enumerate(ids.tolist()):
-                row: dict[str, Any] = {"offset": offset, "key": None if rng.random() < 0.05 else f"k{key}",
-                                       "aborted": bool(rng.random() < 0.05)}
+                row: dict[str, Any] = {
+                    "offset": offset,
+                    "key": None if rng.random() < 0.05 else f"k{key}",
+                    "aborted": bool(rng.random() < 0.05),
+                }
                 if strategy_versions:  # a timestamp-like version, often older in the dirty section
                     row.update(version_valid=int(rng.random() < 0.9), version=int(rng.integers(0, 50)))
                 rows.append(row)

@@ -27,17 +27,18 @@ COMPACT = TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.9
 def test_an_erased_record_goes_whatever_its_version_and_the_tombstone_is_what_its_key_keeps() -> None:
     # Header strategy: alice's old value carries version 9, the request's tombstone none; without rule 0 the old
     # value would win and the tombstone be superseded (a tombstone with a lower version deletes nothing).
-    table = facts({"offset": 0, "key": "alice", "version": 9, "erased": True},
-                  {"offset": 1, "key": "bob", "version": 1},
-                  {"offset": 2, "key": "alice", "version_valid": 0, "version": -1},  # the tombstone
-                  {"offset": 3, "key": None, "is_control": True, "marker_pending": True})
+    table = facts(
+        {"offset": 0, "key": "alice", "version": 9, "erased": True},
+        {"offset": 1, "key": "bob", "version": 1},
+        {"offset": 2, "key": "alice", "version_valid": 0, "version": -1},  # the tombstone
+        {"offset": 3, "key": None, "is_control": True, "marker_pending": True},
+    )
     decided = winners.decide(table, now_ms=0, keyless_drop=False)
     assert decided.code.tolist() == [DropReason.ERASED.code, KEPT, KEPT, KEPT]
 
 
 def test_an_erased_record_that_was_aborted_is_counted_as_erased() -> None:
-    table = facts({"offset": 0, "key": "alice", "aborted": True, "erased": True},
-                  {"offset": 1, "key": "alice"})
+    table = facts({"offset": 0, "key": "alice", "aborted": True, "erased": True}, {"offset": 1, "key": "alice"})
     assert winners.decide(table, now_ms=0, keyless_drop=False).code.tolist() == [DropReason.ERASED.code, KEPT]
 
 
@@ -45,32 +46,44 @@ def test_an_erased_record_that_was_aborted_is_counted_as_erased() -> None:
 
 
 def meta(base: int, end: int, size: int = 1000, deletes: DeletionVector | None = None) -> SegmentMeta:
-    return SegmentMeta(path=f"segments/{base:020d}-x.parquet", base_offset=base, next_offset=end,
-                       record_count=end - base, size_bytes=size, checksum="sha256:0", created_ms=0, deletes=deletes)
+    return SegmentMeta(
+        path=f"segments/{base:020d}-x.parquet",
+        base_offset=base,
+        next_offset=end,
+        record_count=end - base,
+        size_bytes=size,
+        checksum="sha256:0",
+        created_ms=0,
+        deletes=deletes,
+    )
 
 
 def test_a_clean_segment_holding_an_erased_record_is_rewritten_where_it_would_take_a_deletion_vector() -> None:
     segments = [meta(0, 100), meta(100, 200)]
     policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
     lost_one = SegmentCounts(records=100, kept=99, stamped=0, dropped={"superseded": 1})
-    plain = lay_out(segments, {0: lost_one, 100: SegmentCounts(records=100, kept=100, stamped=0, dropped={})},
-                      200, policy)
+    plain = lay_out(
+        segments, {0: lost_one, 100: SegmentCounts(records=100, kept=100, stamped=0, dropped={})}, 200, policy
+    )
     assert [([s.base_offset for s in sources], vector) for sources, vector in plain] == [([0], True)]
     erased = SegmentCounts(records=100, kept=99, stamped=0, dropped={"erased": 1}, erased_keys=frozenset({ALICE}))
-    jobs = lay_out(segments, {0: erased, 100: SegmentCounts(records=100, kept=100, stamped=0, dropped={})},
-                     200, policy)
+    jobs = lay_out(segments, {0: erased, 100: SegmentCounts(records=100, kept=100, stamped=0, dropped={})}, 200, policy)
     assert [([s.base_offset for s in sources], vector) for sources, vector in jobs] == [([0], False)]
 
 
 def test_a_segment_whose_deletion_vector_hides_an_erased_record_is_rewritten_though_it_loses_nothing_seen() -> None:
-    vector = DeletionVector(path="segments/_00000000000000000000-d.deletes.parquet", count=3, size_bytes=10,
-                            checksum="sha256:0", created_ms=0)
+    vector = DeletionVector(
+        path="segments/_00000000000000000000-d.deletes.parquet",
+        count=3,
+        size_bytes=10,
+        checksum="sha256:0",
+        created_ms=0,
+    )
     segments = [meta(0, 100, deletes=vector)]
     nothing = SegmentCounts(records=97, kept=97, stamped=0, dropped={})
     assert lay_out(segments, {0: nothing}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == []
     hidden = nothing.with_hidden_erased(frozenset({ALICE}))
-    assert lay_out(segments, {0: hidden}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == [(tuple(segments),
-                                                                                                  False)]
+    assert lay_out(segments, {0: hidden}, 100, ApplyPolicy(segment_bytes=1000, now_ms=0)) == [(tuple(segments), False)]
 
 
 def test_key_ranges_outcomes_add_up_their_erased_keys() -> None:
@@ -85,23 +98,49 @@ def test_key_ranges_outcomes_add_up_their_erased_keys() -> None:
 
 
 def seg(base: int, end: int, ts: int = 0) -> SegmentMeta:
-    return SegmentMeta(path=f"segments/{base:020d}-s.parquet", base_offset=base, next_offset=end,
-                       record_count=end - base, size_bytes=70 * (end - base), checksum="sha256:0", created_ms=ts,
-                       first_timestamp=ts, max_timestamp=ts)
+    return SegmentMeta(
+        path=f"segments/{base:020d}-s.parquet",
+        base_offset=base,
+        next_offset=end,
+        record_count=end - base,
+        size_bytes=70 * (end - base),
+        checksum="sha256:0",
+        created_ms=ts,
+        first_timestamp=ts,
+        max_timestamp=ts,
+    )
 
 
 def request(tombstone: int, requested: int = 0, deadline: int = 24 * HOUR, **fields: object) -> ErasureRequest:
-    return ErasureRequest(key_sha256=ALICE, tombstone_offset=tombstone, requested_ms=requested, deadline_ms=deadline,
-                          **fields)  # type: ignore[arg-type]
+    return ErasureRequest(
+        key_sha256=ALICE,
+        tombstone_offset=tombstone,
+        requested_ms=requested,
+        deadline_ms=deadline,
+        **fields,  # type: ignore[arg-type]
+    )
 
 
-def manifest(segments: list[SegmentMeta], erasures: tuple[ErasureRequest, ...], checkpoint: int = 0,
-             lso: int | None = None, partition: int = 0) -> Manifest:
+def manifest(
+    segments: list[SegmentMeta],
+    erasures: tuple[ErasureRequest, ...],
+    checkpoint: int = 0,
+    lso: int | None = None,
+    partition: int = 0,
+) -> Manifest:
     end = segments[-1].next_offset
-    return Manifest(topic="t", partition=partition, version=3, log_start_offset=0, log_end_offset=end,
-                    last_stable_offset=end if lso is None else lso, first_dirty_offset=checkpoint,
-                    segments=tuple(segments), erasures=erasures,
-                    writer=WriterInfo(id="t", run_id="r", operation="forget", time_ms=0, commit_id="c"))
+    return Manifest(
+        topic="t",
+        partition=partition,
+        version=3,
+        log_start_offset=0,
+        log_end_offset=end,
+        last_stable_offset=end if lso is None else lso,
+        first_dirty_offset=checkpoint,
+        segments=tuple(segments),
+        erasures=erasures,
+        writer=WriterInfo(id="t", run_id="r", operation="forget", time_ms=0, commit_id="c"),
+    )
 
 
 def test_a_pending_request_selects_its_partition_at_once_and_rolls_the_active_segment() -> None:
@@ -112,7 +151,9 @@ def test_a_pending_request_selects_its_partition_at_once_and_rolls_the_active_se
     chosen = plan_partition(TopicPartition("t", 0), log, COMPACT, HOUR)
     assert isinstance(chosen, Selected) and chosen.figures.active_segment_rolled
     assert (chosen.figures.offsets.first_uncleanable_offset, str(chosen.reason)) == (
-        102, "erasure requested for 1 key(s)")
+        102,
+        "erasure requested for 1 key(s)",
+    )
     assert chosen.figures.erasures == log.erasures and chosen.figures.overdue_ms == 0
     assert chosen.to_clean().erasures == log.erasures
 
@@ -121,8 +162,12 @@ def test_a_request_past_its_deadline_says_so_and_goes_first_in_the_byte_budget()
     late = manifest([seg(0, 100), seg(100, 102)], (request(101, deadline=HOUR),), checkpoint=100, partition=1)
     dirty = manifest([seg(0, 10), seg(10, 100), seg(100, 101)], (), checkpoint=10)
     logs = {TopicPartition("t", 0): dirty, TopicPartition("t", 1): late}
-    result = plan(logs, lambda _: TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.1),
-                  now_ms=3 * HOUR, byte_budget=1)
+    result = plan(
+        logs,
+        lambda _: TopicConfig(cleanup_policy=("compact",), min_cleanable_dirty_ratio=0.1),
+        now_ms=3 * HOUR,
+        byte_budget=1,
+    )
     assert [str(p.partition) for p in result.selected] == ["t-1"]
     assert str(result.selected[0].reason).startswith("erasure requested for 1 key(s), past the deadline by 2h")
     assert result.selected[0].figures.overdue_ms == 2 * HOUR
@@ -139,8 +184,10 @@ def test_a_request_in_a_topic_that_is_not_compacted_cannot_be_carried_out() -> N
     log = manifest([seg(0, 2)], (request(1),))
     result = plan_partition(TopicPartition("t", 0), log, TopicConfig(cleanup_policy=("delete",)), HOUR)
     assert result.decision is Decision.SKIP
-    assert str(result.reason) == ("cleanup.policy=delete: not compacted; 1 erasure request(s) cannot be carried out "
-                                  "(a tombstone deletes nothing there)")
+    assert str(result.reason) == (
+        "cleanup.policy=delete: not compacted; 1 erasure request(s) cannot be carried out "
+        "(a tombstone deletes nothing there)"
+    )
 
 
 def test_a_request_a_pass_carried_out_selects_nothing() -> None:

@@ -36,8 +36,11 @@ def _run(store: Store, now_ms: int) -> None:
 
 
 def _written(store: Store, version: int) -> int:
-    return next(cast(int, e.mtime_ms) for e in store.storage.list_dir(f"{TP.prefix}/{MANIFEST_DIR}")
-                if e.name == manifest_name(version))
+    return next(
+        cast(int, e.mtime_ms)
+        for e in store.storage.list_dir(f"{TP.prefix}/{MANIFEST_DIR}")
+        if e.name == manifest_name(version)
+    )
 
 
 def _objects(store: Store) -> set[str]:
@@ -47,8 +50,9 @@ def _objects(store: Store) -> set[str]:
 def _holding(store: Store, key: bytes = b"alice", below: int = 7) -> set[str]:
     """The objects under the partition that hold a record of ``key`` below ``below`` (the tombstone's offset in
     :func:`_erased_store`), read by the store's scanner."""
-    return {f.path for f in scan(store.storage, TP, KeyMatch.of_keys([key]))
-            if any(r.offset < below for r in f.records)}
+    return {
+        f.path for f in scan(store.storage, TP, KeyMatch.of_keys([key])) if any(r.offset < below for r in f.records)
+    }
 
 
 # The manifest's record ------------------------------------------------------------------------------------
@@ -59,29 +63,49 @@ def test_a_request_records_the_keys_digest_and_its_tombstone_never_the_key(local
     assert request_erasure(local_store, TP, [b"alice"], now_ms=T0 + 5, deadline_ms=T0 + DAY) == [2]
     manifest = local_store.manifest(TP)
     (request,) = manifest.erasures
-    assert (request.key_sha256, request.tombstone_offset, request.requested_ms, request.deadline_ms,
-            request.state) == (ALICE, 2, T0 + 5, T0 + DAY, "pending")
+    assert (request.key_sha256, request.tombstone_offset, request.requested_ms, request.deadline_ms, request.state) == (
+        ALICE,
+        2,
+        T0 + 5,
+        T0 + DAY,
+        "pending",
+    )
     assert manifest.writer.operation == "forget"
     text = local_store.storage.read_bytes(f"{TP.prefix}/{MANIFEST_DIR}/{manifest_name(2)}")
     assert b"alice" not in text and ALICE.encode() in text
     # The tombstone is an ordinary delete in the log, in the same commit as the request.
-    assert local_store.read(TP, columns=["offset", "key", "value"]).to_pylist()[-1] == \
-        {"offset": 2, "key": b"alice", "value": None}
+    assert local_store.read(TP, columns=["offset", "key", "value"]).to_pylist()[-1] == {
+        "offset": 2,
+        "key": b"alice",
+        "value": None,
+    }
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"key_sha256": "ALICE"}, "is not 64 lowercase hex digits"),
-    ({"deadline_ms": 1}, "deadline_ms 1 is before requested_ms 5"),
-    ({"completed_ms": 9}, "is completed but was never rewritten"),
-    ({"tombstone_offset": 3}, "at or past the log end 3"),
-    ({"rewritten_ms": 7}, "rewritten_ms and rewritten_version go together"),
-])
-def test_a_manifest_with_a_malformed_request_is_refused_naming_the_field(change: dict[str, object],
-                                                                           message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"key_sha256": "ALICE"}, "is not 64 lowercase hex digits"),
+        ({"deadline_ms": 1}, "deadline_ms 1 is before requested_ms 5"),
+        ({"completed_ms": 9}, "is completed but was never rewritten"),
+        ({"tombstone_offset": 3}, "at or past the log end 3"),
+        ({"rewritten_ms": 7}, "rewritten_ms and rewritten_version go together"),
+    ],
+)
+def test_a_manifest_with_a_malformed_request_is_refused_naming_the_field(
+    change: dict[str, object], message: str
+) -> None:
     request = {"key_sha256": ALICE, "tombstone_offset": 2, "requested_ms": 5, "deadline_ms": 10, **change}
-    document = {"topic": "orders", "partition": 0, "version": 1, "log_start_offset": 0, "log_end_offset": 3,
-                "last_stable_offset": 3, "first_dirty_offset": 0, "erasures": [request],
-                "writer": {"id": "w", "run_id": "r", "operation": "forget", "time_ms": 5, "commit_id": "c"}}
+    document = {
+        "topic": "orders",
+        "partition": 0,
+        "version": 1,
+        "log_start_offset": 0,
+        "log_end_offset": 3,
+        "last_stable_offset": 3,
+        "first_dirty_offset": 0,
+        "erasures": [request],
+        "writer": {"id": "w", "run_id": "r", "operation": "forget", "time_ms": 5, "commit_id": "c"},
+    }
     with pytest.raises(CorruptManifestError, match=message) as err:
         parse_manifest(json.dumps(document).encode(), "orders/0/_manifests/1.json")
     assert "erasure" in str(err.value)  # the field or the request is named
@@ -93,8 +117,16 @@ def test_a_pass_marks_only_the_requests_it_carried_out(local_store: Store) -> No
     planned = local_store.manifest(TP)
     # Another request lands while the pass runs: the pass never heard of it, so it stays pending.
     request_erasure(local_store, TP, [b"bob"], now_ms=T0, deadline_ms=T0 + DAY)
-    change = Replacement((), (), planned.first_dirty_offset, planned.first_dirty_offset, 0, 0,
-                         erased=(Erased(ALICE, 2, ("segments/x.parquet",)),), time_ms=T0 + 9)
+    change = Replacement(
+        (),
+        (),
+        planned.first_dirty_offset,
+        planned.first_dirty_offset,
+        0,
+        0,
+        erased=(Erased(ALICE, 2, ("segments/x.parquet",)),),
+        time_ms=T0 + 9,
+    )
     committed = local_store.replace(TP, change, writer=Writer(), now_ms=T0 + 9)
     alice, bob = committed.erasures
     assert (alice.state, alice.rewritten_ms, alice.rewritten_version) == ("rewritten", T0 + 9, committed.version)
@@ -134,19 +166,30 @@ def test_a_passs_hand_over_objects_left_behind_are_read_for_what_they_hold_and_c
     values), so a scan counts them as holding an erased key; verdicts hold positions only. Both are the store's own
     objects, which gc removes after its grace period."""
     local_store.append(TP, keyed("alice=1 bob=2"), now_ms=T0)
-    rows = pa.table({"offset": pa.array([0, 1], pa.int64()), "key": [b"alice", b"bob"],
-                     "delete_horizon_ms": pa.nulls(2, pa.int64()), "position": pa.array([0, 1], pa.int32())})
+    rows = pa.table(
+        {
+            "offset": pa.array([0, 1], pa.int64()),
+            "key": [b"alice", b"bob"],
+            "delete_horizon_ms": pa.nulls(2, pa.int64()),
+            "position": pa.array([0, 1], pa.int32()),
+        }
+    )
     pieces, batches = local_store.objects.write_pieces(TP, 0, [rows.slice(0, 1), rows.slice(1, 1)], "crashed")
     assert batches == (0, 1)
-    verdicts, _ = local_store.objects.write_verdicts(TP, 0, [pa.table({
-        "position": pa.array([1], pa.int32()), "listed": [True], "stamp": [False]})], "crashed")
+    verdicts, _ = local_store.objects.write_verdicts(
+        TP, 0, [pa.table({"position": pa.array([1], pa.int32()), "listed": [True], "stamp": [False]})], "crashed"
+    )
     assert local_store.objects.read_piece(TP, pieces, 1).column("key").to_pylist() == [b"bob"]
     found = {f.path: f for f in scan(local_store.storage, TP, KeyMatch.of_keys([b"alice"]), whole=True)}
-    assert (found[pieces].kind, [r.offset for r in found[pieces].records], found[pieces].problem) == \
-        ("pieces", [0], None)
+    assert (found[pieces].kind, [r.offset for r in found[pieces].records], found[pieces].problem) == (
+        "pieces",
+        [0],
+        None,
+    )
     assert (found[verdicts].kind, found[verdicts].records, found[verdicts].problem) == ("verdicts", (), None)
-    assert {pieces, verdicts} <= set(collect_garbage(local_store, TP, wall_ms=int(time.time() * 1000) + DAY,
-                                                     grace_ms=0).deleted_objects)
+    assert {pieces, verdicts} <= set(
+        collect_garbage(local_store, TP, wall_ms=int(time.time() * 1000) + DAY, grace_ms=0).deleted_objects
+    )
 
 
 # gc's part -----------------------------------------------------------------------------------------------
@@ -169,20 +212,23 @@ def _erased_store(store: Store) -> tuple[set[str], int]:
 
 
 def test_gc_removes_what_holds_an_erased_key_after_the_erasure_grace_whatever_versions_are_kept(
-        local_store: Store) -> None:
+    local_store: Store,
+) -> None:
     holding, rewritten = _erased_store(local_store)
     assert len(holding) == 4  # the first two appends, the first pass's output, the last append
     at = _written(local_store, rewritten)
 
-    within = collect_garbage(local_store, TP, wall_ms=at + HOUR - 1, grace_ms=DAY, keep_versions=10,
-                             erasure_grace_ms=HOUR)
+    within = collect_garbage(
+        local_store, TP, wall_ms=at + HOUR - 1, grace_ms=DAY, keep_versions=10, erasure_grace_ms=HOUR
+    )
     assert within.deleted_objects == [] and within.pruned_versions == []
     assert any("kept until superseded for erasure.grace.ms" in w for w in within.erasure_waits)
     assert _holding(local_store) == holding  # a reader of an old version still has its objects
     assert local_store.manifest(TP).erasures[0].state == "rewritten"
 
-    after = collect_garbage(local_store, TP, wall_ms=at + HOUR + 1, grace_ms=DAY, keep_versions=10,
-                            erasure_grace_ms=HOUR)
+    after = collect_garbage(
+        local_store, TP, wall_ms=at + HOUR + 1, grace_ms=DAY, keep_versions=10, erasure_grace_ms=HOUR
+    )
     assert sorted(after.erased_objects) == sorted(holding)
     assert after.pruned_versions == list(range(1, rewritten))  # keep_versions=10 does not keep them
     assert _holding(local_store) == set()
@@ -198,8 +244,9 @@ def test_gc_removes_what_holds_an_erased_key_after_the_erasure_grace_whatever_ve
 def test_a_dry_run_changes_nothing(local_store: Store) -> None:
     holding, rewritten = _erased_store(local_store)
     version = local_store.manifest(TP).version
-    result = collect_garbage(local_store, TP, wall_ms=_written(local_store, rewritten) + DAY, grace_ms=DAY,
-                             erasure_grace_ms=0, dry_run=True)
+    result = collect_garbage(
+        local_store, TP, wall_ms=_written(local_store, rewritten) + DAY, grace_ms=DAY, erasure_grace_ms=0, dry_run=True
+    )
     assert sorted(result.erased_objects) == sorted(holding) and result.erasures_completed == [ALICE]
     assert _holding(local_store) >= holding and local_store.manifest(TP).version == version
 
@@ -207,16 +254,20 @@ def test_a_dry_run_changes_nothing(local_store: Store) -> None:
 def test_a_pinned_version_holding_the_key_is_kept_and_named(local_store: Store) -> None:
     _, rewritten = _erased_store(local_store)
     local_store.objects.pin(TP, 1, "iceberg-t-1", "Iceberg snapshot 1 of table lake.orders")
-    result = collect_garbage(local_store, TP, wall_ms=_written(local_store, rewritten) + DAY, grace_ms=DAY,
-                             erasure_grace_ms=0)
+    result = collect_garbage(
+        local_store, TP, wall_ms=_written(local_store, rewritten) + DAY, grace_ms=DAY, erasure_grace_ms=0
+    )
     assert result.pruned_versions == [] and 1 in local_store.versions(TP)
-    assert any("version 1 holds an erased key and is pinned by Iceberg snapshot 1 of table lake.orders" in w
-               for w in result.erasure_waits)
+    assert any(
+        "version 1 holds an erased key and is pinned by Iceberg snapshot 1 of table lake.orders" in w
+        for w in result.erasure_waits
+    )
     assert local_store.manifest(TP).erasures[0].state == "rewritten"
 
 
 def test_an_orphan_holding_the_key_goes_after_the_erasure_grace_and_a_foreign_file_blocks_completion(
-        local_store: Store) -> None:
+    local_store: Store,
+) -> None:
     _, rewritten = _erased_store(local_store)
     orphan = local_store.objects.write_segment(TP, keyed("alice=crashed", start=0), 0, 1, created_ms=T0)
     local_store.storage.write_bytes(f"{TP.prefix}/{SEGMENT_DIR}/copy-of-a-segment.bin", b"alice=1")

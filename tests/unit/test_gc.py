@@ -22,15 +22,20 @@ def _names(store: Store, tp: TopicPartition = TP, folder: str = SEGMENT_DIR) -> 
 def _clean_once(store: Store, now_ms: int) -> tuple[str, str]:
     base = store.manifest(TP)
     new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=now_ms)
-    store.replace(TP, Replacement(base.segments, (new,), base.first_dirty_offset, 2, base.log_start_offset,
-                                  base.log_start_offset), writer=Writer(), now_ms=now_ms)
+    store.replace(
+        TP,
+        Replacement(base.segments, (new,), base.first_dirty_offset, 2, base.log_start_offset, base.log_start_offset),
+        writer=Writer(),
+        now_ms=now_ms,
+    )
     return base.segments[0].path.split("/")[-1], new.path.split("/")[-1]
 
 
 def _written(store: Store, version: int) -> int:
     """When a manifest version was written, by the store's clock (its object's modification time)."""
-    return next(e.mtime_ms for e in store.storage.list_dir(f"{TP.prefix}/{MANIFEST_DIR}")
-                if e.name == f"{version:020d}.json")  # type: ignore[return-value]
+    return next(
+        e.mtime_ms for e in store.storage.list_dir(f"{TP.prefix}/{MANIFEST_DIR}") if e.name == f"{version:020d}.json"
+    )  # type: ignore[return-value]
 
 
 def test_replaced_segment_survives_until_its_version_is_pruned_after_the_grace(local_store: Store) -> None:
@@ -96,8 +101,9 @@ def test_a_backdated_now_never_shortens_the_grace(local_store: Store) -> None:
     backfill = T0 - 30 * 24 * HOUR  # a replay a month back: its commits say so, the store's clock does not
     local_store.append(TP, keyed("a=1 a=2"), now_ms=backfill)
     old, new = _clean_once(local_store, now_ms=backfill + 1)
-    result = collect_garbage(local_store, TP, wall_ms=_written(local_store, 2) + HOUR - 1, grace_ms=HOUR,
-                             keep_versions=1)
+    result = collect_garbage(
+        local_store, TP, wall_ms=_written(local_store, 2) + HOUR - 1, grace_ms=HOUR, keep_versions=1
+    )
     assert result.deleted_objects == [] and result.pruned_versions == []
     assert _names(local_store) == {old, new}
 

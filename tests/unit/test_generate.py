@@ -17,8 +17,15 @@ def test_same_seed_same_records_and_different_seed_different_records() -> None:
 
 
 def test_ratios_cardinality_and_partitioning() -> None:
-    spec = GenerateSpec(records=40_000, keys=1000, partitions=4, tombstone_ratio=0.1, keyless_ratio=0.05,
-                        missing_timestamp_ratio=0.2, seed=1)
+    spec = GenerateSpec(
+        records=40_000,
+        keys=1000,
+        partitions=4,
+        tombstone_ratio=0.1,
+        keyless_ratio=0.05,
+        missing_timestamp_ratio=0.2,
+        seed=1,
+    )
     table = partition_records(spec, 0, 2, 0)
     n = table.num_rows
     assert n == 10_000
@@ -50,7 +57,8 @@ def test_generate_writes_segments_and_appends_after_the_log_end(local_store: Sto
 
 
 def test_generate_after_an_open_transaction_keeps_the_last_stable_offset_at_its_first_offset(
-        local_store: Store) -> None:
+    local_store: Store,
+) -> None:
     tp = TopicPartition("orders", 0)
     local_store.append(tp, table(rec("a"), rec("b", producer_id=7, is_transactional=True), rec("c")), now_ms=1)
     [manifest] = generate(local_store, GenerateSpec(records=10, keys=5, partitions=1), now_ms=2)
@@ -70,9 +78,18 @@ def test_kafka_format_with_transactions_writes_batches_kafka_python_reads(tmp_pa
     from kafka.record.memory_records import MemoryRecords
 
     store = Store.open(str(tmp_path / "store"))
-    spec = GenerateSpec(records=3000, keys=200, partitions=1, segment_format=SegmentFormat.KAFKA, compression="zstd",
-                        transactional_ratio=0.5, abort_ratio=0.5, transaction_records=50, segment_records=1000,
-                        seed=5)
+    spec = GenerateSpec(
+        records=3000,
+        keys=200,
+        partitions=1,
+        segment_format=SegmentFormat.KAFKA,
+        compression="zstd",
+        transactional_ratio=0.5,
+        abort_ratio=0.5,
+        transaction_records=50,
+        segment_records=1000,
+        seed=5,
+    )
     (manifest,) = generate(store, spec, now_ms=1_767_225_600_000)
     assert {s.format for s in manifest.segments} == {"kafka"} and manifest.last_stable_offset == manifest.log_end_offset
     table = store.read(TopicPartition("orders", 0))
@@ -99,8 +116,29 @@ def test_generate_command_writes_kafka_segments(tmp_path, capsys) -> None:
     from compaction.cli import main
 
     root = str(tmp_path / "cli-store")
-    assert main(["generate", root, "--records", "500", "--partitions", "1", "--format", "kafka", "--compression",
-                 "lz4", "--transactional-ratio", "1", "--abort-ratio", "1", "--now", "1767225600000"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                root,
+                "--records",
+                "500",
+                "--partitions",
+                "1",
+                "--format",
+                "kafka",
+                "--compression",
+                "lz4",
+                "--transactional-ratio",
+                "1",
+                "--abort-ratio",
+                "1",
+                "--now",
+                "1767225600000",
+            ]
+        )
+        == 0
+    )
     assert main(["status", root, "--json"]) == 0
     (status,) = json.loads(capsys.readouterr().out.split("\n", 1)[1])["partitions"]
     assert status["format"] == "kafka" and status["records"] == 505

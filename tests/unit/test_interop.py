@@ -29,16 +29,29 @@ def value(i: int) -> str:
 def write_dir(root: Path, codec: str = "none") -> Path:
     """Two files: [0, 40) with 20 two-record batches, a transaction aborted and one committed; [40, 61)."""
     root.mkdir(parents=True, exist_ok=True)
-    first = [batch(2 * i, rec(f"k{i % 7}", value(i)), rec(f"k{i % 5}", value(i)), compression=codec, timestamp=NOW + i)
-             for i in range(17)]
-    first += [batch(34, rec("t1", "a"), rec("t2", "b"), producer=5, transactional=True, sequence=0, compression=codec,
-                    timestamp=NOW + 40),
-              batch(36, rec("t3", "c"), producer=6, transactional=True, sequence=0, compression=codec,
-                    timestamp=NOW + 41),
-              batch(37, rec(None, None, control_type="abort"), producer=5, transactional=True, control=True,
-                    timestamp=NOW + 42),
-              batch(38, rec(None, None, control_type="commit"), producer=6, transactional=True, control=True,
-                    timestamp=NOW + 43)]
+    first = [
+        batch(2 * i, rec(f"k{i % 7}", value(i)), rec(f"k{i % 5}", value(i)), compression=codec, timestamp=NOW + i)
+        for i in range(17)
+    ]
+    first += [
+        batch(
+            34,
+            rec("t1", "a"),
+            rec("t2", "b"),
+            producer=5,
+            transactional=True,
+            sequence=0,
+            compression=codec,
+            timestamp=NOW + 40,
+        ),
+        batch(36, rec("t3", "c"), producer=6, transactional=True, sequence=0, compression=codec, timestamp=NOW + 41),
+        batch(
+            37, rec(None, None, control_type="abort"), producer=5, transactional=True, control=True, timestamp=NOW + 42
+        ),
+        batch(
+            38, rec(None, None, control_type="commit"), producer=6, transactional=True, control=True, timestamp=NOW + 43
+        ),
+    ]
     (root / "00000000000000000000.log").write_bytes(log_bytes(*first))
     second = [batch(40 + i, rec(f"k{i}", value(i)), compression=codec, timestamp=NOW + 50 + i) for i in range(21)]
     (root / "00000000000000000040.log").write_bytes(log_bytes(*second))
@@ -50,8 +63,10 @@ def test_an_uncleaned_import_exports_the_same_files_for_every_codec(tmp_path: Pa
     source = write_dir(tmp_path / "in", codec)
     store = Store.open(str(tmp_path / "store"))
     manifest = import_partition(store, TP, source, now_ms=NOW)
-    assert [(s.base_offset, s.next_offset, s.format) for s in manifest.segments] == [(0, 40, "kafka"),
-                                                                                     (40, 61, "kafka")]
+    assert [(s.base_offset, s.next_offset, s.format) for s in manifest.segments] == [
+        (0, 40, "kafka"),
+        (40, 61, "kafka"),
+    ]
     assert manifest.log_end_offset == 61 and manifest.first_dirty_offset == 0
     export_partition(store, TP, tmp_path / "out")
     for name in ("00000000000000000000.log", "00000000000000000040.log"):
@@ -61,10 +76,15 @@ def test_an_uncleaned_import_exports_the_same_files_for_every_codec(tmp_path: Pa
     export_partition(store, TopicPartition("t", 1), tmp_path / "again")
     first = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     assert first == {p.name: p.read_bytes() for p in (tmp_path / "again").iterdir()}
-    assert sorted(first) == ["00000000000000000000.index", "00000000000000000000.log",
-                             "00000000000000000000.timeindex", "00000000000000000000.txnindex",
-                             "00000000000000000040.index", "00000000000000000040.log",
-                             "00000000000000000040.timeindex"]
+    assert sorted(first) == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "00000000000000000000.txnindex",
+        "00000000000000000040.index",
+        "00000000000000000040.log",
+        "00000000000000000040.timeindex",
+    ]
 
 
 def test_indexes_have_an_entry_each_time_4096_bytes_were_written(tmp_path: Path) -> None:
@@ -121,14 +141,33 @@ def test_export_leaves_out_deleted_records_and_kafka_python_reads_it(tmp_path: P
     store = Store.open(str(tmp_path / "store"))
     manifest = import_partition(store, TP, write_dir(tmp_path / "in", "gzip"), now_ms=NOW)
     segment = manifest.segments[1]
-    vector = store.objects.write_deletes(TP, segment, pa.array([40, 41, 45], pa.int64()), created_ms=NOW,
-                                         live_min_delete_horizon_ms=None, live_first_timestamp=NOW + 52,
-                                         live_max_timestamp=NOW + 70)
+    vector = store.objects.write_deletes(
+        TP,
+        segment,
+        pa.array([40, 41, 45], pa.int64()),
+        created_ms=NOW,
+        live_min_delete_horizon_ms=None,
+        live_first_timestamp=NOW + 52,
+        live_max_timestamp=NOW + 70,
+    )
     changed = segment.model_copy(update={"deletes": vector})
-    store.commit(TP, lambda latest: {**latest.model_dump(include={"log_start_offset", "log_end_offset",  # type: ignore[union-attr]
-                                                                  "last_stable_offset", "first_dirty_offset"}),
-                                     "segments": (latest.segments[0], changed)},  # type: ignore[union-attr]
-                 writer=Writer(), operation="clean", now_ms=NOW)
+    store.commit(
+        TP,
+        lambda latest: {
+            **latest.model_dump(  # type: ignore[union-attr]
+                include={
+                    "log_start_offset",
+                    "log_end_offset",
+                    "last_stable_offset",
+                    "first_dirty_offset",
+                }
+            ),
+            "segments": (latest.segments[0], changed),  # type: ignore[union-attr]
+        },
+        writer=Writer(),
+        operation="clean",
+        now_ms=NOW,
+    )
     export_partition(store, TP, tmp_path / "out")
     reader = MemoryRecords((tmp_path / "out" / "00000000000000000040.log").read_bytes())
     seen = []
@@ -142,10 +181,12 @@ def test_export_leaves_out_deleted_records_and_kafka_python_reads_it(tmp_path: P
 
 def test_import_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "store")
-    assert main(["import", store, "t", "0", str(write_dir(tmp_path / "in")), "--now", str(NOW),
-                 "--allow-future-now"]) == 0
+    assert (
+        main(["import", store, "t", "0", str(write_dir(tmp_path / "in")), "--now", str(NOW), "--allow-future-now"]) == 0
+    )
     assert "offsets [0, 61)" in capsys.readouterr().out
     assert main(["export", store, "t", "0", str(tmp_path / "out")]) == 0
-    assert (tmp_path / "out" / "00000000000000000040.log").read_bytes() == \
-        (tmp_path / "in" / "00000000000000000040.log").read_bytes()
+    assert (tmp_path / "out" / "00000000000000000040.log").read_bytes() == (
+        tmp_path / "in" / "00000000000000000040.log"
+    ).read_bytes()
     assert main(["import", store, "t", "0", str(tmp_path / "in")]) == 4  # it would not continue the log

@@ -29,9 +29,18 @@ from compaction.store.segment import SEGMENT_SCHEMA
 NOW = 1_767_225_600_000
 COMMIT_KEY, ABORT_KEY = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"
 MARKER_VALUE = b"\x00\x00\x00\x00\x00\x07"  # EndTransactionMarker v0, coordinator epoch 7
-RECORD_DEFAULTS: dict[str, Any] = {"timestamp": NOW, "key": None, "value": None, "headers": None, "producer_id": -1,
-                                   "producer_epoch": -1, "is_transactional": False, "is_control": False,
-                                   "control_type": None, "delete_horizon_ms": None}
+RECORD_DEFAULTS: dict[str, Any] = {
+    "timestamp": NOW,
+    "key": None,
+    "value": None,
+    "headers": None,
+    "producer_id": -1,
+    "producer_epoch": -1,
+    "is_transactional": False,
+    "is_control": False,
+    "control_type": None,
+    "delete_horizon_ms": None,
+}
 
 
 def records(rows: list[dict[str, Any]]) -> pa.Table:
@@ -58,26 +67,46 @@ def sample_log(codec: str) -> tuple[pa.Table, pa.Table]:
     an empty batch, and one carrying a delete horizon."""
     producer = {"producer_id": 7, "producer_epoch": 2, "is_transactional": True}
     rows: list[dict[str, Any]] = [
-        {"offset": 0, "timestamp": NOW, "key": b"k0", "value": compressible(0),
-         "headers": [{"key": "h", "value": b"v"}, {"key": "null", "value": None}, {"key": "é", "value": b""}]},
+        {
+            "offset": 0,
+            "timestamp": NOW,
+            "key": b"k0",
+            "value": compressible(0),
+            "headers": [{"key": "h", "value": b"v"}, {"key": "null", "value": None}, {"key": "é", "value": b""}],
+        },
         {"offset": 1, "timestamp": NOW - 5, "key": None, "value": compressible(1)},
         {"offset": 2, "timestamp": NOW + 9, "key": b"k2", "value": None},
         {"offset": 10, "timestamp": NOW + 20, "key": b"k0", "value": compressible(3), **producer},
         {"offset": 12, "timestamp": NOW + 21, "key": b"", "value": b"", **producer},
-        {"offset": 15, "timestamp": NOW + 30, "key": COMMIT_KEY, "value": MARKER_VALUE, **producer,
-         "is_control": True, "control_type": "commit"},
+        {
+            "offset": 15,
+            "timestamp": NOW + 30,
+            "key": COMMIT_KEY,
+            "value": MARKER_VALUE,
+            **producer,
+            "is_control": True,
+            "control_type": "commit",
+        },
         {"offset": 19, "timestamp": NOW + 40, "key": b"k2", "value": None, "delete_horizon_ms": NOW + 86_400_000},
         {"offset": 20, "timestamp": NOW + 41, "key": b"k5", "value": compressible(5)},
     ]
     txn = {"producer_id": 7, "producer_epoch": 2, "attributes": 0x10}
-    batches = batch_table([
-        {"base_offset": 0, "record_count": 3, "compression": codec, "partition_leader_epoch": 3},
-        {"base_offset": 10, "record_count": 2, "compression": codec, "last_offset_delta": 4, "base_sequence": 5,
-         **txn},
-        {"base_offset": 15, "record_count": 1, **txn, "attributes": 0x30},
-        {"base_offset": 16, "record_count": 0, "last_offset_delta": 2, "max_timestamp": NOW + 35},
-        {"base_offset": 19, "record_count": 2, "compression": codec, "delete_horizon_ms": NOW + 86_400_000},
-    ])
+    batches = batch_table(
+        [
+            {"base_offset": 0, "record_count": 3, "compression": codec, "partition_leader_epoch": 3},
+            {
+                "base_offset": 10,
+                "record_count": 2,
+                "compression": codec,
+                "last_offset_delta": 4,
+                "base_sequence": 5,
+                **txn,
+            },
+            {"base_offset": 15, "record_count": 1, **txn, "attributes": 0x30},
+            {"base_offset": 16, "record_count": 0, "last_offset_delta": 2, "max_timestamp": NOW + 35},
+            {"base_offset": 19, "record_count": 2, "compression": codec, "delete_horizon_ms": NOW + 86_400_000},
+        ]
+    )
     return records(rows), batches
 
 
@@ -91,14 +120,21 @@ def kafka_python_read(data: bytes) -> list[dict[str, Any]]:
     while log.has_next():
         batch = log.next_batch()
         assert batch.validate_crc(), f"kafka-python: bad CRC in the batch at offset {batch.base_offset}"
-        out.append({
-            "base_offset": batch.base_offset, "last_offset_delta": batch.last_offset_delta,
-            "attributes": batch.attributes, "max_timestamp": batch.max_timestamp,
-            "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
-            "base_sequence": batch.base_sequence,
-            "records": [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers],
-                         getattr(r, "type", None)) for r in batch],
-        })
+        out.append(
+            {
+                "base_offset": batch.base_offset,
+                "last_offset_delta": batch.last_offset_delta,
+                "attributes": batch.attributes,
+                "max_timestamp": batch.max_timestamp,
+                "producer_id": batch.producer_id,
+                "producer_epoch": batch.producer_epoch,
+                "base_sequence": batch.base_sequence,
+                "records": [
+                    (r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers], getattr(r, "type", None))
+                    for r in batch
+                ],
+            }
+        )
     return out
 
 
@@ -109,16 +145,35 @@ def our_view(data: bytes) -> list[dict[str, Any]]:
     out = []
     at = 0
     for batch in decoded.batches.to_pylist():
-        mine = rows[at:at + batch["record_count"]]
+        mine = rows[at : at + batch["record_count"]]
         at += batch["record_count"]
-        out.append({
-            **{name: batch[name] for name in ("base_offset", "last_offset_delta", "attributes", "max_timestamp",
-                                              "producer_id", "producer_epoch", "base_sequence")},
-            "records": [(r["offset"], r["timestamp"], r["key"], r["value"],
-                         [(h["key"], h["value"]) for h in r["headers"] or []],
-                         {"commit": 1, "abort": 0, None: None}[r["control_type"]] if r["is_control"] else None)
-                        for r in mine],
-        })
+        out.append(
+            {
+                **{
+                    name: batch[name]
+                    for name in (
+                        "base_offset",
+                        "last_offset_delta",
+                        "attributes",
+                        "max_timestamp",
+                        "producer_id",
+                        "producer_epoch",
+                        "base_sequence",
+                    )
+                },
+                "records": [
+                    (
+                        r["offset"],
+                        r["timestamp"],
+                        r["key"],
+                        r["value"],
+                        [(h["key"], h["value"]) for h in r["headers"] or []],
+                        {"commit": 1, "abort": 0, None: None}[r["control_type"]] if r["is_control"] else None,
+                    )
+                    for r in mine
+                ],
+            }
+        )
     return out
 
 
@@ -177,7 +232,12 @@ def test_round_trip_keeps_records_batches_and_bytes(codec: str) -> None:
     assert [b["max_timestamp"] for b in got] == [NOW + 9, NOW + 21, NOW + 30, NOW + 35, NOW + 41]
     assert [b["delete_horizon_ms"] for b in got] == [None] * 4 + [NOW + 86_400_000]
     assert [b["attributes"] for b in got] == [
-        CODECS.index(codec), 0x10 | CODECS.index(codec), 0x30, 0, 0x40 | CODECS.index(codec)]
+        CODECS.index(codec),
+        0x10 | CODECS.index(codec),
+        0x30,
+        0,
+        0x40 | CODECS.index(codec),
+    ]
     assert got[3]["size"] == HEADER_BYTES
     assert sum(b["size"] for b in got) == len(data)
     # A decoded log written back is the same bytes: every batch keeps its codec.
@@ -200,13 +260,29 @@ def test_kafka_python_reads_what_we_write(codec: str) -> None:
 @pytest.mark.parametrize("codec", CODECS)
 def test_we_read_what_kafka_python_writes(codec: str) -> None:
     specs = [
-        {"base_offset": 100, "codec": codec, "records": [
-            (0, NOW, b"k0", compressible(0), []), (1, NOW - 3, None, compressible(1), [("h", b"x"), ("n", None)]),
-            (2, NOW + 1, b"k0", None, [])]},
-        {"base_offset": 103, "codec": codec, "transactional": True, "producer": (9, 1, 40), "records": [
-            (i, NOW + 5, b"k%d" % i, compressible(i, 1000), []) for i in range(40)]},  # 2 xerial blocks
-        {"base_offset": 143, "transactional": True, "producer": (9, 1, -1), "control": True,
-         "records": [(0, NOW + 6, ABORT_KEY, MARKER_VALUE, [])]},
+        {
+            "base_offset": 100,
+            "codec": codec,
+            "records": [
+                (0, NOW, b"k0", compressible(0), []),
+                (1, NOW - 3, None, compressible(1), [("h", b"x"), ("n", None)]),
+                (2, NOW + 1, b"k0", None, []),
+            ],
+        },
+        {
+            "base_offset": 103,
+            "codec": codec,
+            "transactional": True,
+            "producer": (9, 1, 40),
+            "records": [(i, NOW + 5, b"k%d" % i, compressible(i, 1000), []) for i in range(40)],
+        },  # 2 xerial blocks
+        {
+            "base_offset": 143,
+            "transactional": True,
+            "producer": (9, 1, -1),
+            "control": True,
+            "records": [(0, NOW + 6, ABORT_KEY, MARKER_VALUE, [])],
+        },
     ]
     data = kafka_python_build(specs)
     assert our_view(data) == kafka_python_read(data)
@@ -252,11 +328,22 @@ def test_codecs_are_framed_as_kafka_frames_them() -> None:
 
 def test_control_records_get_kafkas_key_and_value() -> None:
     """Markers from Parquet segments have no key: encode writes Kafka's control key and marker value."""
-    batches = batch_table([{"base_offset": 5, "record_count": 1, "producer_id": 3, "producer_epoch": 0,
-                            "attributes": 0x30}])
+    batches = batch_table(
+        [{"base_offset": 5, "record_count": 1, "producer_id": 3, "producer_epoch": 0, "attributes": 0x30}]
+    )
     for kind, code in (("commit", 1), ("abort", 0)):
-        marker = records([{"offset": 5, "producer_id": 3, "producer_epoch": 0, "is_transactional": True,
-                           "is_control": True, "control_type": kind}])
+        marker = records(
+            [
+                {
+                    "offset": 5,
+                    "producer_id": 3,
+                    "producer_epoch": 0,
+                    "is_transactional": True,
+                    "is_control": True,
+                    "control_type": kind,
+                }
+            ]
+        )
         data = encode(marker, batches)
         assert kafka_python_read(data)[0]["records"][0][5] == code
         row = decode(data, where="m").records.to_pylist()[0]
@@ -264,8 +351,12 @@ def test_control_records_get_kafkas_key_and_value() -> None:
         with pytest.raises(InvalidRecordsError, match="control key"):
             encode(marker.set_column(2, "key", pa.array([COMMIT_KEY if code == 0 else ABORT_KEY])), batches)
     with pytest.raises(InvalidRecordsError, match="no key and no control_type"):
-        encode(records([{"offset": 5, "producer_id": 3, "producer_epoch": 0, "is_transactional": True,
-                         "is_control": True}]), batches)
+        encode(
+            records(
+                [{"offset": 5, "producer_id": 3, "producer_epoch": 0, "is_transactional": True, "is_control": True}]
+            ),
+            batches,
+        )
 
 
 def test_an_empty_buffer_is_an_empty_log() -> None:
@@ -278,8 +369,9 @@ def test_an_empty_buffer_is_an_empty_log() -> None:
 def test_log_append_time_records_take_the_max_timestamp() -> None:
     """A broker appending with LogAppendTime sets only the max timestamp: records keep their create-time deltas,
     but read as the append time."""
-    recs = records([{"offset": 0, "timestamp": NOW - 50, "value": b"a"},
-                    {"offset": 1, "timestamp": NOW, "value": b"b"}])
+    recs = records(
+        [{"offset": 0, "timestamp": NOW - 50, "value": b"a"}, {"offset": 1, "timestamp": NOW, "value": b"b"}]
+    )
     raw = bytearray(encode(recs, batch_table([{"base_offset": 0, "record_count": 2}])))
     struct.pack_into(">h", raw, 21, 0x08)
     struct.pack_into(">q", raw, 35, NOW + 1000)
@@ -311,12 +403,23 @@ def test_many_batches_of_mixed_shapes_walk_in_lockstep_and_alone() -> None:
         big = j % 7 == 3
         for i in range(count):
             size = 9000 + i if big and i % 2 else int(rng.integers(0, 200))
-            rows.append({"offset": offset + i, "timestamp": NOW + int(rng.integers(-1000, 1000)),
-                         "key": None if i % 11 == 5 else b"key-%d" % rng.integers(50),
-                         "value": None if i % 13 == 7 else rng.bytes(size),
-                         "headers": [{"key": "n", "value": b"%d" % i}] * (i % 3) or None})
-        specs.append({"base_offset": offset, "record_count": count, "compression": CODECS[j % 5],
-                      **({"last_offset_delta": 0, "max_timestamp": NOW} if not count else {})})
+            rows.append(
+                {
+                    "offset": offset + i,
+                    "timestamp": NOW + int(rng.integers(-1000, 1000)),
+                    "key": None if i % 11 == 5 else b"key-%d" % rng.integers(50),
+                    "value": None if i % 13 == 7 else rng.bytes(size),
+                    "headers": [{"key": "n", "value": b"%d" % i}] * (i % 3) or None,
+                }
+            )
+        specs.append(
+            {
+                "base_offset": offset,
+                "record_count": count,
+                "compression": CODECS[j % 5],
+                **({"last_offset_delta": 0, "max_timestamp": NOW} if not count else {}),
+            }
+        )
         offset += max(count, 1)
     round_trip(records(rows), batch_table(specs), "mixed")
 
@@ -326,8 +429,15 @@ def test_many_batches_of_mixed_shapes_walk_in_lockstep_and_alone() -> None:
 
 def two_batch_log(codec: str = "none") -> tuple[bytes, int]:
     recs = records([{"offset": i, "key": b"k%d" % i, "value": compressible(i)} for i in range(6)])
-    data = encode(recs, batch_table([{"base_offset": 0, "record_count": 3, "compression": codec},
-                                     {"base_offset": 3, "record_count": 3, "compression": codec}]))
+    data = encode(
+        recs,
+        batch_table(
+            [
+                {"base_offset": 0, "record_count": 3, "compression": codec},
+                {"base_offset": 3, "record_count": 3, "compression": codec},
+            ]
+        ),
+    )
     return data, decode(data, where="x").batches.column("position")[1].as_py()
 
 
@@ -378,7 +488,7 @@ def reseal(data: bytes | bytearray) -> bytes:
     pos = 0
     while pos + HEADER_BYTES <= len(out):
         end = min(pos + 12 + struct.unpack_from(">i", out, pos + 8)[0], len(out))
-        struct.pack_into(">I", out, pos + 17, calc_crc32c(memoryview(out)[pos + 21:end]))
+        struct.pack_into(">I", out, pos + 17, calc_crc32c(memoryview(out)[pos + 21 : end]))
         pos = end
     return bytes(out)
 
@@ -417,7 +527,7 @@ def test_records_must_tile_their_batch_exactly() -> None:
     offset delta or a key length below -1 are malformed records (Kafka: "Invalid record size")."""
     recs = records([{"offset": 0, "key": None, "value": b"abc"}, {"offset": 1, "key": None, "value": b"d"}])
     data = encode(recs, batch_table([{"base_offset": 0, "record_count": 2}]))
-    assert data[HEADER_BYTES:HEADER_BYTES + 6] == bytes([2 * 9, 0, 0, 0, 1, 6])  # length 9, attrs, ts, offset, key
+    assert data[HEADER_BYTES : HEADER_BYTES + 6] == bytes([2 * 9, 0, 0, 0, 1, 6])  # length 9, attrs, ts, offset, key
     fewer = bytearray(data)
     struct.pack_into(">i", fewer, 57, 1)
     longer = bytearray(data + b"\x00")
@@ -438,22 +548,33 @@ def test_a_length_running_off_the_buffer_names_its_batch() -> None:
     recs = records([{"offset": i, "value": b"v%d" % i} for i in range(40)])
     data = bytearray(encode(recs, batch_table([{"base_offset": 4 * j, "record_count": 4} for j in range(10)])))
     last = decode(bytes(data), where="x").batches.column("position")[9].as_py()
-    data[last + HEADER_BYTES:last + HEADER_BYTES + 2] = b"\xfe\x7f"  # a length of 8191
+    data[last + HEADER_BYTES : last + HEADER_BYTES + 2] = b"\xfe\x7f"  # a length of 8191
     with pytest.raises(CorruptBatchError, match=r"batch at offset 36 has a malformed record \(record 0 of 4"):
         decode(reseal(data), where="x")
 
 
 def fuzz_log() -> bytes:
     """Ten small batches (enough for the lockstep), one with headers and a long record."""
-    rows = [{"offset": i, "key": b"k%d" % (i % 4), "value": b"v" * (i % 5) if i % 6 else None,
-             "headers": [{"key": "h", "value": b"x"}] if i % 4 == 1 else None} for i in range(40)]
+    rows = [
+        {
+            "offset": i,
+            "key": b"k%d" % (i % 4),
+            "value": b"v" * (i % 5) if i % 6 else None,
+            "headers": [{"key": "h", "value": b"x"}] if i % 4 == 1 else None,
+        }
+        for i in range(40)
+    ]
     rows[37]["value"] = b"L" * 9000
     return encode(records(rows), batch_table([{"base_offset": 4 * j, "record_count": 4} for j in range(10)]))
 
 
 FUZZ_LOG = fuzz_log()
-FUZZ_RECORD_BYTES = np.concatenate([np.arange(row["position"] + HEADER_BYTES, row["position"] + row["size"])
-                                    for row in decode(FUZZ_LOG, where="fuzz").batches.to_pylist()])
+FUZZ_RECORD_BYTES = np.concatenate(
+    [
+        np.arange(row["position"] + HEADER_BYTES, row["position"] + row["size"])
+        for row in decode(FUZZ_LOG, where="fuzz").batches.to_pylist()
+    ]
+)
 
 
 #: Of FUZZ_EXAMPLES damaged logs, at least this many must be read by both sides and compared, so that the test
@@ -469,10 +590,8 @@ def test_damage_behind_a_valid_crc_decodes_or_raises_corrupt_batch() -> None:
     other way round: it reads a record's attributes byte as a varint, where Kafka reads one byte.)"""
     outcomes: Counter[str] = Counter()
 
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
-    @given(st.lists(st.tuples(st.integers(0, len(FUZZ_RECORD_BYTES) - 1), st.integers(1, 255)), min_size=1,
-                    max_size=4))
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.integers(0, len(FUZZ_RECORD_BYTES) - 1), st.integers(1, 255)), min_size=1, max_size=4))
     def damaged(damage: list[tuple[int, int]]) -> None:
         bad = bytearray(FUZZ_LOG)
         for index, mask in damage:
@@ -503,15 +622,19 @@ def test_encode_refuses_inconsistent_input() -> None:
     with pytest.raises(InvalidRecordsError, match="hold 3 records, but 2"):
         encode(recs, batch_table([{"base_offset": 0, "record_count": 3}]))
     with pytest.raises(InvalidRecordsError, match="not strictly increasing"):
-        encode(recs.set_column(0, "offset", pa.array([1, 1], pa.int64())),
-               batch_table([{"base_offset": 0, "record_count": 2}]))
+        encode(
+            recs.set_column(0, "offset", pa.array([1, 1], pa.int64())),
+            batch_table([{"base_offset": 0, "record_count": 2}]),
+        )
     with pytest.raises(InvalidRecordsError, match="below its batch's base offset"):
         encode(recs, batch_table([{"base_offset": 1, "record_count": 2}]))
     with pytest.raises(InvalidRecordsError, match="past its last offset"):
         encode(recs, batch_table([{"base_offset": 0, "record_count": 2, "last_offset_delta": 0}]))
     with pytest.raises(InvalidRecordsError, match="producer_id is 5"):
-        encode(recs.set_column(5, "producer_id", pa.array([5, 5], pa.int64())),
-               batch_table([{"base_offset": 0, "record_count": 2}]))
+        encode(
+            recs.set_column(5, "producer_id", pa.array([5, 5], pa.int64())),
+            batch_table([{"base_offset": 0, "record_count": 2}]),
+        )
     with pytest.raises(InvalidRecordsError, match=r"empty .* needs its max_timestamp"):
         encode(recs.slice(0, 0), batch_table([{"base_offset": 0, "record_count": 0, "last_offset_delta": 0}]))
 
@@ -521,8 +644,13 @@ def test_encode_refuses_inconsistent_input() -> None:
 
 def test_varints_read_as_kafka_writes_them() -> None:
     rng = np.random.default_rng(1)
-    values = np.concatenate([rng.integers(-(2**62), 2**62, 500), rng.integers(-300, 300, 500),
-                             [0, -1, 63, 64, -64, -65, 8191, 8192, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]])
+    values = np.concatenate(
+        [
+            rng.integers(-(2**62), 2**62, 500),
+            rng.integers(-300, 300, 500),
+            [0, -1, 63, 64, -64, -65, 8191, 8192, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)],
+        ]
+    )
     encoded = varint.zigzag(values)
     sizes = varint.sizes(encoded)
     buf = np.zeros(int(sizes.sum()) + 3, dtype=np.uint8)
@@ -537,23 +665,35 @@ def test_varints_read_as_kafka_writes_them() -> None:
             ref.append((z & 0x7F) | 0x80)
             z >>= 7
         ref.append(z)
-    assert bytes(buf[:len(ref)]) == bytes(ref)
+    assert bytes(buf[: len(ref)]) == bytes(ref)
     _, _, too_long = varint.read(np.full(8, 0xFF, dtype=np.uint8), np.array([0]), varint.INT_BYTES)
     assert too_long.tolist() == [True]
 
 
-header_lists = st.none() | st.lists(st.fixed_dictionaries({"key": st.text(max_size=4),
-                                                            "value": st.none() | st.binary(max_size=8)}),
-                                    min_size=1, max_size=3)
-record_rows = st.fixed_dictionaries({
-    "gap": st.integers(1, 3), "timestamp": st.integers(NOW - 10**6, NOW + 10**6),
-    "key": st.none() | st.binary(max_size=12), "value": st.none() | st.binary(max_size=300),
-    "headers": header_lists})
-batch_specs = st.fixed_dictionaries({
-    "rows": st.lists(record_rows, max_size=12), "codec": st.sampled_from(CODECS),
-    "producer": st.sampled_from([(-1, -1, -1, 0), (4, 1, 17, 0), (4, 1, 30, 0x10)]),
-    "horizon": st.none() | st.integers(NOW, NOW + 10**9), "extra_delta": st.integers(0, 2),
-    "leader_epoch": st.integers(-1, 5)})
+header_lists = st.none() | st.lists(
+    st.fixed_dictionaries({"key": st.text(max_size=4), "value": st.none() | st.binary(max_size=8)}),
+    min_size=1,
+    max_size=3,
+)
+record_rows = st.fixed_dictionaries(
+    {
+        "gap": st.integers(1, 3),
+        "timestamp": st.integers(NOW - 10**6, NOW + 10**6),
+        "key": st.none() | st.binary(max_size=12),
+        "value": st.none() | st.binary(max_size=300),
+        "headers": header_lists,
+    }
+)
+batch_specs = st.fixed_dictionaries(
+    {
+        "rows": st.lists(record_rows, max_size=12),
+        "codec": st.sampled_from(CODECS),
+        "producer": st.sampled_from([(-1, -1, -1, 0), (4, 1, 17, 0), (4, 1, 30, 0x10)]),
+        "horizon": st.none() | st.integers(NOW, NOW + 10**9),
+        "extra_delta": st.integers(0, 2),
+        "leader_epoch": st.integers(-1, 5),
+    }
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -567,17 +707,37 @@ def test_round_trip_property(specs: list[dict[str, Any]]) -> None:
         base = offset
         for row in spec["rows"]:
             tombstone_horizon = spec["horizon"] if row["value"] is None else None
-            rows.append({"offset": offset, "timestamp": row["timestamp"], "key": row["key"], "value": row["value"],
-                         "headers": row["headers"], "producer_id": producer_id, "producer_epoch": epoch,
-                         "is_transactional": bool(attributes), "delete_horizon_ms": tombstone_horizon})
+            rows.append(
+                {
+                    "offset": offset,
+                    "timestamp": row["timestamp"],
+                    "key": row["key"],
+                    "value": row["value"],
+                    "headers": row["headers"],
+                    "producer_id": producer_id,
+                    "producer_epoch": epoch,
+                    "is_transactional": bool(attributes),
+                    "delete_horizon_ms": tombstone_horizon,
+                }
+            )
             offset += row["gap"]
         count = len(spec["rows"])
         last = offset - row["gap"] - base + spec["extra_delta"] if count else spec["extra_delta"]
-        batch_rows.append({"base_offset": base, "record_count": count, "compression": spec["codec"],
-                           "producer_id": producer_id, "producer_epoch": epoch, "base_sequence": sequence,
-                           "attributes": attributes, "partition_leader_epoch": spec["leader_epoch"],
-                           "last_offset_delta": last, "max_timestamp": NOW,
-                           "delete_horizon_ms": spec["horizon"] if count else None})
+        batch_rows.append(
+            {
+                "base_offset": base,
+                "record_count": count,
+                "compression": spec["codec"],
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "base_sequence": sequence,
+                "attributes": attributes,
+                "partition_leader_epoch": spec["leader_epoch"],
+                "last_offset_delta": last,
+                "max_timestamp": NOW,
+                "delete_horizon_ms": spec["horizon"] if count else None,
+            }
+        )
         offset = base + last + 1
     batches = batch_table(batch_rows)
     decoded = round_trip(records(rows), batches, "prop")

@@ -19,17 +19,35 @@ from tests.helpers.settings import settings_with
 TP = TopicPartition("t", 0)
 T0 = 1_800_000_000_000
 RETENTION = 1000
-SETTINGS = settings_with({"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                          "log.cleaner.delete.retention.ms": RETENTION, "producer.id.expiration.ms": 1})
+SETTINGS = settings_with(
+    {
+        "log.cleanup.policy": "compact",
+        "log.cleaner.min.cleanable.ratio": 0.0,
+        "log.cleaner.delete.retention.ms": RETENTION,
+        "producer.id.expiration.ms": 1,
+    }
+)
 
 
-def kafka_python_batch(base: int, records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]], *,
-                       codec: str = "none", producer: int = -1, sequence: int = -1,
-                       transactional: bool = False) -> bytes:
+def kafka_python_batch(
+    base: int,
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
+    *,
+    codec: str = "none",
+    producer: int = -1,
+    sequence: int = -1,
+    transactional: bool = False,
+) -> bytes:
     """One batch from kafka-python's builder, each record written at ``T0`` plus its offset."""
-    return build_batch(base, [(T0 + base + delta, key, value, headers) for delta, (key, value, headers)
-                              in enumerate(records)], codec=codec, producer=producer,
-                       epoch=0 if producer >= 0 else -1, sequence=sequence, transactional=transactional)
+    return build_batch(
+        base,
+        [(T0 + base + delta, key, value, headers) for delta, (key, value, headers) in enumerate(records)],
+        codec=codec,
+        producer=producer,
+        epoch=0 if producer >= 0 else -1,
+        sequence=sequence,
+        transactional=transactional,
+    )
 
 
 def marker(offset: int, producer: int, commit: bool) -> bytes:
@@ -43,21 +61,34 @@ def history() -> tuple[list[bytes], list[list[Rec]]]:
     recs: list[list[Rec]] = []
     h = [("trace", b"1"), ("v", b"\x00" * 8)]
     # 1: a committed transaction (gzip), plain records with a tombstone, an aborted transaction
-    appends.append(b"".join([
-        kafka_python_batch(0, [(b"a", b"a0", h), (b"b", b"b0", [])], codec=gzip, producer=7, sequence=0,
-                           transactional=True),
-        marker(2, 7, commit=True),
-        kafka_python_batch(3, [(b"a", b"a1", h), (b"b", None, []), (None, b"keyless", [])], codec=gzip),
-        kafka_python_batch(6, [(b"c", b"c0", []), (b"a", b"a-aborted", [])], producer=8, sequence=0,
-                           transactional=True),
-        marker(8, 8, commit=False),
-    ]))
-    recs.append([Rec(0, "a", "a0", producer=7, transactional=True), Rec(1, "b", "b0", producer=7, transactional=True),
-                 Rec(2, None, None, producer=7, transactional=True, control="commit"),
-                 Rec(3, "a", "a1"), Rec(4, "b", None), Rec(5, None, "keyless"),
-                 Rec(6, "c", "c0", producer=8, transactional=True),
-                 Rec(7, "a", "a-aborted", producer=8, transactional=True),
-                 Rec(8, None, None, producer=8, transactional=True, control="abort")])
+    appends.append(
+        b"".join(
+            [
+                kafka_python_batch(
+                    0, [(b"a", b"a0", h), (b"b", b"b0", [])], codec=gzip, producer=7, sequence=0, transactional=True
+                ),
+                marker(2, 7, commit=True),
+                kafka_python_batch(3, [(b"a", b"a1", h), (b"b", None, []), (None, b"keyless", [])], codec=gzip),
+                kafka_python_batch(
+                    6, [(b"c", b"c0", []), (b"a", b"a-aborted", [])], producer=8, sequence=0, transactional=True
+                ),
+                marker(8, 8, commit=False),
+            ]
+        )
+    )
+    recs.append(
+        [
+            Rec(0, "a", "a0", producer=7, transactional=True),
+            Rec(1, "b", "b0", producer=7, transactional=True),
+            Rec(2, None, None, producer=7, transactional=True, control="commit"),
+            Rec(3, "a", "a1"),
+            Rec(4, "b", None),
+            Rec(5, None, "keyless"),
+            Rec(6, "c", "c0", producer=8, transactional=True),
+            Rec(7, "a", "a-aborted", producer=8, transactional=True),
+            Rec(8, None, None, producer=8, transactional=True, control="abort"),
+        ]
+    )
     # 2: idempotent updates (gzip)
     appends.append(kafka_python_batch(9, [(b"c", b"c1", h), (b"d", b"d0", [])], codec=gzip, producer=9, sequence=0))
     recs.append([Rec(9, "c", "c1", producer=9), Rec(10, "d", "d0", producer=9)])
@@ -77,17 +108,26 @@ def test_kafka_python_batches_cleaned_and_read_back_by_kafka_python() -> None:
     for now in (T0 + 10, T0 + 10 + RETENTION):  # the second pass purges the tombstone and the abort marker
         report = Cleaner(InlineSession(), store, SETTINGS).run(now)
         assert not report.failed, [r.error for r in report.failed]
-        model.run(now, [Segment.of(s.model_dump()) for s in store.manifest(TP).segments],
-                  Config(delete_retention_ms=RETENTION))
-        parsed: list[ParsedBatch] = [b for s in store.manifest(TP).segments
-                                     for b in parse(store.storage.read_buffer(f"{TP.prefix}/{s.path}").to_pybytes())]
+        model.run(
+            now,
+            [Segment.of(s.model_dump()) for s in store.manifest(TP).segments],
+            Config(delete_retention_ms=RETENTION),
+        )
+        parsed: list[ParsedBatch] = [
+            b
+            for s in store.manifest(TP).segments
+            for b in parse(store.storage.read_buffer(f"{TP.prefix}/{s.path}").to_pybytes())
+        ]
         survivors = [r["offset"] for b in parsed for r in b.records]
         assert survivors == [r.offset for r in model.log]
         assert all(b.codec in (0, 1) for b in parsed)
         by_offset = {r["offset"]: r for b in parsed for r in b.records}
         if 3 in by_offset:
             assert (by_offset[3]["key"], by_offset[3]["value"], by_offset[3]["headers"]) == (
-                b"a", b"a1", [("trace", b"1"), ("v", b"\x00" * 8)]), "headers survive"
+                b"a",
+                b"a1",
+                [("trace", b"1"), ("v", b"\x00" * 8)],
+            ), "headers survive"
     assert survivors == [2, 3, 5, 8, 9, 10, 11], "the tombstone went; the markers wait for their horizon"
     exported = Path(tempfile.mkdtemp(prefix="interop-export-")) / "t-0"
     export_partition(store, TP, exported)

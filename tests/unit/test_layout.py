@@ -12,32 +12,55 @@ from compaction.store.manifest import DeletionVector, SegmentMeta
 
 
 def meta(base: int, end: int, size: int, tombstones: int = 0, deletes: DeletionVector | None = None) -> SegmentMeta:
-    return SegmentMeta(path=f"segments/{base:020d}-x.parquet", base_offset=base, next_offset=end,
-                       record_count=end - base, size_bytes=size, checksum="sha256:0", created_ms=0,
-                       tombstone_count=tombstones, deletes=deletes)
+    return SegmentMeta(
+        path=f"segments/{base:020d}-x.parquet",
+        base_offset=base,
+        next_offset=end,
+        record_count=end - base,
+        size_bytes=size,
+        checksum="sha256:0",
+        created_ms=0,
+        tombstone_count=tombstones,
+        deletes=deletes,
+    )
 
 
 def kept(records: int, lost: int = 0, stamped: int = 0) -> SegmentCounts:
-    return SegmentCounts(records=records, kept=records - lost, stamped=stamped,
-                          dropped={"superseded": lost} if lost else {})
+    return SegmentCounts(
+        records=records, kept=records - lost, stamped=stamped, dropped={"superseded": lost} if lost else {}
+    )
 
 
-def jobs(segments: list[SegmentMeta], segment_counts: list[SegmentCounts], first_dirty: int,
-         policy: ApplyPolicy) -> list[tuple[list[int], bool]]:
+def jobs(
+    segments: list[SegmentMeta], segment_counts: list[SegmentCounts], first_dirty: int, policy: ApplyPolicy
+) -> list[tuple[list[int], bool]]:
     by_base = {s.base_offset: o for s, o in zip(segments, segment_counts, strict=True)}
-    return [([s.base_offset for s in sources], vector)
-            for sources, vector in lay_out(segments, by_base, first_dirty, policy)]
+    return [
+        ([s.base_offset for s in sources], vector)
+        for sources, vector in lay_out(segments, by_base, first_dirty, policy)
+    ]
 
 
-SEGMENTS = [meta(0, 10, 1000), meta(10, 20, 1000), meta(20, 30, 1000), meta(30, 40, 1000), meta(40, 50, 100),
-            meta(50, 60, 100, tombstones=1), meta(60, 70, 100)]
+SEGMENTS = [
+    meta(0, 10, 1000),
+    meta(10, 20, 1000),
+    meta(20, 30, 1000),
+    meta(30, 40, 1000),
+    meta(40, 50, 100),
+    meta(50, 60, 100, tombstones=1),
+    meta(60, 70, 100),
+]
 OUTCOMES = [kept(10, lost=5), kept(10, lost=1), kept(10), kept(10, stamped=1), kept(10), kept(10), kept(10)]
 
 
 def test_unchanged_segments_stay_vectors_for_few_losses_and_changed_ones_merge_up_to_segment_bytes() -> None:
     policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
     assert jobs(SEGMENTS, OUTCOMES, first_dirty=40, policy=policy) == [
-        ([0], False), ([10], True), ([30], False), ([40, 50, 60], False)]
+        ([0], False),
+        ([10], True),
+        ([30], False),
+        ([40, 50, 60], False),
+    ]
 
 
 def test_without_vectors_every_loss_rewrites_and_small_clean_neighbours_merge() -> None:
@@ -45,25 +68,37 @@ def test_without_vectors_every_loss_rewrites_and_small_clean_neighbours_merge() 
     # [40, 70) are clean and unchanged (their tombstone already carries its horizon), but small (below
     # 900 / 8 each): they merge into one segment.
     assert jobs(SEGMENTS, OUTCOMES, first_dirty=70, policy=policy) == [
-        ([0], False), ([10], False), ([30], False), ([40, 50, 60], False)]
+        ([0], False),
+        ([10], False),
+        ([30], False),
+        ([40, 50, 60], False),
+    ]
 
 
 def test_a_large_unchanged_segment_is_never_recopied_to_absorb_small_neighbours() -> None:
     segments = [meta(0, 10, 4000), meta(10, 11, 100), meta(11, 12, 100), meta(12, 13, 5000)]
     segment_counts = [kept(10), kept(1), kept(1, lost=1), kept(1)]
     assert jobs(segments, segment_counts, first_dirty=10, policy=ApplyPolicy(segment_bytes=8000, now_ms=0)) == [
-        ([10, 11], False)]
+        ([10, 11], False)
+    ]
 
 
 def test_a_small_segment_alone_that_need_not_change_is_left_as_it_is() -> None:
     segments = [meta(0, 10, 4000), meta(10, 11, 100), meta(11, 20, 5000)]
-    assert jobs(segments, [kept(10), kept(1), kept(9)], first_dirty=20,
-                policy=ApplyPolicy(segment_bytes=8000, now_ms=0)) == []
+    assert (
+        jobs(segments, [kept(10), kept(1), kept(9)], first_dirty=20, policy=ApplyPolicy(segment_bytes=8000, now_ms=0))
+        == []
+    )
 
 
 def test_a_deletion_vector_past_its_age_is_folded_in_and_merges_stop_at_the_task_share_of_the_work() -> None:
-    old = DeletionVector(path="segments/00000000000000000000-d.deletes.parquet", count=1, size_bytes=10,
-                         checksum="sha256:0", created_ms=0)
+    old = DeletionVector(
+        path="segments/00000000000000000000-d.deletes.parquet",
+        count=1,
+        size_bytes=10,
+        checksum="sha256:0",
+        created_ms=0,
+    )
     segments = [meta(0, 10, 1000, deletes=old), meta(10, 20, 1000), meta(20, 30, 1000)]
     segment_counts = [kept(9), kept(10, lost=9), kept(10, lost=9)]
     policy = ApplyPolicy(segment_bytes=10_000, now_ms=100, deletion_vector_max_age_ms=100, max_group_records=20)
@@ -80,10 +115,16 @@ def test_a_deletion_vector_takes_up_to_its_ratio_of_the_records_counting_those_i
     policy = ApplyPolicy(segment_bytes=100, now_ms=0)  # deletion.vector.max.ratio 0.2: 2 of 10 records
     assert jobs([meta(0, 10, 1000)], [kept(10, lost=2)], first_dirty=10, policy=policy) == [([0], True)]
     assert jobs([meta(0, 10, 1000)], [kept(10, lost=3)], first_dirty=10, policy=policy) == [([0], False)]
-    older = DeletionVector(path="segments/_00000000000000000000-d.deletes.parquet", count=2, size_bytes=10,
-                           checksum="sha256:0", created_ms=0)
+    older = DeletionVector(
+        path="segments/_00000000000000000000-d.deletes.parquet",
+        count=2,
+        size_bytes=10,
+        checksum="sha256:0",
+        created_ms=0,
+    )
     assert jobs([meta(0, 10, 1000, deletes=older)], [kept(8, lost=1)], first_dirty=10, policy=policy) == [
-        ([0], False)], "two deleted before and one now are more than two"
+        ([0], False)
+    ], "two deleted before and one now are more than two"
 
 
 def test_a_small_segment_that_only_loses_a_few_records_alone_takes_a_deletion_vector() -> None:
@@ -113,16 +154,26 @@ def test_the_work_of_a_rewrite_adds_up_over_its_sources_and_starts_afresh_after_
     segments = [meta(b, b + 10, 1000) for b in range(0, 40, 10)]
     policy = ApplyPolicy(segment_bytes=10_000, now_ms=0, max_group_records=20)
     assert jobs(segments, [kept(10, lost=5)] * 4, first_dirty=40, policy=policy) == [
-        ([0, 10], False), ([20, 30], False)]
+        ([0, 10], False),
+        ([20, 30], False),
+    ]
 
 
 def test_segment_outcomes_of_two_key_ranges_add_up() -> None:
-    first = SegmentCounts(records=3, kept=2, stamped=1, dropped={"superseded": 1}, next_horizon_ms=50,
-                           erased_keys=frozenset({"x"}))
-    second = SegmentCounts(records=4, kept=1, stamped=2, dropped={"superseded": 2, "aborted": 1},
-                            erased_keys=frozenset({"y"}))
-    both = SegmentCounts(records=7, kept=3, stamped=3, dropped={"superseded": 3, "aborted": 1}, next_horizon_ms=50,
-                          erased_keys=frozenset({"x", "y"}))
+    first = SegmentCounts(
+        records=3, kept=2, stamped=1, dropped={"superseded": 1}, next_horizon_ms=50, erased_keys=frozenset({"x"})
+    )
+    second = SegmentCounts(
+        records=4, kept=1, stamped=2, dropped={"superseded": 2, "aborted": 1}, erased_keys=frozenset({"y"})
+    )
+    both = SegmentCounts(
+        records=7,
+        kept=3,
+        stamped=3,
+        dropped={"superseded": 3, "aborted": 1},
+        next_horizon_ms=50,
+        erased_keys=frozenset({"x", "y"}),
+    )
     assert first.merge(second) == both and second.merge(first) == both
     assert first.merge(replace(second, next_horizon_ms=40)).next_horizon_ms == 40
     assert second.merge(second).next_horizon_ms is None
@@ -140,8 +191,9 @@ def test_verdicts_count_for_one_segment() -> None:
     code = np.array([0, 1, 0, 0], dtype=np.int8)
     stamp = np.array([False, False, True, False])
     counts = SegmentCounts.from_verdicts(code, stamp, np.array([500, LONG_MAX, 300, LONG_MAX]), frozenset({"k"}))
-    assert counts == SegmentCounts(records=4, kept=3, stamped=1, dropped={"superseded": 1}, next_horizon_ms=300,
-                                     erased_keys=frozenset({"k"}))
+    assert counts == SegmentCounts(
+        records=4, kept=3, stamped=1, dropped={"superseded": 1}, next_horizon_ms=300, erased_keys=frozenset({"k"})
+    )
     nothing_to_come = SegmentCounts.from_verdicts(code, stamp, np.full(4, LONG_MAX))
     assert (nothing_to_come.next_horizon_ms, nothing_to_come.erased_keys) == (None, frozenset())
     assert SegmentCounts.from_verdicts(code[:0], stamp[:0], np.array([], dtype=np.int64)) == SegmentCounts.empty()
@@ -154,7 +206,10 @@ def test_a_small_clean_segment_that_loses_a_few_records_takes_a_deletion_vector_
     segment_counts = [kept(10, lost=1), kept(10, lost=1), kept(1), kept(1)]
     policy = ApplyPolicy(segment_bytes=8000, now_ms=0)
     assert jobs(segments, segment_counts, first_dirty=20, policy=policy) == [
-        ([0], True), ([10], True), ([20, 21], False)]
+        ([0], True),
+        ([10], True),
+        ([20, 21], False),
+    ]
     # An unchanged small clean segment beside the rewrite still merges into it (SPEC §9).
     unchanged = [kept(10, lost=1), kept(10), kept(1), kept(1)]
     assert jobs(segments, unchanged, first_dirty=20, policy=policy) == [([0], True), ([10, 20, 21], False)]

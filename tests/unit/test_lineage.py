@@ -29,26 +29,38 @@ from compaction.store.gc import GcResult
 from tests.helpers import ROOT
 from tests.helpers.lineage import CLIENT, FACETS, problems
 
-PARENT = Parent(RunRef("airflow", "compaction_nightly.compact", str(uuid.uuid4())),
-                RunRef("airflow", "compaction_nightly", str(uuid.uuid4())))
+PARENT = Parent(
+    RunRef("airflow", "compaction_nightly.compact", str(uuid.uuid4())),
+    RunRef("airflow", "compaction_nightly", str(uuid.uuid4())),
+)
 
 
-@pytest.mark.parametrize(("url", "options", "expected"), [
-    ("s3://bucket/prefix/topics", None, DatasetName("s3://bucket", "prefix/topics/orders")),
-    ("s3a://bucket/topics/", None, DatasetName("s3://bucket", "topics/orders")),
-    ("gs://bucket/topics", None, DatasetName("gs://bucket", "topics/orders")),
-    ("gcs://bucket/topics", None, DatasetName("gs://bucket", "topics/orders")),
-    ("abfss://box@acct.dfs.core.windows.net/topics", None,
-     DatasetName("abfss://box@acct.dfs.core.windows.net", "topics/orders")),
-    ("abfs://box/topics", {"account_name": "acct", "account_key": "secret"},
-     DatasetName("abfss://box@acct.dfs.core.windows.net", "topics/orders")),
-    ("hdfs://namenode:8020/data/topics", None, DatasetName("hdfs://namenode:8020", "/data/topics/orders")),
-    ("/data/topics", None, DatasetName("file", "/data/topics/orders")),
-    ("file:///data/topics", None, DatasetName("file", "/data/topics/orders")),
-    ("https://user:password@host:8443/topics", None, DatasetName("https://host:8443", "topics/orders")),
-])
-def test_a_topic_is_named_by_openlineage_conventions_for_its_store(url: str, options: dict | None,
-                                                                    expected: DatasetName) -> None:
+@pytest.mark.parametrize(
+    ("url", "options", "expected"),
+    [
+        ("s3://bucket/prefix/topics", None, DatasetName("s3://bucket", "prefix/topics/orders")),
+        ("s3a://bucket/topics/", None, DatasetName("s3://bucket", "topics/orders")),
+        ("gs://bucket/topics", None, DatasetName("gs://bucket", "topics/orders")),
+        ("gcs://bucket/topics", None, DatasetName("gs://bucket", "topics/orders")),
+        (
+            "abfss://box@acct.dfs.core.windows.net/topics",
+            None,
+            DatasetName("abfss://box@acct.dfs.core.windows.net", "topics/orders"),
+        ),
+        (
+            "abfs://box/topics",
+            {"account_name": "acct", "account_key": "secret"},
+            DatasetName("abfss://box@acct.dfs.core.windows.net", "topics/orders"),
+        ),
+        ("hdfs://namenode:8020/data/topics", None, DatasetName("hdfs://namenode:8020", "/data/topics/orders")),
+        ("/data/topics", None, DatasetName("file", "/data/topics/orders")),
+        ("file:///data/topics", None, DatasetName("file", "/data/topics/orders")),
+        ("https://user:password@host:8443/topics", None, DatasetName("https://host:8443", "topics/orders")),
+    ],
+)
+def test_a_topic_is_named_by_openlineage_conventions_for_its_store(
+    url: str, options: dict | None, expected: DatasetName
+) -> None:
     assert topic_dataset(url, "orders", options) == expected
 
 
@@ -86,12 +98,25 @@ def test_the_job_is_named_by_the_environment_with_documented_defaults() -> None:
 
 def test_the_parent_run_comes_from_the_variables_an_orchestrator_passes(caplog: pytest.LogCaptureFixture) -> None:
     parent, root = PARENT.run, PARENT.root
-    assert parent_run({"OPENLINEAGE_PARENT_ID": f"airflow/compaction_nightly.compact/{parent.run_id}",
-                       "OPENLINEAGE_ROOT_PARENT_ID": f"airflow/compaction_nightly/{root.run_id}"}) == PARENT
-    assert parent_run({"OPENLINEAGE_PARENT_ID": f"airflow/compaction_nightly.compact/{parent.run_id}"}) == \
-        Parent(parent, parent), "without a root, the parent is its own root"
-    context = {"parent": {"run": {"runId": parent.run_id}, "job": {"namespace": "airflow", "name": parent.name},
-                          "root": {"run": {"runId": root.run_id}, "job": {"namespace": "airflow", "name": root.name}}}}
+    assert (
+        parent_run(
+            {
+                "OPENLINEAGE_PARENT_ID": f"airflow/compaction_nightly.compact/{parent.run_id}",
+                "OPENLINEAGE_ROOT_PARENT_ID": f"airflow/compaction_nightly/{root.run_id}",
+            }
+        )
+        == PARENT
+    )
+    assert parent_run({"OPENLINEAGE_PARENT_ID": f"airflow/compaction_nightly.compact/{parent.run_id}"}) == Parent(
+        parent, parent
+    ), "without a root, the parent is its own root"
+    context = {
+        "parent": {
+            "run": {"runId": parent.run_id},
+            "job": {"namespace": "airflow", "name": parent.name},
+            "root": {"run": {"runId": root.run_id}, "job": {"namespace": "airflow", "name": root.name}},
+        }
+    }
     assert parent_run({"OPENLINEAGE_CONTEXT": json.dumps(context)}) == PARENT
     assert parent_run({}) is None
     with caplog.at_level(logging.WARNING):
@@ -108,34 +133,66 @@ def _json(event: Any) -> dict[str, Any]:
 
 
 def _event(state: str, **kwargs: Any) -> dict[str, Any]:
-    return _json(run_event(state, run_id=str(uuid.uuid4()), namespace="compaction", name="compaction.gc",
-                           event_ms=1_767_312_000_000, nominal_ms=1_767_312_000_000, **kwargs))
+    return _json(
+        run_event(
+            state,
+            run_id=str(uuid.uuid4()),
+            namespace="compaction",
+            name="compaction.gc",
+            event_ms=1_767_312_000_000,
+            nominal_ms=1_767_312_000_000,
+            **kwargs,
+        )
+    )
 
 
 def test_each_commands_events_hold_to_openlineages_schema() -> None:
     store = Store.open("s3://bucket/topics", {"key": "AKIAIOSFODNN7EXAMPLE", "secret": "wJalrXUtnFEMI/K7MDENG"})
-    gc = of_gc(store, [GcResult("orders-0", pruned_versions=[1], deleted_objects=["a", "b"], deleted_bytes=10),
-                       GcResult("payments-0")], {"orders-1": "manifest orders/1/_manifests/x.json is not valid JSON"})
-    forget = of_forget(store, "orders", [Forgotten(b"customer-42", (0, 1), tombstones={1: 17}),
-                                         Forgotten(b"customer-43", (0, 1))])
-    publish = of_publish(store, "orders", Target("default", {}, "kafka", 1, 1),
-                         PublishResult("kafka.orders", 77, {0: 3, 1: 2}, committed=True, data_files=4))
-    events = [_event("START", parent=PARENT), _event("COMPLETE", parent=PARENT, outcome=gc),
-              _event("COMPLETE", outcome=forget), _event("COMPLETE", outcome=publish),
-              _event("FAIL", outcome=gc, error="gc skipped orders-1", trace="Traceback ...")]
-    empty = of_publish(store, "orders", Target("default", {}, "kafka", 1, 1),
-                       PublishResult("kafka.orders", None, {}, committed=False))
+    gc = of_gc(
+        store,
+        [
+            GcResult("orders-0", pruned_versions=[1], deleted_objects=["a", "b"], deleted_bytes=10),
+            GcResult("payments-0"),
+        ],
+        {"orders-1": "manifest orders/1/_manifests/x.json is not valid JSON"},
+    )
+    forget = of_forget(
+        store, "orders", [Forgotten(b"customer-42", (0, 1), tombstones={1: 17}), Forgotten(b"customer-43", (0, 1))]
+    )
+    publish = of_publish(
+        store,
+        "orders",
+        Target("default", {}, "kafka", 1, 1),
+        PublishResult("kafka.orders", 77, {0: 3, 1: 2}, committed=True, data_files=4),
+    )
+    events = [
+        _event("START", parent=PARENT),
+        _event("COMPLETE", parent=PARENT, outcome=gc),
+        _event("COMPLETE", outcome=forget),
+        _event("COMPLETE", outcome=publish),
+        _event("FAIL", outcome=gc, error="gc skipped orders-1", trace="Traceback ..."),
+    ]
+    empty = of_publish(
+        store, "orders", Target("default", {}, "kafka", 1, 1), PublishResult("kafka.orders", None, {}, committed=False)
+    )
     events.append(_event("COMPLETE", outcome=empty))
     for event in events:
         assert problems(event) == [], event
-    assert "snapshotId" not in events[-1]["outputs"][0]["outputFacets"]["compaction_publish"], \
+    assert "snapshotId" not in events[-1]["outputs"][0]["outputFacets"]["compaction_publish"], (
         "a table without a snapshot has none to name"
-    assert [(d["namespace"], d["name"]) for d in events[1]["outputs"]] == [("s3://bucket", "topics/orders")], \
+    )
+    assert [(d["namespace"], d["name"]) for d in events[1]["outputs"]] == [("s3://bucket", "topics/orders")], (
         "written where gc deleted something"
+    )
     assert events[1]["outputs"][0]["outputFacets"]["compaction_gc"] | {"_producer": None} == {
-        "_producer": None, "_schemaURL": f"{FACETS_SCHEMA}#/$defs/CompactionGcOutputDatasetFacet",
-        "partitionsCollected": 1, "partitionsSkipped": 1, "objectsDeleted": 2, "bytesDeleted": 10,
-        "versionsPruned": 1}
+        "_producer": None,
+        "_schemaURL": f"{FACETS_SCHEMA}#/$defs/CompactionGcOutputDatasetFacet",
+        "partitionsCollected": 1,
+        "partitionsSkipped": 1,
+        "objectsDeleted": 2,
+        "bytesDeleted": 10,
+        "versionsPruned": 1,
+    }
     assert [f["partition"] for f in events[1]["run"]["facets"]["compaction_failures"]["failures"]] == ["orders-1"]
     assert events[2]["outputs"][0]["outputFacets"]["compaction_forget"]["tombstones"] == {"1": 1}
     assert events[3]["outputs"][0]["namespace"] == "iceberg://default"
@@ -147,10 +204,24 @@ def test_each_commands_events_hold_to_openlineages_schema() -> None:
 def _run_complete() -> dict[str, Any]:
     """A run's COMPLETE under Airflow, with an output's statistics and its ``compaction_run`` facet."""
     orders = Dataset("s3://bucket", "topics/orders")
-    figures = {"partitionsCleaned": 2, "partitionsFailed": 0, "partitionsSkipped": 1, "recordsBefore": 100,
-               "recordsAfter": 40, "bytesBefore": 9000, "bytesAfter": 3600, "versions": {"0": 2, "1": 3}}
-    return _event("COMPLETE", parent=PARENT, outcome=Outcome([orders], [Written(
-        orders, "compaction_run", "CompactionRunOutputDatasetFacet", figures, rows=40, size=3600)]))
+    figures = {
+        "partitionsCleaned": 2,
+        "partitionsFailed": 0,
+        "partitionsSkipped": 1,
+        "recordsBefore": 100,
+        "recordsAfter": 40,
+        "bytesBefore": 9000,
+        "bytesAfter": 3600,
+        "versions": {"0": 2, "1": 3},
+    }
+    return _event(
+        "COMPLETE",
+        parent=PARENT,
+        outcome=Outcome(
+            [orders],
+            [Written(orders, "compaction_run", "CompactionRunOutputDatasetFacet", figures, rows=40, size=3600)],
+        ),
+    )
 
 
 def _set(path: str, value: Any) -> Any:
@@ -166,6 +237,7 @@ def _set(path: str, value: Any) -> Any:
             del node[last]
         else:
             node[last] = value
+
     return change
 
 
@@ -174,45 +246,71 @@ OWN = "outputs.0.outputFacets.compaction_run"
 NOMINAL = "https://openlineage.io/spec/facets/1-0-1/NominalTimeRunFacet.json#/$defs/NominalTimeRunFacet"
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (_set("run.runId", ...), "event.run: missing runId, which Run requires"),
-    (_set("run.runId", "run-42"), "event.run.runId: 'run-42' is not a uuid"),
-    (_set("eventTime", "2026-01-02"), "event.eventTime: '2026-01-02' is not a date-time"),
-    (_set("run.facets.nominalTime._producer", ...),
-     "event.run.facets.nominalTime: missing _producer, which NominalTimeRunFacet requires"),
-    (_set(f"{STATS}.rowCount", "40"),
-     f"event.{STATS.replace('.0.', '[0].')}.rowCount: expected an integer, got a string (\"40\")"),
-    (_set("run.facets.nominalTime._schemaURL", NOMINAL.replace("1-0-1", "1-0-0")),
-     f"event.run.facets.nominalTime._schemaURL: '{NOMINAL.replace('1-0-1', '1-0-0')}' is not the schema of "
-     f"NominalTimeRunFacet in {CLIENT}, {NOMINAL}"),
-    # and the rest of what the check holds an event to
-    (_set(f"{STATS}.rowCount", True), "rowCount: expected an integer, got a boolean (true)"),
-    (_set(f"{STATS}.size", None), "size: expected an integer, got null (null)"),
-    (_set("producer", "compaction 0.1"), "event.producer: 'compaction 0.1' is not a uri"),
-    (_set("schemaURL", ...), "event: missing schemaURL, which RunEvent requires"),
-    (_set("eventType", "DONE"), "event.eventType: 'DONE' is none of 'START', 'RUNNING', 'COMPLETE'"),
-    (_set("job.namespace", 7), "event.job.namespace: expected a string, got an integer (7)"),
-    (_set("run.runID", str(uuid.uuid4())), "event.run: unknown field 'runID' (known: runId, facets)"),
-    (_set("run.facets.parent.root.run.runId", "root"), "event.run.facets.parent.root.run.runId: 'root' is not a uuid"),
-    (_set("run.facets.parent.job", ...), "event.run.facets.parent: missing job, which ParentRunFacet requires"),
-    (_set("run.facets.nominaltime", {"_producer": "urn:x", "_schemaURL": NOMINAL, "nominalStartTime": "x"}),
-     "event.run.facets.nominaltime: 'nominaltime' is the key of no standard RunFacet the job's events carry"),
-    (_set("job.facets.nominalTime", {"_producer": "urn:x", "_schemaURL": NOMINAL,
-                                     "nominalStartTime": "2026-01-02T00:00:00Z"}),
-     "event.job.facets.nominalTime: 'nominalTime' is the key of no standard JobFacet"),
-    (_set(f"{OWN}.partitionsCleaned", -1), "compaction_run.partitionsCleaned: -1 is less than the minimum of 0"),
-    (_set(f"{OWN}.versions", ...), "compaction_run: 'versions' is a required property"),
-    (_set(f"{OWN}._producer", ...), "compaction_run: missing _producer, which OutputDatasetFacet requires"),
-    (_set(f"{OWN}.partitionscleaned", 2),
-     "compaction_run: unknown field 'partitionscleaned' (known: _producer, _schemaURL, bytesAfter"),
-    (_set(f"{OWN}._schemaURL", f"{FACETS_SCHEMA}#/$defs/CompactionRunDatasetFacet"),
-     f"compaction_run._schemaURL: '{FACETS_SCHEMA}#/$defs/CompactionRunDatasetFacet' names no facet defined in "
-     "facets.json"),
-    (_set("run.facets.compaction_gc", {"_producer": "urn:x", "_schemaURL": f"{FACETS_SCHEMA}#/$defs/"
-                                       "CompactionGcOutputDatasetFacet"}),
-     "event.run.facets.compaction_gc: CompactionGcOutputDatasetFacet extends https://openlineage.io/spec/2-0-2/"
-     "OpenLineage.json#/$defs/OutputDatasetFacet in facets.json, where a RunFacet"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (_set("run.runId", ...), "event.run: missing runId, which Run requires"),
+        (_set("run.runId", "run-42"), "event.run.runId: 'run-42' is not a uuid"),
+        (_set("eventTime", "2026-01-02"), "event.eventTime: '2026-01-02' is not a date-time"),
+        (
+            _set("run.facets.nominalTime._producer", ...),
+            "event.run.facets.nominalTime: missing _producer, which NominalTimeRunFacet requires",
+        ),
+        (
+            _set(f"{STATS}.rowCount", "40"),
+            f'event.{STATS.replace(".0.", "[0].")}.rowCount: expected an integer, got a string ("40")',
+        ),
+        (
+            _set("run.facets.nominalTime._schemaURL", NOMINAL.replace("1-0-1", "1-0-0")),
+            f"event.run.facets.nominalTime._schemaURL: '{NOMINAL.replace('1-0-1', '1-0-0')}' is not the schema of "
+            f"NominalTimeRunFacet in {CLIENT}, {NOMINAL}",
+        ),
+        # and the rest of what the check holds an event to
+        (_set(f"{STATS}.rowCount", True), "rowCount: expected an integer, got a boolean (true)"),
+        (_set(f"{STATS}.size", None), "size: expected an integer, got null (null)"),
+        (_set("producer", "compaction 0.1"), "event.producer: 'compaction 0.1' is not a uri"),
+        (_set("schemaURL", ...), "event: missing schemaURL, which RunEvent requires"),
+        (_set("eventType", "DONE"), "event.eventType: 'DONE' is none of 'START', 'RUNNING', 'COMPLETE'"),
+        (_set("job.namespace", 7), "event.job.namespace: expected a string, got an integer (7)"),
+        (_set("run.runID", str(uuid.uuid4())), "event.run: unknown field 'runID' (known: runId, facets)"),
+        (
+            _set("run.facets.parent.root.run.runId", "root"),
+            "event.run.facets.parent.root.run.runId: 'root' is not a uuid",
+        ),
+        (_set("run.facets.parent.job", ...), "event.run.facets.parent: missing job, which ParentRunFacet requires"),
+        (
+            _set("run.facets.nominaltime", {"_producer": "urn:x", "_schemaURL": NOMINAL, "nominalStartTime": "x"}),
+            "event.run.facets.nominaltime: 'nominaltime' is the key of no standard RunFacet the job's events carry",
+        ),
+        (
+            _set(
+                "job.facets.nominalTime",
+                {"_producer": "urn:x", "_schemaURL": NOMINAL, "nominalStartTime": "2026-01-02T00:00:00Z"},
+            ),
+            "event.job.facets.nominalTime: 'nominalTime' is the key of no standard JobFacet",
+        ),
+        (_set(f"{OWN}.partitionsCleaned", -1), "compaction_run.partitionsCleaned: -1 is less than the minimum of 0"),
+        (_set(f"{OWN}.versions", ...), "compaction_run: 'versions' is a required property"),
+        (_set(f"{OWN}._producer", ...), "compaction_run: missing _producer, which OutputDatasetFacet requires"),
+        (
+            _set(f"{OWN}.partitionscleaned", 2),
+            "compaction_run: unknown field 'partitionscleaned' (known: _producer, _schemaURL, bytesAfter",
+        ),
+        (
+            _set(f"{OWN}._schemaURL", f"{FACETS_SCHEMA}#/$defs/CompactionRunDatasetFacet"),
+            f"compaction_run._schemaURL: '{FACETS_SCHEMA}#/$defs/CompactionRunDatasetFacet' names no facet defined in "
+            "facets.json",
+        ),
+        (
+            _set(
+                "run.facets.compaction_gc",
+                {"_producer": "urn:x", "_schemaURL": f"{FACETS_SCHEMA}#/$defs/CompactionGcOutputDatasetFacet"},
+            ),
+            "event.run.facets.compaction_gc: CompactionGcOutputDatasetFacet extends https://openlineage.io/spec/2-0-2/"
+            "OpenLineage.json#/$defs/OutputDatasetFacet in facets.json, where a RunFacet",
+        ),
+    ],
+)
 def test_the_check_finds_each_kind_of_broken_event(change: Any, expected: str) -> None:
     event = _run_complete()
     assert problems(event) == [], "whole, the event holds"
@@ -247,12 +345,15 @@ def test_a_failing_transport_is_one_warning_and_every_event_is_still_tried(caplo
         sender.close()
     assert tried == ["START", "COMPLETE"]
     [warning] = caplog.records
-    assert warning.getMessage() == ("2 OpenLineage event(s) not delivered: ConnectionError: refused by "
-                                    "http://user:****@127.0.0.1:9; the command's outcome is not affected")
+    assert warning.getMessage() == (
+        "2 OpenLineage event(s) not delivered: ConnectionError: refused by "
+        "http://user:****@127.0.0.1:9; the command's outcome is not affected"
+    )
 
 
 def test_a_transport_that_never_answers_is_waited_for_no_longer_than_the_timeout(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     release = threading.Event()
 
     class Hanging:
@@ -266,7 +367,8 @@ def test_a_transport_that_never_answers_is_waited_for_no_longer_than_the_timeout
     release.set()
     assert [r.getMessage() for r in caplog.records] == [
         "OpenLineage events not delivered within 0.2 s (the transport did not answer; 0 delivered); the command's "
-        "outcome is not affected"]
+        "outcome is not affected"
+    ]
 
 
 #: Run in a fresh interpreter with nothing configured: forget, gc and a run whose work is retention alone (no Spark),
@@ -290,11 +392,20 @@ print(json.dumps({"codes": codes, "connections": connections,
 def test_nothing_is_imported_or_connected_when_nothing_is_configured(tmp_path: Path) -> None:
     conf = tmp_path / "retention.toml"
     conf.write_text('"log.cleanup.policy" = "compact,delete"\n"log.retention.ms" = 3600000\n')
-    env = {k: v for k, v in __import__("os").environ.items()
-           if not k.startswith(("OPENLINEAGE", "DAGSTER_PIPES", "COMPACTION_LINEAGE"))}
+    env = {
+        k: v
+        for k, v in __import__("os").environ.items()
+        if not k.startswith(("OPENLINEAGE", "DAGSTER_PIPES", "COMPACTION_LINEAGE"))
+    }
     env["HOME"] = str(tmp_path)  # no ~/.openlineage/openlineage.yml
-    done = subprocess.run([sys.executable, "-c", UNCONFIGURED, str(tmp_path / "store"), str(conf)], cwd=tmp_path,
-                          env=env | {"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", UNCONFIGURED, str(tmp_path / "store"), str(conf)],
+        cwd=tmp_path,
+        env=env | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["codes"] == [0, 0, 0, 0], done.stdout
@@ -304,7 +415,8 @@ def test_nothing_is_imported_or_connected_when_nothing_is_configured(tmp_path: P
 
 
 def test_a_command_that_raises_tells_its_failure_and_traceback_masked_through_the_file_transport(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import argparse
 
     from compaction import lineage
@@ -327,8 +439,9 @@ def test_a_command_that_raises_tells_its_failure_and_traceback_masked_through_th
     assert "Traceback" in error["stackTrace"] and "hunter2" not in error["stackTrace"]
 
 
-def test_the_console_transport_prints_each_event(monkeypatch: pytest.MonkeyPatch,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_the_console_transport_prints_each_event(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import argparse
 
     from compaction import lineage
@@ -336,7 +449,6 @@ def test_the_console_transport_prints_each_event(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "console")
     caplog.set_level(logging.INFO)
     assert lineage.observe(argparse.Namespace(command="forget"), (), lambda told: 0) == 0
-    printed = [json.loads(r.getMessage()) for r in caplog.records
-               if r.name == "openlineage.client.transport.console"]
+    printed = [json.loads(r.getMessage()) for r in caplog.records if r.name == "openlineage.client.transport.console"]
     assert [e["eventType"] for e in printed] == ["START", "COMPLETE"]
     assert printed[0]["run"]["runId"] == printed[1]["run"]["runId"] and printed[1]["job"]["name"] == "compaction.forget"

@@ -37,8 +37,12 @@ TP = TopicPartition("t", 0)
 NOW = 1_800_000_000_000
 DAY = 86_400_000
 TS = NOW - 1000  # the records' time: their producers are active at NOW
-BASE: dict[str, Any] = {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": 0.0,
-                        "producer.id.expiration.ms": 7 * DAY, "cleaner": {"deletion.vector.max.ratio": 0}}
+BASE: dict[str, Any] = {
+    "log.cleanup.policy": "compact",
+    "log.cleaner.min.cleanable.ratio": 0.0,
+    "producer.id.expiration.ms": 7 * DAY,
+    "cleaner": {"deletion.vector.max.ratio": 0},
+}
 WHOLE = settings_with(BASE)
 SPLIT = settings_with({**BASE, "cleaner": {**BASE["cleaner"], "task.max.records": 2}})
 
@@ -67,8 +71,9 @@ def append(store: Store, *batches: tuple[list[dict[str, Any]], dict[str, Any]]) 
 
 def T(producer: int, base: int, *keys: str, sequence: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The reference's T(p)[k...]: a transactional batch, value = key."""
-    return batch(base, *(rec(k, k) for k in keys), producer=producer, transactional=True, sequence=sequence,
-                 timestamp=TS)
+    return batch(
+        base, *(rec(k, k) for k in keys), producer=producer, transactional=True, sequence=sequence, timestamp=TS
+    )
 
 
 def I(producer: int, base: int, *keys: str, sequence: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # noqa: E743
@@ -77,8 +82,9 @@ def I(producer: int, base: int, *keys: str, sequence: int = 0) -> tuple[list[dic
 
 
 def marker(kind: str, producer: int, offset: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    return batch(offset, rec(None, None, control_type=kind), producer=producer, transactional=True, control=True,
-                 timestamp=TS)
+    return batch(
+        offset, rec(None, None, control_type=kind), producer=producer, transactional=True, control=True, timestamp=TS
+    )
 
 
 def C(producer: int, offset: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -104,9 +110,14 @@ def batches(store: Store) -> list[dict[str, Any]]:
         offsets = log.records.column("offset").to_pylist()
         data = bytes(memoryview(log.data))
         for j, row in enumerate(log.batches.to_pylist()):
-            found.append({**row, "last": row["base_offset"] + row["last_offset_delta"],
-                          "offsets": [o for o, b in zip(offsets, log.batch_index.tolist(), strict=True) if b == j],
-                          "bytes": data[row["position"]:row["position"] + row["size"]]})
+            found.append(
+                {
+                    **row,
+                    "last": row["base_offset"] + row["last_offset_delta"],
+                    "offsets": [o for o, b in zip(offsets, log.batch_index.tolist(), strict=True) if b == j],
+                    "bytes": data[row["position"] : row["position"] + row["size"]],
+                }
+            )
     return found
 
 
@@ -120,18 +131,34 @@ def offsets(store: Store) -> list[int]:
 
 
 def keys(store: Store) -> list[str]:
-    return [r["key"].decode() for r in store.read(TP).to_pylist()
-            if not r["is_control"] and r["value"] is not None and r["key"] is not None]
+    return [
+        r["key"].decode()
+        for r in store.read(TP).to_pylist()
+        if not r["is_control"] and r["value"] is not None and r["key"] is not None
+    ]
 
 
 def commit_log(store: Store, data: bytes) -> None:
     """Commit batches as a .log segment as they are, horizons included (a log an earlier pass cleaned)."""
     log = decode_log(data, "test")
     bases = log.batches.column("base_offset").to_pylist()
-    meta = store.objects.write_segment(TP, log.records, bases[0], int(log.batch_last_offsets[-1]) + 1, created_ms=NOW,
-                                       segment_format=SegmentFormat.KAFKA, batches=log.batches, encoded=data)
-    store.commit(TP, lambda latest: appended_state(latest, [meta], log.records, "test"), writer=Writer(),
-                 operation="append", now_ms=NOW)
+    meta = store.objects.write_segment(
+        TP,
+        log.records,
+        bases[0],
+        int(log.batch_last_offsets[-1]) + 1,
+        created_ms=NOW,
+        segment_format=SegmentFormat.KAFKA,
+        batches=log.batches,
+        encoded=data,
+    )
+    store.commit(
+        TP,
+        lambda latest: appended_state(latest, [meta], log.records, "test"),
+        writer=Writer(),
+        operation="append",
+        now_ms=NOW,
+    )
 
 
 def with_horizon(horizon: int, *items: tuple[list[dict[str, Any]], dict[str, Any]]) -> bytes:
@@ -143,8 +170,9 @@ def test_t2_the_last_batch_before_the_uncleanable_offset_stays_empty(store: Stor
     """KAFKA-17076: every record goes, yet the batch whose next offset is the first uncleanable one stays as an
     empty batch and keeps the log's last offset."""
     for first, last in ((0, 13), (14, 27), (28, 41)):  # tombstones an earlier pass stamped, horizon now passed
-        commit_log(store, with_horizon(NOW - 1, *(batch(i, rec(str(i), None), timestamp=TS)
-                                                  for i in range(first, last + 1))))
+        commit_log(
+            store, with_horizon(NOW - 1, *(batch(i, rec(str(i), None), timestamp=TS) for i in range(first, last + 1)))
+        )
     append(store, plain(42, "42"))
     clean(store, settings)
     manifest = store.manifest(TP)
@@ -171,8 +199,12 @@ def test_t13_idempotent_batches_keep_their_offsets_and_sequences(store: Store, s
     assert last_offsets(store) == [2, 5, 7, 8, 9, 10]
     assert keys(store) == ["3", "1", "4", "active", "2", "active-2"]
     emptied = batches(store)[0]
-    assert (emptied["record_count"], emptied["base_sequence"], emptied["producer_id"], emptied["size"]) == \
-        (0, 0, 1, 61), "producer 1's last batch stays, empty, with its sequence"
+    assert (emptied["record_count"], emptied["base_sequence"], emptied["producer_id"], emptied["size"]) == (
+        0,
+        0,
+        1,
+        61,
+    ), "producer 1's last batch stays, empty, with its sequence"
 
 
 def test_t14_an_active_producers_last_batch_stays_empty(store: Store, settings: Settings) -> None:
@@ -181,8 +213,11 @@ def test_t14_an_active_producers_last_batch_stays_empty(store: Store, settings: 
     clean(store, settings)
     assert last_offsets(store) == [1, 3, 4, 5]
     assert keys(store) == ["0", "1", "active"] and offsets(store) == [3, 4, 5]
-    assert [(b["producer_id"], b["base_sequence"], b["record_count"]) for b in batches(store)[:3]] == \
-        [(1, 0, 0), (3, 0, 1), (2, 1, 1)]
+    assert [(b["producer_id"], b["base_sequence"], b["record_count"]) for b in batches(store)[:3]] == [
+        (1, 0, 0),
+        (3, 0, 1),
+        (2, 1, 1),
+    ]
 
 
 def test_an_expired_producers_last_batch_goes(store: Store, settings: Settings) -> None:
@@ -206,25 +241,47 @@ def test_t15_the_last_batch_of_an_aborted_transaction_stays_empty(store: Store, 
 
 
 def test_t16_transaction_aware_cleaning_in_batches(store: Store, settings: Settings) -> None:
-    append(store, T(1, 0, "1", "2"), T(2, 2, "2", "3"), T(1, 4, "3", "4", sequence=2), A(1, 6), C(2, 7),
-           T(1, 8, "2", sequence=4), C(1, 9))
+    append(
+        store,
+        T(1, 0, "1", "2"),
+        T(2, 2, "2", "3"),
+        T(1, 4, "3", "4", sequence=2),
+        A(1, 6),
+        C(2, 7),
+        T(1, 8, "2", sequence=4),
+        C(1, 9),
+    )
     append(store, plain(10, "active"))
     clean(store, settings)
     assert keys(store) == ["3", "2", "active"] and offsets(store) == [3, 6, 7, 8, 9, 10]
     assert last_offsets(store) == [3, 6, 7, 8, 9, 10]
     rebuilt = batches(store)[0]
-    assert (rebuilt["base_offset"], rebuilt["last"], rebuilt["offsets"], rebuilt["attributes"] & 0x10) == \
-        (2, 3, [3], 0x10), "a rebuilt batch keeps its base and last offset (a gap inside) and its flags"
+    assert (rebuilt["base_offset"], rebuilt["last"], rebuilt["offsets"], rebuilt["attributes"] & 0x10) == (
+        2,
+        3,
+        [3],
+        0x10,
+    ), "a rebuilt batch keeps its base and last offset (a gap inside) and its flags"
 
 
 def test_t17_aborted_transactions_spanning_segments(store: Store, settings: Settings) -> None:
     append(store, T(1, 0, "1", "2"), T(3, 2, "2", "3"), T(2, 4, "3", "4"))
-    append(store, T(2, 6, "5", "6", sequence=2), T(3, 8, "6", "7", sequence=2), T(1, 10, "7", "8", sequence=2),
-           A(2, 12), T(3, 13, "8", "9", sequence=4), C(3, 15), T(1, 16, "9", "10", sequence=4), A(1, 18))
+    append(
+        store,
+        T(2, 6, "5", "6", sequence=2),
+        T(3, 8, "6", "7", sequence=2),
+        T(1, 10, "7", "8", sequence=2),
+        A(2, 12),
+        T(3, 13, "8", "9", sequence=4),
+        C(3, 15),
+        T(1, 16, "9", "10", sequence=4),
+        A(1, 18),
+    )
     clean(store, settings)  # the active segment [6, 19) holds the markers: only [0, 6) is cleaned
     assert keys(store) == ["2", "3", "5", "6", "6", "7", "7", "8", "8", "9", "9", "10"]
-    assert [(b["base_offset"], b["last"], b["record_count"]) for b in batches(store)[:2]] == [(2, 3, 2), (4, 5, 0)], \
+    assert [(b["base_offset"], b["last"], b["record_count"]) for b in batches(store)[:2]] == [(2, 3, 2), (4, 5, 0)], (
         "the aborted batch before the uncleanable offset stays, empty"
+    )
 
 
 def test_t18_commit_marker_lifecycle_in_batches(store: Store, settings: Settings) -> None:
@@ -281,8 +338,12 @@ def test_t20_empty_batches_keep_producers_until_they_write_again(store: Store, s
 
 
 def test_t56_the_horizon_goes_in_the_base_timestamp_and_record_times_stay(store: Store, settings: Settings) -> None:
-    append(store, batch(0, rec("a", "x", timestamp=5), rec("b", None, timestamp=10), rec("c", "y", timestamp=15),
-                        compression="zstd"))
+    append(
+        store,
+        batch(
+            0, rec("a", "x", timestamp=5), rec("b", None, timestamp=10), rec("c", "y", timestamp=15), compression="zstd"
+        ),
+    )
     append(store, plain(3, "active"))
     clean(store, settings)
     stamped = batches(store)[0]
@@ -292,56 +353,127 @@ def test_t56_the_horizon_goes_in_the_base_timestamp_and_record_times_stay(store:
 
 
 def test_t56_a_rebuilt_batch_keeps_its_last_offset(store: Store, settings: Settings) -> None:
-    append(store, batch(0, rec(None, "5", offset=5), rec("k", "8", offset=8), rec(None, "10", offset=10),
-                        producer=23, epoch=5, sequence=10, compression="gzip", timestamp=TS))
+    append(
+        store,
+        batch(
+            0,
+            rec(None, "5", offset=5),
+            rec("k", "8", offset=8),
+            rec(None, "10", offset=10),
+            producer=23,
+            epoch=5,
+            sequence=10,
+            compression="gzip",
+            timestamp=TS,
+        ),
+    )
     append(store, plain(11, "active"))
     drop = settings_with({**BASE, "cleaner": {**BASE["cleaner"], "keyless.records": "drop"}})
     clean(store, drop)
     rebuilt = batches(store)[0]
-    assert (rebuilt["base_offset"], rebuilt["last"], rebuilt["offsets"], rebuilt["base_sequence"],
-            rebuilt["producer_epoch"], rebuilt["compression"]) == (0, 10, [8], 10, 5, "gzip")
+    assert (
+        rebuilt["base_offset"],
+        rebuilt["last"],
+        rebuilt["offsets"],
+        rebuilt["base_sequence"],
+        rebuilt["producer_epoch"],
+        rebuilt["compression"],
+    ) == (0, 10, [8], 10, 5, "gzip")
 
 
 def test_t56_an_empty_batch_is_a_bare_header(store: Store, settings: Settings) -> None:
-    commit_log(store, with_horizon(NOW - 1, batch(3, rec("a", None, timestamp=11), rec("b", None, timestamp=12),
-                                                  producer=23, epoch=5, sequence=10, compression="gzip")))
+    commit_log(
+        store,
+        with_horizon(
+            NOW - 1,
+            batch(
+                3,
+                rec("a", None, timestamp=11),
+                rec("b", None, timestamp=12),
+                producer=23,
+                epoch=5,
+                sequence=10,
+                compression="gzip",
+            ),
+        ),
+    )
     append(store, plain(5, "active"))
     clean(store, settings)
     empty = batches(store)[0]
-    assert {k: empty[k] for k in ("record_count", "max_timestamp", "base_offset", "last", "base_sequence", "size",
-                                  "base_timestamp", "delete_horizon_ms", "compression", "producer_id",
-                                  "producer_epoch")} == \
-        {"record_count": 0, "max_timestamp": 12, "base_offset": 3, "last": 4, "base_sequence": 10, "size": 61,
-         "base_timestamp": -1, "delete_horizon_ms": None, "compression": "none", "producer_id": 23,
-         "producer_epoch": 5}
+    assert {
+        k: empty[k]
+        for k in (
+            "record_count",
+            "max_timestamp",
+            "base_offset",
+            "last",
+            "base_sequence",
+            "size",
+            "base_timestamp",
+            "delete_horizon_ms",
+            "compression",
+            "producer_id",
+            "producer_epoch",
+        )
+    } == {
+        "record_count": 0,
+        "max_timestamp": 12,
+        "base_offset": 3,
+        "last": 4,
+        "base_sequence": 10,
+        "size": 61,
+        "base_timestamp": -1,
+        "delete_horizon_ms": None,
+        "compression": "none",
+        "producer_id": 23,
+        "producer_epoch": 5,
+    }
 
 
 def test_parquet_segments_written_as_kafka_are_framed_in_batches(store: Store, settings: Settings) -> None:
-    store.append(TP, records([{"key": "a", "value": "1"}, {"key": "b", "value": None}, {"key": "a", "value": "2"}]),
-                 now_ms=NOW)
+    store.append(
+        TP, records([{"key": "a", "value": "1"}, {"key": "b", "value": None}, {"key": "a", "value": "2"}]), now_ms=NOW
+    )
     store.append(TP, records([{"key": "c", "value": "3"}]), now_ms=NOW)
     kafka = settings_with({**BASE, "topics": {"t": {"segment.format": "kafka"}}})
     clean(store, kafka)
     first = store.manifest(TP).segments[0]
     assert first.format == "kafka"
-    assert [(b["base_offset"], b["offsets"], b["delete_horizon_ms"]) for b in batches(store)[:1]] == \
-        [(1, [1, 2], NOW + DAY)]
-    assert [r["delete_horizon_ms"] for r in store.read(TP).to_pylist()] == [NOW + DAY, None, None], \
+    assert [(b["base_offset"], b["offsets"], b["delete_horizon_ms"]) for b in batches(store)[:1]] == [
+        (1, [1, 2], NOW + DAY)
+    ]
+    assert [r["delete_horizon_ms"] for r in store.read(TP).to_pylist()] == [NOW + DAY, None, None], (
         "the batch's horizon is its tombstone's, not its values'"
+    )
 
 
 def test_framing_keeps_one_horizon_per_batch() -> None:
     from compaction.store.formats import frame_batches
 
-    rows = records([{"offset": 0, "key": "a", "value": None, "delete_horizon_ms": 7},
-                    {"offset": 1, "key": "b", "value": "x"},
-                    {"offset": 2, "key": "c", "value": None},
-                    {"offset": 3, "key": "d", "value": None, "delete_horizon_ms": 7},
-                    {"offset": 4, "key": None, "value": None, "is_control": True, "control_type": "commit",
-                     "producer_id": 3, "is_transactional": True}])
+    rows = records(
+        [
+            {"offset": 0, "key": "a", "value": None, "delete_horizon_ms": 7},
+            {"offset": 1, "key": "b", "value": "x"},
+            {"offset": 2, "key": "c", "value": None},
+            {"offset": 3, "key": "d", "value": None, "delete_horizon_ms": 7},
+            {
+                "offset": 4,
+                "key": None,
+                "value": None,
+                "is_control": True,
+                "control_type": "commit",
+                "producer_id": 3,
+                "is_transactional": True,
+            },
+        ]
+    )
     framed = frame_batches(rows, "zstd").to_pylist()
-    assert [(b["base_offset"], b["record_count"], b["delete_horizon_ms"], b["compression"]) for b in framed] == \
-        [(0, 2, 7, "zstd"), (2, 1, None, "zstd"), (3, 1, 7, "zstd"), (4, 1, None, "none")]
+    assert [(b["base_offset"], b["record_count"], b["delete_horizon_ms"], b["compression"]) for b in framed] == [
+        (0, 2, 7, "zstd"),
+        (2, 1, None, "zstd"),
+        (3, 1, 7, "zstd"),
+        (4, 1, None, "none"),
+    ]
 
 
 def test_a_batch_with_a_deletion_vector_reads_without_its_deleted_records(store: Store) -> None:

@@ -15,15 +15,18 @@ def _java_int(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    # Kafka's UtilsTest.testMurmur2: Utils.murmur2 of these strings' bytes, as Java's (signed) int.
-    (b"21", -973932308),
-    (b"foobar", -790332482),
-    (b"a-little-bit-long-string", -985981536),
-    (b"a-little-bit-longer-string", -1486304829),
-    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
-    (b"abc", 479470107),
-])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # Kafka's UtilsTest.testMurmur2: Utils.murmur2 of these strings' bytes, as Java's (signed) int.
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
 def test_murmur2_gives_kafkas_values(data: bytes, expected: int) -> None:
     assert _java_int(murmur2(data)) == expected
 

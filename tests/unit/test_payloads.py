@@ -37,13 +37,33 @@ def one_of_each(store: Store) -> list[Payload]:
     store.append(TP, records([{"key": "a"}, {"key": "b"}, {"key": "a"}]), now_ms=0)
     segment = store.manifest(TP).segments[0]
     counts = SegmentCounts(records=3, kept=2, stamped=0, dropped={"superseded": 1}, next_horizon_ms=None)
-    applied = AppliedJob(tp=TP, job_id=0, sources=(0,), deletes_only=False, segment=segment, records_read=3,
-                         bytes_read=segment.size_bytes, records_written=2, bytes_written=10)
+    applied = AppliedJob(
+        tp=TP,
+        job_id=0,
+        sources=(0,),
+        deletes_only=False,
+        segment=segment,
+        records_read=3,
+        bytes_read=segment.size_bytes,
+        records_written=2,
+        bytes_written=10,
+    )
     return [
         clean_task(TP, store, (segment,)),
-        ApplyJob(tp=TP, store=store, job_id=0, sources=(segment,), horizon_ms=5, now_ms=0, log_start_offset=0,
-                 deletes_only=False, pass_id="pass", segment_format=SegmentFormat.PARQUET, batch_policy=None,
-                 verdicts=(SourceVerdicts(rows=3, kept=True, listed=(("segments/_x.verdicts.parquet", 0),)),)),
+        ApplyJob(
+            tp=TP,
+            store=store,
+            job_id=0,
+            sources=(segment,),
+            horizon_ms=5,
+            now_ms=0,
+            log_start_offset=0,
+            deletes_only=False,
+            pass_id="pass",
+            segment_format=SegmentFormat.PARQUET,
+            batch_policy=None,
+            verdicts=(SourceVerdicts(rows=3, kept=True, listed=(("segments/_x.verdicts.parquet", 0),)),),
+        ),
         Verdicts(tp=TP, path="segments/_x.verdicts.parquet", segments=(SegmentVerdicts(0, counts, 3, 0),)),
         applied,
         CleanedPartition(tp=TP, segment_counts={0: counts}, jobs=(applied,)),
@@ -66,8 +86,10 @@ def test_every_payload_arrives_as_it_was_sent(memory_store: Store) -> None:
 def test_a_payload_of_another_version_is_refused_naming_both_versions(memory_store: Store, kind: str) -> None:
     (payload,) = [p for p in one_of_each(memory_store) if type(p).__name__ == kind]
     from_other_build = replace(payload, payload_version=PAYLOAD_VERSION + 1)
-    message = (f"{kind} payload of version {PAYLOAD_VERSION + 1} cannot be read by this library, which reads "
-               f"payload version {PAYLOAD_VERSION}: the driver and the executors run different versions of compaction")
+    message = (
+        f"{kind} payload of version {PAYLOAD_VERSION + 1} cannot be read by this library, which reads "
+        f"payload version {PAYLOAD_VERSION}: the driver and the executors run different versions of compaction"
+    )
     with pytest.raises(PayloadVersionError, match=f"^{re.escape(message)}$"):
         shipped(from_other_build)
 
@@ -80,8 +102,11 @@ def test_a_payload_from_a_build_before_versions_is_refused() -> None:
 
 def test_a_payload_framed_otherwise_is_refused_naming_the_framing(memory_store: Store) -> None:
     """A plain pickle (as builds before compressed payloads sent) is refused before anything unpickles it."""
-    with pytest.raises(PayloadVersionError, match=r"^a payload framed as b'\\x80\\x05\\x95' cannot be read by this "
-                                                  r"library, which reads b'cz1' \(payload version \d+\)"):
+    with pytest.raises(
+        PayloadVersionError,
+        match=r"^a payload framed as b'\\x80\\x05\\x95' cannot be read by this "
+        r"library, which reads b'cz1' \(payload version \d+\)",
+    ):
         loads(pickle.dumps(one_of_each(memory_store)[0], protocol=5))
 
 

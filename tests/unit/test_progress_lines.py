@@ -38,10 +38,22 @@ class SlowTerminal(io.StringIO):
 
 
 def test_many_partitions_committing_at_once_print_whole_lines_numbered_in_print_order(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store.open(str(tmp_path / "store"))
-    generate(store, GenerateSpec(topics=("orders", "payments"), partitions=PARTITIONS // 2, records=PARTITIONS * 200,
-                                 keys=40, segment_records=50, seed=5, end_time_ms=NOW - DAY), now_ms=NOW - DAY)
+    generate(
+        store,
+        GenerateSpec(
+            topics=("orders", "payments"),
+            partitions=PARTITIONS // 2,
+            records=PARTITIONS * 200,
+            keys=40,
+            segment_records=50,
+            seed=5,
+            end_time_ms=NOW - DAY,
+        ),
+        now_ms=NOW - DAY,
+    )
     terminal = SlowTerminal()
     monkeypatch.setattr(sys, "stdout", terminal)
     committing = threading.Barrier(8, timeout=5)  # groups of commits finish together
@@ -61,7 +73,9 @@ def test_many_partitions_committing_at_once_print_whole_lines_numbered_in_print_
     lines = terminal.getvalue().split("\n")
     assert lines[-1] == ""  # the output ends with a line's end
     numbered = [line for line in lines if line.startswith("[")]
-    assert all(re.fullmatch(rf"\[\d+/{PARTITIONS}\] cleaned (orders|payments)-\d+ \[\d+, \d+\): [^\[]*", line)
-               for line in numbered), numbered
-    assert [int(line[1:line.index("/")]) for line in numbered] == list(range(1, PARTITIONS + 1))
+    assert all(
+        re.fullmatch(rf"\[\d+/{PARTITIONS}\] cleaned (orders|payments)-\d+ \[\d+, \d+\): [^\[]*", line)
+        for line in numbered
+    ), numbered
+    assert [int(line[1 : line.index("/")]) for line in numbered] == list(range(1, PARTITIONS + 1))
     assert "" not in lines[:-1]  # no empty line left where two lines ran together

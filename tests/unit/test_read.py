@@ -43,7 +43,8 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 
 def test_reading_one_partition_keeps_the_old_output_without_a_partition_column(
-        local: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    local: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = local.store()
     old = store.read(TopicPartition(TOPIC, 0))
     code, out = cli(local, "read", TOPIC, "0", "--from", "200", "--to", "400", capsys=capsys)
@@ -64,16 +65,21 @@ def test_filters_are_pushed_down_and_select_exactly_their_records(local: Built, 
     since, until = readstore.NOW - 50_000_000, readstore.NOW - 20_000_000
     con = duckdb.connect()
     con.register("log", log)
-    expected = con.sql(f"""SELECT * FROM log WHERE key IN ('key-0000000003', 'key-0000000004', 'key-0000000005')
+    expected = (
+        con.sql(f"""SELECT * FROM log WHERE key IN ('key-0000000003', 'key-0000000004', 'key-0000000005')
                            AND "offset" >= 200 AND "offset" < 1100 AND timestamp >= {since} AND timestamp < {until}
-                           ORDER BY "partition", "offset" """).to_arrow_table().cast(log.schema)
+                           ORDER BY "partition", "offset" """)
+        .to_arrow_table()
+        .cast(log.schema)
+    )
     con.close()
     keys: list[bytes | str] = ["key-0000000003", b"key-0000000004", "key-0000000005"]
     got = scan(local.url, TOPIC, keys=keys, offsets=(200, 1100), timestamps=(since, until)).to_arrow()
     assert got.num_rows > 0 and got.equals(expected)
     flags = ["--from", "200", "--to", "1100", "--since", str(since), "--until", str(until)]
-    assert cli_table(local, tmp_path, *flags, *[f for k in ("3", "4", "5") for f in ("--key", f"key-000000000{k}")]
-                     ).equals(expected)
+    assert cli_table(
+        local, tmp_path, *flags, *[f for k in ("3", "4", "5") for f in ("--key", f"key-000000000{k}")]
+    ).equals(expected)
     narrow = scan(local.url, TOPIC, columns=["value"], keys=keys, offsets=(200, 1100), timestamps=(since, until))
     assert narrow.to_arrow().equals(expected.select(["partition", "value"])), "filters read their own columns"
     columns = scan(local.url, TOPIC, columns=["key", "offset"], offsets=(200, 1100)).to_arrow()
@@ -81,8 +87,7 @@ def test_filters_are_pushed_down_and_select_exactly_their_records(local: Built, 
     assert columns.num_rows == log.filter((pc.field("offset") >= 200) & (pc.field("offset") < 1100)).num_rows
 
 
-def test_polars_pushes_projections_and_predicates_into_the_stream_and_stops_early(local: Built,
-                                                                                 tmp_path: Path) -> None:
+def test_polars_pushes_projections_and_predicates_into_the_stream_and_stops_early(local: Built, tmp_path: Path) -> None:
     import polars as pl
 
     log = cli_table(local, tmp_path)
@@ -117,8 +122,12 @@ def _drop_last_segment(store: Store, tp: TopicPartition) -> str:
     """Commit a version without the partition's last segment; returns that segment's object name."""
     m = store.manifest(tp)
     last = m.segments[-1]
-    store.replace(tp, Replacement((last,), (), m.first_dirty_offset, m.first_dirty_offset, m.log_start_offset,
-                                  m.log_start_offset), writer=Writer(), now_ms=readstore.NOW)
+    store.replace(
+        tp,
+        Replacement((last,), (), m.first_dirty_offset, m.first_dirty_offset, m.log_start_offset, m.log_start_offset),
+        writer=Writer(),
+        now_ms=readstore.NOW,
+    )
     return last.path
 
 
@@ -134,7 +143,8 @@ def _partly_read(s: Scan) -> tuple[Iterator[pa.RecordBatch], list[pa.RecordBatch
 
 
 def test_a_reader_finishes_its_version_when_a_newer_one_commits_and_gc_runs_within_its_grace(
-        local: Built, tmp_path: Path) -> None:
+    local: Built, tmp_path: Path
+) -> None:
     built = _copy(local, tmp_path)
     store = built.store()
     expected = the_scan(built, None).to_arrow()
@@ -142,45 +152,62 @@ def test_a_reader_finishes_its_version_when_a_newer_one_commits_and_gc_runs_with
     batches, first = _partly_read(s)
     for p in range(PARTITIONS):
         _drop_last_segment(store, TopicPartition(TOPIC, p))
-    results, _ = collect_store(store, store.topic_partitions(), wall_ms=int(time.time() * 1000), grace_ms=3_600_000,
-                               keep_versions=1)
+    results, _ = collect_store(
+        store, store.topic_partitions(), wall_ms=int(time.time() * 1000), grace_ms=3_600_000, keep_versions=1
+    )
     assert not [r for r in results if r.deleted_objects or r.pruned_versions], "all within the grace period"
     assert pa.Table.from_batches([*first, *batches]).equals(expected)
 
 
 def test_a_version_gc_removed_is_refused_naming_the_oldest_readable_one(
-        local: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    local: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     built = _copy(local, tmp_path)
     store = built.store()
     s = the_scan(built, None)
     batches, _ = _partly_read(s)
     for p in range(PARTITIONS):
         _drop_last_segment(store, TopicPartition(TOPIC, p))
-    results, _ = collect_store(store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0,
-                               keep_versions=1)
+    results, _ = collect_store(
+        store, store.topic_partitions(), wall_ms=past_every_write_ms(), grace_ms=0, keep_versions=1
+    )
     assert all(r.pruned_versions == [1, 2, 3, 4] and len(r.deleted_objects) >= 1 for r in results)
-    with pytest.raises(VersionNotFoundError, match=r"version 4 of partition orders-.* was removed by gc while it was "
-                                                   r"being read .*: the oldest readable version is 5"):
+    with pytest.raises(
+        VersionNotFoundError,
+        match=r"version 4 of partition orders-.* was removed by gc while it was "
+        r"being read .*: the oldest readable version is 5",
+    ):
         list(batches)
-    with pytest.raises(VersionNotFoundError, match=r"version 2 of partition orders-0 .* was removed by gc: the oldest "
-                                                   r"readable version is 5 \(the newest 5\)"):
+    with pytest.raises(
+        VersionNotFoundError,
+        match=r"version 2 of partition orders-0 .* was removed by gc: the oldest "
+        r"readable version is 5 \(the newest 5\)",
+    ):
         scan(built.url, TOPIC, version=2)
     code, out = cli(built, "read", TOPIC, "--version", "0=3", capsys=capsys)
-    assert code == EXIT_FAILED and "error: version 3 of partition orders-0" in out and "oldest readable version is 5" \
-        in out
+    assert (
+        code == EXIT_FAILED
+        and "error: version 3 of partition orders-0" in out
+        and "oldest readable version is 5" in out
+    )
     code, out = cli(built, "read", TOPIC, "1", "--version", "9", capsys=capsys)
     assert code == EXIT_FAILED and "version 9 of partition orders-1" in out and "was never committed" in out
     kept = history(built.url, TOPIC, 0)
-    assert [(e.version, e.records_in, e.records_out) for e in kept] == [(5, None, None)], \
+    assert [(e.version, e.records_in, e.records_out) for e in kept] == [(5, None, None)], (
         "the first version kept has nothing left to compare with"
+    )
 
 
 # Folder hygiene -------------------------------------------------------------------------------------------
 
 
 def test_deletion_vectors_are_named_so_that_readers_skipping_underscore_files_skip_them(local: Built) -> None:
-    vectors = [s.deletes.path for p in range(PARTITIONS) for s in local.store().manifest(TopicPartition(TOPIC, p))
-               .segments if s.deletes]
+    vectors = [
+        s.deletes.path
+        for p in range(PARTITIONS)
+        for s in local.store().manifest(TopicPartition(TOPIC, p)).segments
+        if s.deletes
+    ]
     assert len(vectors) == 3 and all(v.startswith("segments/_") and v.endswith(".deletes.parquet") for v in vectors)
     folder = readstore.segments_folder(local, 0)
     listed = {p.name for p in folder.iterdir()}
@@ -200,7 +227,13 @@ def test_deletion_vectors_under_their_old_names_are_still_read(local: Built, tmp
     partition = Path(built.url) / TOPIC / "1"
     (partition / old).write_bytes((partition / segment.deletes.path).read_bytes())
     renamed = segment.model_copy(update={"deletes": segment.deletes.model_copy(update={"path": old})})
-    store.replace(tp, Replacement((segment,), (renamed,), m.first_dirty_offset, m.first_dirty_offset,
-                                  m.log_start_offset, m.log_start_offset), writer=Writer(), now_ms=readstore.NOW)
+    store.replace(
+        tp,
+        Replacement(
+            (segment,), (renamed,), m.first_dirty_offset, m.first_dirty_offset, m.log_start_offset, m.log_start_offset
+        ),
+        writer=Writer(),
+        now_ms=readstore.NOW,
+    )
     assert store.manifest(tp).segments[0].deletes.path == old  # type: ignore[union-attr]
     assert the_scan(built, None).to_arrow().equals(expected)

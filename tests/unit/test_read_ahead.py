@@ -20,8 +20,9 @@ def batch(unit: int, i: int) -> pa.RecordBatch:
     return pa.record_batch([pa.array([unit * 100 + i])], names=["n"])
 
 
-def units(count: int, per_unit: int, made: list[int], fail_at: int | None = None
-          ) -> list[Callable[[], Iterator[pa.RecordBatch]]]:
+def units(
+    count: int, per_unit: int, made: list[int], fail_at: int | None = None
+) -> list[Callable[[], Iterator[pa.RecordBatch]]]:
     def unit(u: int) -> Callable[[], Iterator[pa.RecordBatch]]:
         def produce() -> Iterator[pa.RecordBatch]:
             for i in range(per_unit):
@@ -29,7 +30,9 @@ def units(count: int, per_unit: int, made: list[int], fail_at: int | None = None
                     raise OSError(f"unit {u} failed")
                 made.append(u)
                 yield batch(u, i)
+
         return produce
+
     return [unit(u) for u in range(count)]
 
 
@@ -78,7 +81,8 @@ def test_a_consumer_that_stops_early_stops_the_workers_and_holds_little(monkeypa
     assert next(stream).column(0)[0].as_py() == 0
     with WatchedQueue.changed:  # (the timeout only ends a run in which the workers never wait)
         waiting = WatchedQueue.changed.wait_for(
-            lambda: len(WatchedQueue.made) == 2 and all(q.blocked() for q in WatchedQueue.made), timeout=60)
+            lambda: len(WatchedQueue.made) == 2 and all(q.blocked() for q in WatchedQueue.made), timeout=60
+        )
     assert waiting, "both workers wait on a full queue"
     # The first unit: the batch taken, a full queue and the one in hand; the second: a full queue and one in hand.
     assert Counter(made) == {0: QUEUE_BATCHES + 2, 1: QUEUE_BATCHES + 1}, "each worker stops at its queue's bound"

@@ -37,8 +37,12 @@ def read(url: str, tmp_path: Path, *args: str) -> pa.Table:
 
 
 def test_stdout_stops_quietly_when_the_pipe_closes(url: str) -> None:
-    reader = subprocess.Popen([sys.executable, "-m", "compaction.cli", "read", url, TOPIC], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "compaction.cli", "read", url, TOPIC],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert reader.stdout is not None and reader.stderr is not None
     first = json.loads(reader.stdout.readline())
     reader.stdout.close()  # what `head -1` does once it has its line
@@ -49,8 +53,12 @@ def test_stdout_stops_quietly_when_the_pipe_closes(url: str) -> None:
 
 def test_parquet_to_stdout_and_csv(url: str, tmp_path: Path) -> None:
     expected = read(url, tmp_path)
-    piped = subprocess.run([sys.executable, "-m", "compaction.cli", "read", url, TOPIC, "--format", "parquet"],
-                           cwd=ROOT, capture_output=True, check=True)
+    piped = subprocess.run(
+        [sys.executable, "-m", "compaction.cli", "read", url, TOPIC, "--format", "parquet"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
     assert pq.read_table(pa.BufferReader(piped.stdout)).equals(expected)
 
     target = tmp_path / "log.csv"
@@ -59,14 +67,16 @@ def test_parquet_to_stdout_and_csv(url: str, tmp_path: Path) -> None:
     assert len(rows) == expected.num_rows and list(rows[0]) == expected.schema.names
     first = expected.slice(0, 1).to_pylist()[0]
     assert rows[0]["key"] == first["key"].decode() and rows[0]["value"] == first["value"].decode()
-    assert json.loads(rows[0]["headers"]) == [{"key": "seq", "value": first["headers"][0]["value"].decode("utf-8",
-                                                                                                      "replace")}]
+    assert json.loads(rows[0]["headers"]) == [
+        {"key": "seq", "value": first["headers"][0]["value"].decode("utf-8", "replace")}
+    ]
     tombstone = next(i for i, r in enumerate(expected.to_pylist()) if r["key"] and r["value"] is None)
     assert rows[tombstone]["value"] == ""
 
 
-def test_files_json_is_enough_to_wire_up_another_engine(url: str, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_files_json_is_enough_to_wire_up_another_engine(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = invoke(capsys, "files", url, TOPIC, "--json")
     doc = json.loads(out)
     assert code == EXIT_OK and [p["version"] for p in doc["partitions"]] == [NEWEST] * PARTITIONS
@@ -90,11 +100,16 @@ def test_files_json_is_enough_to_wire_up_another_engine(url: str, tmp_path: Path
     assert out.count("orders-0") == 5  # version 2: the generated segments and the append
 
 
-def test_history_lists_each_version_with_its_operation_and_figures(url: str, capsys: pytest.CaptureFixture[str]
-                                                                    ) -> None:
+def test_history_lists_each_version_with_its_operation_and_figures(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     entries = history(url, TOPIC, 0)
-    assert [(e.version, e.operation) for e in entries] == [(1, "generate"), (2, "append"), (3, "clean"),
-                                                           (4, "clean+retention")]
+    assert [(e.version, e.operation) for e in entries] == [
+        (1, "generate"),
+        (2, "append"),
+        (3, "clean"),
+        (4, "clean+retention"),
+    ]
     generated, appended, vector, retention = entries
     assert (generated.records_in, generated.records_out) == (0, 1200)
     assert (appended.records_in, appended.records_out, appended.live_records) == (0, 7, 1207)
@@ -110,8 +125,9 @@ def test_history_lists_each_version_with_its_operation_and_figures(url: str, cap
 
 
 @pytest.mark.parametrize("flags", [[], ["--latest"], ["--version", str(OLDER)]], ids=["log", "latest", "older"])
-def test_a_snapshot_is_read_correctly_with_a_plain_glob(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                         flags: list[str]) -> None:
+def test_a_snapshot_is_read_correctly_with_a_plain_glob(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
     dest = tmp_path / "snap"
     code, out, _ = invoke(capsys, "snapshot", url, TOPIC, str(dest), *flags)
     expected = read(url, tmp_path, *flags)

@@ -86,9 +86,13 @@ def test_retention_drops_leading_segments_by_time_and_by_bytes() -> None:
 
 def test_overdue_partitions_go_first_then_the_dirtiest_and_the_budget_defers_the_rest() -> None:
     clean = Choice(True, "dirty ratio", 0, 0, 3, work=150)
-    choices = {"x": replace(clean, ratio=0.5), "y": replace(clean, overdue=5, ratio=0.1),
-               "z": replace(clean, overdue=7, ratio=0.2), "w": replace(clean, ratio=0.9),
-               "skipped": Choice(False, "skip", 0)}
+    choices = {
+        "x": replace(clean, ratio=0.5),
+        "y": replace(clean, overdue=5, ratio=0.1),
+        "z": replace(clean, overdue=7, ratio=0.2),
+        "w": replace(clean, ratio=0.9),
+        "skipped": Choice(False, "skip", 0),
+    }
     assert order(choices) == (["z", "y", "w", "x"], [])
     assert order(choices, budget=200) == (["z"], ["y", "w", "x"])
     assert order(choices, budget=300) == (["z", "y"], ["w", "x"])

@@ -14,10 +14,17 @@ from compaction.engine.session import WarmWorkers, check_master, stop_session, w
 from compaction.errors import CompactionError
 
 
-@pytest.mark.parametrize(("master", "expected"), [
-    ("local", "local[1,4]"), ("local[3]", "local[3,4]"), ("local[*]", "local[*,4]"),
-    ("local[2,1]", "local[2,1]"), ("spark://host:7077", "spark://host:7077"), ("yarn", "yarn"),
-])
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("local", "local[1,4]"),
+        ("local[3]", "local[3,4]"),
+        ("local[*]", "local[*,4]"),
+        ("local[2,1]", "local[2,1]"),
+        ("spark://host:7077", "spark://host:7077"),
+        ("yarn", "yarn"),
+    ],
+)
 def test_a_local_master_gets_the_task_attempts_a_cluster_gives(master: str, expected: str) -> None:
     assert with_task_retries(master) == expected
 
@@ -26,26 +33,31 @@ def test_the_attempts_can_be_set() -> None:
     assert with_task_retries("local[2]", "2") == "local[2,2]"
 
 
-@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[2,3]", "local[*,4]",
-                                    "local-cluster[2,1,1024]"])
+@pytest.mark.parametrize(
+    "master", ["local", "local[2]", "local[*]", "local[2,3]", "local[*,4]", "local-cluster[2,1,1024]"]
+)
 def test_every_local_master_spark_takes_is_accepted(master: str) -> None:
     check_master(master)
 
 
-@pytest.mark.parametrize("master", ["local[0]", "local-cluster[2,1]", "local-cluster[2, 1, 1024]", "localhost:7077",
-                                    "locall[2]", "mesos-cluster"])
+@pytest.mark.parametrize(
+    "master",
+    ["local[0]", "local-cluster[2,1]", "local-cluster[2, 1, 1024]", "localhost:7077", "locall[2]", "mesos-cluster"],
+)
 def test_a_malformed_master_is_refused_with_the_forms_spark_takes(master: str) -> None:
     with pytest.raises(CompactionError, match="local-cluster"):
         check_master(master)
 
 
 def test_a_local_cluster_master_keeps_its_own_task_attempts() -> None:
-    assert with_task_retries("local-cluster[2,1,1024]") == "local-cluster[2,1,1024]", \
+    assert with_task_retries("local-cluster[2,1,1024]") == "local-cluster[2,1,1024]", (
         "a local cluster schedules like a standalone one: spark.task.maxFailures applies"
+    )
 
 
-def test_a_run_maps_the_environments_class_archive_and_never_dumps_one(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_maps_the_environments_class_archive_and_never_dumps_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Dumping an archive costs a run 15-20 s at its JVM's exit: only `compaction warm-up` dumps one; a run maps it
     when there is one, else starts as Spark always does."""
     from compaction.engine.session import archive
@@ -83,8 +95,10 @@ def test_the_warm_up_names_a_folder_it_cannot_write_in(tmp_path: Path, monkeypat
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(Path, "touch", refuse)  # root writes anywhere: refuse as a user's folder would
-    with pytest.raises(CompactionError, match=f"cannot write the class archive in {folder} .Permission denied.: "
-                                              "run `compaction warm-up` as the owner"):
+    with pytest.raises(
+        CompactionError,
+        match=f"cannot write the class archive in {folder} .Permission denied.: run `compaction warm-up` as the owner",
+    ):
         archive.build_class_archive(["true"])
 
 
@@ -160,7 +174,9 @@ def test_stopping_a_spark_connect_session_is_its_own_stop() -> None:
 def test_looking_for_running_sessions_leaves_spark_connect_unimported_unless_it_was() -> None:
     # A fresh interpreter, as a run starts: Spark Connect's modules (grpc and all, 0.6 s of a core) are imported
     # only by a run that uses them; one that did not cannot have a Connect session to find.
-    code = ("import sys; from compaction.engine.session import running_sessions; "
-            "print(running_sessions(), 'pyspark.sql.connect.session' in sys.modules, 'grpc' in sys.modules)")
+    code = (
+        "import sys; from compaction.engine.session import running_sessions; "
+        "print(running_sessions(), 'pyspark.sql.connect.session' in sys.modules, 'grpc' in sys.modules)"
+    )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert found == ["[]", "False", "False"]

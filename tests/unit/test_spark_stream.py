@@ -16,13 +16,18 @@ NOW = 1_767_225_600_000
 
 
 def reader(store: Store, **options: str) -> StoreStreamReader:
-    return StoreStreamReader(ReadOptions.of({"path": store.url, **{k.lower(): v for k, v in options.items()}},
-                                            streaming=True))
+    return StoreStreamReader(
+        ReadOptions.of({"path": store.url, **{k.lower(): v for k, v in options.items()}}, streaming=True)
+    )
 
 
 def offsets_read(stream: StoreStreamReader, start: dict, end: dict) -> list[tuple[int, int]]:
-    return [(row["partition"], row["offset"]) for part in stream.partitions(start, end)
-            for batch in stream.read(part) for row in batch.to_pylist()]
+    return [
+        (row["partition"], row["offset"])
+        for part in stream.partitions(start, end)
+        for batch in stream.read(part)
+        for row in batch.to_pylist()
+    ]
 
 
 def test_offsets_are_the_kafka_sources_and_start_where_asked(memory_store: Store) -> None:
@@ -49,7 +54,8 @@ def test_a_partition_that_appears_later_is_read_from_its_log_start(memory_store:
     end = stream.latestOffset(start, None)
     parts = stream.partitions(start, end)
     assert [(p.topic, p.partition, p.start, p.end) for p in parts if isinstance(p, RangePartition)] == [
-        ("orders", 1, None, 2)]
+        ("orders", 1, None, 2)
+    ]
     assert offsets_read(stream, start, end) == [(1, 0), (1, 1)]
 
 
@@ -61,8 +67,10 @@ def test_offsets_retention_deleted_before_the_stream_read_them_fail_unless_told(
     memory_store.replace(tp, Replacement((manifest.segments[0],), (), 0, 2, 0, 2), writer=Writer(), now_ms=NOW)
     with pytest.raises(InvalidArgumentError, match=r"offsets \[0, 2\) of orders-0 were deleted .* failOnDataLoss"):
         offsets_read(reader(memory_store), {"orders": {"0": 0}}, {"orders": {"0": 4}})
-    assert offsets_read(reader(memory_store, failOnDataLoss="false"), {"orders": {"0": 0}}, {"orders": {"0": 4}}) \
-        == [(0, 2), (0, 3)]
+    assert offsets_read(reader(memory_store, failOnDataLoss="false"), {"orders": {"0": 0}}, {"orders": {"0": 4}}) == [
+        (0, 2),
+        (0, 3),
+    ]
 
 
 def test_a_range_is_read_at_the_newest_version(memory_store: Store) -> None:
@@ -75,5 +83,6 @@ def test_a_range_is_read_at_the_newest_version(memory_store: Store) -> None:
     manifest = memory_store.manifest(tp)
     kept = memory_store.objects.write_segment(tp, keyed("b=2 a=3", start=1), 0, 3, created_ms=NOW)
     memory_store.replace(tp, Replacement((manifest.segments[0],), (kept,), 0, 3, 0, 0), writer=Writer(), now_ms=NOW)
-    assert [row["offset"] for part in planned for batch in stream.read(part) for row in batch.to_pylist()] == [1, 2], \
+    assert [row["offset"] for part in planned for batch in stream.read(part) for row in batch.to_pylist()] == [1, 2], (
         "the record a compaction removed after the batch was planned is not delivered"
+    )

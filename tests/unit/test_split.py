@@ -41,9 +41,23 @@ def settings(task_max_records: int, **kafka: Any) -> Settings:
 
 def store_of(path: Path, **spec: Any) -> Store:
     store = Store.open(str(path))
-    generate(store, GenerateSpec(**{"records": 12_000, "keys": 900, "partitions": 1, "segment_records": 1_500,
-                                    "tombstone_ratio": 0.05, "keyless_ratio": 0.01, "seed": 3,
-                                    "end_time_ms": NOW - DAY, **spec}), now_ms=NOW - DAY)
+    generate(
+        store,
+        GenerateSpec(
+            **{
+                "records": 12_000,
+                "keys": 900,
+                "partitions": 1,
+                "segment_records": 1_500,
+                "tombstone_ratio": 0.05,
+                "keyless_ratio": 0.01,
+                "seed": 3,
+                "end_time_ms": NOW - DAY,
+                **spec,
+            }
+        ),
+        now_ms=NOW - DAY,
+    )
     return store
 
 
@@ -53,8 +67,15 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
     original = Objects.read_segment
 
     def counted(self: Objects, tp: TopicPartition, segment: SegmentMeta, columns: Any = None, **kw: Any) -> pa.Table:
-        kind = ("whole" if columns is None else "sample" if list(columns) == ["key"]
-                else "decision" if "key" in columns else "other")
+        kind = (
+            "whole"
+            if columns is None
+            else "sample"
+            if list(columns) == ["key"]
+            else "decision"
+            if "key" in columns
+            else "other"
+        )
         seen[segment.base_offset, kind] += 1
         return original(self, tp, segment, columns, **kw)
 
@@ -66,10 +87,14 @@ def cleaned(store: Store) -> list[dict[str, Any]]:
     return store.read(TP, columns=["offset", "key", "value", "delete_horizon_ms"]).to_pylist()
 
 
-@pytest.mark.parametrize(("task_max_records", "transactional"), [(2_000, False), (3_000, False), (2_000, True)],
-                         ids=["many-ranges", "few-ranges", "transactions"])
+@pytest.mark.parametrize(
+    ("task_max_records", "transactional"),
+    [(2_000, False), (3_000, False), (2_000, True)],
+    ids=["many-ranges", "few-ranges", "transactions"],
+)
 def test_a_split_partition_reads_each_segment_once_if_it_holds_no_transactions(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_max_records: int, transactional: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_max_records: int, transactional: bool
+) -> None:
     extra = {"transactional_ratio": 0.3, "abort_ratio": 0.3} if transactional else {}
     whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
     Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)
@@ -117,20 +142,30 @@ def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fai
     ranged = replace(task, key_range=2, pieces=tuple(run.piece(2) for run in runs))
     verdicts = decide_handed(ranged)
     assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.segments]
-    with pytest.raises(RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range "
-                                                     "of 8")):
+    with pytest.raises(
+        RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range of 8")
+    ):
         decide_handed(replace(ranged, pieces=ranged.pieces[1:]))  # one run's piece lost
     lost = run(hand_out, RunRead(task=replace(task, segments=segments[0], store=Store.open(str(tmp_path / "nowhere")))))
     assert isinstance(lost, Failed) and not lost.failure.internal, "a missing object is the store's failure, not a bug"
 
 
 def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_the_dirty_keys_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A compacted partition (a unique clean section of several segments, tombstones with their horizons, keyless
     # records), then a night of updates, new keys and tombstones: cleaned against its dirty keys, or in one task.
     spec = {"records": 12_000, "keys": 6_000}
-    night = GenerateSpec(records=600, keys=6_300, partitions=1, segment_records=300, tombstone_ratio=0.05,
-                         keyless_ratio=0.01, seed=4, end_time_ms=NOW - DAY // 2)
+    night = GenerateSpec(
+        records=600,
+        keys=6_300,
+        partitions=1,
+        segment_records=300,
+        tombstone_ratio=0.05,
+        keyless_ratio=0.01,
+        seed=4,
+        end_time_ms=NOW - DAY // 2,
+    )
     stores = {}
     for name in ("whole", "mapped"):
         stores[name] = store_of(tmp_path / name, **spec)
@@ -152,8 +187,12 @@ def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_th
     monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 1 << 40)
     assert not Cleaner(InlineSession(), stores["whole"], settings(1_000_000, **nightly)).run(NOW).failed
     assert cleaned(stores["mapped"]) == cleaned(stores["whole"])
-    layouts = {name: [(s.base_offset, s.record_count, s.deletes.count if s.deletes else 0)
-                      for s in store.manifest(TP).segments] for name, store in stores.items()}
+    layouts = {
+        name: [
+            (s.base_offset, s.record_count, s.deletes.count if s.deletes else 0) for s in store.manifest(TP).segments
+        ]
+        for name, store in stores.items()
+    }
     assert layouts["mapped"] == layouts["whole"]
     vectors = [s for s in stores["mapped"].manifest(TP).segments if s.deletes is not None]
     assert vectors and report.partitions[0].stats.deletion_vectors_written == len(vectors)

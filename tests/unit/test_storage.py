@@ -54,7 +54,8 @@ def disk_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 
 def test_an_append_flushes_its_segment_before_the_manifest_and_the_manifest_before_returning(
-        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    tmp_path: Path, disk_events: list[tuple[str, str]]
+) -> None:
     store = Store.open(str(tmp_path / "store"))
     store.append(TP, keyed("a=1"), now_ms=1)
     disk_events.clear()
@@ -72,7 +73,8 @@ def test_an_append_flushes_its_segment_before_the_manifest_and_the_manifest_befo
 
 
 def test_a_pass_flushes_the_objects_its_tasks_wrote_in_the_commit_that_names_them(
-        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    tmp_path: Path, disk_events: list[tuple[str, str]]
+) -> None:
     """A task writes its objects without waiting for the device (a flush waits for every other task's writes too);
     the commit flushes them, and their folder, before the manifest that names them is published."""
     store = Store.open(str(tmp_path / "store"))
@@ -93,11 +95,13 @@ def test_a_pass_flushes_the_objects_its_tasks_wrote_in_the_commit_that_names_the
     written = min(flushed.index(path) for path in new)
     assert flushed[written:published] and all(
         path in new or path in (str(partition / "segments"), str(partition / "_manifests")) or ".tmp-" in path
-        for path in flushed[written:published])
+        for path in flushed[written:published]
+    )
 
 
 def test_an_object_written_unflushed_waits_for_nothing_until_flushed(
-        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    tmp_path: Path, disk_events: list[tuple[str, str]]
+) -> None:
     store = Store.open(str(tmp_path / "store"))
     store.append(TP, keyed("a=1"), now_ms=1)  # the folders exist
     disk_events.clear()
@@ -109,7 +113,8 @@ def test_an_object_written_unflushed_waits_for_nothing_until_flushed(
 
 
 def test_folders_a_first_append_creates_are_flushed_into_their_parents_before_the_manifest(
-        tmp_path: Path, disk_events: list[tuple[str, str]]) -> None:
+    tmp_path: Path, disk_events: list[tuple[str, str]]
+) -> None:
     root = tmp_path / "store"
     Store.open(str(root)).append(TP, keyed("a=1"), now_ms=1)
 
@@ -120,7 +125,8 @@ def test_folders_a_first_append_creates_are_flushed_into_their_parents_before_th
 
 
 def test_a_local_commit_that_fails_is_reported_at_once_since_it_wrote_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store.open(str(tmp_path / "store"))
     store.append(TP, keyed("a=1"), now_ms=1)
 
@@ -137,7 +143,8 @@ def test_a_local_commit_that_fails_is_reported_at_once_since_it_wrote_nothing(
 
 
 def test_a_store_opened_by_a_relative_path_names_the_same_folder_in_a_task_elsewhere(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A cluster's worker or a Spark Connect server runs tasks in a working folder of its own.
     (tmp_path / "driver" / "st").mkdir(parents=True)
     (tmp_path / "worker").mkdir()

@@ -97,10 +97,14 @@ def test_open_transactions_bound_the_last_stable_offset(store: Store) -> None:
 
 
 def _replacement(store: Store, manifest, removed, added, first_dirty):
-    return Replacement(removed=tuple(removed), added=tuple(added),
-                       expected_first_dirty_offset=manifest.first_dirty_offset, first_dirty_offset=first_dirty,
-                       expected_log_start_offset=manifest.log_start_offset,
-                       log_start_offset=manifest.log_start_offset)
+    return Replacement(
+        removed=tuple(removed),
+        added=tuple(added),
+        expected_first_dirty_offset=manifest.first_dirty_offset,
+        first_dirty_offset=first_dirty,
+        expected_log_start_offset=manifest.log_start_offset,
+        log_start_offset=manifest.log_start_offset,
+    )
 
 
 def test_replace_swaps_segments_and_moves_the_checkpoint(store: Store) -> None:
@@ -130,8 +134,9 @@ def test_a_replace_planned_on_the_newest_version_commits_in_one_call(store: Stor
     base = store.append(TP, keyed("a=1 a=2"), now_ms=1)
     new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
     recorder = RecordingStorage(store)
-    manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=2,
-                             expected=base)
+    manifest = store.replace(
+        TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=2, expected=base
+    )
     assert manifest.version == 2
     assert [op for op, _ in recorder.calls if op in ("list", "read", "open")] == [], "nothing listed or read back"
 
@@ -141,8 +146,9 @@ def test_a_replace_planned_on_an_older_version_rebases_on_the_newest(store: Stor
     new = store.objects.write_segment(TP, table(rec("a", "2", 1)), 0, 2, created_ms=2)
     store.append(TP, keyed("b=9"), now_ms=2)  # lands between the plan and the commit
     store.append(TP, keyed("c=9"), now_ms=2)
-    manifest = store.replace(TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=3,
-                             expected=base)
+    manifest = store.replace(
+        TP, _replacement(store, base, base.segments, [new], 2), writer=Writer(), now_ms=3, expected=base
+    )
     assert manifest.version == 4 and offsets(store.read(TP)) == [1, 2, 3]
     assert store.manifest(TP, 2).writer.operation == "append", "the version the plan expected was not overwritten"
 
@@ -158,14 +164,25 @@ def test_replace_of_a_segment_someone_else_replaced_is_a_conflict(store: Store) 
 
 
 def _kept(latest):
-    return latest.model_dump(include={"log_start_offset", "log_end_offset", "last_stable_offset",
-                                      "first_dirty_offset", "open_transactions", "segments"})
+    return latest.model_dump(
+        include={
+            "log_start_offset",
+            "log_end_offset",
+            "last_stable_offset",
+            "first_dirty_offset",
+            "open_transactions",
+            "segments",
+        }
+    )
 
 
-@pytest.mark.parametrize(("bug", "problem"), [
-    ({"log_start_offset": 5}, "log_start_offset 5 is past the log end 2"),
-    ({"log_end": 2}, "log_end: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("bug", "problem"),
+    [
+        ({"log_start_offset": 5}, "log_start_offset 5 is past the log end 2"),
+        ({"log_end": 2}, "log_end: Extra inputs are not permitted"),
+    ],
+)
 def test_a_change_that_breaks_the_manifest_rules_is_a_bug_not_a_conflict(store: Store, bug, problem) -> None:
     store.append(TP, keyed("a=1 b=2"), now_ms=1)
     with pytest.raises(InvalidManifestError, match=f"orders/0 version 2 .*{problem}") as raised:
@@ -235,7 +252,8 @@ def test_an_objects_bytes_are_read_by_python_threads_only(memory_store: Store, m
 
 
 def test_many_partitions_on_an_object_store_have_their_versions_listed_by_topic(
-        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """From FLAT_LISTING_PARTITIONS partitions of a topic, their newest versions come from ten listings of the topic
     (by the partition number's first digit), not one listing of each partition's _manifests folder: the newest
     manifest of every partition, and nothing else, as the partitions' own listings give them."""
@@ -259,7 +277,8 @@ def test_many_partitions_on_an_object_store_have_their_versions_listed_by_topic(
 def test_a_topic_is_created_with_empty_partitions_once(store: Store) -> None:
     manifests = store.create_topic("orders", 3, now_ms=5)
     assert [(m.partition, m.version, m.segments, m.log_end_offset, m.writer.operation) for m in manifests] == [
-        (p, 1, (), 0, "create") for p in range(3)]
+        (p, 1, (), 0, "create") for p in range(3)
+    ]
     assert store.partitions("orders") == [0, 1, 2]
     appended = store.append(TopicPartition("orders", 1), keyed("a=1 b=2"), now_ms=6)
     assert (appended.version, appended.log_end_offset) == (2, 2)

@@ -16,14 +16,20 @@ def test_only_the_products_own_errors_and_io_errors_are_the_datas() -> None:
 
 
 def test_the_reason_is_the_last_failure_in_one_line() -> None:
-    aborted = ("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times, most recent failure: Lost task "
-               "1.3 in stage 3.0 (TID 17) (10.0.0.7 executor 2): ExecutorLostFailure (executor 2 exited caused by "
-               "one of the running tasks) Reason: Container killed on request. Exit code is 137\n\tat org.apache.x")
-    assert spark_failure(Exception(aborted)) == ("Spark task failed 4 times: ExecutorLostFailure (executor 2 exited "
-                                                 "caused by one of the running tasks) Reason: Container killed on "
-                                                 "request. Exit code is 137")
-    python = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n  File \"x.py\","
-              " line 1, in f\n    raise SystemExit(3)\nSystemExit: 3\n SQLSTATE: 38000)")
+    aborted = (
+        "Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times, most recent failure: Lost task "
+        "1.3 in stage 3.0 (TID 17) (10.0.0.7 executor 2): ExecutorLostFailure (executor 2 exited caused by "
+        "one of the running tasks) Reason: Container killed on request. Exit code is 137\n\tat org.apache.x"
+    )
+    assert spark_failure(Exception(aborted)) == (
+        "Spark task failed 4 times: ExecutorLostFailure (executor 2 exited "
+        "caused by one of the running tasks) Reason: Container killed on "
+        "request. Exit code is 137"
+    )
+    python = (
+        'An exception was thrown from the Python worker:\nTraceback (most recent call last):\n  File "x.py",'
+        " line 1, in f\n    raise SystemExit(3)\nSystemExit: 3\n SQLSTATE: 38000)"
+    )
     assert spark_failure(Exception(python)) == "Spark job failed: SystemExit: 3"
     stopped = "org.apache.spark.SparkException: Job 7 cancelled because SparkContext was shut down\n\tat org.x"
     assert spark_failure(Exception(stopped)) == "Spark job failed: Job 7 cancelled because SparkContext was shut down"
@@ -33,15 +39,21 @@ def test_running_out_of_memory_is_one_line_naming_the_setting_that_governs_it() 
     task = Failure.of(MemoryError())
     assert not task.internal and task.trace is None
     assert task.error.startswith("MemoryError: a task ran out of memory: lower task.max.records")
-    driver = ("An error occurred while calling o161.getResult.\n: java.lang.OutOfMemoryError: Java heap space\n"
-              "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)")
-    assert spark_failure(Exception(driver)) == ("the Spark driver ran out of memory (java.lang.OutOfMemoryError: Java "
-                                                "heap space): raise spark.driver.memory")
-    executor = ("Job aborted due to stage failure: Task 3 in stage 4.0 failed 4 times, most recent failure: Lost task "
-                "3.3 in stage 4.0 (TID 40) (10.0.0.7 executor 1): java.lang.OutOfMemoryError: Java heap space\n\tat x")
+    driver = (
+        "An error occurred while calling o161.getResult.\n: java.lang.OutOfMemoryError: Java heap space\n"
+        "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)"
+    )
+    assert spark_failure(Exception(driver)) == (
+        "the Spark driver ran out of memory (java.lang.OutOfMemoryError: Java heap space): raise spark.driver.memory"
+    )
+    executor = (
+        "Job aborted due to stage failure: Task 3 in stage 4.0 failed 4 times, most recent failure: Lost task "
+        "3.3 in stage 4.0 (TID 40) (10.0.0.7 executor 1): java.lang.OutOfMemoryError: Java heap space\n\tat x"
+    )
     assert spark_failure(Exception(executor)).startswith(
         "a Spark task ran out of memory (java.lang.OutOfMemoryError: Java heap space): give executors more memory "
-        "(spark.executor.memory; in local mode spark.driver.memory) or lower task.max.records")
+        "(spark.executor.memory; in local mode spark.driver.memory) or lower task.max.records"
+    )
 
 
 def test_a_task_whose_units_cannot_be_read_fails_each_of_them_with_the_reason(memory_store) -> None:
@@ -55,7 +67,8 @@ def test_a_task_whose_units_cannot_be_read_fails_each_of_them_with_the_reason(me
     owners = {"t-0": PartitionWork(None, None), "t-1": PartitionWork(None, None)}  # type: ignore[arg-type]
     taken: list[object] = []
     refused = Failure("PayloadVersionError: CleanTask payload of version 3 cannot be read by this library")
-    Runner(LocalStages(), 1_000).gather([Ok("t-0", "done"), Failed("task 1", refused)], owners,
-                                        lambda item, value: taken.append(value))
+    Runner(LocalStages(), 1_000).gather(
+        [Ok("t-0", "done"), Failed("task 1", refused)], owners, lambda item, value: taken.append(value)
+    )
     assert taken == ["done"] and owners["t-0"].failure is None
     assert owners["t-1"].failure == refused

@@ -47,8 +47,11 @@ def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_ran
 
 
 def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_store: Store) -> None:
-    local_store.append(TP, records([{"key": "a", "value": "x" * 1000}, {"key": "b", "value": "y" * 1000},
-                                    {"key": "a", "value": None}]), now_ms=0)
+    local_store.append(
+        TP,
+        records([{"key": "a", "value": "x" * 1000}, {"key": "b", "value": "y" * 1000}, {"key": "a", "value": None}]),
+        now_ms=0,
+    )
     segment = local_store.manifest(TP).segments[0]
     asked: list[list[str] | None] = []
     original = local_store.objects.read_segment
@@ -75,15 +78,28 @@ def test_records_below_the_log_start_are_not_read(local_store: Store) -> None:
 def test_a_unique_clean_section_keeps_only_the_rows_in_doubt_and_counts_the_others_kept(local_store: Store) -> None:
     # The clean section after a pass: a..d and f once each, e's tombstone with its horizon and a keyless record; the
     # dirty section updates b and d. Only b, d (contested), e (a horizon) and the keyless record need the search.
-    local_store.append(TP, records([{"key": k, "value": "v"} for k in "abcd"] + [
-        {"key": "e", "value": None}, {"key": None, "value": "v"}, {"key": "f", "value": "v"}]), now_ms=0)
-    report = Cleaner(LocalStages(), local_store, settings_with({"log.cleanup.policy": "compact",
-                                                               "log.roll.ms": 1})).run(10)
+    local_store.append(
+        TP,
+        records(
+            [{"key": k, "value": "v"} for k in "abcd"]
+            + [{"key": "e", "value": None}, {"key": None, "value": "v"}, {"key": "f", "value": "v"}]
+        ),
+        now_ms=0,
+    )
+    report = Cleaner(
+        LocalStages(), local_store, settings_with({"log.cleanup.policy": "compact", "log.roll.ms": 1})
+    ).run(10)
     assert not report.failed
     local_store.append(TP, records([{"key": k, "value": "w"} for k in "dbd"]), now_ms=20)
     manifest = local_store.manifest(TP)
-    task = clean_task(TP, local_store, manifest.segments, first_dirty_offset=manifest.first_dirty_offset,
-                      clean_keys_unique=manifest.clean_keys_unique, now_ms=30)
+    task = clean_task(
+        TP,
+        local_store,
+        manifest.segments,
+        first_dirty_offset=manifest.first_dirty_offset,
+        clean_keys_unique=manifest.clean_keys_unique,
+        now_ms=30,
+    )
     assert manifest.first_dirty_offset == 7 and reads_clean_sparsely(task)
     sparse, full = decide_facts(task), _decide(task, read_task_facts(task))
     assert sparse.facts.table.column("offset").to_pylist() == [1, 3, 4, 5, 7, 8, 9]

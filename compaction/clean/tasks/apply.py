@@ -85,8 +85,10 @@ class ListedRows(Survivors):
             for table in tables:
                 positions = table.column("position").to_numpy()
                 if len(positions) and (positions.min() < 0 or positions.max() >= verdicts.rows):
-                    raise SegmentChangedError(f"the verdicts on segment {segment.path} of {job.tp} name rows past "
-                                              f"its {verdicts.rows} live rows")
+                    raise SegmentChangedError(
+                        f"the verdicts on segment {segment.path} of {job.tp} name rows past "
+                        f"its {verdicts.rows} live rows"
+                    )
                 listed[positions[table.column("listed").to_numpy(zero_copy_only=False)]] = True
                 stamped[positions[table.column("stamp").to_numpy(zero_copy_only=False)]] = True
             self.keep[segment.base_offset] = listed if verdicts.kept else ~listed
@@ -121,8 +123,10 @@ class HeldRows(Survivors):
         self.held: dict[int, np.ndarray] | None = None
         if facts.selected is not None:
             ends = np.cumsum(facts.read_lengths)
-            self.held = {s.base_offset: facts.selected[int(end - length):int(end)]
-                         for s, end, length in zip(segments, ends, facts.read_lengths, strict=True)}
+            self.held = {
+                s.base_offset: facts.selected[int(end - length) : int(end)]
+                for s, end, length in zip(segments, ends, facts.read_lengths, strict=True)
+            }
 
     def _part(self, segment: SegmentMeta, offsets: np.ndarray) -> tuple[slice, np.ndarray | None]:
         part = self.slices[segment.base_offset]
@@ -198,10 +202,16 @@ def write_vector(unit: InPass, segment: SegmentMeta, table: pa.Table, keep: np.n
         created = segment.deletes.created_ms  # the deadline for physical removal counts from the first
     kept = table.filter(pa.array(keep))
     first, last = timestamp_stats(kept.column("timestamp"))
-    vector = store.objects.write_deletes(tp, segment, deleted, created_ms=created,
-                                         live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
-                                         live_first_timestamp=first, live_max_timestamp=last,
-                                         object_id=object_id(pass_id))
+    vector = store.objects.write_deletes(
+        tp,
+        segment,
+        deleted,
+        created_ms=created,
+        live_min_delete_horizon_ms=pc.min(kept.column("delete_horizon_ms")).as_py(),
+        live_first_timestamp=first,
+        live_max_timestamp=last,
+        object_id=object_id(pass_id),
+    )
     # Validated (model_copy is not): the driver commits this metadata as it stands.
     return SegmentMeta.model_validate({**segment.model_dump(), "deletes": vector})
 
@@ -231,19 +241,30 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             figures["records_read"] += table.num_rows
             offsets = table.column("offset").to_numpy()
             keep = survivors.keep_mask(source, offsets)
-            piece, stamped = _stamp(table if keep.all() else table.filter(pa.array(keep)),
-                                    survivors.stamps(source, offsets), job.horizon_ms)
+            piece, stamped = _stamp(
+                table if keep.all() else table.filter(pa.array(keep)), survivors.stamps(source, offsets), job.horizon_ms
+            )
             del table
             figures["records_written"] += piece.num_rows
             figures["stamped"] += stamped
             yield piece
 
     # Kafka keeps the last source's modification time: records keep their age through rewrites.
-    segment = job.store.objects.write_segment_pieces(job.tp, kept(), job.base_offset, job.next_offset,
-                                                     created_ms=job.sources[-1].created_ms,
-                                                     object_id=object_id(job.pass_id))
-    return AppliedJob.of(job, segment=segment, bytes_read=sum(s.size_bytes for s in job.sources),
-                         bytes_written=segment.size_bytes if segment is not None else 0, **figures)
+    segment = job.store.objects.write_segment_pieces(
+        job.tp,
+        kept(),
+        job.base_offset,
+        job.next_offset,
+        created_ms=job.sources[-1].created_ms,
+        object_id=object_id(job.pass_id),
+    )
+    return AppliedJob.of(
+        job,
+        segment=segment,
+        bytes_read=sum(s.size_bytes for s in job.sources),
+        bytes_written=segment.size_bytes if segment is not None else 0,
+        **figures,
+    )
 
 
 def _stamp(records: pa.Table, stamps: np.ndarray, horizon_ms: int) -> tuple[pa.Table, int]:
@@ -253,8 +274,10 @@ def _stamp(records: pa.Table, stamps: np.ndarray, horizon_ms: int) -> tuple[pa.T
     if not pc.any(stamp).as_py():
         return records, 0
     horizons = pc.if_else(stamp, pa.scalar(horizon_ms, pa.int64()), records.column("delete_horizon_ms"))
-    return (records.set_column(records.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizons),
-            pc.sum(stamp).as_py() or 0)
+    return (
+        records.set_column(records.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizons),
+        pc.sum(stamp).as_py() or 0,
+    )
 
 
 def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
@@ -282,13 +305,26 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     framed = Framed.join(parts, SEGMENT_SCHEMA)
     segment = None
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
-        segment = job.store.objects.write_segment(job.tp, framed.records, job.base_offset, job.next_offset,
-                                                  created_ms=job.sources[-1].created_ms,
-                                                  object_id=object_id(job.pass_id), segment_format=SegmentFormat.KAFKA,
-                                                  batches=framed.batches, encoded=framed.data)
-    return AppliedJob.of(job, segment=segment, records_read=records_read,
-                         bytes_read=sum(s.size_bytes for s in job.sources), records_written=framed.records.num_rows,
-                         stamped=framed.stamped, bytes_written=segment.size_bytes if segment is not None else 0)
+        segment = job.store.objects.write_segment(
+            job.tp,
+            framed.records,
+            job.base_offset,
+            job.next_offset,
+            created_ms=job.sources[-1].created_ms,
+            object_id=object_id(job.pass_id),
+            segment_format=SegmentFormat.KAFKA,
+            batches=framed.batches,
+            encoded=framed.data,
+        )
+    return AppliedJob.of(
+        job,
+        segment=segment,
+        records_read=records_read,
+        bytes_read=sum(s.size_bytes for s in job.sources),
+        records_written=framed.records.num_rows,
+        stamped=framed.stamped,
+        bytes_written=segment.size_bytes if segment is not None else 0,
+    )
 
 
 def apply_listed(job: ApplyJob) -> AppliedJob:
@@ -315,11 +351,26 @@ def clean_run(run: CleanRun) -> Verdicts:
     if not run.dirty:
         return hand_over(task, decide_facts(task))
     with phase("read"):
-        contested = pa.chunked_array([c for s in run.dirty for c in task.store.objects.read_segment(
-            task.tp, s, ["key"], start=task.log_start_offset).column("key").chunks], pa.binary())
+        contested = pa.chunked_array(
+            [
+                c
+                for s in run.dirty
+                for c in task.store.objects.read_segment(task.tp, s, ["key"], start=task.log_start_offset)
+                .column("key")
+                .chunks
+            ],
+            pa.binary(),
+        )
         depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
-        tables = list(ahead(lambda s: task.store.objects.read_segment(
-            task.tp, s, ["key", *VECTOR_COLUMNS], start=task.log_start_offset), task.segments, depth))
+        tables = list(
+            ahead(
+                lambda s: task.store.objects.read_segment(
+                    task.tp, s, ["key", *VECTOR_COLUMNS], start=task.log_start_offset
+                ),
+                task.segments,
+                depth,
+            )
+        )
     with phase("decide"):
         keys = pa.chunked_array([c for t in tables for c in t.column("key").chunks], pa.binary())
         hit = pc.is_in(keys, value_set=pc.drop_null(contested).combine_chunks()).to_numpy(zero_copy_only=False)
@@ -328,7 +379,7 @@ def clean_run(run: CleanRun) -> Verdicts:
     found: list[tuple[int, SegmentCounts, int, SegmentMeta | None]] = []
     start = 0
     for segment, table in zip(task.segments, tables, strict=True):
-        beaten = hit[start:start + table.num_rows]
+        beaten = hit[start : start + table.num_rows]
         start += table.num_rows
         with phase("decide"):
             code, stamp, doubt, counts = _decide_clean_segment(task, table, beaten)
@@ -342,34 +393,61 @@ def clean_run(run: CleanRun) -> Verdicts:
         else:  # the rows it drops, and its markers to stamp, listed for the apply stage
             listed = code != rules.KEPT
             chosen = listed | stamp
-            parts.append(pa.table({"position": pa.array(np.flatnonzero(doubt)[chosen], pa.int32()),
-                                   "listed": listed[chosen], "stamp": stamp[chosen]}) if chosen.any() else None)
+            parts.append(
+                pa.table(
+                    {
+                        "position": pa.array(np.flatnonzero(doubt)[chosen], pa.int32()),
+                        "listed": listed[chosen],
+                        "stamp": stamp[chosen],
+                    }
+                )
+                if chosen.any()
+                else None
+            )
         found.append((segment.base_offset, counts, table.num_rows, vector))
     path: str | None = None
     groups: tuple[int | None, ...] = (None,) * len(parts)
     if any(part is not None for part in parts):
         with phase("write"):
-            path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
-                                                             f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
-    return Verdicts(tp=task.tp, path=path, segments=tuple(
-        SegmentVerdicts(base, counts, rows, group, vector)
-        for (base, counts, rows, vector), group in zip(found, groups, strict=True)))
+            path, groups = task.store.objects.write_verdicts(
+                task.tp,
+                task.segments[0].base_offset,
+                parts,
+                f"{object_id(task.pass_id)}-{task.segments[0].base_offset}",
+            )
+    return Verdicts(
+        tp=task.tp,
+        path=path,
+        segments=tuple(
+            SegmentVerdicts(base, counts, rows, group, vector)
+            for (base, counts, rows, vector), group in zip(found, groups, strict=True)
+        ),
+    )
 
 
-def _decide_clean_segment(task: CleanTask, table: pa.Table, beaten: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SegmentCounts]:
+def _decide_clean_segment(
+    task: CleanTask, table: pa.Table, beaten: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, SegmentCounts]:
     """A unique clean segment's verdicts, its rows whose key the dirty section holds being ``beaten``: the codes and
     stamps of its rows in doubt (``doubt``, a mask of its rows), and its counts, every other row kept."""
-    doubt = beaten | pc.is_null(table.column("key")).to_numpy(zero_copy_only=False) \
+    doubt = (
+        beaten
+        | pc.is_null(table.column("key")).to_numpy(zero_copy_only=False)
         | pc.is_valid(table.column("delete_horizon_ms")).to_numpy(zero_copy_only=False)
+    )
     rows = table.filter(pa.array(doubt))
     n = rows.num_rows
     offsets = rows.column("offset")
-    facts = facts_table(task, RowFacts.without_transactions(offsets, rows.column("key"), np.ones(n, dtype=np.int8),
-                                                            offsets.to_numpy(), rows.column("delete_horizon_ms")))
+    facts = facts_table(
+        task,
+        RowFacts.without_transactions(
+            offsets, rows.column("key"), np.ones(n, dtype=np.int8), offsets.to_numpy(), rows.column("delete_horizon_ms")
+        ),
+    )
     decided = winners.decide(facts, now_ms=task.now_ms, keyless_drop=task.keyless_drop, beaten=beaten[doubt])
-    counts = SegmentCounts.from_verdicts(decided.code, decided.stamp,
-                                           rules.upcoming_horizons(facts, decided.code, task.now_ms))
+    counts = SegmentCounts.from_verdicts(
+        decided.code, decided.stamp, rules.upcoming_horizons(facts, decided.code, task.now_ms)
+    )
     surely_kept = len(doubt) - n
     counts = replace(counts, records=counts.records + surely_kept, kept=counts.kept + surely_kept)
     return decided.code, decided.stamp, doubt, counts
@@ -386,15 +464,31 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     # small partition's objects are read whole once, for the winner search and the rewrites alike: reading a small
     # object costs its opening more than its bytes.
     small = sum(s.live_size_bytes for s in task.segments) <= SHARED_READ_BYTES
-    decided = decide_facts(task, frozenset(s.base_offset for s in task.segments if small or (
-        s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA)))
+    decided = decide_facts(
+        task,
+        frozenset(
+            s.base_offset
+            for s in task.segments
+            if small or (s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA)
+        ),
+    )
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
-    segment_counts = {segment.base_offset: counts.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
-                for segment, _, counts in decided.segment_counts(task.segments)}
+    segment_counts = {
+        segment.base_offset: counts.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
+        for segment, _, counts in decided.segment_counts(task.segments)
+    }
     survivors = HeldRows(decided, task.segments)
     del decided  # the facts' keys and versions: the rewrites need the survivors only
-    jobs = [apply_job(task.job(job_id, sources, deletes_only), survivors)
-            for job_id, (sources, deletes_only) in enumerate(lay_out(
-                task.segments, segment_counts, task.first_dirty_offset, task.policy,
-                stale_empty_batches(task.segments, task.batch_policy)))]
+    jobs = [
+        apply_job(task.job(job_id, sources, deletes_only), survivors)
+        for job_id, (sources, deletes_only) in enumerate(
+            lay_out(
+                task.segments,
+                segment_counts,
+                task.first_dirty_offset,
+                task.policy,
+                stale_empty_batches(task.segments, task.batch_policy),
+            )
+        )
+    ]
     return CleanedPartition(tp=task.tp, segment_counts=segment_counts, jobs=tuple(jobs))

@@ -38,8 +38,9 @@ class TaskVerdicts:
             erased = erased_keys(keys[part], code == rules.DropReason.ERASED.code)
             counts = SegmentCounts.from_verdicts(code, self.stamp[part], upcoming[part], erased)
             if assumed is not None and assumed[index]:  # the rows left out as surely kept
-                counts = replace(counts, records=counts.records + int(assumed[index]),
-                                  kept=counts.kept + int(assumed[index]))
+                counts = replace(
+                    counts, records=counts.records + int(assumed[index]), kept=counts.kept + int(assumed[index])
+                )
             result.append((segment, part, counts))
         return result
 
@@ -53,8 +54,12 @@ def decide_facts(task: CleanTask, whole: frozenset[int] = frozenset()) -> TaskVe
 def _decide(task: CleanTask, facts: Facts) -> TaskVerdicts:
     """The Arrow winner search's verdicts on a task's facts."""
     with phase("decide"):
-        decided = winners.decide(facts.table, now_ms=task.now_ms, keyless_drop=task.keyless_drop,
-                                 unique_before=task.first_dirty_offset if task.clean_keys_unique else None)
+        decided = winners.decide(
+            facts.table,
+            now_ms=task.now_ms,
+            keyless_drop=task.keyless_drop,
+            unique_before=task.first_dirty_offset if task.clean_keys_unique else None,
+        )
     return TaskVerdicts(facts, decided.code, decided.stamp, task.now_ms)
 
 
@@ -73,51 +78,86 @@ def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
         kept = decided.code == rules.KEPT
         parts: list[pa.Table | None] = []
         found = []
-        for (segment, part, counts), rows in zip(decided.segment_counts(task.segments), decided.facts.read_lengths,
-                                                  strict=True):
+        for (segment, part, counts), rows in zip(
+            decided.segment_counts(task.segments), decided.facts.read_lengths, strict=True
+        ):
             listed = kept[part] if lists_kept(segment, task.first_dirty_offset) else ~kept[part]
             stamp = decided.stamp[part]
             chosen = listed | stamp
-            parts.append(pa.table({"position": pa.array(positions[part][chosen], pa.int32()),
-                                   "listed": listed[chosen], "stamp": stamp[chosen]}) if chosen.any() else None)
+            parts.append(
+                pa.table(
+                    {
+                        "position": pa.array(positions[part][chosen], pa.int32()),
+                        "listed": listed[chosen],
+                        "stamp": stamp[chosen],
+                    }
+                )
+                if chosen.any()
+                else None
+            )
             found.append((segment.base_offset, counts, int(rows)))
         path: str | None = None
         groups: tuple[int | None, ...] = (None,) * len(parts)
         if any(part is not None for part in parts):
-            path, groups = task.store.objects.write_verdicts(task.tp, task.segments[0].base_offset, parts,
-                                                     f"{object_id(task.pass_id)}-{task.key_range}")
-    return Verdicts(tp=task.tp, path=path, segments=tuple(SegmentVerdicts(base, counts, rows, group)
-                                                          for (base, counts, rows), group in zip(found, groups,
-                                                                                                 strict=True)))
+            path, groups = task.store.objects.write_verdicts(
+                task.tp, task.segments[0].base_offset, parts, f"{object_id(task.pass_id)}-{task.key_range}"
+            )
+    return Verdicts(
+        tp=task.tp,
+        path=path,
+        segments=tuple(
+            SegmentVerdicts(base, counts, rows, group)
+            for (base, counts, rows), group in zip(found, groups, strict=True)
+        ),
+    )
 
 
 def decide_handed(task: CleanTask) -> Verdicts:
     """A key range of a split partition without transactions, from its rows of every run of the range, handed over
     in the store (see :func:`~compaction.clean.tasks.facts.hand_out`): decided, and its verdicts handed over."""
     if sum(len(p.read_lengths) for p in task.pieces) != len(task.segments):
-        raise RuntimeError(f"key range {task.key_range} of {task.tp} got pieces of "
-                           f"{sum(len(p.read_lengths) for p in task.pieces)} segment(s) for a range of "
-                           f"{len(task.segments)}")
+        raise RuntimeError(
+            f"key range {task.key_range} of {task.tp} got pieces of "
+            f"{sum(len(p.read_lengths) for p in task.pieces)} segment(s) for a range of "
+            f"{len(task.segments)}"
+        )
     with phase("read"):
-        tables = [task.store.objects.read_piece(task.tp, p.path, p.batch) for p in task.pieces
-                  if p.batch is not None]
+        tables = [task.store.objects.read_piece(task.tp, p.path, p.batch) for p in task.pieces if p.batch is not None]
     with phase("decide"):
         read_lengths = np.array([n for p in task.pieces for n in p.read_lengths], dtype=np.int64)
         lengths = np.array([n for p in task.pieces for n in p.lengths], dtype=np.int64)
-        rows = pa.concat_tables(tables) if tables else pa.table({
-            "offset": pa.array([], pa.int64()), "key": pa.array([], pa.binary()),
-            "delete_horizon_ms": pa.array([], pa.int64()), "position": pa.array([], pa.int32()),
-            "version_valid": pa.array([], pa.int8()), "version": pa.array([], pa.int64())})
+        rows = (
+            pa.concat_tables(tables)
+            if tables
+            else pa.table(
+                {
+                    "offset": pa.array([], pa.int64()),
+                    "key": pa.array([], pa.binary()),
+                    "delete_horizon_ms": pa.array([], pa.int64()),
+                    "position": pa.array([], pa.int32()),
+                    "version_valid": pa.array([], pa.int8()),
+                    "version": pa.array([], pa.int64()),
+                }
+            )
+        )
         if rows.num_rows != int(lengths.sum()):
-            raise RuntimeError(f"key range {task.key_range} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
-                               f"which list {int(lengths.sum())}")
+            raise RuntimeError(
+                f"key range {task.key_range} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
+                f"which list {int(lengths.sum())}"
+            )
         starts = np.cumsum(read_lengths) - read_lengths
         selected = np.zeros(int(read_lengths.sum()), dtype=bool)
         selected[np.repeat(starts, lengths) + rows.column("position").to_numpy()] = True
-        valid, version = ((rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
-                          if "version" in rows.column_names else
-                          rules.versions(rows, task.strategy, task.strategy_header))
-        table = facts_table(task, RowFacts.without_transactions(rows.column("offset"), rows.column("key"), valid,
-                                                                version, rows.column("delete_horizon_ms")))
+        valid, version = (
+            (rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
+            if "version" in rows.column_names
+            else rules.versions(rows, task.strategy, task.strategy_header)
+        )
+        table = facts_table(
+            task,
+            RowFacts.without_transactions(
+                rows.column("offset"), rows.column("key"), valid, version, rows.column("delete_horizon_ms")
+            ),
+        )
         del rows, tables
     return hand_over(task, _decide(task, Facts(table, lengths, read_lengths, selected)))

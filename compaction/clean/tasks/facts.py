@@ -32,16 +32,26 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 #: The columns of the facts (what :func:`compaction.rules.classify` and the winner searches read).
-FACT_COLUMNS = ("offset", "key", "version_valid", "version", "competes", "delete_horizon_ms", "is_control",
-                    "aborted", "marker_pending", "guarded", "erased")
+FACT_COLUMNS = (
+    "offset",
+    "key",
+    "version_valid",
+    "version",
+    "competes",
+    "delete_horizon_ms",
+    "is_control",
+    "aborted",
+    "marker_pending",
+    "guarded",
+    "erased",
+)
 
 
 def _column(table: pa.Table, name: str, default: Any = None) -> pa.Array:
     if name in table.column_names:
         return table.column(name).combine_chunks()
     type_ = SEGMENT_SCHEMA.field(name).type
-    return pa.nulls(table.num_rows, type_) if default is None else pa.repeat(pa.scalar(default, type_),
-                                                                              table.num_rows)
+    return pa.nulls(table.num_rows, type_) if default is None else pa.repeat(pa.scalar(default, type_), table.num_rows)
 
 
 def _has_transactions(segment: SegmentMeta) -> bool:
@@ -98,18 +108,31 @@ def _tail_versions(task: CleanTask) -> pa.Table:
     parts = []
     for segment in task.tail:
         columns = ["offset", "key", *rules.strategy_columns(task.strategy)]
-        table = task.store.objects.read_segment(task.tp, segment, [*columns, "is_control"] if segment.control_count
-                                        else columns, start=task.log_start_offset)
+        table = task.store.objects.read_segment(
+            task.tp,
+            segment,
+            [*columns, "is_control"] if segment.control_count else columns,
+            start=task.log_start_offset,
+        )
         data = pc.is_valid(table.column("key"))
         if segment.control_count:
             data = pc.and_(data, pc.invert(pc.fill_null(table.column("is_control"), False)))
         table = table.filter(data)
         valid, version = rules.versions(table, task.strategy, task.strategy_header)
-        parts.append(pa.table({"key": table.column("key"), "version_valid": pa.array(valid),
-                               "version": pa.array(version)}))
-    return pa.concat_tables(parts) if parts else pa.table({"key": pa.array([], pa.binary()),
-                                                           "version_valid": pa.array([], pa.int8()),
-                                                           "version": pa.array([], pa.int64())})
+        parts.append(
+            pa.table({"key": table.column("key"), "version_valid": pa.array(valid), "version": pa.array(version)})
+        )
+    return (
+        pa.concat_tables(parts)
+        if parts
+        else pa.table(
+            {
+                "key": pa.array([], pa.binary()),
+                "version_valid": pa.array([], pa.int8()),
+                "version": pa.array([], pa.int64()),
+            }
+        )
+    )
 
 
 def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
@@ -118,13 +141,22 @@ def empty_transactional_batches(log: LogSegment, start: int) -> pa.Table:
     batches = log.batches
     attributes = batches.column("attributes").to_numpy()
     last = batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(np.int64)
-    rows = ((batches.column("record_count").to_numpy() == 0) & ((attributes & TRANSACTIONAL) != 0)
-            & ((attributes & CONTROL) == 0) & (last >= start))
+    rows = (
+        (batches.column("record_count").to_numpy() == 0)
+        & ((attributes & TRANSACTIONAL) != 0)
+        & ((attributes & CONTROL) == 0)
+        & (last >= start)
+    )
     n = int(rows.sum())
-    return pa.table({"offset": pa.array(last[rows], pa.int64()),
-                     "producer_id": batches.column("producer_id").filter(pa.array(rows)),
-                     "is_transactional": pa.array(np.ones(n, dtype=bool)),
-                     "is_control": pa.array(np.zeros(n, dtype=bool)), "control_type": pa.nulls(n, pa.string())})
+    return pa.table(
+        {
+            "offset": pa.array(last[rows], pa.int64()),
+            "producer_id": batches.column("producer_id").filter(pa.array(rows)),
+            "is_transactional": pa.array(np.ones(n, dtype=bool)),
+            "is_control": pa.array(np.zeros(n, dtype=bool)),
+            "control_type": pa.nulls(n, pa.string()),
+        }
+    )
 
 
 def reads_clean_sparsely(task: CleanTask) -> bool:
@@ -134,8 +166,12 @@ def reads_clean_sparsely(task: CleanTask) -> bool:
     others need the winner search. Kafka's cleaner, likewise, maps the dirty section's keys and scans the clean
     segments against them. Not with transactions (a record's facts then depend on every row before it) nor with
     erasure requests (their records go whatever their key's winner)."""
-    return (task.clean_keys_unique and not task.erasures and not has_transactions(task)
-            and any(s.next_offset <= task.first_dirty_offset for s in task.segments))
+    return (
+        task.clean_keys_unique
+        and not task.erasures
+        and not has_transactions(task)
+        and any(s.next_offset <= task.first_dirty_offset for s in task.segments)
+    )
 
 
 def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset(), sparse: bool = False) -> Facts:
@@ -191,8 +227,14 @@ class RangeRead:
     assumed_kept: list[int] = field(default_factory=list)  # per segment, rows left out as surely kept
 
 
-def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plain: list[str], narrow: bool = False,
-                sparse: bool = False) -> RangeRead:
+def _read_range(
+    task: CleanTask,
+    whole: frozenset[int],
+    columns: list[str],
+    plain: list[str],
+    narrow: bool = False,
+    sparse: bool = False,
+) -> RangeRead:
     """The fact columns of the task's segments (and the whole records of those in ``whole``); ``narrow``:
     only the rows of the task's key range, with each segment's mask of them over its rows read; ``sparse``: the
     dirty segments read first, then of each clean segment only the rows their keys contest, those with a delete
@@ -205,8 +247,9 @@ def _read_range(task: CleanTask, whole: frozenset[int], columns: list[str], plai
             return task.store.objects.read_log_segment(task.tp, segment)
         if segment.base_offset in whole:
             return task.store.objects.read_segment(task.tp, segment, start=task.log_start_offset)
-        return task.store.objects.read_segment(task.tp, segment, columns if _has_transactions(segment) else plain,
-                                       start=task.log_start_offset)
+        return task.store.objects.read_segment(
+            task.tp, segment, columns if _has_transactions(segment) else plain, start=task.log_start_offset
+        )
 
     depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
     for segment, found in zip(segments, ahead(read, segments, depth), strict=True):
@@ -239,19 +282,23 @@ def _keep_in_doubt(task: CleanTask, read: RangeRead) -> None:
     """Narrow the clean segments' parts to their rows in doubt (:func:`_in_doubt`, the dirty parts' keys checked
     once for all of them), count the others as surely kept, and say which rows read each part holds."""
     clean = [i for i, s in enumerate(task.segments) if s.next_offset <= task.first_dirty_offset]
-    dirty = [part.column("key") for part, s in zip(read.parts, task.segments, strict=True)
-             if s.next_offset > task.first_dirty_offset]
+    dirty = [
+        part.column("key")
+        for part, s in zip(read.parts, task.segments, strict=True)
+        if s.next_offset > task.first_dirty_offset
+    ]
     contested = pc.drop_null(pa.chunked_array([c for column in dirty for c in column.chunks], pa.binary()))
     keys = pa.chunked_array([c for i in clean for c in read.parts[i].column("key").chunks], pa.binary())
-    horizons = pa.chunked_array([c for i in clean for c in read.parts[i].column("delete_horizon_ms").chunks],
-                                pa.int64())
+    horizons = pa.chunked_array(
+        [c for i in clean for c in read.parts[i].column("delete_horizon_ms").chunks], pa.int64()
+    )
     doubt = _in_doubt(keys, horizons, contested.combine_chunks())
     if not read.selected:
         read.selected = [np.ones(n, dtype=bool) for n in read.lengths]
     start = 0
     for i in clean:
         part = read.parts[i]
-        mine = doubt[start:start + part.num_rows]
+        mine = doubt[start : start + part.num_rows]
         start += part.num_rows
         read.parts[i] = part.filter(pa.array(mine))
         read.assumed_kept[i] = len(mine) - int(mine.sum())
@@ -278,8 +325,11 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
     pending = np.zeros(n, dtype=bool)
     if transactional and n:
         control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
-        later = [task.store.objects.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
-                 for s in task.tail if _has_transactions(s)]
+        later = [
+            task.store.objects.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
+            for s in task.tail
+            if _has_transactions(s)
+        ]
         involved = raw.select(rules.TRANSACTION_COLUMNS)
         # An empty batch of a transaction still belongs to it, as Kafka's cleaner sees it: its marker stays
         # while the batch does (a broker reading the log back must find the transaction ended).
@@ -304,8 +354,20 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
     valid, version = rules.versions(raw, task.strategy, task.strategy_header)
-    table = facts_table(task, RowFacts(raw.column("offset"), raw.column("key"), valid, version,
-                                       raw.column("delete_horizon_ms"), keyed, control, aborted, pending))
+    table = facts_table(
+        task,
+        RowFacts(
+            raw.column("offset"),
+            raw.column("key"),
+            valid,
+            version,
+            raw.column("delete_horizon_ms"),
+            keyed,
+            control,
+            aborted,
+            pending,
+        ),
+    )
     assumed = np.array(read.assumed_kept, dtype=np.int64) if any(read.assumed_kept) else None
     return Facts(table, counts, read_lengths, mine, read.records, read.logs, assumed)
 
@@ -326,32 +388,54 @@ class RowFacts:
     pending: np.ndarray
 
     @classmethod
-    def without_transactions(cls, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray,
-                             delete_horizon_ms: Any) -> RowFacts:
+    def without_transactions(
+        cls, offset: Any, key: Any, valid: np.ndarray, version: np.ndarray, delete_horizon_ms: Any
+    ) -> RowFacts:
         """Rows of a range without control records or aborted transactions."""
         none = np.zeros(len(valid), dtype=bool)
-        return cls(offset, key, valid, version, delete_horizon_ms,
-                   pc.is_valid(key).to_numpy(zero_copy_only=False), none, none, none)
+        return cls(
+            offset,
+            key,
+            valid,
+            version,
+            delete_horizon_ms,
+            pc.is_valid(key).to_numpy(zero_copy_only=False),
+            none,
+            none,
+            none,
+        )
 
 
 def facts_table(task: CleanTask, rows: RowFacts) -> pa.Table:
     """The decision facts (:data:`FACT_COLUMNS`) of ``rows``, with the tail guard applied and the rows the task's
     erasure requests erase marked."""
     offset, key, valid, version = rows.offset, rows.key, rows.valid, rows.version
-    delete_horizon_ms, keyed, control, aborted, pending = (rows.delete_horizon_ms, rows.keyed, rows.control,
-                                                           rows.aborted, rows.pending)
+    delete_horizon_ms, keyed, control, aborted, pending = (
+        rows.delete_horizon_ms,
+        rows.keyed,
+        rows.control,
+        rows.aborted,
+        rows.pending,
+    )
     erased = np.zeros(len(keyed), dtype=bool)
     if task.erasures:
         offsets = offset.to_numpy() if isinstance(offset, (pa.Array, pa.ChunkedArray)) else np.asarray(offset)
         erased = erased_rows(offsets, key, dict(task.erasures)) & ~control
-    facts = pa.table({
-        "offset": offset, "key": key, "version_valid": pa.array(valid, pa.int8()),
-        "version": pa.array(version, pa.int64()),
-        "competes": pa.array(rules.competes(keyed, control, aborted, erased)),
-        "delete_horizon_ms": delete_horizon_ms, "is_control": pa.array(control), "aborted": pa.array(aborted),
-        "marker_pending": pa.array(pending), "guarded": pa.array(np.zeros(len(keyed), dtype=bool)),
-        "erased": pa.array(erased),
-    })
+    facts = pa.table(
+        {
+            "offset": offset,
+            "key": key,
+            "version_valid": pa.array(valid, pa.int8()),
+            "version": pa.array(version, pa.int64()),
+            "competes": pa.array(rules.competes(keyed, control, aborted, erased)),
+            "delete_horizon_ms": delete_horizon_ms,
+            "is_control": pa.array(control),
+            "aborted": pa.array(aborted),
+            "marker_pending": pa.array(pending),
+            "guarded": pa.array(np.zeros(len(keyed), dtype=bool)),
+            "erased": pa.array(erased),
+        }
+    )
     # A tombstone whose horizon passed may be guarded by a stale record of its key beyond the range; under
     # the offset strategy every record beyond has a higher version, so none is.
     candidates = facts.column("competes").to_numpy(zero_copy_only=False) & rules.expiring(facts, task.now_ms)
@@ -368,15 +452,20 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
     table = facts.table
     n = table.num_rows
     bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
-    return pa.table({
-        "task": pa.repeat(pa.scalar(index, pa.int32()), n),
-        "topic": pa.repeat(pa.scalar(task.tp.topic), n),
-        "partition": pa.repeat(pa.scalar(task.tp.partition, pa.int32()), n),
-        "segment_base": pa.array(bases, pa.int64()),
-        "position": pa.array(facts.positions(), pa.int64()),
-        **{name: table.column(name) for name in FACT_COLUMNS},
-        "error": pa.nulls(n, pa.string()), "internal": pa.nulls(n, pa.bool_()), "trace": pa.nulls(n, pa.string()),
-    }, schema=rules.FACTS_SCHEMA)
+    return pa.table(
+        {
+            "task": pa.repeat(pa.scalar(index, pa.int32()), n),
+            "topic": pa.repeat(pa.scalar(task.tp.topic), n),
+            "partition": pa.repeat(pa.scalar(task.tp.partition, pa.int32()), n),
+            "segment_base": pa.array(bases, pa.int64()),
+            "position": pa.array(facts.positions(), pa.int64()),
+            **{name: table.column(name) for name in FACT_COLUMNS},
+            "error": pa.nulls(n, pa.string()),
+            "internal": pa.nulls(n, pa.bool_()),
+            "trace": pa.nulls(n, pa.string()),
+        },
+        schema=rules.FACTS_SCHEMA,
+    )
 
 
 # A split partition without transactions: each run of segments read once, its rows handed to the key ranges -------
@@ -397,13 +486,19 @@ def hand_out(run: RunRead) -> HandedRun:
     with phase("decide"):
         raw = pa.concat_tables(read.parts) if read.parts else SEGMENT_SCHEMA.empty_table().select(columns)
         read_lengths = np.array(read.lengths, dtype=np.int64)
-        rows = pa.table({"offset": raw.column("offset"), "key": raw.column("key"),
-                         "delete_horizon_ms": raw.column("delete_horizon_ms"),
-                         "position": pa.array(row_positions(read_lengths).astype(np.int32))})
+        rows = pa.table(
+            {
+                "offset": raw.column("offset"),
+                "key": raw.column("key"),
+                "delete_horizon_ms": raw.column("delete_horizon_ms"),
+                "position": pa.array(row_positions(read_lengths).astype(np.int32)),
+            }
+        )
         if task.strategy is not rules.Strategy.OFFSET:  # under it the version is the offset: rebuilt, not sent
             valid, version = rules.versions(raw, task.strategy, task.strategy_header)
             rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
-                "version", pa.array(version, pa.int64()))
+                "version", pa.array(version, pa.int64())
+            )
         key_range = key_range_of(raw.column("key"), task.bounds)
         del raw, read
         counts = key_range_counts(key_range, read_lengths, task.key_ranges)
@@ -412,12 +507,19 @@ def hand_out(run: RunRead) -> HandedRun:
         rows = rows.take(pa.array(order))
         ends = np.cumsum(counts.sum(axis=0))
     with phase("write"):
-        path, groups = task.store.objects.write_pieces(task.tp, task.segments[0].base_offset, [
-            rows.slice(int(end - size), int(size)) for end, size in zip(ends, counts.sum(axis=0), strict=True)],
-            f"{object_id(task.pass_id)}-{task.segments[0].base_offset}")
-    return HandedRun(first_segment=task.segments[0].base_offset, path=path, batches=groups,
-                     read_lengths=tuple(int(n) for n in read_lengths),
-                     lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.key_ranges)))
+        path, groups = task.store.objects.write_pieces(
+            task.tp,
+            task.segments[0].base_offset,
+            [rows.slice(int(end - size), int(size)) for end, size in zip(ends, counts.sum(axis=0), strict=True)],
+            f"{object_id(task.pass_id)}-{task.segments[0].base_offset}",
+        )
+    return HandedRun(
+        first_segment=task.segments[0].base_offset,
+        path=path,
+        batches=groups,
+        read_lengths=tuple(int(n) for n in read_lengths),
+        lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.key_ranges)),
+    )
 
 
 # Erasure: the records an erasure request erases that no reader sees, but the objects still hold --------------
@@ -434,10 +536,12 @@ def hidden_erased(task: CleanTask) -> dict[int, frozenset[str]]:
     for segment in task.segments:
         if segment.deletes is None and segment.base_offset >= task.log_start_offset:
             continue
-        hidden = task.store.objects.read_segment(task.tp, segment, ["offset", "key"], start=task.log_start_offset,
-                                         hidden=True)
-        keys = erased_keys(hidden.column("key"),
-                           erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones))
+        hidden = task.store.objects.read_segment(
+            task.tp, segment, ["offset", "key"], start=task.log_start_offset, hidden=True
+        )
+        keys = erased_keys(
+            hidden.column("key"), erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones)
+        )
         if keys:
             found[segment.base_offset] = keys
     return found

@@ -69,7 +69,8 @@ def key_range_of(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) ->
     key_range = np.zeros(len(keys), dtype=np.int32)
     for bound in bounds:
         key_range += pc.fill_null(pc.greater_equal(keys, pa.scalar(bound, keys.type)), False).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
     return key_range
 
 
@@ -77,5 +78,6 @@ def key_range_counts(key_range: np.ndarray, read_lengths: np.ndarray, key_ranges
     """Per segment (rows, ``read_lengths`` of them, one after another) and key range, how many rows
     ``key_range`` puts there: a (segments, key ranges) array."""
     segment = np.repeat(np.arange(len(read_lengths), dtype=np.int64), read_lengths)
-    return np.bincount(segment * key_ranges + key_range,
-                       minlength=len(read_lengths) * key_ranges).reshape(-1, key_ranges)
+    return np.bincount(segment * key_ranges + key_range, minlength=len(read_lengths) * key_ranges).reshape(
+        -1, key_ranges
+    )

@@ -25,7 +25,20 @@ from compaction.engine.session.build import (
 from compaction.engine.session.checks import check_java, check_master, remote_url, with_task_retries, without_secrets
 from compaction.engine.session.workers import WarmWorkers
 
-__all__ = ["DEFAULTS", "BuiltArchive", "WarmWorkers", "build_class_archive", "check_java", "check_master",
-           "class_archive", "class_archive_option", "remote_url", "running_sessions", "spark_session",
-           "started_anew", "stop_session",
-           "with_task_retries", "without_secrets"]
+__all__ = [
+    "DEFAULTS",
+    "BuiltArchive",
+    "WarmWorkers",
+    "build_class_archive",
+    "check_java",
+    "check_master",
+    "class_archive",
+    "class_archive_option",
+    "remote_url",
+    "running_sessions",
+    "spark_session",
+    "started_anew",
+    "stop_session",
+    "with_task_retries",
+    "without_secrets",
+]

@@ -80,25 +80,35 @@ def build_class_archive(clean_pass: Sequence[str], force: bool = False) -> Built
         probe.touch()
         probe.unlink()
     except OSError as err:
-        raise CompactionError(f"cannot write the class archive in {archive.parent} ({err.strerror or err}): run "
-                              "`compaction warm-up` as the owner of this Python environment") from err
+        raise CompactionError(
+            f"cannot write the class archive in {archive.parent} ({err.strerror or err}): run "
+            "`compaction warm-up` as the owner of this Python environment"
+        ) from err
     dump = archive.parent / f".{archive.name}.{uuid.uuid4().hex}.dump"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="compaction-warm-up-") as work:
         env = {**os.environ, DUMP_VARIABLE: str(dump)}
         env.pop("SPARK_REMOTE", None)
         try:
-            done = subprocess.run([*clean_pass, work],
-                                  env=env, capture_output=True, text=True, errors="replace", timeout=WARM_UP_TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL, check=False)
+            done = subprocess.run(
+                [*clean_pass, work],
+                env=env,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=WARM_UP_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
         except subprocess.TimeoutExpired as err:
             dump.unlink(missing_ok=True)
             raise CompactionError(f"the warm-up's clean pass did not finish in {WARM_UP_TIMEOUT_S} s") from err
     if done.returncode != 0 or not dump.exists():
         dump.unlink(missing_ok=True)
         lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        raise CompactionError(f"the warm-up's clean pass failed (exit code {done.returncode}): "
-                              f"{lines[-1] if lines else 'no output'}")
+        raise CompactionError(
+            f"the warm-up's clean pass failed (exit code {done.returncode}): {lines[-1] if lines else 'no output'}"
+        )
     dump.chmod(0o444)
     os.replace(dump, archive)
     return BuiltArchive(archive, built=True, seconds=time.perf_counter() - started, size_bytes=archive.stat().st_size)

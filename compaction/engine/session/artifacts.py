@@ -45,8 +45,10 @@ def ship_package(session: SparkSession, url: str) -> bool:
         except UnsupportedOperationException:
             return False
         except Exception as err:  # a server that refuses this one: say what works instead
-            raise CompactionError(f"could not send the compaction package to the Spark Connect server {url} ({err}); "
-                                  "install it on the server's Python and run with --no-ship-package") from err
+            raise CompactionError(
+                f"could not send the compaction package to the Spark Connect server {url} ({err}); "
+                "install it on the server's Python and run with --no-ship-package"
+            ) from err
     return True
 
 
@@ -57,8 +59,10 @@ def check_installed_package(session: SparkSession, url: str, why: str, instead: 
     if installed == ours:
         return
     found = f"has compaction {installed}" if installed else "has no compaction package"
-    raise CompactionError(f"the Spark Connect server {url} {why}, and its Python {found}: install compaction "
-                          f"{ours} in the Python the server runs (the wheel of `make dist`), or {instead}")
+    raise CompactionError(
+        f"the Spark Connect server {url} {why}, and its Python {found}: install compaction "
+        f"{ours} in the Python the server runs (the wheel of `make dist`), or {instead}"
+    )
 
 
 def installed_version(session: SparkSession) -> str | None:

@@ -46,18 +46,30 @@ DEFAULTS = {
 }
 #: The defaults a session of a Spark Connect server can take (SQL settings of the session): the server was
 #: started with its own static settings.
-SESSION_DEFAULTS = ("spark.sql.execution.arrow.pyspark.enabled", "spark.sql.adaptive.enabled",
-                    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "spark.sql.session.timeZone")
+SESSION_DEFAULTS = (
+    "spark.sql.execution.arrow.pyspark.enabled",
+    "spark.sql.adaptive.enabled",
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning",
+    "spark.sql.session.timeZone",
+)
 #: What a local master gets besides: it talks only to itself, so it binds to loopback rather than to whatever the
 #: host name resolves to; and a run of a batch job on this machine has no use for Spark's web UI, whose port 4040
 #: another Spark on the machine may hold (``--spark-conf spark.ui.enabled=true`` brings it back).
-LOCAL_DEFAULTS = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                  "spark.ui.enabled": "false"}
+LOCAL_DEFAULTS = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+}
 
 
-def spark_session(master: str | None = None, app_name: str = "compaction",
-                  conf: Mapping[str, str] | None = None, light_driver: bool = False,
-                  remote: str | None = None, ship: bool = True) -> SparkSession:
+def spark_session(
+    master: str | None = None,
+    app_name: str = "compaction",
+    conf: Mapping[str, str] | None = None,
+    light_driver: bool = False,
+    remote: str | None = None,
+    ship: bool = True,
+) -> SparkSession:
     """Get or create the session: a Spark Connect session when ``remote`` or ``SPARK_REMOTE`` names a server,
     else a classic one on ``master`` (None leaves it to spark-submit, or ``local[*]`` outside it).
 
@@ -120,8 +132,13 @@ def spark_session(master: str | None = None, app_name: str = "compaction",
     try:  # pyspark checks some settings as they are given, the rest as the session starts
         if launching:
             check_java(settings.get("spark.driver.extraJavaOptions", ""))
-            launch_driver({**settings, "spark.app.name": app_name, **({"spark.master": master}
-                                                                      if url is not None and master else {})})
+            launch_driver(
+                {
+                    **settings,
+                    "spark.app.name": app_name,
+                    **({"spark.master": master} if url is not None and master else {}),
+                }
+            )
         builder = SparkSession.builder.appName(app_name)
         if url is not None and master is not None:  # a Spark Connect server in this process, on the local master
             builder = builder.remote(master)
@@ -141,8 +158,9 @@ def running_sessions() -> list[object]:
     unless Spark Connect's modules were imported: importing them, grpc and all, only to look costs a local run a
     few tenths of a second)."""
     connect = sys.modules.get("pyspark.sql.connect.session")
-    sessions = [] if connect is None else [connect.SparkSession._default_session,
-                                           connect.SparkSession.getActiveSession()]
+    sessions = (
+        [] if connect is None else [connect.SparkSession._default_session, connect.SparkSession.getActiveSession()]
+    )
     return [found for found in (SparkContext._active_spark_context, *sessions) if found is not None]
 
 
@@ -171,8 +189,10 @@ def stop_session(session: SparkSession) -> None:
 def start_failure(err: Exception) -> str:
     """One line saying why a session did not start, and what to do."""
     if isinstance(err, PySparkException) and err.getCondition() == "JAVA_GATEWAY_EXITED":
-        return ("the driver's JVM exited before it started (its own message is above); check JAVA_HOME and the "
-                "spark.driver.* settings")
+        return (
+            "the driver's JVM exited before it started (its own message is above); check JAVA_HOME and the "
+            "spark.driver.* settings"
+        )
     if isinstance(err, Py4JJavaError):
         return str(err.java_exception.toString()).splitlines()[0]
     return str(err).strip().splitlines()[0]
@@ -200,13 +220,24 @@ def _server_session(url: str, app_name: str, conf: Mapping[str, str], ship: bool
             return session
         shown = without_secrets(url)
         if not ship:
-            check_installed_package(session, shown, "was sent no package (--no-ship-package)",
-                                    "let the job send it (without --no-ship-package)")
+            check_installed_package(
+                session,
+                shown,
+                "was sent no package (--no-ship-package)",
+                "let the job send it (without --no-ship-package)",
+            )
         elif not ship_package(session, shown):
-            check_installed_package(session, shown, "takes no artifacts (Sail does not)",
-                                    "run on a server that takes them (Spark's own Spark Connect server)")
-            log.info("the Spark Connect server %s takes no artifacts: its workers run the compaction package "
-                     "installed in its Python", shown)
+            check_installed_package(
+                session,
+                shown,
+                "takes no artifacts (Sail does not)",
+                "run on a server that takes them (Spark's own Spark Connect server)",
+            )
+            log.info(
+                "the Spark Connect server %s takes no artifacts: its workers run the compaction package "
+                "installed in its Python",
+                shown,
+            )
     except (PySparkException, Py4JError) as err:
         raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
     return session

@@ -22,8 +22,11 @@ JAVA_CHECK_TIMEOUT_S = 30
 LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
 #: Every local master Spark takes: local, local[N], local[*], local[N,F], local[*,F], and local-cluster[N,C,M]
 #: (N workers of C cores and M MiB in separate JVMs on this machine, as a standalone cluster schedules them).
-ANY_LOCAL_MASTER = re.compile(r"local(?:\[(?:\*|[1-9][0-9]*)(?:,[1-9][0-9]*)?\])?"
-                              r"|local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]", re.ASCII)
+ANY_LOCAL_MASTER = re.compile(
+    r"local(?:\[(?:\*|[1-9][0-9]*)(?:,[1-9][0-9]*)?\])?"
+    r"|local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]",
+    re.ASCII,
+)
 
 
 def check_master(master: str) -> None:
@@ -37,15 +40,21 @@ def check_master(master: str) -> None:
             try:
                 socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
             except OSError as err:
-                raise SparkStartError(f"Spark cannot start: no Spark master is listening at {master} ({err}); start "
-                                      "the master, or give the URL of a running one with --master") from err
+                raise SparkStartError(
+                    f"Spark cannot start: no Spark master is listening at {master} ({err}); start "
+                    "the master, or give the URL of a running one with --master"
+                ) from err
     elif master.startswith("local"):
         if not ANY_LOCAL_MASTER.fullmatch(master):
-            raise CompactionError(f"Spark master {master!r} is not local, local[N], local[*], local[N,F] or "
-                                  "local-cluster[WORKERS,CORES,MEMORY_MB]")
+            raise CompactionError(
+                f"Spark master {master!r} is not local, local[N], local[*], local[N,F] or "
+                "local-cluster[WORKERS,CORES,MEMORY_MB]"
+            )
     elif not (master == "yarn" or master.startswith(("k8s://", "mesos://", "sc://"))):
-        raise CompactionError(f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn, "
-                              "k8s://... or local-cluster[N,C,M]")
+        raise CompactionError(
+            f"Spark master {master!r} is not local[*], local[N], spark://HOST:PORT, yarn, "
+            "k8s://... or local-cluster[N,C,M]"
+        )
 
 
 def without_secrets(text: str) -> str:
@@ -61,17 +70,31 @@ def check_java(java_options: str = "") -> None:
     # Spark's launcher adds IgnoreUnrecognizedVMOptions, so an unknown -XX option is not a failure here either.
     command = [java, "-XX:+IgnoreUnrecognizedVMOptions", *shlex.split(java_options), "-version"]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=JAVA_CHECK_TIMEOUT_S,
-                                stdin=subprocess.DEVNULL, check=False)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=JAVA_CHECK_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise SparkStartError(f"Spark cannot start: {java} does not run ({err}); check JAVA_HOME and PATH") from err
     if result.returncode != 0:
         lines = [line.strip() for line in (result.stderr + result.stdout).splitlines()]
-        cause = next((line for line in lines if line and not line.startswith(("Error: Could not create",
-                                                                              "Error: A fatal exception"))),
-                     f"exit code {result.returncode}")
-        raise SparkStartError(f"Spark cannot start: the driver's JVM ({java}) exits at once with the options "
-                              f"{java_options!r}: {cause}; fix spark.driver.extraJavaOptions (or JAVA_HOME)")
+        cause = next(
+            (
+                line
+                for line in lines
+                if line and not line.startswith(("Error: Could not create", "Error: A fatal exception"))
+            ),
+            f"exit code {result.returncode}",
+        )
+        raise SparkStartError(
+            f"Spark cannot start: the driver's JVM ({java}) exits at once with the options "
+            f"{java_options!r}: {cause}; fix spark.driver.extraJavaOptions (or JAVA_HOME)"
+        )
 
 
 def java_binary() -> str:
@@ -79,11 +102,15 @@ def java_binary() -> str:
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if java is None:
-        raise SparkStartError("Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install "
-                              "Java 17 or later, or set JAVA_HOME to one")
+        raise SparkStartError(
+            "Spark cannot start: there is no java on PATH and JAVA_HOME is not set; install "
+            "Java 17 or later, or set JAVA_HOME to one"
+        )
     if not os.access(java, os.X_OK):
-        raise SparkStartError(f"Spark cannot start: JAVA_HOME is {home}, which has no bin/java; set JAVA_HOME to "
-                              "a Java 17 or later installation, or unset it to use the java on PATH")
+        raise SparkStartError(
+            f"Spark cannot start: JAVA_HOME is {home}, which has no bin/java; set JAVA_HOME to "
+            "a Java 17 or later installation, or unset it to use the java on PATH"
+        )
     return java
 
 
@@ -104,10 +131,14 @@ def remote_url(remote: str | None = None, master: str | None = None) -> str | No
     url = remote or os.environ.get("SPARK_REMOTE") or None
     if url is not None and master:
         source = "--remote " if remote else "SPARK_REMOTE="
-        raise ConfigError(f"both a Spark master ({master}) and a Spark Connect remote ({source}{without_secrets(url)}) "
-                          "are set: a session is either classic or Spark Connect; drop --master or "
-                          + ("--remote" if remote else "unset SPARK_REMOTE"))
+        raise ConfigError(
+            f"both a Spark master ({master}) and a Spark Connect remote ({source}{without_secrets(url)}) "
+            "are set: a session is either classic or Spark Connect; drop --master or "
+            + ("--remote" if remote else "unset SPARK_REMOTE")
+        )
     if url is not None and not (url.startswith("sc://") or url == "sail" or ANY_LOCAL_MASTER.fullmatch(url)):
-        raise ConfigError(f"Spark Connect remote {without_secrets(url)!r} must look like sc://HOST:PORT (or local[N], "
-                          "a Spark server started in this process, or sail, a Sail server started in this process)")
+        raise ConfigError(
+            f"Spark Connect remote {without_secrets(url)!r} must look like sc://HOST:PORT (or local[N], "
+            "a Spark server started in this process, or sail, a Sail server started in this process)"
+        )
     return url

@@ -49,8 +49,9 @@ def launch_driver(settings: Mapping[str, str]) -> None:
     start: a JVM that fails to start says why before pyspark says that it exited)."""
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     read_end, write_end = os.pipe()
-    passing = threading.Thread(target=_pass_on, args=(os.fdopen(read_end, "rb"), verbose()), name="jvm-stderr",
-                               daemon=True)
+    passing = threading.Thread(
+        target=_pass_on, args=(os.fdopen(read_end, "rb"), verbose()), name="jvm-stderr", daemon=True
+    )
     passing.start()
     try:
         gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
@@ -68,4 +69,4 @@ def _pass_on(stream: IO[bytes], everything: bool) -> None:
         if everything or not line.startswith(JVM_NOTICES):
             view = memoryview(line)
             while view:
-                view = view[os.write(2, view):]
+                view = view[os.write(2, view) :]

@@ -38,8 +38,10 @@ def start_sail() -> str:
     this environment has no Sail, or a pyspark Sail does not run."""
     version = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
     if not SAIL_PYSPARK[0] <= version < SAIL_PYSPARK[1]:
-        raise SparkStartError(f"--remote sail needs pyspark 4.0 to 4.2.x, which Sail 0.7 runs, and this environment "
-                              f"has pyspark {pyspark.__version__}: {INSTALL}")
+        raise SparkStartError(
+            f"--remote sail needs pyspark 4.0 to 4.2.x, which Sail 0.7 runs, and this environment "
+            f"has pyspark {pyspark.__version__}: {INSTALL}"
+        )
     # Sail logs through Rust's env_logger: its INFO lines (a session created, removed) and the warning it gives as
     # the process ends (the server's actors aborted) are Spark's start-up lines of this engine; -v shows them.
     os.environ.setdefault("RUST_LOG", "info" if verbose() else "error")
@@ -68,6 +70,8 @@ def check_sail_settings(conf: Mapping[str, str]) -> None:
     """Refuse settings whose promise Sail cannot keep (see the module's docstring)."""
     asked = [key for key in SPARK_ONLY if key in conf]
     if asked:
-        raise ConfigError(f"{', '.join(f'{key}={conf[key]}' for key in asked)}: Sail runs each task once, in its own "
-                          "process, so no task is retried or speculated there; drop the setting, or run on Spark "
-                          "(--master, or a Spark Connect server)")
+        raise ConfigError(
+            f"{', '.join(f'{key}={conf[key]}' for key in asked)}: Sail runs each task once, in its own "
+            "process, so no task is retried or speculated there; drop the setting, or run on Spark "
+            "(--master, or a Spark Connect server)"
+        )

@@ -44,8 +44,9 @@ class WarmWorkers:
         self._lock = threading.Lock()
         self._stood_down = False
         self.submitted = False
-        self._thread = threading.Thread(target=self._run, args=(session, tuple(modules)), name="warm-workers",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(session, tuple(modules)), name="warm-workers", daemon=True
+        )
         self._thread.start()
 
     def _run(self, session: SparkSession, modules: tuple[str, ...]) -> None:
