@@ -38,7 +38,7 @@ from compaction.kafka.layout import CONTROL, TRANSACTIONAL
 from compaction.store import Manifest, SegmentFormat, Store, TopicPartition, Writer
 from compaction.store.formats import LogSegment, check_batch_offsets, decode_log
 from compaction.store.log import appended_state
-from compaction.store.manifest import SegmentMeta, producer_state
+from compaction.store.manifest import SegmentMeta
 
 LOG_FILE = re.compile(r"^([0-9]{20})\.log\Z")
 #: Kafka's default ``index.interval.bytes``.
@@ -270,8 +270,7 @@ def export_partition(store: Store, tp: TopicPartition, directory: str | Path) ->
     manifest = store.manifest(tp)
     # A batch a deletion vector empties stays as an empty batch while it is its producer's last.
     policy = BatchPolicy(
-        -1,
-        {pid: (last.producer_epoch, last.last_data_offset) for pid, last in producer_state(manifest.segments).items()},
+        -1, {pid: (last.producer_epoch, last.last_data_offset) for pid, last in manifest.producer_state.items()}
     )
     directory.mkdir(parents=True, exist_ok=True)
     written = []

@@ -36,7 +36,7 @@ from compaction import rules
 from compaction.kafka import BATCH_SCHEMA, encode
 from compaction.kafka.layout import CONTROL, LOG_OVERHEAD
 from compaction.store.formats import LogSegment, frame_batches
-from compaction.store.manifest import Manifest, SegmentMeta, producer_state
+from compaction.store.manifest import Manifest, SegmentMeta
 
 _LENGTH = struct.Struct(">i")
 
@@ -53,11 +53,11 @@ class BatchPolicy:
 def active_producers(manifest: Manifest, expiration_ms: int, now_ms: int) -> dict[int, tuple[int, int | None]]:
     """The producers still active at ``now_ms``: a transaction open, or a last batch whose max timestamp is less
     than ``producer.id.expiration.ms`` old (Kafka expires a producer at ``now - lastTimestamp >= expiration``)."""
-    open_transactions = set(manifest.open_transactions)
+    expired = {pid for pid, _ in manifest.expired_producers(expiration_ms, now_ms)}
     return {
         pid: (last.producer_epoch, last.last_data_offset)
-        for pid, last in producer_state(manifest.segments).items()
-        if pid in open_transactions or now_ms - last.max_timestamp < expiration_ms
+        for pid, last in manifest.producer_state.items()
+        if pid not in expired
     }
 
 

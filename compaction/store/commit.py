@@ -80,6 +80,9 @@ class Replacement:
     next_horizon_ms: int | None = None
     erased: tuple[Erased, ...] = ()  # erasure requests this change carries out (their tombstones were in its range)
     time_ms: int | None = None  # when (the pass's now), for the requests it carries out
+    # Producers the pass found expired, as (producer id, its last batch's last offset): dropped from the producer
+    # state unless they wrote again since (as Kafka removes expired producers).
+    expired_producers: tuple[tuple[int, int], ...] = ()
 
     def apply(self, latest: Manifest | None, name: str) -> dict[str, Any]:
         if latest is None:
@@ -102,6 +105,7 @@ class Replacement:
                 f"{self.expected_log_start_offset} to {latest.log_start_offset}"
             )
         gone = {segment.path for segment in self.removed}
+        expired = set(self.expired_producers)
         segments = sorted(
             [s for s in latest.segments if s.path not in gone] + list(self.added), key=lambda s: s.base_offset
         )
@@ -117,6 +121,11 @@ class Replacement:
                 else {"last_clean_ms": self.last_clean_ms, "next_horizon_ms": self.next_horizon_ms}
             ),
             "open_transactions": latest.open_transactions,
+            # What the removed segments held of their producers stays (a version without producer state gets it
+            # from its segments before they go).
+            "producers": tuple(
+                last for pid, last in latest.producer_state.items() if (pid, last.last_offset) not in expired
+            ),
             "segments": tuple(segments),
             "erasures": self._erasures(latest),
         }
@@ -242,6 +251,7 @@ def commit(
         # sets it.
         state = {
             "clean_keys_unique": latest.clean_keys_unique if latest else False,
+            "producers": latest.producers if latest else (),
             "last_clean_ms": latest.last_clean_ms if latest else None,
             "next_horizon_ms": latest.next_horizon_ms if latest else None,
             "erasures": latest.erasures if latest else (),

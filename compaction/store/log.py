@@ -40,7 +40,7 @@ from compaction.store import commit as commits
 from compaction.store import inputs
 from compaction.store.commit import MAX_COMMIT_ATTEMPTS, Build, Replacement, Writer
 from compaction.store.formats import SegmentFormat, check_batch_offsets, decode_log
-from compaction.store.manifest import MANIFEST_DIR, MANIFEST_NAME, Manifest, SegmentMeta
+from compaction.store.manifest import MANIFEST_DIR, MANIFEST_NAME, Manifest, SegmentMeta, producer_state
 from compaction.store.names import (
     MAX_PARTITION,
     IllegalFolder,
@@ -429,6 +429,7 @@ def appended_state(
         "last_stable_offset": min(open_txns.values(), default=next_offset),
         "first_dirty_offset": kept.first_dirty_offset if kept else base,
         "open_transactions": open_txns,
+        "producers": tuple(producer_state(segments, latest.producer_state if latest else None).values()),
         "segments": (*(latest.segments if latest else ()), *segments),
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -180,10 +181,12 @@ class SegmentMeta(_Frozen):
         return latest if latest is not None else self.created_ms
 
 
-def producer_state(segments: tuple[SegmentMeta, ...] | list[SegmentMeta]) -> dict[int, ProducerState]:
-    """Each producer's last batch in a log of ``segments`` (in offset order), as Kafka's producer state has it:
-    a segment whose producer has only markers of the same epoch keeps the earlier last data offset."""
-    state: dict[int, ProducerState] = {}
+def producer_state(
+    segments: Sequence[SegmentMeta], state: Mapping[int, ProducerState] | None = None
+) -> dict[int, ProducerState]:
+    """Each producer's last batch once ``segments`` (in offset order) follow ``state``, as Kafka's producer state
+    has it: a segment whose producer has only markers of the same epoch keeps the earlier last data offset."""
+    state = dict(state or {})
     for segment in segments:
         for last in segment.producers:
             before = state.get(last.producer_id)
@@ -300,6 +303,10 @@ class Manifest(_Frozen):
     last_clean_ms: Long | None = None
     next_horizon_ms: Long | None = None
     open_transactions: dict[NonNegativeLong, NonNegativeLong] = Field(default_factory=dict)  # producer id: 1st offset
+    # Each producer's last batch as Kafka's producer state keeps it: from the appends, whatever a pass removed since
+    # (a pass drops only the producers that have expired). None in a version written before the log kept it: then
+    # its segments' own summaries.
+    producers: tuple[ProducerState, ...] | None = None
     segments: tuple[SegmentMeta, ...] = ()
     # Requests to forget a key (compaction forget), pending until physically done (and kept a while after).
     erasures: tuple[ErasureRequest, ...] = ()
@@ -351,6 +358,23 @@ class Manifest(_Frozen):
                     f"{request.rewritten_version}, after this version {self.version}"
                 )
         return self
+
+    @property
+    def producer_state(self) -> dict[int, ProducerState]:
+        """Each producer's last batch, by producer id (:attr:`producers`, or its segments' in a version that has
+        none)."""
+        if self.producers is None:
+            return producer_state(self.segments)
+        return {p.producer_id: p for p in self.producers}
+
+    def expired_producers(self, expiration_ms: int, now_ms: int) -> tuple[tuple[int, int], ...]:
+        """The producers that have expired at ``now_ms`` (Kafka: no transaction open, and ``now - lastTimestamp >=
+        producer.id.expiration.ms``), each as (producer id, its last batch's last offset)."""
+        return tuple(
+            (pid, last.last_offset)
+            for pid, last in sorted(self.producer_state.items())
+            if pid not in self.open_transactions and now_ms - last.max_timestamp >= expiration_ms
+        )
 
     @property
     def name(self) -> str:

@@ -15,7 +15,8 @@ from compaction.store import Replacement, Store, TopicPartition, Writer
 from compaction.store import commit as protocol
 from compaction.store.commit import Erased, unchanged
 from compaction.store.manifest import MAX_VERSION, ErasureRequest, HeldObject, Manifest
-from tests.helpers.builders import keyed
+from compaction.store.segment import records
+from tests.helpers.builders import keyed, rec
 from tests.helpers.stores import PauseClock as Clock
 
 TP = TopicPartition("t", 0)
@@ -53,6 +54,7 @@ def test_a_replacement_moves_what_it_says_and_carries_over_the_rest(store: Store
         "last_clean_ms": None,
         "next_horizon_ms": None,
         "open_transactions": {},
+        "producers": (),
         "segments": (second,),
         "erasures": (),
     }
@@ -65,6 +67,44 @@ def test_a_replacement_moves_what_it_says_and_carries_over_the_rest(store: Store
     store.replace(TP, cleaned, writer=WRITER, now_ms=5)
     later = Replacement((), (), 3, 3, 0, 0).apply(store.manifest(TP), "t-0")  # says nothing of them: kept
     assert (later["clean_keys_unique"], later["last_clean_ms"], later["next_horizon_ms"]) == (True, 5, 9)
+
+
+def test_the_producer_state_outlives_the_segments_a_replacement_removes_until_the_pass_finds_it_expired() -> None:
+    """Kafka's producer state is the appends', whatever cleaning removed: a replacement carries it over, and drops a
+    producer only where the pass found it expired and it has not written again since."""
+    store = Store.open(f"memory://producers-{uuid.uuid4().hex}")
+    for offset, producer in ((0, 7), (1, 8)):
+        store.append(
+            TP,
+            records(
+                [
+                    {
+                        **rec("k", "v"),
+                        "offset": offset,
+                        "timestamp": 100 * (offset + 1),
+                        "producer_id": producer,
+                        "producer_epoch": 0,
+                    }
+                ]
+            ),
+            now_ms=1,
+        )
+    latest = store.manifest(TP)
+    assert [(p.producer_id, p.last_offset, p.max_timestamp) for p in latest.producers or ()] == [
+        (7, 0, 100),
+        (8, 1, 200),
+    ]
+    assert latest.expired_producers(150, now_ms=250) == ((7, 0),)  # 250 - 100 >= 150; 250 - 200 < 150
+    first, _ = latest.segments
+    store.replace(TP, Replacement((first,), (), 0, 1, 0, 1, expired_producers=((8, 0),)), writer=WRITER, now_ms=2)
+    assert sorted(store.manifest(TP).producer_state) == [7, 8], "the removed segment's producer stays"
+    store.append(
+        TP, records([{**rec("k", "w"), "offset": 2, "timestamp": 300, "producer_id": 7, "producer_epoch": 0}]), now_ms=3
+    )
+    store.replace(TP, Replacement((), (), 1, 1, 1, 1, expired_producers=((7, 0), (8, 1))), writer=WRITER, now_ms=4)
+    assert {pid: p.last_offset for pid, p in store.manifest(TP).producer_state.items()} == {7: 2}, (
+        "producer 7 wrote again since the pass found it expired"
+    )
 
 
 @pytest.mark.parametrize(
@@ -135,6 +175,7 @@ def test_an_unchanged_state_is_the_log_as_it_is(store: Store) -> None:
         "last_clean_ms",
         "next_horizon_ms",
         "open_transactions",
+        "producers",
         "segments",
         "erasures",
         "streams",

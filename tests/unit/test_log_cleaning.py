@@ -501,3 +501,22 @@ def test_a_segment_whose_empty_batch_need_not_stay_is_rewritten(store: Store) ->
     append(store, plain(5, "active-2"))
     clean(store, large)
     assert last_offsets(store) == [1, 2, 3, 4, 5], "producer 1 wrote again: its empty batch went"
+
+
+def test_a_producer_expires_by_its_last_batch_even_once_a_pass_dropped_it(store: Store) -> None:
+    """Producer 1 wrote ``b``, then ``a`` with its clock behind (an older max timestamp). Its last batch (``a``) is
+    3 s old at the first pass: it has expired, and that batch goes with its superseded record. Its earlier batch
+    (``b``), which survives, is younger; but Kafka's producer state keeps the last batch a producer wrote, whatever
+    cleaning removed since: once ``b`` is superseded, the producer is still expired and its batch goes too."""
+    settings = settings_with({**BASE, "producer.id.expiration.ms": 3000})
+    b = batch(0, rec("b", "b"), producer=1, sequence=0, timestamp=NOW)
+    a = batch(1, rec("a", "a"), producer=1, sequence=1, timestamp=NOW - 4000)
+    for item in (b, a, plain(2, "a")):
+        append(store, item)
+    append(store, plain(3, "z"))
+    clean(store, settings)
+    assert [(b["last"], b["record_count"]) for b in batches(store)] == [(0, 1), (2, 1), (3, 1)]
+    append(store, plain(4, "b"))
+    append(store, plain(5, "y"))
+    clean(store, settings, now=NOW + 1000)
+    assert [(b["last"], b["record_count"]) for b in batches(store)] == [(2, 1), (3, 1), (4, 1), (5, 1)]
