@@ -213,3 +213,14 @@ def test_a_small_clean_segment_that_loses_a_few_records_takes_a_deletion_vector_
     # An unchanged small clean segment beside the rewrite still merges into it (SPEC §9).
     unchanged = [kept(10, lost=1), kept(10), kept(1), kept(1)]
     assert jobs(segments, unchanged, first_dirty=20, policy=policy) == [([0], True), ([10, 20, 21], False)]
+
+
+def test_a_segment_of_empty_batches_counts_no_record_in_the_share_of_the_work() -> None:
+    """A .log segment holding only an empty batch that must go (a stale one: it is rewritten) reads no record: with
+    a one-record neighbour the range reads one record, and the rewrite's share of the work (one record, and its write)
+    takes them both."""
+    stale = SegmentMeta.model_validate({**meta(0, 1, 61).model_dump(), "record_count": 0})
+    segments = [stale, meta(1, 2, 100)]
+    by_base = {0: SegmentOutcome.empty(), 1: kept(1)}
+    policy = ApplyPolicy(segment_bytes=10_000, now_ms=0, max_group_records=1)
+    assert lay_out(segments, by_base, 2, policy, reframe=frozenset({0})) == [((stale, segments[1]), False)]
