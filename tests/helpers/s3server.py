@@ -1,12 +1,14 @@
-"""A real S3 API server (moto) on 127.0.0.1 for tests, with S3's atomic conditional PUT.
+"""A real S3 API server (moto's ``ThreadedMotoServer``) on 127.0.0.1 for tests, with S3's atomic conditional PUT.
 
-moto checks ``If-None-Match: *`` and then stores the object in two steps, so two concurrent PUTs of the
-same key can both succeed, which real S3 never allows. The server here runs moto's application behind a
-lock that serialises requests, so the server honours the contract the commit protocol relies on.
+moto checks ``If-None-Match: *`` and then stores the object in two steps, so two concurrent PUTs of the same
+key can both succeed, which real S3 never allows. The server here makes that check and store one step for each key
+(a lock per key, taken by conditional PUTs alone, as S3 itself must) and serves every other request concurrently:
+the store's commits take their atomicity from the conditional PUT, as on S3, and nothing else is serialised.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -16,8 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from moto.server import DomainDispatcherApplication, create_backend_app
-from werkzeug.serving import make_server
+from moto.server import ThreadedMotoServer
 
 from tests.helpers import ROOT
 
@@ -28,21 +29,70 @@ CREDENTIALS = {
 }
 
 
-class _Serialised:
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.lock = threading.Lock()
+def atomic_conditional_puts() -> None:
+    """Make moto's PUT with ``If-None-Match: *`` (in this process) check for the key and store it as one step per
+    key, as S3 does; other requests are left as they are."""
+    from moto.s3.responses import S3Response
 
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        with self.lock:
-            return list(self.app(environ, start_response))
+    original = S3Response.put_object
+    if getattr(original, "atomic", False):
+        return
+    locks: dict[tuple[str, str], threading.Lock] = {}
+    guard = threading.Lock()
+
+    def put_object(self: Any) -> Any:
+        if self.headers.get("If-None-Match") != "*":
+            return original(self)
+        with guard:
+            lock = locks.setdefault((self.bucket_name, self.parse_key_name()), threading.Lock())
+        with lock:
+            return original(self)
+
+    put_object.atomic = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object  # type: ignore[method-assign]
+
+
+def start_server(port: int = 0) -> ThreadedMotoServer:
+    """moto's threaded server on 127.0.0.1 in this process, its conditional PUTs atomic."""
+    atomic_conditional_puts()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    return server
 
 
 def serve(port: int = 0) -> None:
     """Run the server in this process until terminated, printing its port on the first line."""
-    server = make_server("127.0.0.1", port, _Serialised(DomainDispatcherApplication(create_backend_app)), threaded=True)
-    print(server.server_port, flush=True)
-    server.serve_forever()
+    server = start_server(port)
+    print(server.get_host_and_port()[1], flush=True)
+    threading.Event().wait()
+
+
+@contextmanager
+def s3_server_here() -> Iterator[str]:
+    """Serve S3 from this process (a test that ages the objects it wrote, :func:`age_objects`); yields the
+    endpoint; stops it."""
+    server = start_server()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def age_objects(bucket_url: str, seconds: int) -> int:
+    """Make every object of a bucket that :func:`s3_server_here` serves look ``seconds`` older, as if written that
+    long ago (what a test of gc's grace on S3 needs, S3 having no way to set an object's time); returns how many."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    name = bucket_url.removeprefix("s3://")
+    aged = 0
+    for backend in s3_backends[DEFAULT_ACCOUNT_ID].values():
+        bucket = backend.buckets.get(name)
+        for key in bucket.keys.values() if bucket is not None else ():
+            key.last_modified -= datetime.timedelta(seconds=seconds)
+            aged += 1
+    return aged
 
 
 @contextmanager
