@@ -19,6 +19,7 @@ from kafka.record.util import calc_crc32c
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 COMMIT_KEY, ABORT_KEY = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"  # a control record's version and type
 MARKER_VALUE = b"\x00\x00\x00\x00\x00\x00"  # its version and the coordinator's epoch
+LOG_APPEND_TIME_BIT = 0x08
 CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40  # KIP-534: the batch's first timestamp is its delete horizon
 
@@ -36,17 +37,28 @@ def build_batch(
     sequence: int = -1,
     transactional: bool = False,
     control: bool = False,
+    log_append_time: int | None = None,
 ) -> bytes:
     """One batch from kafka-python's builder at consecutive offsets from ``base``, set as a broker assigns it
-    (outside the CRC); a control batch gets the control bit and a fresh CRC (kafka-python's producer writes none)."""
+    (outside the CRC); a control batch gets the control bit and a fresh CRC (kafka-python's producer writes none).
+    With ``log_append_time``, the batch is one of a topic with ``message.timestamp.type=LogAppendTime`` as the
+    broker writes it (``DefaultRecordBatch.setMaxTimestamp``): the timestamp type bit, that time as its max
+    timestamp, a fresh CRC; its records keep the producer's timestamps, which readers no longer see."""
     builder = DefaultRecordBatchBuilder(2, CODECS[codec], transactional, producer, epoch, sequence, 1 << 30)
     for delta, (timestamp, key, value, headers) in enumerate(records):
         assert builder.append(delta, timestamp, key, value, headers) is not None
     built = builder.build()
     struct.pack_into(">q", built, 0, base)
-    if control:
+    if control or log_append_time is not None:
         (attributes,) = struct.unpack_from(">h", built, 21)
-        struct.pack_into(">h", built, 21, attributes | CONTROL_BIT)
+        struct.pack_into(
+            ">h",
+            built,
+            21,
+            attributes | (CONTROL_BIT if control else 0) | (LOG_APPEND_TIME_BIT if log_append_time is not None else 0),
+        )
+        if log_append_time is not None:
+            struct.pack_into(">q", built, 35, log_append_time)
         struct.pack_into(">I", built, 17, calc_crc32c(memoryview(built)[21:]))
     return bytes(built)
 
@@ -74,6 +86,29 @@ class ParsedBatch:
     control: bool
     horizon: int | None  # KIP-534's delete horizon, when the batch has one
     records: list[dict[str, Any]]
+    count: int = 0  # records, as the header says
+    sequence: int = -1
+    log_append_time: bool = False
+    base_timestamp: int = -1
+    max_timestamp: int = -1
+
+    def header(self) -> dict[str, Any]:
+        """Every field of the header (the reference model's names)."""
+        return {
+            "base": self.base,
+            "last": self.last,
+            "count": self.count,
+            "producer": self.producer,
+            "epoch": self.epoch,
+            "sequence": self.sequence,
+            "codec": self.codec,
+            "log_append_time": self.log_append_time,
+            "transactional": self.transactional,
+            "control": self.control,
+            "base_timestamp": self.base_timestamp,
+            "max_timestamp": self.max_timestamp,
+            "horizon": self.horizon,
+        }
 
 
 def parse(data: bytes, where: str = "log") -> list[ParsedBatch]:
@@ -98,6 +133,11 @@ def parse(data: bytes, where: str = "log") -> list[ParsedBatch]:
                 read.is_control_batch,
                 horizon,
                 records,
+                read.records_count,
+                read.base_sequence,
+                read.timestamp_type == 1,
+                read.first_timestamp,
+                read.max_timestamp,
             )
         )
     assert reader.valid_bytes() == len(data), f"{where}: {len(data) - reader.valid_bytes()} bytes after its last batch"

@@ -21,20 +21,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis.strategies as st
 import pyspark
 import pytest
 from chispa import assert_df_equality
-from hypothesis import HealthCheck, given, settings
 
 from compaction.clean.cleaner import Cleaner
-from compaction.engine import stages
 from compaction.engine.session import spark_session
 from compaction.read.scan import scan
 from compaction.store import Store, TopicPartition
 from tests.helpers import ROOT, SPARK_NOISE, ahead_of_the_wall_clock_ms
 from tests.helpers.cluster import free_port
 from tests.helpers.settings import settings_with
-from tests.integration.test_differential import HISTORY, Setup, check_history, setups, through_cleaner
+from tests.integration.test_differential import (
+    FORGETTING,
+    HISTORY,
+    check_history,
+    examples,
+    setups,
+    spark_plan,
+    through_cleaner,
+)
 
 pytestmark = [pytest.mark.sail, pytest.mark.slow]
 
@@ -114,32 +121,50 @@ def sail(sail_session: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.mark.parametrize("plan", ["arrow", "arrow-split", "window", "aggregate"])
-@settings(
-    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
-@given(setup=setups(), history=HISTORY)
 def test_every_plan_on_sail_plans_and_keeps_exactly_what_the_reference_model_does(
-    sail: Any, plan: str, setup: Setup, history: list[Any], monkeypatch: pytest.MonkeyPatch
+    sail: Any, plan: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Split partitions (with and without transactions) take their payloads in their rows."""
-    split = plan == "arrow-split"
-    if plan in ("arrow-split", "aggregate"):
-        monkeypatch.setattr(stages, "CARRIED_BYTES", 0)
-    runner = through_cleaner(sail, "arrow" if split else plan, setup.settings(split=split))
-    check_history(setup, lambda _: runner, history, split=split)
+    name, split = spark_plan(plan, monkeypatch)
+    examples(
+        3,
+        HISTORY,
+        lambda setup, history: check_history(
+            setup, lambda _: through_cleaner(sail, name, setup.settings(split=split)), history, split=split
+        ),
+        {"examples that cleaned": 1},
+        setups(),
+    )
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
-@settings(
-    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
-@given(setup=setups(), history=HISTORY)
+@pytest.mark.parametrize("plan", ["arrow-split", "aggregate"])
 def test_log_segments_on_sail_keep_exactly_what_the_reference_model_keeps(
-    sail: Any, split: bool, setup: Setup, history: list[Any]
+    sail: Any, plan: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kafka-python's batches, parsed by kafka-python after every run."""
-    runner = through_cleaner(sail, "arrow", setup.settings(kafka=True, split=split))
-    check_history(setup, lambda _: runner, history, kafka=True, split=split)
+    name, split = spark_plan(plan, monkeypatch)
+    examples(
+        2,
+        HISTORY,
+        lambda setup, history: check_history(
+            setup, lambda _: through_cleaner(sail, name, setup.settings(split=split)), history, kafka=True, split=split
+        ),
+        {"examples that cleaned": 1},
+        setups(),
+    )
+
+
+@pytest.mark.parametrize("plan", ["arrow", "window"])
+def test_erasure_requests_on_sail_remove_the_keys_older_records_and_nothing_else(sail: Any, plan: str) -> None:
+    """Erasure histories, Parquet and ``.log``."""
+    examples(
+        2,
+        FORGETTING.flatmap(lambda history: st.tuples(st.just(history), st.booleans())),
+        lambda setup, drawn: check_history(
+            setup, lambda _: through_cleaner(sail, plan, setup.settings()), drawn[0], kafka=drawn[1]
+        ),
+        {"examples that cleaned": 1},
+    )
 
 
 def _generate(path: Path) -> None:

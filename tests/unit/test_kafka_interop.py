@@ -13,7 +13,7 @@ from compaction.interop import export_partition
 from compaction.store import Store, TopicPartition
 from tests.helpers.inline import InlineSession
 from tests.helpers.kafka_python import ParsedBatch, build_batch, marker_batch, parse
-from tests.helpers.model import Config, Model, Rec, Segment
+from tests.helpers.model import Config, Model, Rec
 from tests.helpers.settings import settings_with
 
 TP = TopicPartition("t", 0)
@@ -102,17 +102,16 @@ def test_kafka_python_batches_cleaned_and_read_back_by_kafka_python() -> None:
     store = Store.open(tempfile.mkdtemp(prefix="interop-"))
     model = Model("offset")
     appends, recs = history()
+    config = Config(delete_retention_ms=RETENTION, producer_id_expiration_ms=1)
     for data, group in zip(appends, recs, strict=True):
         store.append_log(TP, data, now_ms=T0)
-        model.append(group)
+        model.append(group, T0)
+    model.adopt([s.model_dump() for s in store.manifest(TP).segments], config)
     for now in (T0 + 10, T0 + 10 + RETENTION):  # the second pass purges the tombstone and the abort marker
         report = Cleaner(InlineSession(), store, SETTINGS).run(now)
         assert not report.failed, [r.error for r in report.failed]
-        model.run(
-            now,
-            [Segment.of(s.model_dump()) for s in store.manifest(TP).segments],
-            Config(delete_retention_ms=RETENTION),
-        )
+        model.clean(model.plan(now, config), now, config)
+        model.adopt([s.model_dump() for s in store.manifest(TP).segments], config)
         parsed: list[ParsedBatch] = [
             b
             for s in store.manifest(TP).segments
