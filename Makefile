@@ -92,7 +92,7 @@ $(BIN)/.mutation-installed: $(BIN)/.installed
 	@touch $@
 
 MUTATION_FLOOR ?= 0.90
-mutation: $(BIN)/.mutation-installed ## mutation score of the rules, planner, layout and commits against the unit tests (mutmut; slow)
+mutation: $(BIN)/.mutation-installed ## mutation score of the code that decides (rules, winners, planner, paths, layout, batches, commits) against the unit tests (mutmut; slow)
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/mutmut export-cicd-stats

@@ -151,13 +151,12 @@ class ErasuresWait(Reason):
     last_stable_offset: int
 
     def __str__(self) -> str:
-        match self.bound:
-            case UncleanableBound.ACTIVE_SEGMENT:
-                bound = "the active segment"
-            case UncleanableBound.LAST_STABLE_OFFSET:
-                bound = f"an open transaction (the last stable offset {self.last_stable_offset})"
-            case UncleanableBound.MIN_COMPACTION_LAG:
-                bound = "min.compaction.lag.ms"
+        # Never for the active segment: a pending request rolls it, and every tombstone lies below the log end.
+        bound = (
+            "min.compaction.lag.ms"
+            if self.bound is UncleanableBound.MIN_COMPACTION_LAG
+            else f"an open transaction (the last stable offset {self.last_stable_offset})"
+        )
         return f"{self.requests} erasure request(s) wait for {bound}"
 
 

@@ -626,11 +626,12 @@ class Model:
             if holds
         ]
         waiting = len(self.erasures) - len(erasures)
-        wait = {
-            "active": "the active segment",
-            "lso": f"an open transaction (the last stable offset {self.last_stable})",
-            "lag": "min.compaction.lag.ms",
-        }[name]
+        wait = (
+            "min.compaction.lag.ms"
+            if name == "lag"
+            else f"an open transaction (the last stable offset {self.last_stable})"
+        )
+        assert not waiting or name != "active", "a pending request rolls the active segment"
         waits = [f"{waiting} erasure request(s) wait for {wait}"] if waiting else []
         work = sum(self.live_bytes(s) for s in in_range)
         figures = dict(
