@@ -539,8 +539,8 @@ class Model:
                     overdue=overdue,
                     reason=why,
                     erasures=tuple(digest(k) for k, _, _ in self.erasures),
-                    **common,
-                )  # type: ignore[arg-type]
+                    **common,  # type: ignore[arg-type]
+                )
             return Choice(False, "empty", log_start, reason="empty log", **common)  # type: ignore[arg-type]
 
         first_dirty, reset = self.checkpoint, None

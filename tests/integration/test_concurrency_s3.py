@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from compaction import __version__
-from compaction.clean import cleaner
+from compaction.clean import cleaner, commit
 from compaction.clean.cleaner import Cleaner
-from compaction.clean.outcome import RunReport
+from compaction.clean.results import RunReport
 from compaction.erasure import attest, request_erasure
 from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_store
@@ -132,7 +132,7 @@ class Held:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, passes: int) -> None:
         self.reached = threading.Barrier(passes + 1)
         self.go = threading.Event()
-        done_cleaning = cleaner.done_cleaning
+        done_cleaning = commit.done_cleaning  # what the cleaner calls, by its name there
 
         def held(*args: Any, **kwargs: Any) -> Any:
             self.reached.wait(120)

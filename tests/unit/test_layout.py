@@ -221,6 +221,6 @@ def test_a_segment_of_empty_batches_counts_no_record_in_the_share_of_the_work() 
     takes them both."""
     stale = SegmentMeta.model_validate({**meta(0, 1, 61).model_dump(), "record_count": 0})
     segments = [stale, meta(1, 2, 100)]
-    by_base = {0: SegmentOutcome.empty(), 1: kept(1)}
+    by_base = {0: SegmentCounts.empty(), 1: kept(1)}
     policy = ApplyPolicy(segment_bytes=10_000, now_ms=0, max_group_records=1)
     assert lay_out(segments, by_base, 2, policy, reframe=frozenset({0})) == [((stale, segments[1]), False)]
