@@ -690,8 +690,8 @@ def max_task_records(source: str) -> tuple[int, int]:
     the_plan = plan_store(store, settings, NOW)
     largest = max(the_plan.to_clean, key=lambda p: p.records)
     task = cleaner.task(largest, NOW)
-    bounds = sample_bounds(task) if task.key_ranges > 1 else ()
-    decided = [decide_facts(replace(task, key_range=b, bounds=bounds)) for b in range(task.key_ranges)]
+    bounds = sample_bounds(task) if task.split.key_ranges > 1 else ()
+    decided = [decide_facts(task.with_bounds(bounds).of_range(b)) for b in range(task.split.key_ranges)]
     held = [d.facts.table.num_rows for d in decided]
     segment_counts: dict[int, SegmentCounts] = {}
     for d in decided:

@@ -36,7 +36,7 @@ from compaction import rules
 from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
 from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, against_dirty_keys, path_of
-from compaction.clean.payloads import CleanTask
+from compaction.clean.payloads import CleanedRange, CleanTask, KeySplit, PassContext
 from compaction.clean.planner import (
     CompactionPlan,
     LogToClean,
@@ -116,6 +116,7 @@ class Cleaner:
         self.progress = progress or log.info
         self.wall_ms = wall_ms
         self.pass_id = uuid.uuid4().hex  # names the objects of a pass; new for every run
+        self._contexts: dict[PassContext, PassContext] = {}  # the pass's, by value
 
     @property
     def required_stages(self) -> Stages:
@@ -136,6 +137,7 @@ class Cleaner:
         """
         started = time.perf_counter()
         self.pass_id = uuid.uuid4().hex
+        self._contexts = {}
         the_plan = compaction_plan or plan_store(self.store, self.settings, now_ms, topics)
         phases = {"plan": time.perf_counter() - started} if compaction_plan is None else {}
         selected = the_plan.to_clean
@@ -235,28 +237,35 @@ class Cleaner:
             if segment_format == SegmentFormat.KAFKA
             else None
         )
-        task = CleanTask(
-            tp=p.partition,
+        context = PassContext(
             store=self.store,
-            segments=p.segments,
-            tail=p.tail,
+            pass_id=self.pass_id,
+            now_ms=now_ms,
+            horizon_ms=horizon,
+            segment_format=segment_format,
+            winner_search=self.winner_search,
             strategy=rules.Strategy(p.config.compaction_strategy),
             strategy_header=p.config.compaction_strategy_header,
             keyless_drop=cleaner.keyless_records == "drop",
-            now_ms=now_ms,
-            log_start_offset=p.log_start_offset,
-            first_dirty_offset=p.first_dirty_offset,
-            clean_keys_unique=p.manifest.clean_keys_unique,
+        )
+        task = CleanTask(
+            context=self._contexts.setdefault(context, context),  # one per topic: a bin of units pickles it once
+            tp=p.partition,
+            cleaned=CleanedRange(
+                log_start_offset=p.log_start_offset,
+                first_dirty_offset=p.first_dirty_offset,
+                segments=p.segments,
+                tail=p.tail,
+                clean_keys_unique=p.manifest.clean_keys_unique,
+            ),
             policy=apply_policy(p, now_ms, cleaner, key_ranges),
-            horizon_ms=horizon,
-            segment_format=segment_format,
             batch_policy=batches,
-            pass_id=self.pass_id,
             erasures=tuple(sorted(tombstone_offsets(p.erasures).items())),
-            winner_search=self.winner_search,
-            key_ranges=key_ranges,
+            split=KeySplit(key_ranges=key_ranges),
         )
         if key_ranges > 1 and against_dirty_keys(task):  # its clean section holds only the rows the dirty keys contest
             key_ranges = key_range_count(p, cleaner.task_max_records, clean_section=False)
-            task = replace(task, key_ranges=key_ranges, policy=apply_policy(p, now_ms, cleaner, key_ranges))
+            task = replace(
+                task, split=KeySplit(key_ranges=key_ranges), policy=apply_policy(p, now_ms, cleaner, key_ranges)
+            )
         return task

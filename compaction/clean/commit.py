@@ -63,7 +63,7 @@ class PartitionWork:
             )
         return SourceVerdicts(
             rows=rows.pop() if rows else 0,
-            kept=lists_kept(segment, self.task.first_dirty_offset),
+            kept=lists_kept(segment, self.task.cleaned.first_dirty_offset),
             listed=tuple((path, s.row_group) for path, s in found if path is not None and s.row_group is not None),
         )
 
@@ -82,7 +82,7 @@ class PartitionWork:
         """The earliest delete horizon still to come in the cleaned range after this pass."""
         horizons = [o.next_horizon_ms for o in self.segment_counts.values() if o.next_horizon_ms is not None]
         if self.stamped:
-            horizons.append(self.task.horizon_ms)
+            horizons.append(self.task.context.horizon_ms)
         return min(horizons, default=None)
 
 

@@ -131,7 +131,7 @@ def segment_verdicts(tasks: Sequence[CleanTask], table: pa.Table) -> pa.Table:
 
 def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     base = table.column("segment_base")[0].as_py()
-    segment = next(s for s in task.segments if s.base_offset == base)
+    segment = next(s for s in task.cleaned.segments if s.base_offset == base)
     table = table.sort_by("position")
     code = table.column("code").to_numpy()
     stamp = table.column("stamp").to_numpy(zero_copy_only=False).astype(bool)
@@ -139,7 +139,7 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
     erased = frozenset(pc.drop_null(table.column("erased_key")).to_pylist())
     counts = SegmentCounts.from_verdicts(code, stamp, upcoming, erased)
     kept = code == rules.KEPT
-    listed = kept if lists_kept(segment, task.first_dirty_offset) else ~kept
+    listed = kept if lists_kept(segment, task.cleaned.first_dirty_offset) else ~kept
     chosen = listed | stamp
     path, group = None, None
     if chosen.any():
@@ -150,7 +150,9 @@ def _segment_verdicts(table: pa.Table, task: CleanTask) -> Verdicts:
                 "stamp": stamp[chosen],
             }
         )
-        path, (group,) = task.store.objects.write_verdicts(task.tp, base, [part], object_id(task.pass_id))
+        path, (group,) = task.context.store.objects.write_verdicts(
+            task.tp, base, [part], object_id(task.context.pass_id)
+        )
     return Verdicts(tp=task.tp, path=path, segments=(SegmentVerdicts(base, counts, table.num_rows, group),))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from compaction import rules
@@ -187,21 +187,24 @@ class Staged(Path):
             w
             for w in items
             if w.task.erasures
-            and any(s.deletes is not None or s.base_offset < w.task.log_start_offset for s in w.task.segments)
+            and any(
+                s.deletes is not None or s.base_offset < w.task.cleaned.log_start_offset
+                for s in w.task.cleaned.segments
+            )
         ]
         if erasing:
             runner.tasks(hidden_erased, [w.task for w in erasing], {w.task.ident: w for w in erasing}, _take_hidden)
         jobs: list[tuple[ApplyJob, PartitionWork]] = []
         for item in (w for w in items if w.failure is None):
             task = item.task
-            for segment in task.segments:
+            for segment in task.cleaned.segments:
                 item.segment_counts.setdefault(segment.base_offset, SegmentCounts.empty())
             laid_out = lay_out(
-                task.segments,
+                task.cleaned.segments,
                 item.segment_counts,
-                task.first_dirty_offset,
+                task.cleaned.first_dirty_offset,
                 task.policy,
-                stale_empty_batches(task.segments, task.batch_policy),
+                stale_empty_batches(task.cleaned.segments, task.batch_policy),
             )
             try:
                 item.jobs = [
@@ -251,12 +254,12 @@ class Ranges(Staged):
         standing = [w for w in items if w.failure is None]
         runner.progress(
             f"deciding survivors in {len(standing)} partition(s) with "
-            f"{sum(w.task.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})"
+            f"{sum(w.task.split.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})"
         )
         owners = {}
         for item in standing:
-            owners.update({replace(item.task, key_range=b).ident: item for b in range(item.task.key_ranges)})
-        ranges = [replace(w.task, key_range=b) for w in standing for b in range(w.task.key_ranges)]
+            owners.update({item.task.of_range(b).ident: item for b in range(item.task.split.key_ranges)})
+        ranges = [w.task.of_range(b) for w in standing for b in range(w.task.split.key_ranges)]
         self.decide_ranges(runner, ranges, owners)
 
     @abstractmethod
@@ -265,7 +268,7 @@ class Ranges(Staged):
 
 
 def _take_bounds(item: PartitionWork, bounds: tuple[bytes, ...]) -> None:
-    item.task = replace(item.task, bounds=bounds)
+    item.task = item.task.with_bounds(bounds)
 
 
 class RangesRead(Ranges):
@@ -281,10 +284,10 @@ class RangesHanded(Ranges):
     def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
         """Each run of segments read once, its rows handed to the key ranges in the store; then a task per range."""
         runs = [
-            RunRead(task=replace(task, segments=segments))
+            RunRead(task=task.of_run(segments))
             for task in ranges
-            if task.key_range == 0
-            for segments in segment_runs(task.segments, runner.task_max_records)
+            if task.split.key_range == 0
+            for segments in segment_runs(task.cleaned.segments, runner.task_max_records)
         ]
         by_run = {run.ident: owners[run.task.ident] for run in runs}
         handed: dict[int, list[HandedRun]] = {}
@@ -300,10 +303,10 @@ class RangesHanded(Ranges):
             item = owners[task.ident]
             item.handed.update(run.path for run in handed[id(item)])
         chosen = [
-            replace(
-                task,
-                pieces=tuple(
-                    run.piece(task.key_range)
+            task.of_range(
+                task.split.key_range,
+                tuple(
+                    run.piece(task.split.key_range)
                     for run in sorted(handed[id(owners[task.ident])], key=lambda r: r.first_segment)
                 ),
             )
@@ -323,14 +326,13 @@ class AgainstDirtyKeys(Staged):
         runs, owners = [], {}
         for item in items:
             task = item.task
-            dirty = tuple(s for s in task.segments if s.next_offset > task.first_dirty_offset)
-            clean = task.segments[: len(task.segments) - len(dirty)]
+            dirty = tuple(s for s in task.cleaned.segments if s.next_offset > task.cleaned.first_dirty_offset)
+            clean = task.cleaned.segments[: len(task.cleaned.segments) - len(dirty)]
             mine = [
-                CleanRun(task=replace(task, segments=run), dirty=dirty)
-                for run in segment_runs(clean, runner.task_max_records)
+                CleanRun(task=task.of_run(run), dirty=dirty) for run in segment_runs(clean, runner.task_max_records)
             ]
             if dirty:
-                mine.append(CleanRun(task=replace(task, segments=dirty)))
+                mine.append(CleanRun(task=task.of_run(dirty)))
             runs += mine
             owners.update({run.ident: item for run in mine})
         runner.progress(
@@ -354,8 +356,8 @@ class SqlWinnerSearch(Staged):
         if not isinstance(stages, SparkStages):
             raise CompactionError(f"the {self.search} plan runs on Spark SQL, which needs a SparkSession")
         runner.progress(f"deciding survivors in {len(items)} partition(s), {extent(items)} (plan: {self.search})")
-        now_ms = items[0].task.now_ms
-        keyless_drop = items[0].task.keyless_drop
+        now_ms = items[0].task.context.now_ms
+        keyless_drop = items[0].task.context.keyless_drop
 
         def call(chosen: list[CleanTask]) -> list[Outcome]:
             return decide_with_sql(stages, chosen, self.search, now_ms, keyless_drop)
@@ -394,23 +396,23 @@ def against_dirty_keys(task: CleanTask) -> bool:
     section read sparsely (no transactions, no erasure requests: ``facts.reads_clean_sparsely``) holding more than
     :data:`DIRTY_KEYS_FROM_BYTES`. Its key ranges are then counted by its dirty section alone."""
     return (
-        task.winner_search is rules.WinnerSearch.ARROW
-        and task.strategy is rules.Strategy.OFFSET
+        task.context.winner_search is rules.WinnerSearch.ARROW
+        and task.context.strategy is rules.Strategy.OFFSET
         and reads_clean_sparsely(task)
-        and sum(s.live_size_bytes for s in task.segments if s.next_offset <= task.first_dirty_offset)
+        and sum(s.live_size_bytes for s in task.cleaned.segments if s.next_offset <= task.cleaned.first_dirty_offset)
         > DIRTY_KEYS_FROM_BYTES
     )
 
 
 def path_of(task: CleanTask) -> Path:
     """The way a partition's task is cleaned: the one place that chooses."""
-    if task.winner_search is rules.WinnerSearch.WINDOW:
+    if task.context.winner_search is rules.WinnerSearch.WINDOW:
         return WINDOW
-    if task.winner_search is rules.WinnerSearch.AGGREGATE:
+    if task.context.winner_search is rules.WinnerSearch.AGGREGATE:
         return AGGREGATE
-    if task.key_ranges == 1 and against_dirty_keys(task):
+    if task.split.key_ranges == 1 and against_dirty_keys(task):
         return AGAINST_DIRTY_KEYS
-    if task.key_ranges == 1:
+    if task.split.key_ranges == 1:
         return WHOLE
     return RANGES_READ if reads_whole_ranges(task) else RANGES_HANDED
 

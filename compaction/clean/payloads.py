@@ -1,9 +1,12 @@
 """What crosses between the driver and the executors in a clean pass: one frozen, versioned type per unit of work
 and per result (the row codec and the version check are :mod:`compaction.engine.codec`'s).
 
-- :class:`CleanTask` is one partition's pass, every field set: the cleaned range, the rules' parameters and how
-  verdicts become objects. Its ``key_range`` names one key range of a split partition, and a run of its segments
-  (``segments`` narrowed) is what a split partition reads once for every key range.
+- :class:`PassContext` is what every unit of a pass over one topic shares (the store, the clock, the horizon, the
+  pass's id, the format, the winner search and the rules' parameters): each unit refers to it and carries only what
+  differs.
+- :class:`CleanTask` is one partition's pass: its :class:`CleanedRange`, how verdicts become objects, its erasure
+  requests, and its :class:`KeySplit`, which names one key range of a split partition; a run of its segments
+  (the cleaned range narrowed) is what a split partition reads once for every key range.
 - :class:`RunRead` is a run of a split partition's segments read once for every key range, and :class:`HandedRun`
   where it handed each range's rows over (:class:`Piece`, through the store: :mod:`compaction.store.handover`).
 - :class:`Verdicts` is what a key range (or a Spark SQL winner search) decided of a partition's segments: the counts per
@@ -19,7 +22,7 @@ Each result is metadata: counts, object names, offsets of segments; never one en
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compaction import rules
@@ -37,44 +40,82 @@ def lists_kept(segment: SegmentMeta, first_dirty_offset: int) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CleanTask(Payload):
-    """One partition's clean pass over ``[log_start_offset, end of segments)``, or one key range of it
-    (``key_range`` of ``key_ranges``); every field is set by the driver
-    (:meth:`~compaction.clean.cleaner.Cleaner.task`)."""
+class PassContext:
+    """What every unit of a pass over one topic shares, built once by the driver and referenced by each unit (a
+    Spark task's bin of units pickles it once): where the store is, the pass's clock and id, the delete horizon it
+    stamps, the format its rewrites write, how each key's winner is found and the topic's rules' parameters."""
 
-    tp: TopicPartition
     store: Store
-    segments: tuple[SegmentMeta, ...]  # the cleaned range (or, for a read of a run, the run)
-    tail: tuple[SegmentMeta, ...]  # the segments beyond the range (their markers and stale records matter)
-    strategy: rules.Strategy
-    strategy_header: str
-    keyless_drop: bool
+    pass_id: str  # names the pass's objects (tasks.objects.object_id)
     now_ms: int
-    log_start_offset: int
-    first_dirty_offset: int
-    clean_keys_unique: bool  # the manifest's promise (the Arrow winner search uses it)
-    policy: ApplyPolicy  # how verdicts become objects (the layout)
     horizon_ms: int  # the delete horizon this pass stamps
     segment_format: SegmentFormat  # what its rewrites write
-    batch_policy: BatchPolicy | None  # which batches its .log rewrites keep when they lose every record (.log only)
-    pass_id: str  # names its objects (tasks.apply.object_id)
-    # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
-    erasures: tuple[tuple[str, int], ...]
     winner_search: rules.WinnerSearch = rules.WinnerSearch.ARROW  # how each key's winner is found (``dedupe.plan``)
+    strategy: rules.Strategy = rules.Strategy.OFFSET
+    strategy_header: str = ""
+    keyless_drop: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanedRange:
+    """A partition's cleaned range ``[log_start_offset, end of segments)`` (or, for a unit of a run, the run), the
+    checkpoint in it, and the segments beyond it (their markers and stale records matter)."""
+
+    log_start_offset: int
+    first_dirty_offset: int
+    segments: tuple[SegmentMeta, ...]
+    tail: tuple[SegmentMeta, ...] = ()
+    clean_keys_unique: bool = False  # the manifest's promise (the Arrow winner search uses it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeySplit:
+    """How a partition is split into key ranges, and which one a unit is: the same ``bounds`` (``key_ranges - 1``)
+    in every task of the partition; ``pieces``: the unit's key range's rows of each run, handed over in the store
+    (read once per run)."""
+
     key_ranges: int = 1
     key_range: int = 0
-    bounds: tuple[bytes, ...] = ()  # a split partition's key range bounds (``key_ranges - 1``; the same in its tasks)
-    pieces: tuple[Piece, ...] = ()  # a key range's rows of each run, handed over in the store (read once per run)
+    bounds: tuple[bytes, ...] = ()
+    pieces: tuple[Piece, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanTask(Payload):
+    """One partition's clean pass over its cleaned range, or one key range of it (``split``), or a run of its
+    segments (``cleaned`` narrowed to the run); what is the same for every partition of its topic is in ``context``.
+    Built by the driver (:meth:`~compaction.clean.cleaner.Cleaner.task`)."""
+
+    context: PassContext
+    tp: TopicPartition
+    cleaned: CleanedRange
+    policy: ApplyPolicy  # how verdicts become objects (the layout)
+    batch_policy: BatchPolicy | None  # which batches its .log rewrites keep when they lose every record (.log only)
+    # The erasure requests it carries out: per key digest, the request's tombstone offset (records below go).
+    erasures: tuple[tuple[str, int], ...] = ()
+    split: KeySplit = KeySplit()
 
     @property
     def ident(self) -> str:
         """The partition, or its key range: what its outcome (``Ok`` or ``Failed``) is matched to."""
-        return str(self.tp) if self.key_ranges == 1 else f"{self.tp} key range {self.key_range}"
+        return str(self.tp) if self.split.key_ranges == 1 else f"{self.tp} key range {self.split.key_range}"
 
     @property
     def records(self) -> int:
         """Live records of the segments it covers."""
-        return sum(s.live_records for s in self.segments)
+        return sum(s.live_records for s in self.cleaned.segments)
+
+    def of_run(self, segments: tuple[SegmentMeta, ...]) -> CleanTask:
+        """This task narrowed to a run of its segments."""
+        return replace(self, cleaned=replace(self.cleaned, segments=segments))
+
+    def of_range(self, key_range: int, pieces: tuple[Piece, ...] = ()) -> CleanTask:
+        """Key range ``key_range`` of this split partition's task (with its rows of each run: ``pieces``)."""
+        return replace(self, split=replace(self.split, key_range=key_range, pieces=pieces))
+
+    def with_bounds(self, bounds: tuple[bytes, ...]) -> CleanTask:
+        """This split partition's task with its key range bounds."""
+        return replace(self, split=replace(self.split, bounds=bounds))
 
     def job(
         self,
@@ -86,17 +127,13 @@ class CleanTask(Payload):
         """Apply job ``job_id`` of this pass: rewrite ``sources`` into one segment, or extend a deletion vector
         (``verdicts``: where the verdicts on each source are listed, unless the job runs in the deciding task)."""
         return ApplyJob(
+            context=self.context,
             tp=self.tp,
-            store=self.store,
+            log_start_offset=self.cleaned.log_start_offset,
+            batch_policy=self.batch_policy,
             job_id=job_id,
             sources=sources,
-            horizon_ms=self.horizon_ms,
-            now_ms=self.now_ms,
-            log_start_offset=self.log_start_offset,
             deletes_only=deletes_only,
-            pass_id=self.pass_id,
-            segment_format=self.segment_format,
-            batch_policy=self.batch_policy,
             verdicts=verdicts,
         )
 
@@ -116,17 +153,13 @@ class SourceVerdicts:
 class ApplyJob(Payload):
     """Stage 2: rewrite ``sources`` into one segment, or (``deletes_only``) extend one segment's deletion vector."""
 
+    context: PassContext  # its pass's store, clock, horizon, id and format
     tp: TopicPartition
-    store: Store
+    log_start_offset: int
+    batch_policy: BatchPolicy | None  # which batches a .log rewrite keeps when they lose every record
     job_id: int
     sources: tuple[SegmentMeta, ...]
-    horizon_ms: int
-    now_ms: int
-    log_start_offset: int
     deletes_only: bool
-    pass_id: str  # names its object (tasks.apply.object_id)
-    segment_format: SegmentFormat  # what a rewrite writes
-    batch_policy: BatchPolicy | None  # which batches a .log rewrite keeps when they lose every record
     verdicts: tuple[SourceVerdicts, ...] = ()  # per source, where its verdicts are listed (none: decided in the task)
 
     @property
@@ -156,18 +189,18 @@ class Piece:
 
 @dataclass(frozen=True, kw_only=True)
 class RunRead(Payload):
-    """A run of a split partition's segments (``task.segments`` narrowed to it), read once for every key range."""
+    """A run of a split partition's segments (its task narrowed to it), read once for every key range."""
 
     task: CleanTask
 
     @property
     def ident(self) -> str:
-        return f"{self.task.tp} run {self.task.segments[0].base_offset}"
+        return f"{self.task.tp} run {self.task.cleaned.segments[0].base_offset}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class CleanRun(Payload):
-    """A run of a partition's clean segments (``task.segments`` narrowed to it) decided against the keys of its dirty
+    """A run of a partition's clean segments (its task narrowed to it) decided against the keys of its dirty
     segments ``dirty``; or, with no ``dirty``, the dirty segments themselves (see ``paths.AGAINST_DIRTY_KEYS``)."""
 
     task: CleanTask
@@ -175,7 +208,7 @@ class CleanRun(Payload):
 
     @property
     def ident(self) -> str:
-        return f"{self.task.tp} run {self.task.segments[0].base_offset}"
+        return f"{self.task.tp} run {self.task.cleaned.segments[0].base_offset}"
 
     @property
     def records(self) -> int:

@@ -3,13 +3,14 @@ facts and clean tasks tests build from records, to state their inputs inline."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pyarrow as pa
 
 from compaction import rules
 from compaction.clean.layout import ApplyPolicy
-from compaction.clean.payloads import CleanTask
+from compaction.clean.payloads import CleanedRange, CleanTask, PassContext
 from compaction.store import SegmentMeta, Store, TopicPartition
 from compaction.store.segment import records
 
@@ -70,21 +71,22 @@ def facts(*rows: dict[str, Any]) -> pa.Table:
 
 
 def clean_task(tp: TopicPartition, store: Store, segments: tuple[SegmentMeta, ...], **fields: Any) -> CleanTask:
-    """A partition's clean task over ``segments`` under the offset strategy, with ``fields`` changed."""
-    defaults: dict[str, Any] = dict(
-        tail=(),
-        strategy=rules.Strategy.OFFSET,
-        strategy_header="",
-        keyless_drop=False,
-        now_ms=0,
-        log_start_offset=0,
-        first_dirty_offset=0,
-        clean_keys_unique=False,
-        horizon_ms=0,
-        segment_format="parquet",
-        batch_policy=None,
-        pass_id="pass",
-        policy=ApplyPolicy(1 << 30, 0),
-        erasures=(),
-    )
-    return CleanTask(tp=tp, store=store, segments=segments, **{**defaults, **fields})
+    """A partition's clean task over ``segments`` under the offset strategy, with ``fields`` (of the task, its
+    :class:`PassContext` or its :class:`CleanedRange`) changed."""
+    context: dict[str, Any] = {
+        "store": store,
+        "pass_id": "pass",
+        "now_ms": 0,
+        "horizon_ms": 0,
+        "segment_format": "parquet",
+    }
+    cleaned: dict[str, Any] = {"log_start_offset": 0, "first_dirty_offset": 0, "segments": segments}
+    task: dict[str, Any] = {"policy": ApplyPolicy(1 << 30, 0), "batch_policy": None}
+    for name, value in fields.items():
+        group = next(
+            g
+            for g, kind in ((context, PassContext), (cleaned, CleanedRange), (task, CleanTask))
+            if name in {f.name for f in dataclasses.fields(kind)}
+        )
+        group[name] = value
+    return CleanTask(tp=tp, context=PassContext(**context), cleaned=CleanedRange(**cleaned), **task)

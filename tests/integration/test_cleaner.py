@@ -412,7 +412,7 @@ def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest
         settings = settings_with({**sized, "cleaner": {"task.max.records": limit}})
         cleaner = Cleaner(spark, store, settings)
         the_plan = plan_store(store, settings, NOW)
-        key_ranges = cleaner.task(the_plan.to_clean[0], NOW).key_ranges
+        key_ranges = cleaner.task(the_plan.to_clean[0], NOW).split.key_ranges
         assert key_ranges == ranges, "12,000 records in tasks of at most the limit"
         assert not reads_whole_ranges(cleaner.task(the_plan.to_clean[0], NOW)), "no transactions"
         cleaner.run(NOW, compaction_plan=the_plan)
@@ -432,7 +432,7 @@ def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest
         )
         second = Cleaner(spark, store, small)
         second_plan = plan_store(store, small, NOW + 1)
-        split = second.task(second_plan.to_clean[0], NOW + 1).key_ranges > 1
+        split = second.task(second_plan.to_clean[0], NOW + 1).split.key_ranges > 1
         assert split == (ranges > 1)
         report = second.run(NOW + 1, compaction_plan=second_plan)
         assert report.partitions[0].stats.deletion_vectors_written > 0

@@ -15,6 +15,7 @@ from compaction.clean.payloads import (
     ApplyJob,
     CleanedPartition,
     CleanTask,
+    PassContext,
     SegmentVerdicts,
     SourceVerdicts,
     Verdicts,
@@ -51,17 +52,15 @@ def one_of_each(store: Store) -> list[Payload]:
     return [
         clean_task(TP, store, (segment,)),
         ApplyJob(
+            context=PassContext(
+                store=store, pass_id="pass", now_ms=0, horizon_ms=5, segment_format=SegmentFormat.PARQUET
+            ),
             tp=TP,
-            store=store,
+            log_start_offset=0,
+            batch_policy=None,
             job_id=0,
             sources=(segment,),
-            horizon_ms=5,
-            now_ms=0,
-            log_start_offset=0,
             deletes_only=False,
-            pass_id="pass",
-            segment_format=SegmentFormat.PARQUET,
-            batch_policy=None,
             verdicts=(SourceVerdicts(rows=3, kept=True, listed=(("segments/_x.verdicts.parquet", 0),)),),
         ),
         Verdicts(tp=TP, path="segments/_x.verdicts.parquet", segments=(SegmentVerdicts(0, counts, 3, 0),)),
@@ -75,7 +74,10 @@ def test_every_payload_arrives_as_it_was_sent(memory_store: Store) -> None:
         arrived = shipped(payload)
         assert type(arrived) is type(payload) and arrived.payload_version == PAYLOAD_VERSION
         if isinstance(payload, (CleanTask, ApplyJob)):
-            assert cast(CleanTask, arrived).tp == TP and cast(CleanTask, arrived).pass_id == payload.pass_id
+            assert (
+                cast(CleanTask, arrived).tp == TP
+                and cast(CleanTask, arrived).context.pass_id == payload.context.pass_id
+            )
             if isinstance(payload, ApplyJob):
                 assert cast(ApplyJob, arrived).verdicts == payload.verdicts
         else:

@@ -101,7 +101,7 @@ def test_a_split_partition_reads_each_segment_once_if_it_holds_no_transactions(
     segments = split.manifest(TP).segments
     cleaner = Cleaner(InlineSession(), split, settings(task_max_records))
     plan = plan_store(split, cleaner.settings, NOW)
-    key_ranges = cleaner.task(plan.to_clean[0], NOW).key_ranges
+    key_ranges = cleaner.task(plan.to_clean[0], NOW).split.key_ranges
     assert key_ranges == 4 if task_max_records == 3_000 else key_ranges > 4, f"{key_ranges} key ranges"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
@@ -121,7 +121,7 @@ def test_a_segment_that_cannot_be_read_fails_its_split_partition_with_the_reason
     (tmp_path / "s" / "orders" / "0" / victim.path).write_bytes(b"not parquet")
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
-    assert cleaner.task(plan.to_clean[0], NOW).key_ranges == 4
+    assert cleaner.task(plan.to_clean[0], NOW).split.key_ranges == 4
     report = cleaner.run(NOW, compaction_plan=plan)
     (failed,) = report.failed
     assert victim.path.split("/")[-1] in (failed.error or ""), failed.error
@@ -133,20 +133,27 @@ def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fai
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
     task = cleaner.task(plan.to_clean[0], NOW)
-    task = replace(task, bounds=sample_bounds(task))
-    segments = segment_runs(task.segments, 3_000)
+    task = task.with_bounds(sample_bounds(task))
+    segments = segment_runs(task.cleaned.segments, 3_000)
     assert [len(run) for run in segments] == [2, 2, 2, 2]
-    runs = [hand_out(RunRead(task=replace(task, segments=run))) for run in segments]
-    assert all(len(run.batches) == task.key_ranges == 4 for run in runs), "every run hands each range its rows"
+    runs = [hand_out(RunRead(task=task.of_run(run))) for run in segments]
+    assert all(len(run.batches) == task.split.key_ranges == 4 for run in runs), "every run hands each range its rows"
     assert sum(sum(lengths) for run in runs for lengths in run.lengths) == sum(sum(run.read_lengths) for run in runs)
-    ranged = replace(task, key_range=2, pieces=tuple(run.piece(2) for run in runs))
+    ranged = task.of_range(2, tuple(run.piece(2) for run in runs))
     verdicts = decide_handed(ranged)
-    assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.segments]
+    assert [s.segment_base for s in verdicts.segments] == [s.base_offset for s in task.cleaned.segments]
     with pytest.raises(
         RuntimeError, match=re.escape(f"key range 2 of {TP} got pieces of 6 segment(s) for a range of 8")
     ):
-        decide_handed(replace(ranged, pieces=ranged.pieces[1:]))  # one run's piece lost
-    lost = run(hand_out, RunRead(task=replace(task, segments=segments[0], store=Store.open(str(tmp_path / "nowhere")))))
+        decide_handed(task.of_range(2, ranged.split.pieces[1:]))  # one run's piece lost
+    lost = run(
+        hand_out,
+        RunRead(
+            task=replace(
+                task.of_run(segments[0]), context=replace(task.context, store=Store.open(str(tmp_path / "nowhere")))
+            )
+        ),
+    )
     assert isinstance(lost, Failed) and not lost.failure.internal, "a missing object is the store's failure, not a bug"
 
 
@@ -179,7 +186,7 @@ def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_th
     cleaner = Cleaner(InlineSession(), stores["mapped"], settings(2_000, **nightly))
     plan = plan_store(stores["mapped"], cleaner.settings, NOW)
     task = cleaner.task(plan.to_clean[0], NOW)
-    assert paths.path_of(task) is paths.AGAINST_DIRTY_KEYS and task.key_ranges == 1, "the dirty keys alone count"
+    assert paths.path_of(task) is paths.AGAINST_DIRTY_KEYS and task.split.key_ranges == 1, "the dirty keys alone count"
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
     assert not report.failed

@@ -108,5 +108,9 @@ def test_a_unique_clean_section_keeps_only_the_rows_in_doubt_and_counts_the_othe
     assert [o for *_, o in sparse.segment_counts(segments)] == [o for *_, o in full.segment_counts(segments)]
     assert [o.kept for *_, o in sparse.segment_counts(segments)] == [5, 2]
     # Not with a key's records possibly sharing the clean section, transactions or erasure requests.
-    for changed in ({"clean_keys_unique": False}, {"erasures": (("digest", 8),)}, {"first_dirty_offset": 0}):
-        assert not reads_clean_sparsely(replace(task, **changed))
+    for changed in (
+        replace(task, cleaned=replace(task.cleaned, clean_keys_unique=False)),
+        replace(task, erasures=(("digest", 8),)),
+        replace(task, cleaned=replace(task.cleaned, first_dirty_offset=0)),
+    ):
+        assert not reads_clean_sparsely(changed)

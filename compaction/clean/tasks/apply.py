@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Protocol, cast
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,7 @@ from compaction.clean.payloads import (
     CleanedPartition,
     CleanRun,
     CleanTask,
+    PassContext,
     SegmentVerdicts,
     Verdicts,
 )
@@ -28,7 +29,7 @@ from compaction.clean.tasks.facts import REMOTE_READ_AHEAD, RowFacts, ahead, fac
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
-from compaction.store import Store, TopicPartition
+from compaction.store import TopicPartition
 from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
@@ -53,12 +54,12 @@ class Survivors:
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         """A source segment's live records."""
         with phase("read"):
-            return job.store.objects.read_segment(job.tp, segment, start=job.log_start_offset)
+            return job.context.store.objects.read_segment(job.tp, segment, start=job.log_start_offset)
 
     def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
         """A ``.log`` source segment whole: every record and batch, deleted or not."""
         with phase("read"):
-            return job.store.objects.read_log_segment(job.tp, segment)
+            return job.context.store.objects.read_log_segment(job.tp, segment)
 
 
 class ListedRows(Survivors):
@@ -74,7 +75,7 @@ class ListedRows(Survivors):
         parts: list[list[pa.Table]] = [[] for _ in job.sources]
         with phase("read"):
             for path, groups in wanted.items():
-                tables = job.store.objects.read_verdicts(job.tp, path, [g for _, g in groups])
+                tables = job.context.store.objects.read_verdicts(job.tp, path, [g for _, g in groups])
                 for (source, _), table in zip(groups, tables, strict=True):
                     parts[source].append(table)
         self.keep: dict[int, np.ndarray] = {}
@@ -168,32 +169,18 @@ def _extend_deletes(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     """Extend a segment's deletion vector with the live rows it loses; the live figures go with it."""
     (segment,) = job.sources
     with phase("read"):
-        table = job.store.objects.read_segment(job.tp, segment, VECTOR_COLUMNS, start=job.log_start_offset)
+        table = job.context.store.objects.read_segment(job.tp, segment, VECTOR_COLUMNS, start=job.log_start_offset)
     keep = survivors.keep_mask(segment, table.column("offset").to_numpy())
-    updated = write_vector(job, segment, table, keep)
+    updated = write_vector(job.context, job.tp, segment, table, keep)
     return AppliedJob.of(job, segment=updated, bytes_written=updated.deletes.size_bytes if updated.deletes else 0)
 
 
-class InPass(Protocol):
-    """A unit of a pass that writes objects of one partition (a partition's task, an apply job)."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def tp(self) -> TopicPartition: ...
-
-    @property
-    def now_ms(self) -> int: ...
-
-    @property
-    def pass_id(self) -> str: ...
-
-
-def write_vector(unit: InPass, segment: SegmentMeta, table: pa.Table, keep: np.ndarray) -> SegmentMeta:
+def write_vector(
+    context: PassContext, tp: TopicPartition, segment: SegmentMeta, table: pa.Table, keep: np.ndarray
+) -> SegmentMeta:
     """Write ``segment``'s deletion vector extended with its live rows ``keep`` leaves out (``table``: its live rows'
     :data:`VECTOR_COLUMNS`, at least); returns the segment with it, and the live figures of what it keeps."""
-    store, tp, now_ms, pass_id = unit.store, unit.tp, unit.now_ms, unit.pass_id
+    store, now_ms, pass_id = context.store, context.now_ms, context.pass_id
     offsets = table.column("offset").to_numpy()
     deleted = pa.array(offsets[~keep], pa.int64())
     created = now_ms
@@ -225,7 +212,7 @@ def apply_job(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     with phase("write"):
         if job.deletes_only:
             return _extend_deletes(job, survivors)
-        if job.segment_format == SegmentFormat.KAFKA:
+        if job.context.segment_format == SegmentFormat.KAFKA:
             return _rewrite_batches(job, survivors)
         return _rewrite(job, survivors)
 
@@ -242,7 +229,9 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             offsets = table.column("offset").to_numpy()
             keep = survivors.keep_mask(source, offsets)
             piece, stamped = _stamp(
-                table if keep.all() else table.filter(pa.array(keep)), survivors.stamps(source, offsets), job.horizon_ms
+                table if keep.all() else table.filter(pa.array(keep)),
+                survivors.stamps(source, offsets),
+                job.context.horizon_ms,
             )
             del table
             figures["records_written"] += piece.num_rows
@@ -250,13 +239,13 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             yield piece
 
     # Kafka keeps the last source's modification time: records keep their age through rewrites.
-    segment = job.store.objects.write_segment_pieces(
+    segment = job.context.store.objects.write_segment_pieces(
         job.tp,
         kept(),
         job.base_offset,
         job.next_offset,
         created_ms=job.sources[-1].created_ms,
-        object_id=object_id(job.pass_id),
+        object_id=object_id(job.context.pass_id),
     )
     return AppliedJob.of(
         job,
@@ -289,29 +278,31 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
         if source.format == SegmentFormat.KAFKA:
             log = survivors.log_segment(job, source)
             offsets = log.records.column("offset")
-            live = job.store.objects.live_rows(job.tp, source, offsets, job.log_start_offset)
+            live = job.context.store.objects.live_rows(job.tp, source, offsets, job.log_start_offset)
             keep = np.zeros(len(live), dtype=bool)
             live_offsets = offsets.to_numpy()[live]
             keep[live] = survivors.keep_mask(source, live_offsets)
             records_read += int(live.sum())
-            parts.append(reframe(log, keep, survivors.stamps(source, live_offsets), job.horizon_ms, policy))
+            parts.append(reframe(log, keep, survivors.stamps(source, live_offsets), job.context.horizon_ms, policy))
         else:
             table = survivors.records(job, source)
             records_read += table.num_rows
             offsets = table.column("offset").to_numpy()
             keep = survivors.keep_mask(source, offsets)
-            kept, stamped = _stamp(table.filter(pa.array(keep)), survivors.stamps(source, offsets), job.horizon_ms)
+            kept, stamped = _stamp(
+                table.filter(pa.array(keep)), survivors.stamps(source, offsets), job.context.horizon_ms
+            )
             parts.append(frame_records(kept, stamped))
     framed = Framed.join(parts, SEGMENT_SCHEMA)
     segment = None
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
-        segment = job.store.objects.write_segment(
+        segment = job.context.store.objects.write_segment(
             job.tp,
             framed.records,
             job.base_offset,
             job.next_offset,
             created_ms=job.sources[-1].created_ms,
-            object_id=object_id(job.pass_id),
+            object_id=object_id(job.context.pass_id),
             segment_format=SegmentFormat.KAFKA,
             batches=framed.batches,
             encoded=framed.data,
@@ -355,19 +346,21 @@ def clean_run(run: CleanRun) -> Verdicts:
             [
                 c
                 for s in run.dirty
-                for c in task.store.objects.read_segment(task.tp, s, ["key"], start=task.log_start_offset)
+                for c in task.context.store.objects.read_segment(
+                    task.tp, s, ["key"], start=task.cleaned.log_start_offset
+                )
                 .column("key")
                 .chunks
             ],
             pa.binary(),
         )
-        depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
+        depth = 1 if task.context.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
         tables = list(
             ahead(
-                lambda s: task.store.objects.read_segment(
-                    task.tp, s, ["key", *VECTOR_COLUMNS], start=task.log_start_offset
+                lambda s: task.context.store.objects.read_segment(
+                    task.tp, s, ["key", *VECTOR_COLUMNS], start=task.cleaned.log_start_offset
                 ),
-                task.segments,
+                task.cleaned.segments,
                 depth,
             )
         )
@@ -378,17 +371,17 @@ def clean_run(run: CleanRun) -> Verdicts:
     parts: list[pa.Table | None] = []
     found: list[tuple[int, SegmentCounts, int, SegmentMeta | None]] = []
     start = 0
-    for segment, table in zip(task.segments, tables, strict=True):
+    for segment, table in zip(task.cleaned.segments, tables, strict=True):
         beaten = hit[start : start + table.num_rows]
         start += table.num_rows
         with phase("decide"):
             code, stamp, doubt, counts = _decide_clean_segment(task, table, beaten)
         vector = None
-        if takes_vector(segment, counts, task.first_dirty_offset, task.policy):
+        if takes_vector(segment, counts, task.cleaned.first_dirty_offset, task.policy):
             keep = np.ones(table.num_rows, dtype=bool)
             keep[doubt] = code == rules.KEPT
             with phase("write"):
-                vector = write_vector(task, segment, table, keep)
+                vector = write_vector(task.context, task.tp, segment, table, keep)
             parts.append(None)
         else:  # the rows it drops, and its markers to stamp, listed for the apply stage
             listed = code != rules.KEPT
@@ -409,11 +402,11 @@ def clean_run(run: CleanRun) -> Verdicts:
     groups: tuple[int | None, ...] = (None,) * len(parts)
     if any(part is not None for part in parts):
         with phase("write"):
-            path, groups = task.store.objects.write_verdicts(
+            path, groups = task.context.store.objects.write_verdicts(
                 task.tp,
-                task.segments[0].base_offset,
+                task.cleaned.segments[0].base_offset,
                 parts,
-                f"{object_id(task.pass_id)}-{task.segments[0].base_offset}",
+                f"{object_id(task.context.pass_id)}-{task.cleaned.segments[0].base_offset}",
             )
     return Verdicts(
         tp=task.tp,
@@ -444,9 +437,11 @@ def _decide_clean_segment(
             offsets, rows.column("key"), np.ones(n, dtype=np.int8), offsets.to_numpy(), rows.column("delete_horizon_ms")
         ),
     )
-    decided = winners.decide(facts, now_ms=task.now_ms, keyless_drop=task.keyless_drop, beaten=beaten[doubt])
+    decided = winners.decide(
+        facts, now_ms=task.context.now_ms, keyless_drop=task.context.keyless_drop, beaten=beaten[doubt]
+    )
     counts = SegmentCounts.from_verdicts(
-        decided.code, decided.stamp, rules.upcoming_horizons(facts, decided.code, task.now_ms)
+        decided.code, decided.stamp, rules.upcoming_horizons(facts, decided.code, task.context.now_ms)
     )
     surely_kept = len(doubt) - n
     counts = replace(counts, records=counts.records + surely_kept, kept=counts.kept + surely_kept)
@@ -463,31 +458,31 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite. A
     # small partition's objects are read whole once, for the winner search and the rewrites alike: reading a small
     # object costs its opening more than its bytes.
-    small = sum(s.live_size_bytes for s in task.segments) <= SHARED_READ_BYTES
+    small = sum(s.live_size_bytes for s in task.cleaned.segments) <= SHARED_READ_BYTES
     decided = decide_facts(
         task,
         frozenset(
             s.base_offset
-            for s in task.segments
-            if small or (s.next_offset > task.first_dirty_offset and s.format == SegmentFormat.KAFKA)
+            for s in task.cleaned.segments
+            if small or (s.next_offset > task.cleaned.first_dirty_offset and s.format == SegmentFormat.KAFKA)
         ),
     )
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     segment_counts = {
         segment.base_offset: counts.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
-        for segment, _, counts in decided.segment_counts(task.segments)
+        for segment, _, counts in decided.segment_counts(task.cleaned.segments)
     }
-    survivors = HeldRows(decided, task.segments)
+    survivors = HeldRows(decided, task.cleaned.segments)
     del decided  # the facts' keys and versions: the rewrites need the survivors only
     jobs = [
         apply_job(task.job(job_id, sources, deletes_only), survivors)
         for job_id, (sources, deletes_only) in enumerate(
             lay_out(
-                task.segments,
+                task.cleaned.segments,
                 segment_counts,
-                task.first_dirty_offset,
+                task.cleaned.first_dirty_offset,
                 task.policy,
-                stale_empty_batches(task.segments, task.batch_policy),
+                stale_empty_batches(task.cleaned.segments, task.batch_policy),
             )
         )
     ]

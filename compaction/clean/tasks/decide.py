@@ -56,11 +56,11 @@ def _decide(task: CleanTask, facts: Facts) -> TaskVerdicts:
     with phase("decide"):
         decided = winners.decide(
             facts.table,
-            now_ms=task.now_ms,
-            keyless_drop=task.keyless_drop,
-            unique_before=task.first_dirty_offset if task.clean_keys_unique else None,
+            now_ms=task.context.now_ms,
+            keyless_drop=task.context.keyless_drop,
+            unique_before=task.cleaned.first_dirty_offset if task.cleaned.clean_keys_unique else None,
         )
-    return TaskVerdicts(facts, decided.code, decided.stamp, task.now_ms)
+    return TaskVerdicts(facts, decided.code, decided.stamp, task.context.now_ms)
 
 
 def decide_range(task: CleanTask) -> Verdicts:
@@ -79,9 +79,9 @@ def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
         parts: list[pa.Table | None] = []
         found = []
         for (segment, part, counts), rows in zip(
-            decided.segment_counts(task.segments), decided.facts.read_lengths, strict=True
+            decided.segment_counts(task.cleaned.segments), decided.facts.read_lengths, strict=True
         ):
-            listed = kept[part] if lists_kept(segment, task.first_dirty_offset) else ~kept[part]
+            listed = kept[part] if lists_kept(segment, task.cleaned.first_dirty_offset) else ~kept[part]
             stamp = decided.stamp[part]
             chosen = listed | stamp
             parts.append(
@@ -99,8 +99,11 @@ def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
         path: str | None = None
         groups: tuple[int | None, ...] = (None,) * len(parts)
         if any(part is not None for part in parts):
-            path, groups = task.store.objects.write_verdicts(
-                task.tp, task.segments[0].base_offset, parts, f"{object_id(task.pass_id)}-{task.key_range}"
+            path, groups = task.context.store.objects.write_verdicts(
+                task.tp,
+                task.cleaned.segments[0].base_offset,
+                parts,
+                f"{object_id(task.context.pass_id)}-{task.split.key_range}",
             )
     return Verdicts(
         tp=task.tp,
@@ -115,17 +118,21 @@ def hand_over(task: CleanTask, decided: TaskVerdicts) -> Verdicts:
 def decide_handed(task: CleanTask) -> Verdicts:
     """A key range of a split partition without transactions, from its rows of every run of the range, handed over
     in the store (see :func:`~compaction.clean.tasks.facts.hand_out`): decided, and its verdicts handed over."""
-    if sum(len(p.read_lengths) for p in task.pieces) != len(task.segments):
+    if sum(len(p.read_lengths) for p in task.split.pieces) != len(task.cleaned.segments):
         raise RuntimeError(
-            f"key range {task.key_range} of {task.tp} got pieces of "
-            f"{sum(len(p.read_lengths) for p in task.pieces)} segment(s) for a range of "
-            f"{len(task.segments)}"
+            f"key range {task.split.key_range} of {task.tp} got pieces of "
+            f"{sum(len(p.read_lengths) for p in task.split.pieces)} segment(s) for a range of "
+            f"{len(task.cleaned.segments)}"
         )
     with phase("read"):
-        tables = [task.store.objects.read_piece(task.tp, p.path, p.batch) for p in task.pieces if p.batch is not None]
+        tables = [
+            task.context.store.objects.read_piece(task.tp, p.path, p.batch)
+            for p in task.split.pieces
+            if p.batch is not None
+        ]
     with phase("decide"):
-        read_lengths = np.array([n for p in task.pieces for n in p.read_lengths], dtype=np.int64)
-        lengths = np.array([n for p in task.pieces for n in p.lengths], dtype=np.int64)
+        read_lengths = np.array([n for p in task.split.pieces for n in p.read_lengths], dtype=np.int64)
+        lengths = np.array([n for p in task.split.pieces for n in p.lengths], dtype=np.int64)
         rows = (
             pa.concat_tables(tables)
             if tables
@@ -142,7 +149,7 @@ def decide_handed(task: CleanTask) -> Verdicts:
         )
         if rows.num_rows != int(lengths.sum()):
             raise RuntimeError(
-                f"key range {task.key_range} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
+                f"key range {task.split.key_range} of {task.tp} read {rows.num_rows} row(s) of its pieces, "
                 f"which list {int(lengths.sum())}"
             )
         starts = np.cumsum(read_lengths) - read_lengths
@@ -151,7 +158,7 @@ def decide_handed(task: CleanTask) -> Verdicts:
         valid, version = (
             (rows.column("version_valid").to_numpy(), rows.column("version").to_numpy())
             if "version" in rows.column_names
-            else rules.versions(rows, task.strategy, task.strategy_header)
+            else rules.versions(rows, task.context.strategy, task.context.strategy_header)
         )
         table = facts_table(
             task,

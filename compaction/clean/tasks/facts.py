@@ -61,12 +61,12 @@ def _has_transactions(segment: SegmentMeta) -> bool:
 def has_transactions(task: CleanTask) -> bool:
     """Whether the task's range or tail holds transactions: their facts need every row of the range in one
     task, so such a split partition cannot read each segment once and hand its rows over (:func:`hand_out`)."""
-    return any(_has_transactions(s) for s in (*task.segments, *task.tail))
+    return any(_has_transactions(s) for s in (*task.cleaned.segments, *task.cleaned.tail))
 
 
 def _columns_for(task: CleanTask) -> list[str]:
     """Only what the verdicts need: never values (a data record with a delete horizon is a tombstone)."""
-    return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.strategy)]
+    return ["offset", "key", "delete_horizon_ms", *rules.strategy_columns(task.context.strategy)]
 
 
 def row_positions(read_lengths: np.ndarray) -> np.ndarray:
@@ -106,19 +106,19 @@ class Facts:
 def _tail_versions(task: CleanTask) -> pa.Table:
     """``key``, ``version_valid``, ``version`` of the keyed data records beyond the cleaned range."""
     parts = []
-    for segment in task.tail:
-        columns = ["offset", "key", *rules.strategy_columns(task.strategy)]
-        table = task.store.objects.read_segment(
+    for segment in task.cleaned.tail:
+        columns = ["offset", "key", *rules.strategy_columns(task.context.strategy)]
+        table = task.context.store.objects.read_segment(
             task.tp,
             segment,
             [*columns, "is_control"] if segment.control_count else columns,
-            start=task.log_start_offset,
+            start=task.cleaned.log_start_offset,
         )
         data = pc.is_valid(table.column("key"))
         if segment.control_count:
             data = pc.and_(data, pc.invert(pc.fill_null(table.column("is_control"), False)))
         table = table.filter(data)
-        valid, version = rules.versions(table, task.strategy, task.strategy_header)
+        valid, version = rules.versions(table, task.context.strategy, task.context.strategy_header)
         parts.append(
             pa.table({"key": table.column("key"), "version_valid": pa.array(valid), "version": pa.array(version)})
         )
@@ -167,10 +167,10 @@ def reads_clean_sparsely(task: CleanTask) -> bool:
     segments against them. Not with transactions (a record's facts then depend on every row before it) nor with
     erasure requests (their records go whatever their key's winner)."""
     return (
-        task.clean_keys_unique
+        task.cleaned.clean_keys_unique
         and not task.erasures
         and not has_transactions(task)
-        and any(s.next_offset <= task.first_dirty_offset for s in task.segments)
+        and any(s.next_offset <= task.cleaned.first_dirty_offset for s in task.cleaned.segments)
     )
 
 
@@ -187,7 +187,7 @@ def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset(), sparse
     columns = [*plain, *rules.TRANSACTION_COLUMNS[1:]] if transactional else plain
     # A key range of a partition without transactions keeps only its rows of each segment as it reads: the task
     # holds its range's facts and one segment, not the whole range's keys.
-    narrow = task.key_ranges > 1 and not transactional
+    narrow = task.split.key_ranges > 1 and not transactional
     with phase("read"):
         read = _read_range(task, whole, columns, plain, narrow, sparse and reads_clean_sparsely(task))
     with phase("decide"):
@@ -240,23 +240,25 @@ def _read_range(
     dirty segments read first, then of each clean segment only the rows their keys contest, those with a delete
     horizon and the keyless (:func:`reads_clean_sparsely`)."""
     found_read = RangeRead()
-    segments = task.segments
+    segments = task.cleaned.segments
 
     def read(segment: SegmentMeta) -> pa.Table | LogSegment:
         if segment.format == SegmentFormat.KAFKA:  # read whole in any case: a batch's CRC covers all its records
-            return task.store.objects.read_log_segment(task.tp, segment)
+            return task.context.store.objects.read_log_segment(task.tp, segment)
         if segment.base_offset in whole:
-            return task.store.objects.read_segment(task.tp, segment, start=task.log_start_offset)
-        return task.store.objects.read_segment(
-            task.tp, segment, columns if _has_transactions(segment) else plain, start=task.log_start_offset
+            return task.context.store.objects.read_segment(task.tp, segment, start=task.cleaned.log_start_offset)
+        return task.context.store.objects.read_segment(
+            task.tp, segment, columns if _has_transactions(segment) else plain, start=task.cleaned.log_start_offset
         )
 
-    depth = 1 if task.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
+    depth = 1 if task.context.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
     for segment, found in zip(segments, ahead(read, segments, depth), strict=True):
         if isinstance(found, LogSegment):
-            live = task.store.objects.live_rows(task.tp, segment, found.records.column("offset"), task.log_start_offset)
+            live = task.context.store.objects.live_rows(
+                task.tp, segment, found.records.column("offset"), task.cleaned.log_start_offset
+            )
             table = found.records if live.all() else found.records.filter(pa.array(live))  # not a copy of each record
-            found_read.empty.append(empty_transactional_batches(found, task.log_start_offset))
+            found_read.empty.append(empty_transactional_batches(found, task.cleaned.log_start_offset))
             if segment.base_offset in whole:
                 found_read.logs[segment.base_offset], found_read.records[segment.base_offset] = found, table
         else:
@@ -268,7 +270,7 @@ def _read_range(
         found_read.lengths.append(table.num_rows)
         del table
         if narrow:
-            mine = key_range_of(part.column("key"), task.bounds) == task.key_range
+            mine = key_range_of(part.column("key"), task.split.bounds) == task.split.key_range
             part = part.filter(pa.array(mine))
             found_read.selected.append(mine)
         found_read.parts.append(part)
@@ -281,11 +283,11 @@ def _read_range(
 def _keep_in_doubt(task: CleanTask, read: RangeRead) -> None:
     """Narrow the clean segments' parts to their rows in doubt (:func:`_in_doubt`, the dirty parts' keys checked
     once for all of them), count the others as surely kept, and say which rows read each part holds."""
-    clean = [i for i, s in enumerate(task.segments) if s.next_offset <= task.first_dirty_offset]
+    clean = [i for i, s in enumerate(task.cleaned.segments) if s.next_offset <= task.cleaned.first_dirty_offset]
     dirty = [
         part.column("key")
-        for part, s in zip(read.parts, task.segments, strict=True)
-        if s.next_offset > task.first_dirty_offset
+        for part, s in zip(read.parts, task.cleaned.segments, strict=True)
+        if s.next_offset > task.cleaned.first_dirty_offset
     ]
     contested = pc.drop_null(pa.chunked_array([c for column in dirty for c in column.chunks], pa.binary()))
     keys = pa.chunked_array([c for i in clean for c in read.parts[i].column("key").chunks], pa.binary())
@@ -326,8 +328,10 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
     if transactional and n:
         control = pc.fill_null(raw.column("is_control"), False).to_numpy(zero_copy_only=False)
         later = [
-            task.store.objects.read_segment(task.tp, s, rules.TRANSACTION_COLUMNS, start=task.log_start_offset)
-            for s in task.tail
+            task.context.store.objects.read_segment(
+                task.tp, s, rules.TRANSACTION_COLUMNS, start=task.cleaned.log_start_offset
+            )
+            for s in task.cleaned.tail
             if _has_transactions(s)
         ]
         involved = raw.select(rules.TRANSACTION_COLUMNS)
@@ -347,13 +351,13 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
     if selected:  # narrowed as read
         mine = np.concatenate(selected)
         counts = np.array([part.num_rows for part in parts], dtype=np.int64)
-    elif task.key_ranges > 1 and n:  # after the transaction facts, which need every row; before the rest
-        key_range = key_range_of(raw.column("key"), task.bounds)
-        mine = key_range == task.key_range
-        counts = key_range_counts(key_range, read_lengths, task.key_ranges)[:, task.key_range]
+    elif task.split.key_ranges > 1 and n:  # after the transaction facts, which need every row; before the rest
+        key_range = key_range_of(raw.column("key"), task.split.bounds)
+        mine = key_range == task.split.key_range
+        counts = key_range_counts(key_range, read_lengths, task.split.key_ranges)[:, task.split.key_range]
         raw = raw.filter(pa.array(mine))
         keyed, control, aborted, pending = keyed[mine], control[mine], aborted[mine], pending[mine]
-    valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+    valid, version = rules.versions(raw, task.context.strategy, task.context.strategy_header)
     table = facts_table(
         task,
         RowFacts(
@@ -438,8 +442,8 @@ def facts_table(task: CleanTask, rows: RowFacts) -> pa.Table:
     )
     # A tombstone whose horizon passed may be guarded by a stale record of its key beyond the range; under
     # the offset strategy every record beyond has a higher version, so none is.
-    candidates = facts.column("competes").to_numpy(zero_copy_only=False) & rules.expiring(facts, task.now_ms)
-    if task.strategy is not rules.Strategy.OFFSET and candidates.any() and task.tail:
+    candidates = facts.column("competes").to_numpy(zero_copy_only=False) & rules.expiring(facts, task.context.now_ms)
+    if task.context.strategy is not rules.Strategy.OFFSET and candidates.any() and task.cleaned.tail:
         guarded = rules.guarded_by_tail(facts, candidates, _tail_versions(task))
         facts = facts.set_column(facts.column_names.index("guarded"), "guarded", pa.array(guarded))
     return facts
@@ -451,7 +455,7 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
     facts = read_task_facts(task)
     table = facts.table
     n = table.num_rows
-    bases = np.repeat(np.array([s.base_offset for s in task.segments], dtype=np.int64), facts.lengths)
+    bases = np.repeat(np.array([s.base_offset for s in task.cleaned.segments], dtype=np.int64), facts.lengths)
     return pa.table(
         {
             "task": pa.repeat(pa.scalar(index, pa.int32()), n),
@@ -494,31 +498,31 @@ def hand_out(run: RunRead) -> HandedRun:
                 "position": pa.array(row_positions(read_lengths).astype(np.int32)),
             }
         )
-        if task.strategy is not rules.Strategy.OFFSET:  # under it the version is the offset: rebuilt, not sent
-            valid, version = rules.versions(raw, task.strategy, task.strategy_header)
+        if task.context.strategy is not rules.Strategy.OFFSET:  # under it the version is the offset: rebuilt, not sent
+            valid, version = rules.versions(raw, task.context.strategy, task.context.strategy_header)
             rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
                 "version", pa.array(version, pa.int64())
             )
-        key_range = key_range_of(raw.column("key"), task.bounds)
+        key_range = key_range_of(raw.column("key"), task.split.bounds)
         del raw, read
-        counts = key_range_counts(key_range, read_lengths, task.key_ranges)
+        counts = key_range_counts(key_range, read_lengths, task.split.key_ranges)
         # A stable sort keeps each range's rows in offset order; a small integer type sorts by radix.
-        order = np.argsort(key_range.astype(np.uint16 if task.key_ranges < 1 << 16 else np.int64), kind="stable")
+        order = np.argsort(key_range.astype(np.uint16 if task.split.key_ranges < 1 << 16 else np.int64), kind="stable")
         rows = rows.take(pa.array(order))
         ends = np.cumsum(counts.sum(axis=0))
     with phase("write"):
-        path, groups = task.store.objects.write_pieces(
+        path, groups = task.context.store.objects.write_pieces(
             task.tp,
-            task.segments[0].base_offset,
+            task.cleaned.segments[0].base_offset,
             [rows.slice(int(end - size), int(size)) for end, size in zip(ends, counts.sum(axis=0), strict=True)],
-            f"{object_id(task.pass_id)}-{task.segments[0].base_offset}",
+            f"{object_id(task.context.pass_id)}-{task.cleaned.segments[0].base_offset}",
         )
     return HandedRun(
-        first_segment=task.segments[0].base_offset,
+        first_segment=task.cleaned.segments[0].base_offset,
         path=path,
         batches=groups,
         read_lengths=tuple(int(n) for n in read_lengths),
-        lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.key_ranges)),
+        lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.split.key_ranges)),
     )
 
 
@@ -533,11 +537,11 @@ def hidden_erased(task: CleanTask) -> dict[int, frozenset[str]]:
         return {}
     tombstones = dict(task.erasures)
     found = {}
-    for segment in task.segments:
-        if segment.deletes is None and segment.base_offset >= task.log_start_offset:
+    for segment in task.cleaned.segments:
+        if segment.deletes is None and segment.base_offset >= task.cleaned.log_start_offset:
             continue
-        hidden = task.store.objects.read_segment(
-            task.tp, segment, ["offset", "key"], start=task.log_start_offset, hidden=True
+        hidden = task.context.store.objects.read_segment(
+            task.tp, segment, ["offset", "key"], start=task.cleaned.log_start_offset, hidden=True
         )
         keys = erased_keys(
             hidden.column("key"), erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones)

@@ -45,19 +45,21 @@ def sample_bounds(task: CleanTask) -> tuple[bytes, ...]:
     Every task of the partition gets the same bounds, so all of a key's records fall in one key range however
     well the sample stands for the range; a poor sample only makes the key ranges uneven.
     """
-    segments = task.segments
+    segments = task.cleaned.segments
     count = min(SAMPLE_SEGMENTS, len(segments))
     picked = sorted({round(i * (len(segments) - 1) / max(1, count - 1)) for i in range(count)})
 
     def keys(segment: SegmentMeta) -> pa.ChunkedArray:
         if segment.format == SegmentFormat.KAFKA:
-            return task.store.objects.read_log_segment(task.tp, segment).records.column("key")
-        return task.store.objects.read_segment(task.tp, segment, ["key"], start=task.log_start_offset).column("key")
+            return task.context.store.objects.read_log_segment(task.tp, segment).records.column("key")
+        return task.context.store.objects.read_segment(
+            task.tp, segment, ["key"], start=task.cleaned.log_start_offset
+        ).column("key")
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         columns = list(pool.map(keys, [segments[i] for i in picked]))
     chunks = [chunk for column in columns for chunk in column.chunks]
-    return key_range_bounds(pa.chunked_array(chunks, pa.binary()), task.key_ranges) if chunks else ()
+    return key_range_bounds(pa.chunked_array(chunks, pa.binary()), task.split.key_ranges) if chunks else ()
 
 
 def key_range_of(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) -> np.ndarray:
