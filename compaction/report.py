@@ -66,7 +66,7 @@ def output_location(url: str, store_url: str, storage_options: Mapping[str, Any]
 
 def write_report(report: RunReport, path: str | Path, storage_options: Mapping[str, Any] | None = None) -> None:
     """The run report as JSON (``--report``), at a path or any URL the store could have."""
-    storage, name = output_location(str(path), report.store, storage_options)
+    storage, name = output_location(str(path), report.run.store, storage_options)
     storage.write_bytes(name, json.dumps(report.to_dict(), indent=1).encode())
 
 
@@ -104,7 +104,7 @@ def write_metrics(
     """
     from prometheus_client import CollectorRegistry, Gauge, generate_latest, pushadd_to_gateway, write_to_textfile
 
-    store = report.store
+    store = report.run.store
     values: dict[str, float] = {metric_name(gauge): value for gauge, value in report.metrics.items()}
     if report.erasure_overdue_requests is not None:  # a run's count (a pass run alone counts none)
         values[ERASURE_OVERDUE] = report.erasure_overdue_requests

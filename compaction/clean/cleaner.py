@@ -162,7 +162,9 @@ class Cleaner:
                 case Skipped() | Uncleanable():
                     results.append(PartitionResult.from_plan(p))
         phases["commit"] = time.perf_counter() - committing
-        run = RunIdentity(self.store.url, self.writer.run_id, now_ms, self.winner_search)
+        run = RunIdentity(
+            run_id=self.writer.run_id, store=self.store.url, now_ms=now_ms, dedupe_plan=self.winner_search
+        )
         report = RunReport.build(run, the_plan, results, elapsed_ms=_elapsed_ms(started))
         report.phases_ms.update(as_ms(phases))
         report.phases_ms.update(as_ms(seconds, prefix="task_"))

@@ -51,6 +51,29 @@ class Status(StrEnum):
 FAILURES = (Status.FAILED, Status.UNCLEANABLE)
 
 
+@dataclass(frozen=True)
+class SegmentFigures:
+    """What a pass did to a partition's segments (the report's names: its JSON holds them among the stats)."""
+
+    segments_rewritten: int = 0
+    segments_written: int = 0
+    segments_emptied: int = 0  # rewrites that kept no record: their segments go, their range stays part of the log
+    deletion_vectors_written: int = 0
+    segments_untouched: int = 0
+    segments_expired: int = 0
+
+
+@dataclass(frozen=True)
+class RangeSizes:
+    """The live bytes and records of a partition's cleaned range (its expired segments included) before the pass and
+    after its commit (the report's names: its JSON holds them among the stats)."""
+
+    size_before: int = 0
+    size_after: int = 0
+    records_before: int = 0
+    records_after: int = 0
+
+
 @dataclass
 class CleanerStats:
     """Kafka's CleanerStats and more, for one partition. ``messages_read``/``map_bytes_read`` cover the whole
@@ -63,17 +86,20 @@ class CleanerStats:
     bytes_written: int = 0
     invalid_messages_read: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # records removed, by reason
-    segments_rewritten: int = 0
-    segments_written: int = 0
-    segments_emptied: int = 0
-    deletion_vectors_written: int = 0
-    segments_untouched: int = 0
-    segments_expired: int = 0
-    size_before: int = 0
-    size_after: int = 0
-    records_before: int = 0
-    records_after: int = 0
+    segments: SegmentFigures = SegmentFigures()
+    sizes: RangeSizes = RangeSizes()
     cleanable_bytes: int = 0  # of a failed partition: what stays dirty (Kafka's uncleanable-bytes)
+
+
+@dataclass(frozen=True)
+class ManifestVersions:
+    """A partition's manifest version and checkpoint as the run found them, and as its commit left them (None: not
+    read, or not committed; the report's names: its JSON holds them among the partition's fields)."""
+
+    version_before: int | None = None
+    version_after: int | None = None
+    checkpoint_before: int | None = None
+    checkpoint_after: int | None = None
 
 
 @dataclass
@@ -87,10 +113,7 @@ class PartitionResult:
     error: str | None = None
     internal: bool = False  # the error is a bug in this library, not the data's or the store's
     trace: str | None = None  # an internal error's traceback, from the executor (or the driver)
-    version_before: int | None = None
-    version_after: int | None = None
-    checkpoint_before: int | None = None
-    checkpoint_after: int | None = None
+    manifest: ManifestVersions = ManifestVersions()
     clean_range: list[int] | None = None
     stats: CleanerStats = field(default_factory=lambda: CleanerStats())
     elapsed_ms: int = 0
@@ -107,8 +130,7 @@ class PartitionResult:
                     str(p.partition),
                     Status.SKIPPED,
                     str(p.reason),
-                    version_before=p.manifest.version,
-                    checkpoint_before=checkpoint,
+                    manifest=ManifestVersions(version_before=p.manifest.version, checkpoint_before=checkpoint),
                 )
 
     @classmethod
@@ -133,8 +155,9 @@ class PartitionResult:
             error=error,
             internal=internal,
             trace=trace,
-            version_before=p.manifest.version,
-            checkpoint_before=p.manifest.first_dirty_offset,
+            manifest=ManifestVersions(
+                version_before=p.manifest.version, checkpoint_before=p.manifest.first_dirty_offset
+            ),
             clean_range=clean_range,
             stats=CleanerStats(cleanable_bytes=cleanable_bytes),
         )
@@ -158,6 +181,7 @@ class PartitionResult:
         rewritten = [s for j in jobs if not j.deletes_only for s in j.sources]
         replaced = {s.path for j in jobs for s in j.sources}
         range_after = [s for s in p.segments if s.path not in replaced] + added
+        vectors = sum(1 for j in jobs if j.deletes_only)
         stats = CleanerStats(
             messages_read=sum(o.records for o in segment_counts.values()),
             map_bytes_read=sum(s.size_bytes for s in p.segments),
@@ -166,28 +190,31 @@ class PartitionResult:
             bytes_written=bytes_written,
             invalid_messages_read=dropped.get("keyless", 0),
             dropped=dropped,
-            segments_rewritten=len(rewritten),
-            segments_written=len(added) - sum(1 for j in jobs if j.deletes_only),
-            # rewrites that kept no record: their segments go, their range stays part of the log
-            segments_emptied=sum(1 for j in jobs if not j.deletes_only)
-            - len(added)
-            + sum(1 for j in jobs if j.deletes_only),
-            deletion_vectors_written=sum(1 for j in jobs if j.deletes_only),
-            segments_untouched=len(p.segments) - len(replaced),
-            segments_expired=len(p.expired_segments),
-            size_before=sum(s.size_bytes for s in range_before),
-            size_after=sum(s.size_bytes for s in range_after),
-            records_before=sum(s.live_records for s in range_before),
-            records_after=sum(s.live_records for s in range_after),
+            segments=SegmentFigures(
+                segments_rewritten=len(rewritten),
+                segments_written=len(added) - vectors,
+                segments_emptied=len(jobs) - len(added),  # every job adds a segment but an emptied rewrite
+                deletion_vectors_written=vectors,
+                segments_untouched=len(p.segments) - len(replaced),
+                segments_expired=len(p.expired_segments),
+            ),
+            sizes=RangeSizes(
+                size_before=sum(s.size_bytes for s in range_before),
+                size_after=sum(s.size_bytes for s in range_after),
+                records_before=sum(s.live_records for s in range_before),
+                records_after=sum(s.live_records for s in range_after),
+            ),
         )
         return cls(
             str(p.partition),
             Status.CLEANED,
             str(target.plan.reason),
-            version_before=target.manifest.version,
-            version_after=committed.version,
-            checkpoint_before=target.manifest.first_dirty_offset,
-            checkpoint_after=committed.first_dirty_offset,
+            manifest=ManifestVersions(
+                version_before=target.manifest.version,
+                version_after=committed.version,
+                checkpoint_before=target.manifest.first_dirty_offset,
+                checkpoint_after=committed.first_dirty_offset,
+            ),
             clean_range=[target.log_start_offset, target.first_uncleanable_offset],
             stats=stats,
             elapsed_ms=elapsed_ms,
@@ -202,15 +229,15 @@ class PartitionResult:
             )
         if self.status is not Status.CLEANED:
             return f"{self.status} {self.partition}: {self.error or self.reason}"
-        s = self.stats
-        size = 100 * (1 - s.size_after / s.size_before) if s.size_before else 0.0
-        messages = 100 * (1 - s.records_after / s.records_before) if s.records_before else 0.0
+        sizes, segments = self.stats.sizes, self.stats.segments
+        size = 100 * (1 - sizes.size_after / sizes.size_before) if sizes.size_before else 0.0
+        messages = 100 * (1 - sizes.records_after / sizes.records_before) if sizes.records_before else 0.0
         start, end = self.clean_range or [0, 0]
         return (
-            f"cleaned {self.partition} [{start}, {end}): {human_bytes(s.size_before)} -> "
-            f"{human_bytes(s.size_after)}, {size:.1f}% size reduction, {messages:.1f}% fewer messages "
-            f"({s.segments_rewritten} segment(s) rewritten into {s.segments_written}, "
-            f"{s.deletion_vectors_written} with new deletions, {s.segments_untouched} untouched; "
+            f"cleaned {self.partition} [{start}, {end}): {human_bytes(sizes.size_before)} -> "
+            f"{human_bytes(sizes.size_after)}, {size:.1f}% size reduction, {messages:.1f}% fewer messages "
+            f"({segments.segments_rewritten} segment(s) rewritten into {segments.segments_written}, "
+            f"{segments.deletion_vectors_written} with new deletions, {segments.segments_untouched} untouched; "
             f"{self.reason})"
         )
 
@@ -225,12 +252,13 @@ class RunGc:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunIdentity:
-    """Which run a report is of: the store's URL, the run's id, its ``now`` and its winner search."""
+    """Which run a report is of: the run's id, the store's URL, its ``now`` and its winner search (the report's names:
+    its JSON holds them first)."""
 
-    store: str
     run_id: str
+    store: str
     now_ms: int
     dedupe_plan: str
 
@@ -239,10 +267,7 @@ class RunIdentity:
 class RunReport:
     """The machine-readable record of one run (written as JSON with ``--report``)."""
 
-    run_id: str
-    store: str
-    now_ms: int
-    dedupe_plan: str
+    run: RunIdentity
     elapsed_ms: int
     partitions: list[PartitionResult]
     totals: dict[str, Any]
@@ -274,18 +299,10 @@ class RunReport:
             "failed": len(bad),
             "skipped": len(results) - len(cleaned) - len(bad),
         }
-        for key in (
-            "messages_read",
-            "bytes_read",
-            "map_bytes_read",
-            "messages_written",
-            "bytes_written",
-            "size_before",
-            "size_after",
-            "records_before",
-            "records_after",
-        ):
+        for key in ("messages_read", "bytes_read", "map_bytes_read", "messages_written", "bytes_written"):
             totals[key] = sum(getattr(r.stats, key) for r in cleaned)
+        for key in ("size_before", "size_after", "records_before", "records_after"):
+            totals[key] = sum(getattr(r.stats.sizes, key) for r in cleaned)
         dropped: dict[str, int] = {}
         for r in cleaned:
             for reason, count in r.stats.dropped.items():
@@ -299,7 +316,7 @@ class RunReport:
             "max-clean-time-secs": elapsed_ms // 1000,
             "cleaner-recopy-percent": 100 * totals["bytes_written"] // max(totals["bytes_read"], 1),
         }
-        return cls(run.run_id, run.store, run.now_ms, run.dedupe_plan, elapsed_ms, results, totals, metrics)
+        return cls(run, elapsed_ms, results, totals, metrics)
 
     @property
     def failed(self) -> list[PartitionResult]:
@@ -333,21 +350,29 @@ class RunReport:
                     "versions": {},
                 },
             )
-            f["compacted"] = f["compacted"] or r.status is not Status.SKIPPED or r.checkpoint_before is not None
+            f["compacted"] = (
+                f["compacted"] or r.status is not Status.SKIPPED or r.manifest.checkpoint_before is not None
+            )
             key = {Status.CLEANED: "partitions_cleaned", Status.SKIPPED: "partitions_skipped"}.get(
                 r.status, "partitions_failed"
             )
             f[key] += 1
             if r.status is Status.CLEANED:
-                f["records_before"] += r.stats.records_before
-                f["records_after"] += r.stats.records_after
-                f["bytes_before"] += r.stats.size_before
-                f["bytes_after"] += r.stats.size_after
-                f["versions"][number] = r.version_after
+                sizes = r.stats.sizes
+                f["records_before"] += sizes.records_before
+                f["records_after"] += sizes.records_after
+                f["bytes_before"] += sizes.size_before
+                f["bytes_after"] += sizes.size_after
+                f["versions"][number] = r.manifest.version_after
         return figures
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
+        """The report as its JSON holds it (the published shape): each group of fields (the run's identity, a
+        partition's manifest versions, its stats' segment figures and sizes) inlined where it stands."""
+        doc = _inlined(asdict(self), "run")
+        doc["partitions"] = [
+            {**_inlined(p, "manifest"), "stats": _inlined(p["stats"], "segments", "sizes")} for p in doc["partitions"]
+        ]
         doc["topics"] = self.topics()
         doc["failures"] = [
             {"partition": r.partition, "error": r.error, "internal": r.internal, "trace": r.trace} for r in self.failed
@@ -356,3 +381,14 @@ class RunReport:
             for name, reason in (self.gc.skipped.items() if self.gc else ())
         ]
         return doc
+
+
+def _inlined(doc: dict[str, Any], *groups: str) -> dict[str, Any]:
+    """``doc`` with the fields of each of its ``groups`` (dicts) in the group's place, in their order."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in groups:
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat

@@ -57,8 +57,8 @@ def report_run(context: PipesContext, report: RunReport) -> None:
         figures = topics[topic]
         metadata: dict[str, Any] = {name: value for name, value in figures.items() if name != "versions"}
         metadata["versions"] = {"raw_value": figures["versions"], "type": "json"}
-        metadata["store"] = report.store
-        metadata["run_id"] = report.run_id
+        metadata["store"] = report.run.store
+        metadata["run_id"] = report.run.run_id
         context.report_asset_materialization(asset_key=key, metadata=metadata)
         problems = failures.get(topic, [])
         context.report_asset_check(

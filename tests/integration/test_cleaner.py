@@ -325,10 +325,10 @@ def test_untouched_segments_stay_and_changed_ones_are_rewritten_or_get_deletion_
         stats = next(r for r in report.partitions if r.partition == str(tp)).stats
         segment = local_store.manifest(tp).segments[0]
         if settings is no_vectors:  # Kafka's way: the clean segment that lost k5 is rewritten with its neighbours
-            assert (stats.segments_rewritten, stats.deletion_vectors_written) == (3, 0)
+            assert (stats.segments.segments_rewritten, stats.segments.deletion_vectors_written) == (3, 0)
             assert segment.path != first.path and segment.next_offset == 203
         else:  # the default: the clean segment keeps its object and gains a deletion vector
-            assert (stats.segments_rewritten, stats.deletion_vectors_written) == (2, 1)
+            assert (stats.segments.segments_rewritten, stats.segments.deletion_vectors_written) == (2, 1)
             assert segment.path == first.path and segment.deletes is not None and segment.deletes.count == 1
             assert [(s.base_offset, s.next_offset) for s in local_store.manifest(tp).segments] == [
                 (0, 200),
@@ -435,7 +435,7 @@ def test_a_large_partition_is_split_into_key_ranges_and_keeps_exactly_the_latest
         split = second.task(second_plan.to_clean[0], NOW + 1).split.key_ranges > 1
         assert split == (ranges > 1)
         report = second.run(NOW + 1, compaction_plan=second_plan)
-        assert report.partitions[0].stats.deletion_vectors_written > 0
+        assert report.partitions[0].stats.segments.deletion_vectors_written > 0
         assert [p for r in verify(store) for p in r.problems] == []
         everything = [
             *written,
@@ -605,7 +605,7 @@ def test_a_segment_emptied_by_cleaning_vanishes_and_its_offsets_stay_unused(
     manifest = local_store.manifest(TP)
     assert [(s.base_offset, s.next_offset) for s in manifest.segments] == [(3, 6), (6, 7)]
     assert (manifest.log_start_offset, manifest.log_end_offset, manifest.first_dirty_offset) == (0, 7, 6)
-    assert report.partitions[0].stats.segments_emptied == 1
+    assert report.partitions[0].stats.segments.segments_emptied == 1
     assert offsets(local_store) == [3, 4, 5, 6]
     append(local_store, rec("d", offset=7))
     assert [s.base_offset for s in local_store.manifest(TP).segments] == [3, 6, 7], "appends go on at the log end"

@@ -15,7 +15,7 @@ from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoi
 from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import AppliedJob, SegmentVerdicts, SourceVerdicts, Verdicts
 from compaction.clean.planner import LogToClean, Selected, Skipped, plan
-from compaction.clean.results import Status
+from compaction.clean.results import ManifestVersions, Status
 from compaction.clean.settings import TopicConfig
 from compaction.engine.isolation import Failure
 from compaction.erasure import request_erasure
@@ -93,13 +93,10 @@ def test_a_pass_commits_its_objects_its_checkpoint_and_when_it_cleaned(store: St
     manifest = store.manifest(TP)
     assert (
         result.status,
-        result.version_before,
-        result.version_after,
-        result.checkpoint_before,
-        result.checkpoint_after,
+        result.manifest,
         result.clean_range,
         result.elapsed_ms,
-    ) == (Status.CLEANED, 3, 4, 0, 3, [0, 3], 5)
+    ) == (Status.CLEANED, ManifestVersions(3, 4, 0, 3), [0, 3], 5)
     assert [(s.base_offset, s.next_offset, s.record_count) for s in manifest.segments] == [(0, 3, 2), (3, 4, 1)]
     assert (
         manifest.first_dirty_offset,

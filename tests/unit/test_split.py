@@ -202,5 +202,5 @@ def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_th
     }
     assert layouts["mapped"] == layouts["whole"]
     vectors = [s for s in stores["mapped"].manifest(TP).segments if s.deletes is not None]
-    assert vectors and report.partitions[0].stats.deletion_vectors_written == len(vectors)
+    assert vectors and report.partitions[0].stats.segments.deletion_vectors_written == len(vectors)
     assert read_once, "each clean segment read once: its deletion vector comes from the read that decided it"
