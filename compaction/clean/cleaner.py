@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from compaction import rules
 from compaction.clean.batches import BatchPolicy, active_producers
-from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
+from compaction.clean.commit import done_cleaning, reset_checkpoint
 from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, against_dirty_keys, path_of
 from compaction.clean.payloads import CleanedRange, CleanTask, KeySplit, PassContext
 from compaction.clean.planner import (
@@ -48,6 +48,7 @@ from compaction.clean.planner import (
 from compaction.clean.results import PartitionResult, RunIdentity, RunReport
 from compaction.clean.settings import CleanerConfig
 from compaction.clean.sizing import apply_policy, key_range_count
+from compaction.clean.work import PartitionWork
 from compaction.engine.phases import as_ms
 from compaction.engine.stages import SparkStages, Stages
 from compaction.errors import CompactionError

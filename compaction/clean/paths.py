@@ -31,7 +31,6 @@ from typing import Any
 
 from compaction import rules
 from compaction.clean.batches import stale_empty_batches
-from compaction.clean.commit import PartitionWork
 from compaction.clean.dedupe import decide_with_sql
 from compaction.clean.layout import SegmentCounts, lay_out
 from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, CleanRun, CleanTask, HandedRun, RunRead
@@ -40,6 +39,7 @@ from compaction.clean.tasks.apply import SHARED_READ_BYTES, apply_listed, clean_
 from compaction.clean.tasks.decide import decide_handed, decide_range
 from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased, reads_clean_sparsely
 from compaction.clean.tasks.key_ranges import sample_bounds
+from compaction.clean.work import PartitionWork
 from compaction.engine.isolation import Failed, Failure, Outcome
 from compaction.engine.phases import add
 from compaction.engine.stages import SparkStages, Stages, isolated

@@ -24,7 +24,7 @@ log = logging.getLogger("compaction.cleaner")
 
 
 class PartitionDone(Protocol):
-    """What a pass did of a partition, as its result counts it (a :class:`~compaction.clean.commit.PartitionWork`)."""
+    """What a pass did of a partition, as its result counts it (a :class:`~compaction.clean.work.PartitionWork`)."""
 
     @property
     def segment_counts(self) -> dict[int, SegmentCounts]: ...

@@ -11,12 +11,13 @@ import uuid
 
 import pytest
 
-from compaction.clean.commit import PartitionWork, done_cleaning, reset_checkpoint
+from compaction.clean.commit import done_cleaning, reset_checkpoint
 from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import AppliedJob, SegmentVerdicts, SourceVerdicts, Verdicts
 from compaction.clean.planner import LogToClean, Selected, Skipped, plan
 from compaction.clean.results import ManifestVersions, Status
 from compaction.clean.settings import TopicConfig
+from compaction.clean.work import PartitionWork
 from compaction.engine.isolation import Failure
 from compaction.erasure import request_erasure
 from compaction.errors import SegmentChangedError

@@ -59,8 +59,8 @@ def test_running_out_of_memory_is_one_line_naming_the_setting_that_governs_it() 
 def test_a_task_whose_units_cannot_be_read_fails_each_of_them_with_the_reason(memory_store) -> None:
     """A bin another build of this library packed (its payload refused as it unpickles) names no unit: every unit
     of it that returned nothing fails with that reason, not as a result that went missing."""
-    from compaction.clean.commit import PartitionWork
     from compaction.clean.paths import Runner
+    from compaction.clean.work import PartitionWork
     from compaction.engine.isolation import Failed, Ok
     from compaction.engine.stages import LocalStages
 
