@@ -100,9 +100,6 @@ FACTS_SCHEMA = pa.schema(
         ("marker_pending", pa.bool_()),
         ("guarded", pa.bool_()),
         ("erased", pa.bool_()),  # a record an erasure request erases (rule 0)
-        ("error", pa.string()),  # set in the one row of a task that failed, with the two below
-        ("internal", pa.bool_()),
-        ("trace", pa.string()),
     ]
 )
 

@@ -3,7 +3,8 @@
 The searches are SQL run by the DataFrame's own session (``spark.sql(..., facts=df)``), which reads the same on a
 classic session and on Spark Connect, whichever kind of session a process has made first.
 
-Input: the facts of cleaned ranges (:data:`compaction.rules.FACTS_SCHEMA`, read by executors, :func:`facts_rows`).
+Input: the facts of cleaned ranges (:data:`compaction.rules.FACTS_SCHEMA`, read by executors, :func:`facts_rows`),
+with the engine's failure columns (:data:`FACTS_ROWS_SCHEMA`), which carry a partition's failure to its result.
 A search adds ``is_winner``, stating :data:`compaction.rules.SURVIVAL_ORDER` explicitly (never ``dropDuplicates``,
 whose survivor is unspecified); :func:`classify` then applies :func:`compaction.rules.classify` to each Arrow batch,
 and :func:`decided_verdicts` turns each segment's decided rows into its verdicts, listed in the store for the apply
@@ -28,8 +29,17 @@ from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
 from compaction.clean.tasks.facts import read_facts
 from compaction.clean.tasks.objects import object_id
-from compaction.engine.codec import RESULT_SCHEMA, loads
-from compaction.engine.isolation import Failed, Failure, Outcome, release_memory, result_table, run
+from compaction.engine.codec import RESULT_SCHEMA, carrying_failures, loads
+from compaction.engine.isolation import (
+    Failed,
+    Outcome,
+    failure_columns,
+    failure_in,
+    release_memory,
+    result_table,
+    run,
+    without_failures,
+)
 from compaction.engine.stages import SparkStages
 from compaction.schema import LONG_MAX
 from compaction.store.erasure import key_digest
@@ -39,12 +49,14 @@ KEY = ("topic", "partition", "key")
 #: few dozen bytes a row (plus the key) one batch stays a few MB on its way into the JVM.
 BATCH_ROWS = 131_072
 
-FACTS_TYPE: StructType = from_arrow_schema(rules.FACTS_SCHEMA)
-#: The facts :func:`classify` passes through to :func:`per_segment`, before the verdicts' own columns.
+#: The facts' rows: the facts, and what stopped a partition's facts in its one row (the engine's failure columns).
+FACTS_ROWS_SCHEMA = carrying_failures(rules.FACTS_SCHEMA)
+FACTS_TYPE: StructType = from_arrow_schema(FACTS_ROWS_SCHEMA)
+#: The columns :func:`classify` passes through to :func:`segment_verdicts`, before the verdicts' own columns.
 PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", "error", "internal", "trace")
 DECIDED_SCHEMA = pa.schema(
     [
-        *(rules.FACTS_SCHEMA.field(name) for name in PASSED_ON),
+        *(FACTS_ROWS_SCHEMA.field(name) for name in PASSED_ON),
         ("code", pa.int8()),
         ("stamp", pa.bool_()),
         ("upcoming_horizon_ms", pa.int64()),
@@ -122,10 +134,9 @@ def segment_verdicts(tasks: Sequence[CleanTask], table: pa.Table) -> pa.Table:
     whose facts failed) become its :class:`~compaction.clean.payloads.Verdicts`, listed in the store for the apply
     stage; only the counts and where they are listed reach the driver."""
     task = tasks[table.column("task")[0].as_py()]
-    errors = pc.drop_null(table.column("error"))
-    if len(errors):
-        row = table.filter(pc.is_valid(table.column("error"))).slice(0, 1).to_pylist()[0]
-        return result_table([Failed(task.ident, Failure(row["error"], bool(row["internal"]), row["trace"]))])
+    failure = failure_in(table)
+    if failure is not None:
+        return result_table([Failed(task.ident, failure)])
     return result_table([run(partial(_segment_verdicts, table), task)])
 
 
@@ -168,24 +179,17 @@ def decided_verdicts(decided: DataFrame, tasks: Sequence[CleanTask]) -> DataFram
 
 def facts_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body of the Spark SQL winner searches' facts: each input row is a bin of one task (a
-    partition); yields its facts, or one row with the failure that stopped it (:data:`~compaction.rules.FACTS_SCHEMA`),
-    which the searches carry to the partition's result."""
+    partition); yields its facts, or one row with the failure that stopped it (:data:`FACTS_ROWS_SCHEMA`), which the
+    searches carry to the partition's result."""
     for batch in batches:
         for index, payload in zip(batch.column("task").to_pylist(), batch.column("payload").to_pylist(), strict=True):
             found = run(partial(_read_facts, index), payload, ident=str(index))
             if isinstance(found, Failed):
                 row: dict[str, list[Any]] = {name: [None] for name in rules.FACTS_SCHEMA.names}
-                row.update(
-                    task=[index],
-                    segment_base=[-1],
-                    offset=[-1],
-                    error=[found.failure.error],
-                    internal=[found.failure.internal],
-                    trace=[found.failure.trace],
-                )
-                facts = pa.table(row, schema=rules.FACTS_SCHEMA)
+                row.update(task=[index], segment_base=[-1], offset=[-1], **failure_columns([found.failure]))
+                facts = pa.table(row, schema=FACTS_ROWS_SCHEMA)
             else:
-                facts = found.value
+                facts = without_failures(found.value)
             release_memory()
             yield from facts.to_batches(max_chunksize=BATCH_ROWS)
 

@@ -27,19 +27,26 @@ PHASES = ("read", "decide", "write")
 
 #: A stage's input: one row per Spark task; its payload is a bin of units.
 TASK_SCHEMA = pa.schema([("task", pa.int32()), ("payload", pa.binary())])
-#: A stage's output: per unit of work (``ident``), its pickled value, or what stopped it: ``error`` is ``Type:
-#: message``; ``internal`` marks an error that is not the data's or the store's (a bug), whose executor traceback is
-#: in ``trace``. Then the seconds the unit spent in each phase.
+#: What stopped a unit, as the columns of the rows that carry it (null in the rows of a unit that did not fail):
+#: ``error`` is ``Type: message``; ``internal`` marks an error that is not the data's or the store's (a bug), whose
+#: executor traceback is in ``trace``.
+FAILURE_FIELDS = (pa.field("error", pa.string()), pa.field("internal", pa.bool_()), pa.field("trace", pa.string()))
+#: A stage's output: per unit of work (``ident``), its pickled value, or what stopped it (:data:`FAILURE_FIELDS`);
+#: then the seconds the unit spent in each phase.
 RESULT_SCHEMA = pa.schema(
     [
         ("ident", pa.string()),
         ("payload", pa.binary()),
-        ("error", pa.string()),
-        ("internal", pa.bool_()),
-        ("trace", pa.string()),
+        *FAILURE_FIELDS,
         *((f"{name}_s", pa.float64()) for name in PHASES),
     ]
 )
+
+
+def carrying_failures(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the failure columns (:data:`FAILURE_FIELDS`) after its own: rows a stage hands on, which can
+    carry what stopped their unit to its result."""
+    return pa.schema([*schema, *FAILURE_FIELDS])
 
 
 #: The first bytes of a payload: its framing (a pickle, compressed by zlib at its fastest level).

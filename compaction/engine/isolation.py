@@ -22,8 +22,9 @@ from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from compaction.engine.codec import PHASES, RESULT_SCHEMA, dumps, loads
+from compaction.engine.codec import FAILURE_FIELDS, PHASES, RESULT_SCHEMA, dumps, loads
 from compaction.engine.phases import task_phases
 from compaction.errors import CompactionError
 
@@ -94,16 +95,42 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
+def failure_columns(failures: Sequence[Failure | None]) -> dict[str, list[Any]]:
+    """The failure columns (:data:`~compaction.engine.codec.FAILURE_FIELDS`) of rows, one per failure (None: the row
+    carries none)."""
+    return {
+        "error": [f.error if f else None for f in failures],
+        "internal": [bool(f and f.internal) for f in failures],
+        "trace": [f.trace if f else None for f in failures],
+    }
+
+
+def _failure_of(row: dict[str, Any]) -> Failure | None:
+    return Failure(row["error"], bool(row["internal"]), row["trace"]) if row["error"] is not None else None
+
+
+def failure_in(table: pa.Table) -> Failure | None:
+    """The failure that rows with the failure columns carry (the first), if any does."""
+    errors = table.column("error")
+    if errors.null_count == len(errors):
+        return None
+    return _failure_of(table.filter(pc.is_valid(errors)).slice(0, 1).to_pylist()[0])
+
+
+def without_failures(table: pa.Table) -> pa.Table:
+    """``table`` with the failure columns added, carrying none."""
+    for column in FAILURE_FIELDS:
+        table = table.append_column(column, pa.nulls(table.num_rows, column.type))
+    return table
+
+
 def result_table(outcomes: Sequence[Outcome]) -> pa.Table:
     """Result rows (:data:`~compaction.engine.codec.RESULT_SCHEMA`), one per outcome."""
-    failures = [o.failure if isinstance(o, Failed) else None for o in outcomes]
     return pa.table(
         {
             "ident": [o.ident for o in outcomes],
             "payload": [dumps(o.value) if isinstance(o, Ok) else None for o in outcomes],
-            "error": [f.error if f else None for f in failures],
-            "internal": [bool(f and f.internal) for f in failures],
-            "trace": [f.trace if f else None for f in failures],
+            **failure_columns([o.failure if isinstance(o, Failed) else None for o in outcomes]),
             **{f"{name}_s": [o.phases.get(name, 0.0) for o in outcomes] for name in PHASES},
         },
         schema=RESULT_SCHEMA,
@@ -113,8 +140,9 @@ def result_table(outcomes: Sequence[Outcome]) -> pa.Table:
 def outcome_of(row: dict[str, Any]) -> Outcome:
     """A result row as the driver takes it."""
     phases = {name: row[f"{name}_s"] or 0.0 for name in PHASES}
-    if row["error"] is not None:
-        return Failed(row["ident"], Failure(row["error"], bool(row["internal"]), row["trace"]), phases)
+    failure = _failure_of(row)
+    if failure is not None:
+        return Failed(row["ident"], failure, phases)
     return Ok(row["ident"], loads(row["payload"]), phases)
 
 

@@ -56,9 +56,6 @@ def facts(*rows: dict[str, Any]) -> pa.Table:
             "marker_pending": False,
             "guarded": False,
             "erased": False,
-            "error": None,
-            "internal": None,
-            "trace": None,
             **row,
         }
         full["key"] = full["key"].encode() if isinstance(full["key"], str) else full["key"]

@@ -14,6 +14,7 @@ from chispa import assert_df_equality
 
 from compaction import rules, winners
 from compaction.clean.dedupe import WINNER_SEARCHES, classify
+from compaction.engine.isolation import without_failures
 from compaction.rules import DropReason, WinnerSearch
 from tests.helpers.builders import facts
 
@@ -32,7 +33,7 @@ def expect(spark, plan: WinnerSearch, table: pa.Table, expected: list[Outcome], 
             result += zip(part.column("offset").to_pylist(), decided.code.tolist(), strict=True)
         assert sorted((o, None if c == rules.KEPT else list(DropReason)[c - 1].value) for o, c in result) == expected
         return
-    df = spark.createDataFrame(table)
+    df = spark.createDataFrame(without_failures(table))  # the facts' rows, as facts_rows yields them
     frame = classify(df.transform(WINNER_SEARCHES[plan]), now_ms=NOW, keyless_drop=keyless_drop)
     # A reason's code is its index in DropReason plus one (0: kept), as element_at counts.
     reasons = ", ".join(f"'{r.value}'" for r in DropReason)

@@ -464,9 +464,6 @@ def read_facts(task: CleanTask, index: int) -> pa.Table:
             "segment_base": pa.array(bases, pa.int64()),
             "position": pa.array(facts.positions(), pa.int64()),
             **{name: table.column(name) for name in FACT_COLUMNS},
-            "error": pa.nulls(n, pa.string()),
-            "internal": pa.nulls(n, pa.bool_()),
-            "trace": pa.nulls(n, pa.string()),
         },
         schema=rules.FACTS_SCHEMA,
     )
