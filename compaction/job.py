@@ -7,7 +7,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -80,35 +81,42 @@ def run_job(
         stages, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say, wall_ms=options.wall_ms
     )
     try:
-        report = cleaner.run(options.now_ms, compaction_plan=the_plan)
+        the_pass = cleaner.run(options.now_ms, compaction_plan=the_plan)
     finally:
         if stages is not None:
             stages.finish()
-    for failed in report.failed:
+    for failed in the_pass.failed:
         failed.error = logs.redact(failed.error or "", secrets)
         if failed.trace is not None:  # an internal error: its traceback, masked, in the report and with -v
             failed.trace = logs.redact(failed.trace, secrets)
             log.debug("internal error in %s:\n%s", failed.partition, failed.trace)
-    report.phases_ms = {
-        "plan": round((planned - started) * 1000),
-        "startup": round((started_spark - planned) * 1000),
-        **report.phases_ms,
-    }
+    published: list[dict[str, Any]] = []
     if settings.publish.after_run:  # every partition has committed (or failed) by now; before gc, which keeps pins
         # The snapshots' time is when they are committed, at the end of the run, not when it started.
-        report.published = publish_topics(
-            store, options.topics, publish_target(settings), options.wall_ms + report.elapsed_ms, say
+        published = publish_topics(
+            store, options.topics, publish_target(settings), options.wall_ms + the_pass.elapsed_ms, say
         )
-    if options.gc:  # before the report is written, so that it names the partitions gc skipped
-        report.gc = collect(store, options, settings, say)
+    gc = collect(store, options, settings, say) if options.gc else None  # before the report, which names its skips
     # After gc, which completes requests: what is still late as the run ends, in the partitions the plan found
     # requests in (the plan read every manifest; a request made during the run counts next run).
     requested = {
         p.partition: p.manifest for p in the_plan.partitions if not isinstance(p, Uncleanable) and p.manifest.erasures
     }
-    report.erasure_overdue_requests = overdue_requests(store, requested, options.now_ms, settings.cleaner.erasure_grace)
-    if report.erasure_overdue_requests:
-        say(f"{report.erasure_overdue_requests} erasure request(s) late: 'compaction erasure' says what each waits for")
+    overdue = overdue_requests(store, requested, options.now_ms, settings.cleaner.erasure_grace)
+    if overdue:
+        say(f"{overdue} erasure request(s) late: 'compaction erasure' says what each waits for")
+    # The run's report, assembled once: the pass's, with what the run did around it.
+    report = replace(
+        the_pass,
+        phases_ms={
+            "plan": round((planned - started) * 1000),
+            "startup": round((started_spark - planned) * 1000),
+            **the_pass.phases_ms,
+        },
+        published=published,
+        gc=gc,
+        erasure_overdue_requests=overdue,
+    )
     if options.report_path:
         write_report(report, options.report_path, storage_options)
         say(f"report written to {options.report_path}")

@@ -88,6 +88,17 @@ def plan_store(
     )
 
 
+def winner_search(settings: CleanerConfig, dedupe_plan: str | None = None) -> rules.WinnerSearch:
+    """How a run finds each key's winner: ``dedupe_plan`` (the run's ``--plan``), else ``[cleaner] dedupe.plan``. The
+    one place it is resolved: the command starts its session for it and the pass cleans by it."""
+    try:
+        return rules.WinnerSearch(dedupe_plan or settings.cleaner.dedupe_plan)
+    except ValueError as err:
+        raise CompactionError(
+            f"unknown dedupe plan {dedupe_plan!r}; expected one of {[p.value for p in rules.WinnerSearch]}"
+        ) from err
+
+
 class Cleaner:
     """Runs clean passes of one store, with the stages of one SparkSession (classic or Spark Connect)."""
 
@@ -104,12 +115,7 @@ class Cleaner:
     ) -> None:
         """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
         plus ``delete.retention.ms``, so a backdated ``now`` cannot shorten a tombstone's life in real time."""
-        try:
-            self.winner_search = rules.WinnerSearch(dedupe_plan or settings.cleaner.dedupe_plan)
-        except ValueError as err:
-            raise CompactionError(
-                f"unknown dedupe plan {dedupe_plan!r}; expected one of {[p.value for p in rules.WinnerSearch]}"
-            ) from err
+        self.winner_search = winner_search(settings, dedupe_plan)
         self.stages = spark if isinstance(spark, Stages) or spark is None else SparkStages(spark)
         self.store = store
         self.settings = settings
@@ -125,17 +131,8 @@ class Cleaner:
             raise CompactionError("this plan needs records read, which needs a SparkSession")
         return self.stages
 
-    def run(
-        self,
-        now_ms: int,
-        topics: str | None = None,
-        compaction_plan: CompactionPlan | None = None,
-        before_commit: Callable[[], object] | None = None,
-    ) -> RunReport:
-        """Plan (unless given a plan), clean the selected partitions, commit them; never raises for one partition.
-
-        ``before_commit`` runs between the Spark stages and the commits (tests use it to interleave writers).
-        """
+    def run(self, now_ms: int, topics: str | None = None, compaction_plan: CompactionPlan | None = None) -> RunReport:
+        """Plan (unless given a plan), clean the selected partitions, commit them; never raises for one partition."""
         started = time.perf_counter()
         self.pass_id = uuid.uuid4().hex
         self._contexts = {}
@@ -150,8 +147,6 @@ class Cleaner:
         cleaning = time.perf_counter()
         seconds = self.clean([w for w in work if w.log.needs_dedupe])
         phases["clean"] = time.perf_counter() - cleaning
-        if before_commit is not None:
-            before_commit()
         committing = time.perf_counter()
         results = self.commit(work, now_ms, started)
         for p in the_plan.partitions:
@@ -166,12 +161,14 @@ class Cleaner:
         run = RunIdentity(
             run_id=self.writer.run_id, store=self.store.url, now_ms=now_ms, dedupe_plan=self.winner_search
         )
-        report = RunReport.build(run, the_plan, results, elapsed_ms=_elapsed_ms(started))
-        report.phases_ms.update(as_ms(phases))
-        report.phases_ms.update(as_ms(seconds, prefix="task_"))
-        if self.stages is not None:
-            report.driver_bytes = self.stages.sent_bytes + self.stages.received_bytes
-        return report
+        return RunReport.build(
+            run,
+            the_plan,
+            results,
+            _elapsed_ms(started),
+            phases_ms={**as_ms(phases), **as_ms(seconds, prefix="task_")},
+            driver_bytes=self.stages.sent_bytes + self.stages.received_bytes if self.stages is not None else 0,
+        )
 
     def clean(self, work: list[PartitionWork]) -> dict[str, float]:
         """Each partition by its path: decide, then apply; the paths run at once (their Spark jobs share the

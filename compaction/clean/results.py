@@ -289,8 +289,16 @@ class RunReport:
 
     @classmethod
     def build(
-        cls, run: RunIdentity, plan: CompactionPlan, results: list[PartitionResult], elapsed_ms: int
+        cls,
+        run: RunIdentity,
+        plan: CompactionPlan,
+        results: list[PartitionResult],
+        elapsed_ms: int,
+        *,
+        phases_ms: dict[str, int],
+        driver_bytes: int,
     ) -> RunReport:
+        """A pass's report, whole: its totals and gauges from its partitions' results."""
         cleaned = [r for r in results if r.status is Status.CLEANED]
         bad = [r for r in results if r.status in FAILURES]
         totals: dict[str, Any] = {
@@ -316,7 +324,7 @@ class RunReport:
             "max-clean-time-secs": elapsed_ms // 1000,
             "cleaner-recopy-percent": 100 * totals["bytes_written"] // max(totals["bytes_read"], 1),
         }
-        return cls(run, elapsed_ms, results, totals, metrics)
+        return cls(run, elapsed_ms, results, totals, metrics, phases_ms=phases_ms, driver_bytes=driver_bytes)
 
     @property
     def failed(self) -> list[PartitionResult]:

@@ -13,7 +13,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from compaction import lineage
-from compaction.clean.cleaner import plan_store
+from compaction.clean.cleaner import plan_store, winner_search
 from compaction.clean.figures import Figures
 from compaction.clean.plan_json import plan_json
 from compaction.clean.planner import CompactionPlan, PartitionPlan, Selected, Skipped, Uncleanable
@@ -112,14 +112,14 @@ def print_plan(result: CompactionPlan, out: Output) -> None:
 
 
 @contextlib.contextmanager
-def spark_on_demand(args: argparse.Namespace, settings: Settings) -> Iterator[Callable[[], SparkSession]]:
+def spark_on_demand(args: argparse.Namespace, search: WinnerSearch) -> Iterator[Callable[[], SparkSession]]:
     """The run's session, started when the pass first needs Spark, and stopped when the run is over if the run
     started it (not one this process ran already): a driver that exits with its session running leaves the JVM
     to stop Spark as the Python side goes, finishing tasks (a losing speculative attempt's) whose accumulators it
     can no longer report."""
     conf = common.spark_properties(args)
     remote_url(args.remote, args.master or conf.get("spark.master"))  # a conflict fails before any work
-    arrow = (args.plan or settings.cleaner.dedupe_plan) == WinnerSearch.ARROW
+    arrow = search is WinnerSearch.ARROW
     started: list[SparkSession] = []
 
     def start() -> SparkSession:
@@ -148,6 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     clock = common.wall_clock_ms()
     now = common.command_now(args, clock)
     store = selected_store(args, settings, strict=True)
+    search = winner_search(settings, args.plan)
     options = JobOptions(
         now_ms=now,
         wall_ms=clock,
@@ -155,11 +156,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         report_path=args.report,
         gc=args.gc,
-        dedupe_plan=args.plan,
+        dedupe_plan=search,
         run_id=args.run_id,
     )
     out = Output()  # every line the run prints, its progress included, goes through it
-    with spark_on_demand(args, settings) as spark:
+    with spark_on_demand(args, search) as spark:
         code, result = run_job(store, options, settings, spark, out=out.line)
     if isinstance(result, CompactionPlan):
         print_plan(result, out)

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from compaction.clean.cleaner import Cleaner, plan_store
 from compaction.clean.paths import reads_whole_ranges
-from compaction.clean.results import RunReport, Status
+from compaction.clean.results import PartitionResult, RunReport, Status
 from compaction.config import Settings
 from compaction.errors import EXIT_PARTIAL, StoreError
 from compaction.job import JobOptions, run_job
@@ -281,9 +281,15 @@ def test_a_corrupt_partition_is_uncleanable_and_the_others_commit(spark, local_s
 def test_an_append_during_the_run_survives_and_stays_dirty(spark, local_store: Store, plan: str) -> None:
     append(local_store, rec("a", offset=0), rec("a", offset=1), rec("b", offset=2))
     append(local_store, rec("active", offset=3))
-    report = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan).run(
-        NOW, before_commit=lambda: append(local_store, rec("a", "late", 4))
-    )
+    cleaner = Cleaner(spark, local_store, SETTINGS, dedupe_plan=plan)
+    commit = cleaner.commit
+
+    def append_then_commit(*pass_: Any) -> list[PartitionResult]:  # an append between the Spark stages and the commit
+        append(local_store, rec("a", "late", 4))
+        return commit(*pass_)
+
+    cleaner.commit = append_then_commit  # type: ignore[method-assign,assignment]
+    report = cleaner.run(NOW)
     assert report.partitions[0].status == "cleaned"
     manifest = local_store.manifest(TP)
     assert offsets(local_store) == [1, 2, 3, 4]
