@@ -251,7 +251,7 @@ def _exported(
     """A live segment as the batches Kafka reads: hidden records left out, Parquet records framed."""
     where = store.describe(tp, segment.path)
     if segment.format != SegmentFormat.KAFKA:
-        framed = frame_records(store.objects.read_segment(tp, segment, start=manifest.log_start_offset))
+        framed = frame_records(store.objects.read_segment(tp, segment, start=manifest.log_start_offset), 0)
         return decode_log(framed.data, where)
     log = store.objects.read_log_segment(tp, segment)
     live = store.objects.live_rows(tp, segment, log.records.column("offset"), manifest.log_start_offset)

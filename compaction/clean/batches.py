@@ -26,14 +26,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction import rules
-from compaction.kafka import BATCH_SCHEMA, encode
+from compaction.kafka import encode
 from compaction.kafka.layout import CONTROL, LOG_OVERHEAD
 from compaction.store.formats import LogSegment, frame_batches
 from compaction.store.manifest import Manifest, SegmentMeta
@@ -61,19 +60,13 @@ def active_producers(manifest: Manifest, expiration_ms: int, now_ms: int) -> dic
     }
 
 
-def last_offsets(batches: pa.Table) -> np.ndarray:
-    last: np.ndarray = batches.column("base_offset").to_numpy() + batches.column("last_offset_delta").to_numpy().astype(
-        np.int64
-    )
-    return last
-
-
-def retain_empty(batches: pa.Table, policy: BatchPolicy) -> np.ndarray:
+def retain_empty(segment: LogSegment, policy: BatchPolicy) -> np.ndarray:
     """Which batches are kept, empty if need be (``checkBatchRetention``'s RETAIN_EMPTY): the last batch before
     the first uncleanable offset, and each active producer's last batch (its last data batch, or with no data
     since an epoch bump, its markers of that epoch)."""
+    batches = segment.batches
     return _retained(
-        last_offsets(batches),
+        segment.batch_last_offsets,
         batches.column("producer_id").to_numpy(),
         batches.column("producer_epoch").to_numpy(),
         (batches.column("attributes").to_numpy() & CONTROL) != 0,
@@ -84,7 +77,7 @@ def retain_empty(batches: pa.Table, policy: BatchPolicy) -> np.ndarray:
 def _retained(
     last: np.ndarray, producer: np.ndarray, epoch: np.ndarray, control: np.ndarray, policy: BatchPolicy
 ) -> np.ndarray:
-    keep = last + 1 == policy.first_uncleanable_offset
+    keep: np.ndarray = last + 1 == policy.first_uncleanable_offset
     for pid in np.unique(producer[producer >= 0]).tolist():
         known = policy.active_producers.get(pid)
         if known is None:
@@ -92,7 +85,7 @@ def _retained(
         mine = producer == pid
         active_epoch, last_data = known
         keep |= mine & ((last == last_data) if last_data is not None else (control & (epoch == active_epoch)))
-    return cast(np.ndarray, keep)
+    return keep
 
 
 def stale_empty_batches(segments: Sequence[SegmentMeta], policy: BatchPolicy | None) -> frozenset[int]:
@@ -107,10 +100,10 @@ def stale_empty_batches(segments: Sequence[SegmentMeta], policy: BatchPolicy | N
             continue
         empty = segment.empty_batches
         kept = _retained(
-            np.array([b.last_offset for b in empty], dtype=np.int64),
-            np.array([b.producer_id for b in empty], dtype=np.int64),
-            np.array([b.producer_epoch for b in empty], dtype=np.int64),
-            np.array([b.control for b in empty], dtype=bool),
+            np.array([b.last_offset for b in empty]),
+            np.array([b.producer_id for b in empty]),
+            np.array([b.producer_epoch for b in empty]),
+            np.array([b.control for b in empty]),
             policy,
         )
         if not kept.all():
@@ -120,27 +113,29 @@ def stale_empty_batches(segments: Sequence[SegmentMeta], policy: BatchPolicy | N
 
 @dataclass(frozen=True)
 class Framed:
-    """Record batches for an output segment: their bytes, their records (segment schema) and their batch rows."""
+    """Record batches for an output segment: their bytes, their records (segment schema), their batch rows, and how
+    many records got their first delete horizon."""
 
     data: bytes
     records: pa.Table
     batches: pa.Table
-    stamped: int = 0  # records given their first delete horizon
+    stamped: int
 
     @classmethod
-    def join(cls, parts: Sequence[Framed], schema: pa.Schema) -> Framed:
+    def join(cls, parts: Sequence[Framed]) -> Framed:
+        """The parts (at least one) of one output segment, in offset order."""
         return cls(
             b"".join(p.data for p in parts),
-            pa.concat_tables([p.records for p in parts]) if parts else schema.empty_table(),
-            pa.concat_tables([p.batches for p in parts]) if parts else BATCH_SCHEMA.empty_table(),
+            pa.concat_tables([p.records for p in parts]),
+            pa.concat_tables([p.batches for p in parts]),
             sum(p.stamped for p in parts),
         )
 
 
-def frame_records(records: pa.Table, stamped: int = 0) -> Framed:
-    """Records without batches (from a Parquet segment) framed anew."""
+def frame_records(records: pa.Table, stamped: int) -> Framed:
+    """Records without batches (from a Parquet segment) framed anew; ``stamped`` of them got their first horizon."""
     batches = frame_batches(records)
-    return Framed(encode(records, batches) if records.num_rows else b"", records, batches, stamped)
+    return Framed(encode(records, batches), records, batches, stamped)
 
 
 def reframe(segment: LogSegment, keep: np.ndarray, stamps: np.ndarray, horizon_ms: int, policy: BatchPolicy) -> Framed:
@@ -149,64 +144,39 @@ def reframe(segment: LogSegment, keep: np.ndarray, stamps: np.ndarray, horizon_m
     horizon this pass stamps."""
     batches = segment.batches
     n = batches.num_rows
-    index = segment.batch_index
     kept = segment.records.filter(pa.array(keep))
-    kept_batch = index[keep]
-    stamp = pc.fill_null(rules.needs_horizon(kept, stamps), False).to_numpy(zero_copy_only=False)
-    counts = batches.column("record_count").to_numpy().astype(np.int64)
+    kept_batch = segment.batch_index[keep]
+    stamp = rules.needs_horizon(kept, stamps).to_numpy(zero_copy_only=False)
+    counts = batches.column("record_count").to_numpy()
     survivors = np.bincount(kept_batch, minlength=n)
     stamped = np.bincount(kept_batch[stamp], minlength=n) > 0
-    guarded = retain_empty(batches, policy)
-    copy = (survivors == counts) & ~stamped & ((counts > 0) | guarded)
-    rebuild = (survivors > 0) & ~copy
-    empty = (survivors == 0) & (counts > 0) & guarded
+    out = (survivors > 0) | retain_empty(segment, policy)  # the batches written: copied, rebuilt or kept empty
+    copy = out & (survivors == counts) & ~stamped
     if stamped.any():
         # The horizon is the batch's: a decoder gives it to the batch's tombstones and markers (null values).
         concerned = pc.and_(
             pa.array(stamped[kept_batch]), pc.or_(pc.is_null(kept.column("value")), kept.column("is_control"))
         )
-        horizons = pc.if_else(concerned, pa.scalar(horizon_ms, pa.int64()), kept.column("delete_horizon_ms"))
+        horizons = pc.if_else(concerned, pa.scalar(horizon_ms), kept.column("delete_horizon_ms"))
         kept = kept.set_column(kept.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizons)
-    written = rebuild | empty
-    rows = batches.filter(pa.array(written))
-    if rows.num_rows:
-        new_counts = np.where(empty, 0, survivors)[written]
-        horizon = pc.if_else(
-            pa.array(stamped[written]), pa.scalar(horizon_ms, pa.int64()), rows.column("delete_horizon_ms")
-        )
-        rows = rows.set_column(
-            rows.column_names.index("record_count"), "record_count", pa.array(new_counts, pa.int32())
-        )
-        rows = rows.set_column(rows.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizon)
-        encoded = memoryview(encode(kept.filter(pa.array(rebuild[kept_batch])), rows))
-    else:
-        encoded = memoryview(b"")
-    source = memoryview(segment.data).cast("B") if not isinstance(segment.data, memoryview) else segment.data
+    rows = batches.filter(pa.array(out))
+    rows = rows.set_column(
+        rows.column_names.index("record_count"), "record_count", pa.array(survivors[out], pa.int32())
+    )
+    horizon = pc.if_else(pa.array(stamped[out]), pa.scalar(horizon_ms), rows.column("delete_horizon_ms"))
+    rows = rows.set_column(rows.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizon)
+    # The batches written anew, each in its turn: the rebuilt ones with their surviving records, the emptied ones.
+    encoded = memoryview(encode(kept.filter(pa.array(~copy[kept_batch])), rows.filter(pa.array(~copy[out]))))
+    source = memoryview(segment.data)
     positions = batches.column("position").to_numpy()
-    sizes = batches.column("size").to_numpy().astype(np.int64)
+    ends = positions + batches.column("size").to_numpy()
     pieces: list[memoryview] = []
-    run_start = run_end = -1  # a run of copied batches, sliced once
     at = 0
-    for j in np.flatnonzero(copy | written).tolist():
+    for j in np.flatnonzero(out).tolist():
         if copy[j]:
-            if positions[j] == run_end:
-                run_end += sizes[j]
-                continue
-            if run_end > run_start:
-                pieces.append(source[run_start:run_end])
-            run_start, run_end = int(positions[j]), int(positions[j] + sizes[j])
+            pieces.append(source[positions[j] : ends[j]])
             continue
-        if run_end > run_start:
-            pieces.append(source[run_start:run_end])
-            run_start = run_end = -1
         length = LOG_OVERHEAD + _LENGTH.unpack_from(encoded, at + 8)[0]
         pieces.append(encoded[at : at + length])
         at += length
-    if run_end > run_start:
-        pieces.append(source[run_start:run_end])
-    out_rows = batches.filter(pa.array(copy | written))
-    out_counts = np.where(empty, 0, survivors)[copy | written]
-    out_rows = out_rows.set_column(
-        out_rows.column_names.index("record_count"), "record_count", pa.array(out_counts, pa.int32())
-    )
-    return Framed(b"".join(pieces), kept, out_rows, int(stamp.sum()))
+    return Framed(b"".join(pieces), kept, rows, int(stamp.sum()))

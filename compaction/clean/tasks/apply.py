@@ -32,7 +32,7 @@ from compaction.errors import SegmentChangedError
 from compaction.store import TopicPartition
 from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
-from compaction.store.segment import SEGMENT_SCHEMA, timestamp_stats
+from compaction.store.segment import timestamp_stats
 
 #: A partition whose cleaned range holds at most this many bytes is read whole once (its decision and rewrites
 #: share the read): a nightly increment leaves many partitions this small.
@@ -293,7 +293,7 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
                 table.filter(pa.array(keep)), survivors.stamps(source, offsets), job.context.horizon_ms
             )
             parts.append(frame_records(kept, stamped))
-    framed = Framed.join(parts, SEGMENT_SCHEMA)
+    framed = Framed.join(parts)
     segment = None
     if framed.batches.num_rows:  # a segment of empty batches still keeps their offsets and producers
         segment = job.context.store.objects.write_segment(
