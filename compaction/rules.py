@@ -117,8 +117,10 @@ def delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
 # Versions ---------------------------------------------------------------------------------------------------
 
 
-def _bools(array: pa.Array | pa.ChunkedArray, default: bool = False) -> np.ndarray:
-    return cast(np.ndarray, pc.fill_null(array, default).to_numpy(zero_copy_only=False).astype(bool))
+def _bools(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as a mask, null read as false."""
+    mask: np.ndarray = pc.fill_null(array, False).to_numpy(zero_copy_only=False).astype(bool)
+    return mask
 
 
 def strategy_columns(strategy: Strategy) -> list[str]:
@@ -242,8 +244,6 @@ def guarded_by_tail(facts: pa.Table, candidates: np.ndarray, tail: pa.Table) -> 
     """
     result = np.zeros(facts.num_rows, dtype=bool)
     rows = np.flatnonzero(candidates)
-    if not len(rows) or tail.num_rows == 0:
-        return result
     lowest = tail.group_by("key", use_threads=False).aggregate([("version_valid", "min"), ("version", "min")])
     # Invalid versions are all -1, so the minimum version over a key is the lowest valid one unless an
     # invalid record exists (then version_valid_min is 0, which is lower than any valid record).
@@ -310,8 +310,8 @@ def needs_horizon(records: pa.Table, marker_offsets: np.ndarray) -> pa.Array:
     without a value) and the markers the verdicts named, that carry none yet."""
     data = pc.invert(pc.fill_null(records.column("is_control"), False))
     tombstone = pc.and_(pc.and_(data, pc.is_valid(records.column("key"))), pc.is_null(records.column("value")))
-    named = pc.is_in(records.column("offset"), pa.array(marker_offsets, pa.int64()))
-    return pc.and_(pc.is_null(records.column("delete_horizon_ms")), pc.or_(tombstone, pc.fill_null(named, False)))
+    named = pc.is_in(records.column("offset"), pa.array(marker_offsets))  # an offset is never null: nor is this
+    return pc.and_(pc.is_null(records.column("delete_horizon_ms")), pc.or_(tombstone, named))
 
 
 def upcoming_horizons(facts: pa.Table, code: np.ndarray, now_ms: int) -> np.ndarray:
