@@ -33,6 +33,7 @@ else. Every test counts the examples that reach a clean, and the kinds of batch 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -291,7 +292,7 @@ class Differential:
         split: bool = False,
         memory: bool = False,
     ) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="differential-"))
+        self.folder = folder = Path(tempfile.mkdtemp(prefix="differential-"))
         # In memory when the job runs in this process: the local folder's fsyncs would take most of the time.
         self.store = Store.open(f"memory://{folder.name}" if memory else str(folder / "store"))
         self.setup, self.kafka, self.bounds = setup, kafka, setup.bounds(split)
@@ -576,6 +577,7 @@ def check_history(
         fs = differential.store.storage.fs
         if memory and fs.exists(differential.store.url):
             fs.rm(differential.store.url, recursive=True)
+        shutil.rmtree(differential.folder)
     met = differential.seen
     for model in differential.models.values():
         met.update(model.events)
