@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -21,6 +21,7 @@ from compaction.store.gc import collect_garbage
 from compaction.store.manifest import MANIFEST_DIR, SEGMENT_DIR, manifest_name, parse_manifest
 from tests.helpers.builders import keyed
 from tests.helpers.inline import InlineStages
+from tests.helpers.settings import settings_with
 
 TP = TopicPartition("orders", 0)
 HOUR = 3_600_000
@@ -315,3 +316,43 @@ def test_the_late_count_reads_each_partitions_newest_manifest_or_else_the_planne
     _run(local_store, T0 + HOUR + 1)  # carried out: rewritten, late again once the grace period has passed
     assert overdue_requests(local_store, {TP: planned}, T0 + HOUR + 1, grace_ms=DAY) == 0
     assert overdue_requests(local_store, {TP: planned}, T0 + HOUR + DAY + 1, grace_ms=DAY) == 1
+
+
+def test_a_pass_in_key_ranges_rewrites_what_a_deletion_vector_hides_of_an_erased_key(local_store: Store) -> None:
+    """alice's first value is superseded and hidden by a deletion vector (written by the task that decides the clean
+    segments against the dirty keys), its bytes still in the segment. Once alice
+    is forgotten, a pass split into key ranges (decided in one stage, applied in another) finds the hidden record
+    and rewrites that segment though it loses nothing a reader sees: no live object holds alice below her
+    tombstone."""
+    base: dict[str, Any] = {
+        "log.cleanup.policy": "compact",
+        "log.cleaner.min.cleanable.ratio": 0.0,
+        "log.segment.bytes": 300,
+        "cleaner": {"deletion.vector.max.ratio": 0.5},
+    }
+    vectors = settings_with(base)
+    split = settings_with({**base, "cleaner": {**base["cleaner"], "task.max.records": 2}})
+
+    def run(now_ms: int, settings: Settings) -> int:
+        report = Cleaner(InlineStages(), local_store, settings).run(now_ms)
+        assert not report.failed, [r.error for r in report.failed]
+        (partition,) = report.partitions
+        return partition.stats.bytes_written
+
+    local_store.append(TP, keyed("alice=1 bob=1 carol=1 dave=1 erin=1 fred=1"), now_ms=T0)
+    local_store.append(TP, keyed("x=1"), now_ms=T0)
+    run(T0 + 1, vectors)
+    local_store.append(TP, keyed("alice=2"), now_ms=T0 + 1)
+    local_store.append(TP, keyed("y=1"), now_ms=T0 + 1)
+    written = run(T0 + 2, vectors)
+    first = local_store.manifest(TP).segments[0]
+    assert first.deletes is not None and first.deletes.count == 1 and first.path in _holding(local_store, below=10)
+    assert written == first.deletes.size_bytes, "the vector the deciding task wrote is the pass's bytes written"
+    local_store.append(TP, keyed("z=1"), now_ms=T0 + 2)
+    (tombstone,) = request_erasure(local_store, TP, [b"alice"], now_ms=T0 + 3, deadline_ms=T0 + DAY)
+    assert tombstone == 10
+    run(T0 + 4, split)
+    manifest = local_store.manifest(TP)
+    assert [r.state for r in manifest.erasures] == ["rewritten"]
+    assert not {s.path for s in manifest.segments} & _holding(local_store, below=10)
+    assert manifest.segments[0].deletes is None and manifest.segments[0].path != first.path

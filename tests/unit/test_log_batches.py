@@ -12,6 +12,7 @@ import struct
 import tempfile
 
 import numpy as np
+import pytest
 from kafka.record.util import calc_crc32c
 
 from compaction.clean.batches import BatchPolicy, reframe
@@ -24,6 +25,7 @@ from tests.unit.test_log_cleaning import BASE, DAY, NOW, TP, TS, WHOLE, clean, c
 
 #: No segment counts as small: a segment is rewritten only for what it loses, never merged for its size.
 LARGE = settings_with({**BASE, "log.segment.bytes": 200})
+LARGE_SPLIT = settings_with({**BASE, "log.segment.bytes": 200, "cleaner": {**BASE["cleaner"], "task.max.records": 2}})
 
 
 def store_() -> Store:
@@ -145,20 +147,27 @@ def test_an_expired_producer_goes_beside_an_active_one() -> None:
     ]
 
 
-def test_a_stale_empty_batch_after_a_segment_without_any_goes() -> None:
+@pytest.mark.parametrize("key_ranges", [False, True], ids=["whole", "key ranges"])
+def test_a_stale_empty_batch_after_a_segment_without_any_goes(key_ranges: bool) -> None:
     """Producer 1's empty batch stays while it is the producer's last; once the producer writes again, the pass
-    rewrites the segment that holds it, wherever it stands in the log, and drops it."""
+    rewrites the segment that holds it, wherever it stands in the log, and drops it, whether it decides the
+    partition whole or in key ranges."""
+    settings = LARGE_SPLIT if key_ranges else LARGE
     store = store_()
     store.append_log(TP, value(0, b"x", b"x"), now_ms=NOW)
     store.append_log(TP, value(1, b"a", b"1", producer=1, epoch=0, sequence=0) + value(2, b"b", b"b"), now_ms=NOW)
     store.append_log(TP, value(3, b"a", b"2"), now_ms=NOW)
     store.append_log(TP, value(4, b"active", b"active"), now_ms=NOW)
-    clean(store, LARGE)
+    clean(store, settings)
     assert [(b.last, b.count) for b in parsed(store)][:3] == [(0, 1), (1, 0), (2, 1)]
-    store.append_log(TP, value(5, b"c", b"c", producer=1, epoch=0, sequence=1), now_ms=NOW)
-    store.append_log(TP, value(6, b"active-2", b"active-2"), now_ms=NOW)
-    clean(store, LARGE)
-    assert lasts(store) == [0, 2, 3, 4, 5, 6], "producer 1 wrote again: its empty batch went"
+    store.append_log(
+        TP,
+        value(5, b"c", b"c", producer=1, epoch=0, sequence=1) + value(6, b"d", b"d") + value(7, b"e", b"e"),
+        now_ms=NOW,
+    )
+    store.append_log(TP, value(8, b"active-2", b"active-2"), now_ms=NOW)
+    clean(store, settings)
+    assert lasts(store) == [0, 2, 3, 4, 5, 6, 7, 8], "producer 1 wrote again: its empty batch went"
 
 
 def test_a_batch_that_keeps_its_one_record_is_copied_byte_for_byte() -> None:

@@ -26,6 +26,7 @@ from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.store.objects import Objects
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers.builders import keyed
 from tests.helpers.inline import InlineSession
 from tests.helpers.settings import settings_with
 
@@ -192,7 +193,8 @@ def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_th
     assert not report.failed
     read_once = all(seen[s.base_offset, "decision"] == 1 and not seen[s.base_offset, "other"] for s in clean)
     monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 1 << 40)
-    assert not Cleaner(InlineSession(), stores["whole"], settings(1_000_000, **nightly)).run(NOW).failed
+    whole = Cleaner(InlineSession(), stores["whole"], settings(1_000_000, **nightly)).run(NOW)
+    assert not whole.failed
     assert cleaned(stores["mapped"]) == cleaned(stores["whole"])
     layouts = {
         name: [
@@ -203,4 +205,44 @@ def test_a_night_on_a_large_compacted_partition_checks_its_clean_runs_against_th
     assert layouts["mapped"] == layouts["whole"]
     vectors = [s for s in stores["mapped"].manifest(TP).segments if s.deletes is not None]
     assert vectors and report.partitions[0].stats.segments.deletion_vectors_written == len(vectors)
+    assert report.partitions[0].stats.bytes_written == whole.partitions[0].stats.bytes_written, (
+        "the vectors the deciding tasks wrote count in the bytes written"
+    )
     assert read_once, "each clean segment read once: its deletion vector comes from the read that decided it"
+
+
+class RecordingStages(InlineSession):
+    """The stages in this process, noting the bins of each stage: (its task body, the units in each task)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages: list[tuple[str, list[int]]] = []
+
+    def map_tasks(self, body: Any, bins: Any, threads: int = 1) -> Any:
+        self.stages.append((getattr(body, "__name__", ""), [len(b) for b in bins]))
+        return super().map_tasks(body, bins, threads)
+
+
+def test_apply_jobs_are_packed_by_the_records_they_rewrite(tmp_path: Path) -> None:
+    """Three segments each lose a record in a pass split into key ranges: each rewrite holds more records than a
+    task packs together (task.max.records / 20, at least one record), so each gets a task of its own; the progress
+    line says what the stage applies."""
+    store = Store.open(str(tmp_path))
+    for i in range(3):
+        store.append(TP, keyed(f"k{i}a=1 k{i}b=1 k{i}c=1 k{i}d=1"), now_ms=NOW)
+    store.append(TP, keyed("k0a=2 k1a=2 k2a=2"), now_ms=NOW)
+    store.append(TP, keyed("active=1"), now_ms=NOW)
+    stages = RecordingStages()
+    config = settings_with(
+        {
+            "log.cleanup.policy": "compact",
+            "log.cleaner.min.cleanable.ratio": 0.0,
+            "log.segment.bytes": 300,
+            "cleaner": {"task.max.records": 8, "deletion.vector.max.ratio": 0},
+        }
+    )
+    lines: list[str] = []
+    report = Cleaner(stages, store, config, progress=lines.append).run(NOW)
+    assert not report.failed, [r.error for r in report.failed]
+    assert [bins for body, bins in stages.stages if body == "apply_listed"] == [[1, 1, 1]]
+    assert "applying: 3 rewrite(s) of 3 segment(s), 0 deletion vector(s)" in lines
