@@ -246,3 +246,17 @@ def test_apply_jobs_are_packed_by_the_records_they_rewrite(tmp_path: Path) -> No
     assert not report.failed, [r.error for r in report.failed]
     assert [bins for body, bins in stages.stages if body == "apply_listed"] == [[1, 1, 1]]
     assert "applying: 3 rewrite(s) of 3 segment(s), 0 deletion vector(s)" in lines
+
+
+def test_units_are_packed_largest_first_into_tasks_of_a_twentieth_of_task_max_records() -> None:
+    """Small units share a task until it holds task.max.records / 20 records (at least one), the largest first; a unit
+    larger than that has a task of its own."""
+    runner = paths.Runner(InlineSession(), task_max_records=100)  # tasks of up to 5 records
+
+    def weight(unit: str) -> int:
+        return int(unit[1:])
+
+    assert runner.packed(["a3", "b1", "c1", "d2", "e4", "f6"], weight) == [["f6"], ["e4"], ["a3", "d2"], ["b1", "c1"]]
+    assert runner.packed(["a5", "b1"], weight) == [["a5"], ["b1"]]
+    assert paths.Runner(InlineSession(), task_max_records=20).packed(["a1", "b1"], weight) == [["a1"], ["b1"]]
+    assert paths.Runner(InlineSession(), task_max_records=19).packed(["a1", "b1"], weight) == [["a1"], ["b1"]]
