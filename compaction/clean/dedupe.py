@@ -29,7 +29,7 @@ from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
 from compaction.clean.tasks.facts import read_facts
 from compaction.clean.tasks.objects import object_id
-from compaction.engine.codec import RESULT_SCHEMA, carrying_failures, loads
+from compaction.engine.codec import FAILURE_FIELDS, RESULT_SCHEMA, carrying_failures, loads
 from compaction.engine.isolation import (
     Failed,
     Outcome,
@@ -53,7 +53,7 @@ BATCH_ROWS = 131_072
 FACTS_ROWS_SCHEMA = carrying_failures(rules.FACTS_SCHEMA)
 FACTS_TYPE: StructType = from_arrow_schema(FACTS_ROWS_SCHEMA)
 #: The columns :func:`classify` passes through to :func:`segment_verdicts`, before the verdicts' own columns.
-PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", "error", "internal", "trace")
+PASSED_ON = ("task", "topic", "partition", "segment_base", "position", "offset", *(f.name for f in FAILURE_FIELDS))
 DECIDED_SCHEMA = pa.schema(
     [
         *(FACTS_ROWS_SCHEMA.field(name) for name in PASSED_ON),
