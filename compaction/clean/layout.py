@@ -136,12 +136,8 @@ def takes_vector(segment: SegmentMeta, counts: SegmentCounts, first_dirty_offset
         or _needs_stamp(segment, counts, first_dirty_offset)
         or _aged(segment, policy)
     )
-    return (
-        bool(counts.lost)
-        and not changed
-        and policy.deletion_vector_max_ratio > 0
-        and deleted <= policy.deletion_vector_max_ratio * segment.record_count
-    )
+    # A loss is at least one record: a ratio of 0 gives no segment a deletion vector.
+    return bool(counts.lost) and not changed and deleted <= policy.deletion_vector_max_ratio * segment.record_count
 
 
 def lay_out(
