@@ -251,7 +251,6 @@ def commit(
         # sets it.
         state = {
             "clean_keys_unique": latest.clean_keys_unique if latest else False,
-            "producers": latest.producers if latest else (),
             "last_clean_ms": latest.last_clean_ms if latest else None,
             "next_horizon_ms": latest.next_horizon_ms if latest else None,
             "erasures": latest.erasures if latest else (),
