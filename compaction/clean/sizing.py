@@ -28,10 +28,10 @@ def key_range_count(p: LogToClean, task_max_records: int, clean_section: bool = 
     the rows they contest).
     """
     dirty = sum(s.live_records for s in p.segments if s.next_offset > p.first_dirty_offset)
-    total = p.records if clean_section else 0
-    return max(
-        1, math.ceil(dirty / task_max_records), math.ceil(total / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records))
-    )
+    ranges = max(1, math.ceil(dirty / task_max_records))
+    if not clean_section:
+        return ranges
+    return max(ranges, math.ceil(p.records / (CLEAN_SEGMENT_COST_DIVISOR * task_max_records)))
 
 
 def segment_runs(segments: Sequence[SegmentMeta], max_records: int) -> list[tuple[SegmentMeta, ...]]:

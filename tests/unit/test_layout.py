@@ -75,6 +75,16 @@ def test_without_vectors_every_loss_rewrites_and_small_clean_neighbours_merge() 
     ]
 
 
+def test_a_clean_segment_ending_at_the_dirty_section_keeps_its_stamped_tombstones_as_they_are() -> None:
+    """The last clean segment ends where the dirty section starts; its tombstones got their horizon when it was
+    cleaned, so it is not rewritten to stamp them again, and a loss still takes a deletion vector."""
+    segments = [meta(0, 10, 1000, tombstones=2), meta(10, 20, 1000, tombstones=1)]
+    policy = ApplyPolicy(segment_bytes=1000, now_ms=0)
+    assert jobs(segments, [kept(10), kept(10)], first_dirty=20, policy=policy) == []
+    assert jobs(segments, [kept(10), kept(10)], first_dirty=10, policy=policy) == [([10], False)]
+    assert jobs(segments, [kept(10, lost=1), kept(10)], first_dirty=10, policy=policy) == [([0], True), ([10], False)]
+
+
 def test_a_large_unchanged_segment_is_never_recopied_to_absorb_small_neighbours() -> None:
     segments = [meta(0, 10, 4000), meta(10, 11, 100), meta(11, 12, 100), meta(12, 13, 5000)]
     segment_counts = [kept(10), kept(1), kept(1, lost=1), kept(1)]

@@ -223,8 +223,10 @@ def test_t14_an_active_producers_last_batch_stays_empty(store: Store, settings: 
 def test_an_expired_producers_last_batch_goes(store: Store, settings: Settings) -> None:
     append(store, plain(0, "0"), I(1, 1, "0"), I(2, 2, "0"))
     append(store, plain(3, "active"))
+    assert sorted(store.manifest(TP).producer_state) == [1, 2]
     clean(store, settings, now=TS + 7 * DAY)  # producer.id.expiration.ms after their last batch
     assert last_offsets(store) == [2, 3]
+    assert store.manifest(TP).producer_state == {}, "the pass forgets the producers it found expired, as Kafka does"
 
 
 def test_t15_the_last_batch_of_an_aborted_transaction_stays_empty(store: Store, settings: Settings) -> None:

@@ -636,7 +636,10 @@ def test_retention_takes_a_rolled_active_segment_too_and_leaves_the_log_start_at
         len(p.retention.expired_segments),
         p.needs_dedupe,
         p.figures.erasures,
-    ) == (Decision.CLEAN, "retention: 2 segment(s) expired", 20, 20, 20, 2, False, ())
+        p.figures.overdue_ms,
+    ) == (Decision.CLEAN, "retention: 2 segment(s) expired", 20, 20, 20, 2, False, (), None), (
+        "with no erasure request, a log retention empties is past no bound: not overdue"
+    )
 
 
 def test_retention_and_segments_below_the_log_start_are_both_named() -> None:
@@ -717,6 +720,8 @@ def test_an_erasure_on_a_log_retention_empties_is_overdue_past_its_deadline_and_
         HOUR,
         HOUR,
     )
+    just = one(bare(10, (erasure(5, deadline=NOW - 1),)), COMPACT, NOW)
+    assert str(just.reason) == "erasure requested: no segment is left to rewrite, past the deadline by 1ms"
 
 
 def test_a_checkpoint_at_the_log_end_is_valid_and_leaves_no_dirty_records() -> None:
@@ -972,6 +977,8 @@ def test_a_range_is_split_by_its_dirty_records_and_by_its_clean_ones_at_a_quarte
     clean_heavy = one(log([seg(0, 100), seg(100, 110), seg(110, 111)], checkpoint=100)).to_clean()
     # dirty: 10 records (the segment ending at the checkpoint is clean); all: 110, at 4 x 10 a task
     assert [key_range_count(clean_heavy, n) for n in (10, 5, 1000)] == [3, 6, 1]
+    # A clean section checked against the dirty keys holds only the rows they contest: the dirty records alone count.
+    assert [key_range_count(clean_heavy, n, clean_section=False) for n in (10, 5, 3)] == [1, 2, 4]
     nothing = dataclasses.replace(clean_heavy, segments=())
     assert key_range_count(nothing, 10) == 1
 
