@@ -178,7 +178,8 @@ def _take_cleaned(item: PartitionWork, cleaned: CleanedPartition) -> None:
 
 
 class Staged(Path):
-    """A path that decides in one stage and applies in another, the verdicts handed over through the store."""
+    """A path that decides in one stage and applies in another, the verdicts handed over through the store. Its
+    decide stage leaves counts for every segment of a partition still standing."""
 
     def apply(self, runner: Runner, items: list[PartitionWork]) -> None:
         """Erased records that only the objects hold, then the layout of each partition's new objects (on the
@@ -197,8 +198,6 @@ class Staged(Path):
         jobs: list[tuple[ApplyJob, PartitionWork]] = []
         for item in (w for w in items if w.failure is None):
             task = item.task
-            for segment in task.cleaned.segments:
-                item.segment_counts.setdefault(segment.base_offset, SegmentCounts.empty())
             laid_out = lay_out(
                 task.cleaned.segments,
                 item.segment_counts,
@@ -239,7 +238,7 @@ class Staged(Path):
 
 def _take_hidden(item: PartitionWork, found: dict[int, frozenset[str]]) -> None:
     for base, keys in found.items():
-        item.segment_counts[base] = item.segment_counts.get(base, SegmentCounts.empty()).with_hidden_erased(keys)
+        item.segment_counts[base] = item.segment_counts[base].with_hidden_erased(keys)
 
 
 def _take_verdicts(item: PartitionWork, verdicts: Any) -> None:
@@ -367,6 +366,9 @@ class SqlWinnerSearch(Staged):
         runner.gather(
             isolated(call, [[w.task] for w in items], runner.progress), owners, _take_verdicts, complete=False
         )
+        for item in items:  # what no outcome spoke of held no live row: nothing of it was dropped
+            for segment in item.task.cleaned.segments:
+                item.segment_counts.setdefault(segment.base_offset, SegmentCounts.empty())
 
 
 WHOLE = Whole()
