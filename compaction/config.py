@@ -19,7 +19,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from compaction.clean.settings import (
     TopicConfig,
     check_topic,
     check_value,
+    with_settings,
 )
 from compaction.errors import ConfigError
 from compaction.store.storage import DEFAULT_RETRY_BUDGET_MS, RETRY_BUDGET_OPTION
@@ -122,18 +123,18 @@ class Settings(BaseModel):
             TOPIC_KEYS[BROKER_NAMES[name]][0]: check_value(BROKER_NAMES[name], value, name)
             for name, value in self.broker.items()
         }
-        return replace(TopicConfig(), **values)
+        return with_settings(TopicConfig(), values)
 
     def topic_config(self, topic: str) -> TopicConfig:
         """The effective configuration of ``topic``: defaults, matching globs in order, then its exact name."""
-        values = dict(self.defaults.__dict__)
+        values: dict[str, Any] = {}
         matches = [p for p in self.topics if p != topic and fnmatch.fnmatchcase(topic, p)]
         if topic in self.topics:
             matches.append(topic)
         for pattern in matches:
             for key, value in self.topics[pattern].items():
                 values[TOPIC_KEYS[key][0]] = check_value(key, value)
-        return check_topic(TopicConfig(**values), f" (topic {topic})")
+        return check_topic(with_settings(self.defaults, values), f" (topic {topic})")
 
     def validate_all(self) -> None:
         """Check the defaults and every override table on its own; raises ConfigError."""

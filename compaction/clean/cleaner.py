@@ -226,13 +226,14 @@ class Cleaner:
         key_ranges = key_range_count(p, cleaner.task_max_records) if arrow else 1
         # The horizon this pass stamps: from ``now``, or from the wall clock if that is later (SPEC §3).
         horizon = rules.delete_horizon(
-            max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms), p.config.delete_retention_ms
+            max(now_ms, self.wall_ms if self.wall_ms is not None else now_ms), p.config.cleaning.delete_retention_ms
         )
         segment_format = SegmentFormat(p.segment_format)
         # What keeps a .log batch that loses every record (only a pass that writes .log segments needs it).
         batches = (
             BatchPolicy(
-                p.first_uncleanable_offset, active_producers(p.manifest, p.config.producer_id_expiration_ms, now_ms)
+                p.first_uncleanable_offset,
+                active_producers(p.manifest, p.config.cleaning.producer_id_expiration_ms, now_ms),
             )
             if segment_format == SegmentFormat.KAFKA
             else None
@@ -244,8 +245,8 @@ class Cleaner:
             horizon_ms=horizon,
             segment_format=segment_format,
             winner_search=self.winner_search,
-            strategy=rules.Strategy(p.config.compaction_strategy),
-            strategy_header=p.config.compaction_strategy_header,
+            strategy=rules.Strategy(p.config.cleaning.compaction_strategy),
+            strategy_header=p.config.cleaning.compaction_strategy_header,
             keyless_drop=cleaner.keyless_records == "drop",
         )
         task = CleanTask(

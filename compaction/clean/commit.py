@@ -59,7 +59,7 @@ def done_cleaning(store: Store, work: PartitionWork, writer: Writer, now_ms: int
             for r in p.erasures
         ),
         time_ms=now_ms,
-        expired_producers=p.manifest.expired_producers(p.config.producer_id_expiration_ms, now_ms),
+        expired_producers=p.manifest.expired_producers(p.config.cleaning.producer_id_expiration_ms, now_ms),
     )
     try:
         committed = store.replace(p.partition, change, writer=writer, now_ms=now_ms, expected=p.manifest)

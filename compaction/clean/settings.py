@@ -5,7 +5,8 @@ environment and flags; the cleaner only reads them, through :class:`CleanerConfi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +22,19 @@ POLICIES = ("compact", "delete")
 
 
 @dataclass(frozen=True)
+class CleaningConfig:
+    """What a cleaning keeps of a topic's records (what Kafka's Cleaner reads; the rest of :class:`TopicConfig`
+    chooses what to clean and how segments are made): which of a key's records wins (KIP-280), how long a tombstone
+    outlives the cleaning that reaches it (the delete horizon), and how long an idle producer's last batch is kept."""
+
+    compaction_strategy: Strategy = Strategy.OFFSET
+    compaction_strategy_header: str = ""
+    delete_retention_ms: int = 86_400_000
+    # A producer is active (its last batch kept, empty if need be) while its last batch is younger than this.
+    producer_id_expiration_ms: int = 86_400_000
+
+
+@dataclass(frozen=True)
 class TopicConfig:
     """The effective configuration of one topic (broker defaults with its overrides applied)."""
 
@@ -28,20 +42,16 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
-    delete_retention_ms: int = 86_400_000
     segment_bytes: int = 1_073_741_824
     segment_ms: int = 604_800_000
-    compaction_strategy: Strategy = Strategy.OFFSET
-    compaction_strategy_header: str = ""
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
     # What the cleaner writes: Parquet or Kafka's .log record batches; None: the format the partition's segments
     # already have (its newest segment's).
     segment_format: SegmentFormat | None = None
-    # A producer is active (its last batch kept, empty if need be) while its last batch is younger than this.
-    producer_id_expiration_ms: int = 86_400_000
     # The largest record batch the topic takes (Kafka's check on a producer's batch): what a write refuses beyond it.
     max_message_bytes: int = 1_048_588
+    cleaning: CleaningConfig = CleaningConfig()
 
     @property
     def compact(self) -> bool:
@@ -52,7 +62,19 @@ class TopicConfig:
         return "delete" in self.cleanup_policy
 
 
-# Kafka's topic-level name -> (TopicConfig field, broker-level synonym)
+#: The settings of a topic's :class:`CleaningConfig`, by field name.
+CLEANING_FIELDS = frozenset(f.name for f in fields(CleaningConfig))
+
+
+def with_settings(config: TopicConfig, settings: Mapping[str, Any]) -> TopicConfig:
+    """``config`` with ``settings`` (field name -> value, the fields :data:`TOPIC_KEYS` names, its cleaning's
+    among them) in place of its own."""
+    cleaning = {name: value for name, value in settings.items() if name in CLEANING_FIELDS}
+    own = {name: value for name, value in settings.items() if name not in CLEANING_FIELDS}
+    return replace(config, **own, cleaning=replace(config.cleaning, **cleaning))
+
+
+# Kafka's topic-level name -> (its field in TopicConfig or its CleaningConfig, broker-level synonym)
 TOPIC_KEYS: dict[str, tuple[str, str]] = {
     "cleanup.policy": ("cleanup_policy", "log.cleanup.policy"),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "log.cleaner.min.cleanable.ratio"),
@@ -135,7 +157,7 @@ def check_topic(config: TopicConfig, where: str) -> TopicConfig:
             f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) > "
             f"max.compaction.lag.ms ({config.max_compaction_lag_ms}){where}"
         )
-    if config.compaction_strategy == "header" and not config.compaction_strategy_header:
+    if config.cleaning.compaction_strategy == "header" and not config.cleaning.compaction_strategy_header:
         raise ConfigError(f"compaction.strategy.header must be specified.{where}")
     return config
 

@@ -32,8 +32,8 @@ def open_scan(args: argparse.Namespace, store: Store) -> Scan:
     partition = common.partition_number(args) if hasattr(args, "partition") else None
     strategy, header = "offset", ""
     if getattr(args, "latest", False):
-        config = common.load_settings(args).topic_config(args.topic)  # the topic's compaction.strategy
-        strategy, header = config.compaction_strategy, config.compaction_strategy_header
+        cleaning = common.load_settings(args).topic_config(args.topic).cleaning  # the topic's compaction.strategy
+        strategy, header = cleaning.compaction_strategy, cleaning.compaction_strategy_header
     columns = None
     if getattr(args, "columns", None):
         columns = [c.strip() for c in args.columns.split(",") if c.strip()]

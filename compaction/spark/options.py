@@ -275,9 +275,9 @@ class ReadOptions:
 
     def strategy_of(self, settings: Settings, topic: str) -> tuple[Strategy, str]:
         """The topic's ``compaction.strategy`` and its header: the options', else the configuration's."""
-        config = settings.topic_config(topic)
-        header = self.strategy_header if self.strategy_header is not None else config.compaction_strategy_header
-        chosen = config.compaction_strategy if self.strategy is None else self.strategy
+        cleaning = settings.topic_config(topic).cleaning
+        header = self.strategy_header if self.strategy_header is not None else cleaning.compaction_strategy_header
+        chosen = cleaning.compaction_strategy if self.strategy is None else self.strategy
         try:
             strategy = Strategy(str(chosen).lower())
         except ValueError:

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from compaction.clean.settings import TopicConfig
+from compaction.clean.settings import BROKER_NAMES, TOPIC_KEYS, CleaningConfig, TopicConfig
 from compaction.cli import EXIT_INVALID, main
 from compaction.config import Settings, read_properties
 from compaction.errors import ConfigError
 from compaction.rules import Strategy
 from compaction.schema import LONG_MAX
+from compaction.store.formats import SegmentFormat
 from tests.helpers import ROOT
 
 
@@ -21,14 +22,66 @@ def test_defaults_are_kafkas() -> None:
         min_cleanable_dirty_ratio=0.5,
         min_compaction_lag_ms=0,
         max_compaction_lag_ms=LONG_MAX,
-        delete_retention_ms=86_400_000,
         segment_bytes=1_073_741_824,
         segment_ms=604_800_000,
-        compaction_strategy=Strategy.OFFSET,
-        compaction_strategy_header="",
         retention_ms=604_800_000,
         retention_bytes=-1,
+        segment_format=None,
+        max_message_bytes=1_048_588,
+        cleaning=CleaningConfig(
+            compaction_strategy=Strategy.OFFSET,
+            compaction_strategy_header="",
+            delete_retention_ms=86_400_000,
+            producer_id_expiration_ms=86_400_000,
+        ),
     )
+
+
+#: A value other than the default for each of Kafka's topic names.
+OTHER_VALUES = {
+    "cleanup.policy": "compact,delete",
+    "min.cleanable.dirty.ratio": 0.25,
+    "min.compaction.lag.ms": 5,
+    "max.compaction.lag.ms": 6,
+    "delete.retention.ms": 7,
+    "segment.bytes": 800,
+    "segment.ms": 9,
+    "compaction.strategy": "header",
+    "compaction.strategy.header": "v",
+    "retention.ms": 10,
+    "retention.bytes": 11,
+    "segment.format": "kafka",
+    "producer.id.expiration.ms": 12,
+    "max.message.bytes": 13,
+}
+EXPECTED = TopicConfig(
+    cleanup_policy=("compact", "delete"),
+    min_cleanable_dirty_ratio=0.25,
+    min_compaction_lag_ms=5,
+    max_compaction_lag_ms=6,
+    segment_bytes=800,
+    segment_ms=9,
+    retention_ms=10,
+    retention_bytes=11,
+    segment_format=SegmentFormat.KAFKA,
+    max_message_bytes=13,
+    cleaning=CleaningConfig(
+        compaction_strategy=Strategy.HEADER,
+        compaction_strategy_header="v",
+        delete_retention_ms=7,
+        producer_id_expiration_ms=12,
+    ),
+)
+
+
+def test_each_kafka_name_sets_its_own_setting_at_the_broker_and_the_topic_level() -> None:
+    assert sorted(OTHER_VALUES) == sorted(TOPIC_KEYS)
+    broker = {TOPIC_KEYS[name][1]: value for name, value in OTHER_VALUES.items()}
+    assert sorted(BROKER_NAMES[name] for name in broker) == sorted(TOPIC_KEYS)
+    assert Settings.load(overrides=broker, environ={}).defaults == EXPECTED
+    topic = Settings.load(overrides={"topics": {"orders": OTHER_VALUES}}, environ={})
+    assert topic.topic_config("orders") == EXPECTED
+    assert topic.topic_config("other") == TopicConfig()
 
 
 @pytest.mark.parametrize("name", ["local.toml", "production.toml"])
@@ -47,9 +100,9 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     settings = Settings.load(conf, environ={})
     assert settings.defaults.min_cleanable_dirty_ratio == 0.3
     orders = settings.topic_config("orders")
-    assert (orders.compaction_strategy, orders.segment_ms) == ("timestamp", 2000), "exact name applies last"
+    assert (orders.cleaning.compaction_strategy, orders.segment_ms) == ("timestamp", 2000), "exact name applies last"
     assert settings.topic_config("orders-eu").segment_ms == 1000
-    assert settings.topic_config("other").compaction_strategy == "offset"
+    assert settings.topic_config("other").cleaning.compaction_strategy == "offset"
     assert settings.cleaner.keyless_records == "drop"
 
     env = {
@@ -64,7 +117,7 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     settings = Settings.load(conf, environ=env, flags=flags)
     assert settings.defaults.min_cleanable_dirty_ratio == 0.6
     assert settings.topic_config("orders").segment_ms == 3000
-    assert settings.topic_config("orders").compaction_strategy == "timestamp", "flags merge into file tables"
+    assert settings.topic_config("orders").cleaning.compaction_strategy == "timestamp", "flags merge into file tables"
     assert settings.cleaner.max_bytes_per_run == 1000
 
 
@@ -203,7 +256,7 @@ def test_a_kafka_server_properties_file_is_read_as_it_is(tmp_path: Path, caplog:
         settings = Settings.load(conf, environ={})
     defaults = settings.defaults
     assert defaults.compact and defaults.retention_ms == 168 * 3_600_000 and defaults.segment_ms == 24 * 3_600_000
-    assert defaults.delete_retention_ms == 3_600_000
+    assert defaults.cleaning.delete_retention_ms == 3_600_000
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, "the names this job does not use are listed once"
     assert "broker.id, num.network.threads, log.dirs" in warnings[0]
@@ -290,7 +343,7 @@ def test_server_properties_escapes_and_continuations_reach_the_settings(tmp_path
         b"log.cleaner.min.cleanable.ratio=0.7\\\n"
     )
     defaults = Settings.load(conf, environ={}).defaults
-    assert defaults.compact and defaults.delete_retention_ms == 3_600_000
+    assert defaults.compact and defaults.cleaning.delete_retention_ms == 3_600_000
     assert defaults.segment_ms == 24 * 3_600_000 and defaults.min_cleanable_dirty_ratio == 0.7
     conf.write_bytes(b"broker.id=0\n\nlog.cleaner.min.cleanable.ratio = \\\n   1.5\n")
     with pytest.raises(ConfigError, match=rf"\(set in {conf} line 3\)$"):

@@ -186,15 +186,6 @@ def test_the_shape_rules_name_each_kind_of_offence_and_nothing_else(tmp_path: Pa
     ]
 
 
-#: What still breaks the shape rules, each to go: the test fails when one is fixed and still listed, so the list only
-#: shrinks. TopicConfig is Kafka's topic configuration, a field per Kafka name (``settings.TOPIC_KEYS``), not a unit of
-#: work.
-KNOWN_OFFENCES = {
-    "dataclass compaction/clean/settings.py TopicConfig (14 fields)",
-}
-
-
+# Nothing is exempt.
 def test_the_package_keeps_its_shape() -> None:
-    found = set(shape_offences(ROOT / "compaction"))
-    assert sorted(found - KNOWN_OFFENCES) == []
-    assert sorted(KNOWN_OFFENCES - found) == []  # fixed: take it off the list
+    assert shape_offences(ROOT / "compaction") == []
