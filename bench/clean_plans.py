@@ -67,7 +67,7 @@ def main() -> None:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source, target)
         started = time.perf_counter()
-        report = Cleaner(spark, Store.open(str(target)), settings, dedupe_plan=plan, progress=lambda _: None).run(NOW)
+        report = Cleaner(spark, Store.open(str(target)), settings, dedupe_plan=plan).run(NOW)
         elapsed = time.perf_counter() - started
         shutil.rmtree(target)
         return elapsed, report.totals

@@ -1,6 +1,21 @@
-"""How sizes and durations are written for people: one spelling in every line the product prints."""
+"""The lines the product shows people: how sizes and durations are spelled (one spelling in every line), and where
+a library call's lines go (:class:`Progress`, the caller's: the library itself writes none)."""
 
 from __future__ import annotations
+
+from typing import Protocol
+
+
+class Progress(Protocol):
+    """Where a call's lines for people go, as the caller shows them (the command line's output: ``cli/output.py``).
+    ``of``: the line is one of ``of`` counted lines (a pass's commits, which finish in any order and at once), which
+    the receiver numbers in the order it shows them."""
+
+    def __call__(self, line: str, /, *, of: int | None = None) -> None: ...
+
+
+def quiet(line: str, /, *, of: int | None = None) -> None:
+    """No output: the progress of a caller that asks for none."""
 
 
 def human_bytes(n: float) -> str:

@@ -6,7 +6,7 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,8 +15,9 @@ from pyspark.sql import SparkSession
 from compaction import logs
 from compaction.clean.cleaner import TASK_MODULES, Cleaner, plan_store
 from compaction.clean.planner import CompactionPlan, Uncleanable
-from compaction.clean.results import RunGc, RunReport
+from compaction.clean.results import FAILURES, PartitionResult, RunGc, RunReport
 from compaction.config import Settings, did_you_mean
+from compaction.display import Progress, quiet
 from compaction.engine.stages import SparkStages
 from compaction.erasure import overdue_requests
 from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, InvalidArgumentError
@@ -48,19 +49,19 @@ def run_job(
     options: JobOptions,
     settings: Settings,
     spark_factory: Callable[[], SparkSession],
-    out: Callable[[str], None] = print,
+    out: Progress = quiet,
 ) -> tuple[int, RunReport | CompactionPlan]:
     """Plan and (unless a dry run) clean ``store`` (opened by the caller, with the storage options it needs:
     reports and metrics go beside it with the same options); returns the exit code and the report (or the plan
-    of a dry run).
+    of a dry run). ``out`` hears the run's lines for people (none by default), credentials masked.
 
     The store is planned before Spark starts, so a bad configuration or an unreachable store fails fast.
     """
     storage_options = store.storage.storage_options
     secrets = logs.secrets_in(os.environ, storage_options)
 
-    def say(line: str) -> None:  # an error's text may carry what a library put in it: credentials are masked
-        out(logs.redact(line, secrets))
+    def say(line: str, /, *, of: int | None = None) -> None:  # an error's text may carry what a library put in it
+        out(logs.redact(line, secrets), of=of)
 
     for output in (options.report_path, settings.cleaner.metrics_textfile):
         if output:
@@ -81,14 +82,12 @@ def run_job(
         stages, store, settings, dedupe_plan=options.dedupe_plan, writer=writer, progress=say, wall_ms=options.wall_ms
     )
     try:
-        the_pass = cleaner.run(options.now_ms, compaction_plan=the_plan)
+        the_pass = masked(cleaner.run(options.now_ms, compaction_plan=the_plan), secrets)
     finally:
         if stages is not None:
             stages.finish()
     for failed in the_pass.failed:
-        failed.error = logs.redact(failed.error or "", secrets)
         if failed.trace is not None:  # an internal error: its traceback, masked, in the report and with -v
-            failed.trace = logs.redact(failed.trace, secrets)
             log.debug("internal error in %s:\n%s", failed.partition, failed.trace)
     published: list[dict[str, Any]] = []
     if settings.publish.after_run:  # every partition has committed (or failed) by now; before gc, which keeps pins
@@ -130,6 +129,17 @@ def run_job(
     if any(r.internal for r in report.failed):
         return EXIT_FAILED, report
     return (EXIT_OK if report.succeeded else EXIT_PARTIAL), report
+
+
+def masked(report: RunReport, secrets: Collection[str]) -> RunReport:
+    """``report`` with credentials masked in its failures' errors and tracebacks (what a library put in them), as a
+    copy: the pass's own report is left as it is."""
+
+    def mask(r: PartitionResult) -> PartitionResult:
+        trace = logs.redact(r.trace, secrets) if r.trace is not None else None
+        return replace(r, error=logs.redact(r.error or "", secrets), trace=trace)
+
+    return replace(report, partitions=[mask(r) if r.status in FAILURES else r for r in report.partitions])
 
 
 def check_selection(

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         while time.time() < stop_at and not problems:
             time.sleep(2)
             now = wall_ms()
-            report = Cleaner(spark, store, settings, wall_ms=now, progress=lambda _: None).run(now)  # appends go on
+            report = Cleaner(spark, store, settings, wall_ms=now).run(now)  # appends go on
             failures += len(report.failed)
             collect_store(store, store.topic_partitions(TOPIC), wall_ms=wall_ms(), grace_ms=60_000, keep_versions=3)
             go.clear()  # the check needs every acknowledged append in a ledger
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             writer.join(timeout=300)
     if not problems:  # once the appenders stopped: a last pass and a last check over everything
         now = wall_ms()
-        Cleaner(spark, store, settings, wall_ms=now, progress=lambda _: None).run(now)
+        Cleaner(spark, store, settings, wall_ms=now).run(now)
         problems = check(store, read_ledgers(ledgers), args.partitions)
     spark.stop()
     appended = sum(len(rows) for rows in read_ledgers(ledgers).values())

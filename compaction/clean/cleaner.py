@@ -23,10 +23,9 @@ attempt never publishes twice, and the losers' objects are left to gc.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -49,6 +48,7 @@ from compaction.clean.results import PartitionResult, RunIdentity, RunReport
 from compaction.clean.settings import CleanerConfig
 from compaction.clean.sizing import apply_policy, key_range_count
 from compaction.clean.work import PartitionWork
+from compaction.display import Progress, quiet
 from compaction.engine.phases import as_ms
 from compaction.engine.stages import SparkStages, Stages
 from compaction.errors import CompactionError
@@ -56,8 +56,6 @@ from compaction.store import SegmentFormat, Store, Writer, read_manifests
 from compaction.store.erasure import tombstone_offsets
 
 log = logging.getLogger("compaction.clean.cleaner")
-
-Progress = Callable[[str], None]
 
 #: The modules a pass's tasks run: the Python workers' warm-up imports them while the driver plans.
 TASK_MODULES = ("compaction.clean.tasks.apply", "compaction.clean.dedupe")
@@ -110,7 +108,7 @@ class Cleaner:
         *,
         dedupe_plan: str | None = None,
         writer: Writer | None = None,
-        progress: Progress | None = None,
+        progress: Progress = quiet,
         wall_ms: int | None = None,
     ) -> None:
         """``wall_ms`` is the wall clock when the job started: a delete horizon is never stamped below it
@@ -120,7 +118,7 @@ class Cleaner:
         self.store = store
         self.settings = settings
         self.writer = writer or Writer(id="compaction-run")
-        self.progress = progress or log.info
+        self.progress = progress  # the caller shows the pass's lines, if it wants them
         self.wall_ms = wall_ms
         self.pass_id = uuid.uuid4().hex  # names the objects of a pass; new for every run
         self._contexts: dict[PassContext, PassContext] = {}  # the pass's, by value
@@ -197,20 +195,15 @@ class Cleaner:
 
     def commit(self, work: list[PartitionWork], now_ms: int, started: float) -> list[PartitionResult]:
         """Each partition's commit (or why it cannot commit), many at once; then its hand-over objects are deleted.
-        Each commit's line is numbered as it is printed: the count and the line under one lock."""
-        done = 0
-        printing = threading.Lock()
+        Each commit's line is one of as many counted lines as commits, which whoever shows them numbers."""
 
         def commit_one(item: PartitionWork) -> PartitionResult:
-            nonlocal done
             result = done_cleaning(self.store, item, self.writer, now_ms, _elapsed_ms(started))
             try:
                 self.store.objects.delete_handed(item.task.tp, item.handed_paths())
             except CompactionError as err:  # gc removes them later
                 log.debug("could not delete the hand-over objects of %s: %s", item.task.tp, err)
-            with printing:
-                done += 1
-                self.progress(f"[{done}/{len(work)}] {result.summary()}")
+            self.progress(result.summary(), of=len(work))
             return result
 
         with ThreadPoolExecutor(max_workers=max(1, min(COMMIT_THREADS, len(work)))) as pool:

@@ -40,6 +40,7 @@ from compaction.clean.tasks.decide import decide_handed, decide_range
 from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased, reads_clean_sparsely
 from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.clean.work import PartitionWork
+from compaction.display import quiet
 from compaction.engine.isolation import Failed, Failure, Outcome
 from compaction.engine.phases import add
 from compaction.engine.stages import SparkStages, Stages, isolated
@@ -65,7 +66,7 @@ class Runner:
     stages: Stages
     task_max_records: int
     threads: int = 1
-    progress: Callable[[str], None] = print
+    progress: Callable[[str], None] = quiet
     seconds: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

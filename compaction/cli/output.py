@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 #: Every thread of the process writes to the same two streams: a line is written whole, in one write under this lock,
-#: so that lines from threads that finish at once (a run's commits) never run together.
+#: so that lines from threads that finish at once (a run's commits) never run together, and a counted line takes its
+#: number under it, so that the numbers run in the order the lines are written.
 _WRITING = threading.Lock()
 
 
@@ -32,16 +33,21 @@ class Output:
 
     def __init__(self, as_json: bool = False) -> None:
         self.as_json = as_json
+        self.counted = 0  # the counted lines written (a run's commits: the command's one pass)
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Output:
         return cls(bool(getattr(args, "json", False)))
 
-    def line(self, text: str = "", *, aside: bool = False) -> None:
+    def line(self, text: str = "", *, aside: bool = False, of: int | None = None) -> None:
         """A line for people, whole on its own line whatever other threads print; ``aside`` sends it to stderr,
-        beside data written to stdout."""
+        beside data written to stdout; ``of``: one of ``of`` counted lines, numbered ``[n/of]`` in the order written
+        (a :class:`compaction.display.Progress`)."""
         stream = sys.stderr if aside else sys.stdout
         with _WRITING:
+            if of is not None:
+                self.counted += 1
+                text = f"[{self.counted}/{of}] {text}"
             stream.write(f"{text}\n")
             stream.flush()
 

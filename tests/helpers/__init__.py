@@ -2,6 +2,7 @@
 127.0.0.1, and the clean pass's stages run in this process."""
 
 import re
+import threading
 from pathlib import Path
 
 #: The checkout: conf/, scripts/, dags/ and the package the tests run.
@@ -29,3 +30,20 @@ def past_every_write_ms() -> int:
     import time
 
     return int(time.time() * 1000) + 60_000
+
+
+class Lines(list[str]):
+    """The lines a call shows people, collected (a :class:`compaction.display.Progress`): a counted line numbered
+    ``[n/of]`` in the order collected, as the command line numbers it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()  # a pass's commits report from many threads at once
+        self._counted = 0
+
+    def __call__(self, line: str, /, *, of: int | None = None) -> None:
+        with self._lock:
+            if of is not None:
+                self._counted += 1
+                line = f"[{self._counted}/{of}] {line}"
+            self.append(line)

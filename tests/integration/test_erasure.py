@@ -393,7 +393,7 @@ def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(
         raise AssertionError("nothing to clean: no Spark")
 
     late = T0 + HOUR + DAY + 1
-    code, report = run_job(store, JobOptions(now_ms=late, wall_ms=WALL), config, no_spark, out=lambda _: None)
+    code, report = run_job(store, JobOptions(now_ms=late, wall_ms=WALL), config, no_spark)
     assert code == 0
     samples = {s.name: s.value for f in text_string_to_metric_families(metrics.read_text()) for s in f.samples}
     assert samples["compaction_erasure_overdue_requests"] == 1
@@ -403,7 +403,6 @@ def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(
         JobOptions(now_ms=late, wall_ms=wall, gc=True),
         Settings.load(str(conf), overrides={"cleaner": {"erasure.grace.ms": 0}}, environ={}),
         no_spark,
-        out=lambda _: None,
     )
     gc = cast(RunReport, report).gc
     assert code == 0 and gc is not None and gc.skipped == {}

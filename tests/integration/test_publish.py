@@ -41,7 +41,7 @@ from compaction.store import SegmentFormat, Store, TopicPartition
 from compaction.store.gc import collect_store
 from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
-from tests.helpers import past_every_write_ms, readstore
+from tests.helpers import Lines, past_every_write_ms, readstore
 from tests.helpers.readstore import HEADER, NEWEST, OLDER, PARTITIONS, TOPIC
 from tests.helpers.s3server import CREDENTIALS, new_bucket, storage_options
 from tests.helpers.settings import settings_with
@@ -326,13 +326,13 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
     )
     catalog = local_catalog(tmp_path / "lake")
     settings = settings_with(conf=write_conf(tmp_path / "c.toml", catalog, '"after.run" = true'))
-    lines: list[str] = []
+    lines = Lines()
     code, report = run_job(
         Store.open(url),
         JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)),
         settings,
         lambda: pytest.fail("nothing to clean: no Spark"),
-        out=lines.append,
+        out=lines,
     )
     report = cast(RunReport, report)  # not a dry run
     assert code == 3, "the run's cleaning committed, but a publish failed"
@@ -372,10 +372,8 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
         ],
     )
     wall = int(time.time() * 1000)
-    lines: list[str] = []
-    code, report = run_job(
-        store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark, out=lines.append
-    )
+    lines = Lines()
+    code, report = run_job(store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark, out=lines)
     report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_OK and [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     newest = {p: store.versions(TopicPartition(TOPIC, p))[-1] for p in range(PARTITIONS)}

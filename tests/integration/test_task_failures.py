@@ -21,7 +21,7 @@ from compaction.store import Store, TopicPartition
 from compaction.store.gc import collect_garbage
 from compaction.store.segment import records
 from compaction.store.verify import verify
-from tests.helpers import ROOT, past_every_write_ms
+from tests.helpers import ROOT, Lines, past_every_write_ms
 from tests.helpers.cluster import cluster_env, spark_cluster
 from tests.helpers.settings import settings_with
 from tests.helpers.task_faults import faulty
@@ -64,13 +64,13 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
     any_spark, local_store: Store, path: str
 ) -> None:
     seed(local_store)
-    printed: list[str] = []
+    printed = Lines()
     code, report = run_job(
         faulty(local_store, kill=f"{BAD.prefix}/"),
         JobOptions(now_ms=NOW, wall_ms=NOW),
         PATHS[path],
         lambda: any_spark,
-        out=printed.append,
+        out=printed,
     )
     report = cast(RunReport, report)  # not a dry run
 
@@ -102,14 +102,14 @@ def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_erro
     not retry it as if it were transient); the other partitions commit."""
     seed(local_store)
     secret = "AKIAIOSFODNN7EXAMPLE"
-    printed: list[str] = []
+    printed = Lines()
     with caplog.at_level(logging.DEBUG, logger="compaction.job"):
         code, report = run_job(
             faulty(local_store, bug=f"{BAD.prefix}/", bug_text=f"key {secret}"),
             JobOptions(now_ms=NOW, wall_ms=NOW),
             SETTINGS,
             lambda: any_spark,
-            out=printed.append,
+            out=printed,
         )
         report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_FAILED

@@ -85,9 +85,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         raise AssertionError("an empty store needs no Spark")
 
     settings = settings_with({"cleaner": {"metrics.textfile": str(folder / "m.prom")}})
-    code, _ = run_job(
-        store, JobOptions(now_ms=1_767_225_600_000, wall_ms=1_767_225_600_000), settings, no_spark, out=lambda _: None
-    )
+    code, _ = run_job(store, JobOptions(now_ms=1_767_225_600_000, wall_ms=1_767_225_600_000), settings, no_spark)
     assert code == EXIT_OK
     return {s.name for f in text_string_to_metric_families((folder / "m.prom").read_text()) for s in f.samples}
 

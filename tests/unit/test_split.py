@@ -28,6 +28,7 @@ from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.store.objects import Objects
 from compaction.synthetic import GenerateSpec, generate
+from tests.helpers import Lines
 from tests.helpers.builders import keyed
 from tests.helpers.inline import InlineSession
 from tests.helpers.settings import settings_with
@@ -108,8 +109,8 @@ def test_a_split_partition_reads_each_segment_once_if_it_holds_no_transactions(
     whole, split = store_of(tmp_path / "whole", **extra), store_of(tmp_path / "split", **extra)
     Cleaner(InlineSession(), whole, settings(1_000_000)).run(NOW)
     segments = split.manifest(TP).segments
-    stages, lines = RecordingStages(), list[str]()
-    cleaner = Cleaner(stages, split, settings(task_max_records), progress=lines.append)
+    stages, lines = RecordingStages(), Lines()
+    cleaner = Cleaner(stages, split, settings(task_max_records), progress=lines)
     plan = plan_store(split, cleaner.settings, NOW)
     key_ranges = cleaner.task(plan.to_clean[0], NOW).split.key_ranges
     assert key_ranges == 4 if task_max_records == 3_000 else key_ranges > 4, f"{key_ranges} key ranges"
@@ -211,8 +212,8 @@ def test_a_night_on_large_compacted_partitions_checks_their_clean_runs_against_t
     clean = [s for s in compacted.segments if s.next_offset <= compacted.first_dirty_offset]
     assert compacted.clean_keys_unique and len(clean) >= 3
     monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 0)
-    stages, lines = RecordingStages(), list[str]()
-    cleaner = Cleaner(stages, stores["mapped"], settings(2_000, **NIGHTLY), progress=lines.append)
+    stages, lines = RecordingStages(), Lines()
+    cleaner = Cleaner(stages, stores["mapped"], settings(2_000, **NIGHTLY), progress=lines)
     plan = plan_store(stores["mapped"], cleaner.settings, NOW)
     assert [cleaner.task(p, NOW).split.key_ranges for p in plan.to_clean] == [1, 1], "the dirty keys alone count"
     seen = reads(monkeypatch)
@@ -229,8 +230,8 @@ def test_a_night_on_large_compacted_partitions_checks_their_clean_runs_against_t
         "a run holds more than task.max.records / 20 records: a task each"
     )
     monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 1 << 40)
-    stages, lines = RecordingStages(), list[str]()
-    whole = Cleaner(stages, stores["whole"], settings(2_000, **NIGHTLY), progress=lines.append).run(NOW)
+    stages, lines = RecordingStages(), Lines()
+    whole = Cleaner(stages, stores["whole"], settings(2_000, **NIGHTLY), progress=lines).run(NOW)
     assert not whole.failed
     # Each partition holds more than task.max.records / 20 records: a task of its own.
     assert [line for line in lines if line.startswith("cleaning")] == [
@@ -271,8 +272,8 @@ def test_only_a_clean_section_larger_than_the_threshold_under_the_offset_strateg
         shutil.copytree(tmp_path / "night", tmp_path / name)
         store = Store.open(str(tmp_path / name))
         monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", threshold)
-        lines: list[str] = []
-        report = Cleaner(InlineSession(), store, settings(2_000, **NIGHTLY, **kafka), progress=lines.append).run(NOW)
+        lines = Lines()
+        report = Cleaner(InlineSession(), store, settings(2_000, **NIGHTLY, **kafka), progress=lines).run(NOW)
         assert not report.failed, [r.error for r in report.failed]
         (stage,) = [line for line in lines if line.startswith(("deciding", "cleaning"))]
         return "against the dirty keys" if stage.endswith(AGAINST) else "whole" if "(plan: arrow)" in stage else stage
@@ -312,8 +313,8 @@ def test_apply_jobs_are_packed_by_the_records_they_rewrite(tmp_path: Path) -> No
             "cleaner": {"task.max.records": 8, "deletion.vector.max.ratio": 0},
         }
     )
-    lines: list[str] = []
-    report = Cleaner(stages, store, config, progress=lines.append).run(NOW)
+    lines = Lines()
+    report = Cleaner(stages, store, config, progress=lines).run(NOW)
     assert not report.failed, [r.error for r in report.failed]
     assert [bins for body, bins in stages.stages if body == "apply_listed"] == [[1, 1, 1]]
     assert "applying: 3 rewrite(s) of 3 segment(s), 0 deletion vector(s)" in lines

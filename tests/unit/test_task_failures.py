@@ -123,6 +123,7 @@ def test_a_spark_job_that_fails_for_good_leaves_out_only_the_partition_whose_tas
     from compaction.clean.cleaner import Cleaner
     from compaction.store import Store, TopicPartition
     from compaction.synthetic import GenerateSpec, generate
+    from tests.helpers import Lines
     from tests.helpers.inline import InlineSession
     from tests.helpers.settings import settings_with
 
@@ -143,9 +144,9 @@ def test_a_spark_job_that_fails_for_good_leaves_out_only_the_partition_whose_tas
                 raise PySparkException(message=aborted)
             return super().map_tasks(body, bins, threads)
 
-    lines: list[str] = []
+    lines = Lines()
     settings = settings_with({"log.cleanup.policy": "compact", "log.roll.ms": 60_000})
-    report = Cleaner(KilledWorker(), store, settings, progress=lines.append).run(now)
+    report = Cleaner(KilledWorker(), store, settings, progress=lines).run(now)
     reason = (
         "Spark task failed 4 times: ExecutorLostFailure (executor 1 exited caused by one of the running tasks) "
         "Reason: Remote RPC client disassociated."
