@@ -44,8 +44,8 @@ A pass
   (:class:`WinnerSearch`). Its setting keeps its user-facing name, ``dedupe.plan`` (``--plan``), the one "plan"
   that is not the pass's.
 - **verdict**: what a pass decides of one record: kept, or dropped with its reason (:mod:`compaction.rules`);
-  a segment's verdicts are counted in its outcome and, for a stage that applies them elsewhere, listed in the
-  store. To **decide** is to reach the verdicts.
+  a segment's verdicts are counted in its :class:`~compaction.clean.layout.SegmentCounts` and, for a stage that
+  applies them elsewhere, listed in the store. To **decide** is to reach the verdicts.
 - **layout**: which objects a pass writes from the verdicts (:func:`compaction.clean.layout.lay_out`): a
   segment that loses nothing stays, a clean one that loses a few gets a deletion vector, the others are
   **rewritten**: a **rewrite** is a new segment of the survivors of one or more adjacent segments (merged up

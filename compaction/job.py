@@ -201,15 +201,15 @@ def collect(store: Store, options: JobOptions, settings: Settings, out: Callable
         keep_versions=settings.cleaner.gc_keep_versions,
         erasure_grace_ms=settings.cleaner.erasure_grace,
     )
-    outcome = RunGc(
+    gc = RunGc(
         sum(len(r.deleted_objects) for r in results),
         sum(r.deleted_bytes for r in results),
         {name: str(err) for name, err in failures.items()},
     )
-    for name, reason in outcome.skipped.items():
+    for name, reason in gc.skipped.items():
         out(f"gc skipped {name}, nothing deleted: {reason}")
-    out(f"gc deleted {outcome.deleted_objects} object(s); {len(outcome.skipped)} partition(s) skipped")
-    return outcome
+    out(f"gc deleted {gc.deleted_objects} object(s); {len(gc.skipped)} partition(s) skipped")
+    return gc
 
 
 def publish_target(settings: Settings, catalog: str | None = None) -> Target:

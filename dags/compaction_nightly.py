@@ -68,7 +68,8 @@ except ImportError:  # Airflow 3.0 keeps them in airflow.exceptions
 POOL = os.environ.get("COMPACTION_AIRFLOW_POOL", "default_pool")
 #: The assets of the topics a run cleaned, known once it has: each event names its topic's asset.
 TOPICS = AssetAlias("compaction_topics")
-#: The job's exit codes (``compaction --help``).
+#: The job's exit codes (``compaction --help``): ``compaction.errors``'s, which Airflow's environment does not install
+#: (tests/unit/test_cli.py holds the two alike).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INVALID = 0, 1, 2, 3, 4
 #: Settings that have a default when neither the run's params nor a Variable give them.
 DEFAULTS = {

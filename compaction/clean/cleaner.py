@@ -176,7 +176,7 @@ class Cleaner:
         runner = Runner(
             self.required_stages,
             self.settings.cleaner.task_max_records,
-            LOCAL_UNIT_THREADS if self.store.storage.outcomes_are_certain else REMOTE_UNIT_THREADS,
+            LOCAL_UNIT_THREADS if self.store.storage.calls_fail_whole else REMOTE_UNIT_THREADS,
             self.progress,
         )
         paths: dict[Path, list[PartitionWork]] = {}

@@ -40,7 +40,7 @@ class PartitionDone(Protocol):
 
 
 class Status(StrEnum):
-    """A partition's outcome in a run."""
+    """What a run did of a partition."""
 
     CLEANED = "cleaned"
     SKIPPED = "skipped"
@@ -104,7 +104,7 @@ class ManifestVersions:
 
 @dataclass
 class PartitionResult:
-    """One partition's outcome. Stats follow Kafka's CleanerStats: ``messages_read``/``map_bytes_read`` cover
+    """One partition's result in a run. Stats follow Kafka's CleanerStats: ``messages_read``/``map_bytes_read`` cover
     the whole cleaned range (what the winner search scanned), ``bytes_read`` the segments recopied."""
 
     partition: str
@@ -277,7 +277,7 @@ class RunReport:
     phases_ms: dict[str, int] = field(default_factory=dict)
     gc: RunGc | None = None  # with --gc
     #: Tables published after the partitions committed (``[publish] after.run``): per topic the publish's
-    #: outcome, or its ``error``.
+    #: result, or its ``error``.
     published: list[dict[str, Any]] = field(default_factory=list)
     #: Erasure requests of the run's partitions that are late at ``now_ms`` (still pending past their deadline, or not
     #: yet physically gone the erasure grace period after it) as the run ends: counted by the job, after gc (None in

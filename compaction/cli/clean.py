@@ -135,7 +135,7 @@ def spark_on_demand(args: argparse.Namespace, search: WinnerSearch) -> Iterator[
         for session in started:
             try:
                 stop_session(session)
-            except (PySparkException, Py4JError, OSError) as err:  # the run's outcome is already decided
+            except (PySparkException, Py4JError, OSError) as err:  # the run's result is already decided
                 log.debug("stopping the Spark session failed: %s", err)
 
 

@@ -61,10 +61,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 "tombstone deletes nothing there, so no run would carry an erasure request out"
             )
     max_delay = args.max_delay if args.max_delay is not None else settings.cleaner.erasure_max_delay_ms
-    outcomes = forget(
+    forgotten = forget(
         store, args.topic, given_keys(args), now_ms=now, max_delay_ms=max_delay, partitions=args.partitions
     )
-    lineage.forgot(args, store, args.topic, outcomes)
+    lineage.forgot(args, store, args.topic, forgotten)
     out = Output.of(args)
     if out.as_json:
         out.result(
@@ -72,29 +72,29 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 "topic": args.topic,
                 "requested_ms": now,
                 "deadline_ms": now + max_delay,
-                "keys": [o.to_dict() for o in outcomes],
+                "keys": [o.to_dict() for o in forgotten],
             }
         )
-    for outcome in outcomes:
-        name = f"key sha256:{outcome.key_sha256[:16]}"
-        for partition, error in sorted(outcome.errors.items()):
+    for entry in forgotten:
+        name = f"key sha256:{entry.key_sha256[:16]}"
+        for partition, error in sorted(entry.errors.items()):
             out.line(f"{name}: partition {args.topic}-{partition} could not be searched: {error}", aside=out.as_json)
         if out.as_json:
             continue
-        if outcome.found:
-            where = ", ".join(f"{args.topic}-{p} at offset {o}" for p, o in sorted(outcome.tombstones.items()))
+        if entry.found:
+            where = ", ".join(f"{args.topic}-{p} at offset {o}" for p, o in sorted(entry.tombstones.items()))
             out.line(f"{name}: tombstone appended and erasure requested in {where}; due by {iso_time(now + max_delay)}")
-        elif not outcome.errors:
+        elif not entry.errors:
             absent = (
-                "; " + ", ".join(f"{args.topic}-{p}" for p in outcome.absent) + " has no log in the store"
-                if outcome.absent
+                "; " + ", ".join(f"{args.topic}-{p}" for p in entry.absent) + " has no log in the store"
+                if entry.absent
                 else ""
             )
             out.line(
-                f"{name}: found nowhere in {args.topic} ({len(outcome.searched)} partition(s) searched{absent}): "
+                f"{name}: found nowhere in {args.topic} ({len(entry.searched)} partition(s) searched{absent}): "
                 "nothing to erase, no tombstone appended"
             )
-    return EXIT_FAILED if any(o.errors for o in outcomes) else EXIT_OK
+    return EXIT_FAILED if any(o.errors for o in forgotten) else EXIT_OK
 
 
 def cmd_erasure(args: argparse.Namespace) -> int:

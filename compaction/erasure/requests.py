@@ -24,9 +24,9 @@ DEFAULT_ERASURE_MAX_DELAY_MS = 86_400_000
 
 @dataclass
 class Forgotten:
-    """One key's outcome: the partitions searched (``absent``: those of them without a log in the store), and
-    where it was found (a tombstone appended at that offset and a request recorded, by partition), or why a
-    partition could not be searched."""
+    """What forgetting one key did: the partitions searched (``absent``: those of them without a log in the
+    store), and where it was found (a tombstone appended at that offset and a request recorded, by partition), or
+    why a partition could not be searched."""
 
     key: bytes = field(repr=False)
     searched: tuple[int, ...]
@@ -75,13 +75,13 @@ def forget(
     if not existing:
         raise StoreNotFoundError(f"topic {topic!r} has no partition in {store.url}")
     unique = list(dict.fromkeys(keys))
-    outcomes = [
+    forgotten = [
         Forgotten(key, (default_partition(key, partitions),) if partitions else tuple(existing)) for key in unique
     ]
     wanted: dict[int, list[Forgotten]] = {}
-    for outcome in outcomes:
-        for partition in outcome.searched:
-            wanted.setdefault(partition, []).append(outcome)
+    for entry in forgotten:
+        for partition in entry.searched:
+            wanted.setdefault(partition, []).append(entry)
     writer = writer or Writer(id="compaction-forget")
     deadline = min(LONG_MAX, now_ms + max_delay_ms)
 
@@ -89,8 +89,8 @@ def forget(
         asked = wanted[partition]
         tp = TopicPartition(topic, partition)
         if partition not in existing:  # the partitioner's choice, but nothing was ever stored there
-            for outcome in asked:
-                outcome.absent.append(partition)
+            for entry in asked:
+                entry.absent.append(partition)
             return
         manifest = store.latest(tp)
         if manifest is None:
@@ -98,8 +98,8 @@ def forget(
         findings = log_findings(store, tp, manifest, KeyMatch.of_keys(o.key for o in asked))
         unread = [f for f in findings if f.problem is not None]
         if unread:  # a segment that cannot be read may hold the key: nothing is appended blind
-            for outcome in asked:
-                outcome.errors[partition] = unread[0].problem or ""
+            for entry in asked:
+                entry.errors[partition] = unread[0].problem or ""
             return
         held = {r.key_sha256 for f in findings for r in f.records}
         found = [o for o in asked if o.key_sha256 in held]
@@ -113,12 +113,12 @@ def forget(
                 writer=writer,
                 segment_format=manifest.segments[-1].format if manifest.segments else SegmentFormat.PARQUET,
             )
-            for outcome, offset in zip(found, placed, strict=True):
-                outcome.tombstones[partition] = offset
+            for entry, offset in zip(found, placed, strict=True):
+                entry.tombstones[partition] = offset
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(one, sorted(wanted)))
-    return outcomes
+    return forgotten
 
 
 def request_erasure(

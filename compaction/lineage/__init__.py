@@ -28,7 +28,7 @@ from compaction import logs
 from compaction.lineage import dagster
 from compaction.lineage.delivery import Delivery
 from compaction.lineage.environment import job_name, job_namespace, openlineage_configured, parent_run
-from compaction.lineage.figures import Outcome, of_forget, of_gc, of_publish, of_run
+from compaction.lineage.figures import CommandLineage, of_forget, of_gc, of_publish, of_run
 
 if TYPE_CHECKING:
     from compaction.clean.results import RunReport
@@ -64,7 +64,7 @@ class Invocation:
         self.namespace, self.name = job_namespace(environ), job_name(command, environ)
         api_key = environ.get("OPENLINEAGE_API_KEY")
         self.secrets = set(secrets) | ({api_key} if api_key else set())
-        self.outcome: Outcome | None = None
+        self.seen: CommandLineage | None = None
         self.error: str | None = None
         self.trace: str | None = None
         self.delivery: Delivery | None = None
@@ -84,10 +84,10 @@ class Invocation:
         self.error = logs.redact(message, self.secrets)
         self.trace = logs.redact(trace, self.secrets) if trace else None
 
-    def record(self, outcome: Callable[[], Outcome], report: RunReport | None = None) -> None:
+    def record(self, seen: Callable[[], CommandLineage], report: RunReport | None = None) -> None:
         """What the command did: its datasets for the end event, and a run's topics for Dagster."""
         if self.delivery is not None:
-            self.outcome = _guarded("OpenLineage", outcome)
+            self.seen = _guarded("OpenLineage", seen)
         if self.pipes is not None and report is not None:
             pipes, run_report = self.pipes, report
             _guarded("Dagster Pipes", lambda: dagster.report_run(pipes, run_report))
@@ -103,18 +103,16 @@ class Invocation:
             self._send("COMPLETE")
         else:
             internal = [
-                f"{f['partition']}: {f['error']}"
-                for f in (self.outcome.failures if self.outcome else [])
-                if f["internal"]
+                f"{f['partition']}: {f['error']}" for f in (self.seen.failures if self.seen else []) if f["internal"]
             ]
             self.error = self.error or "; ".join(internal) or f"{self.command} ended with exit code {code}"
-            self.trace = self.trace or (self.outcome.trace if self.outcome else None)
+            self.trace = self.trace or (self.seen.trace if self.seen else None)
             self._send("FAIL")
         self.delivery.close()
 
     def _send(self, state: str) -> None:
         assert self.delivery is not None
-        event_ms, outcome, error, trace = _wall_ms(), self.outcome, self.error, self.trace
+        event_ms, seen, error, trace = _wall_ms(), self.seen, self.error, self.trace
 
         def build() -> Any:
             from compaction.lineage.events import run_event
@@ -127,7 +125,7 @@ class Invocation:
                 event_ms=event_ms,
                 nominal_ms=self.nominal_ms,
                 parent=self.parent,
-                outcome=outcome,
+                seen=seen,
                 error=error if state == "FAIL" else None,
                 trace=trace if state == "FAIL" else None,
             )
@@ -193,9 +191,9 @@ def ran(args: argparse.Namespace, store: Store, report: RunReport) -> None:
         invocation.record(lambda: of_run(store, report), report)
 
 
-def forgot(args: argparse.Namespace, store: Store, topic: str, outcomes: Sequence[Forgotten]) -> None:
+def forgot(args: argparse.Namespace, store: Store, topic: str, forgotten: Sequence[Forgotten]) -> None:
     if (invocation := _of(args)) is not None:
-        invocation.record(lambda: of_forget(store, topic, outcomes))
+        invocation.record(lambda: of_forget(store, topic, forgotten))
 
 
 def collected(args: argparse.Namespace, store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any]) -> None:

@@ -26,7 +26,7 @@ from openlineage.client.facet_v2 import (
 
 from compaction import __version__
 from compaction.lineage.environment import Parent
-from compaction.lineage.figures import FACETS_SCHEMA, PRODUCER, Outcome, Written
+from compaction.lineage.figures import FACETS_SCHEMA, PRODUCER, CommandLineage, Written
 from compaction.schema import RECORD_SCHEMA
 
 STATES = {"START": RunState.START, "COMPLETE": RunState.COMPLETE, "FAIL": RunState.FAIL}
@@ -41,11 +41,11 @@ def run_event(
     event_ms: int,
     nominal_ms: int | None,
     parent: Parent | None = None,
-    outcome: Outcome | None = None,
+    seen: CommandLineage | None = None,
     error: str | None = None,
     trace: str | None = None,
 ) -> RunEvent:
-    """The event of ``state`` (START, COMPLETE or FAIL) of the command's run ``run_id``; ``outcome`` (what the command
+    """The event of ``state`` (START, COMPLETE or FAIL) of the command's run ``run_id``; ``seen`` (what the command
     read and wrote) and ``error`` (why it failed) as far as known."""
     facets: dict[str, RunFacet] = {
         "processing_engine": processing_engine_run.ProcessingEngineRunFacet(
@@ -73,8 +73,8 @@ def run_event(
         facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
             message=error, programmingLanguage="python", stackTrace=trace, producer=PRODUCER
         )
-    if outcome is not None and outcome.failures:
-        facets["compaction_failures"] = _custom(RunFacet, "CompactionFailuresRunFacet", {"failures": outcome.failures})
+    if seen is not None and seen.failures:
+        facets["compaction_failures"] = _custom(RunFacet, "CompactionFailuresRunFacet", {"failures": seen.failures})
     job_facets: dict[str, JobFacet] = {
         "jobType": job_type_job.JobTypeJobFacet(
             processingType="BATCH", integration="COMPACTION", jobType="JOB", producer=PRODUCER
@@ -88,9 +88,9 @@ def run_event(
         job=Job(namespace=namespace, name=name, facets=job_facets),
         inputs=[
             InputDataset(namespace=d.namespace, name=d.name, facets=_dataset_facets(d.topic))
-            for d in (outcome.inputs if outcome else [])
+            for d in (seen.inputs if seen else [])
         ],
-        outputs=[_output(w) for w in (outcome.outputs if outcome else [])],
+        outputs=[_output(w) for w in (seen.outputs if seen else [])],
     )
 
 

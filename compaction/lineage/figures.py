@@ -47,7 +47,7 @@ class Written:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CommandLineage:
     """What a command read (``inputs``) and wrote (``outputs``), the partitions it failed on, and the traceback of an
     internal error that stopped one (masked, as the report has it)."""
 
@@ -67,7 +67,7 @@ def _topic_of(partition: str) -> tuple[str, str]:
     return topic, number
 
 
-def of_run(store: Store, report: RunReport) -> Outcome:
+def of_run(store: Store, report: RunReport) -> CommandLineage:
     """A run: every topic it planned is an input; one with a partition cleaned is an output, with the records and
     bytes after as its statistics and the report's figures of it (``RunReport.topics``)."""
     topics = report.topics()
@@ -97,34 +97,34 @@ def of_run(store: Store, report: RunReport) -> Outcome:
         for f in report.to_dict()["failures"]
     ]
     trace = next((r.trace for r in report.failed if r.internal and r.trace), None)
-    return Outcome([_topic(store, topic) for topic in topics], outputs, failures, trace)
+    return CommandLineage([_topic(store, topic) for topic in topics], outputs, failures, trace)
 
 
-def of_forget(store: Store, topic: str, outcomes: Sequence[Forgotten]) -> Outcome:
+def of_forget(store: Store, topic: str, forgotten: Sequence[Forgotten]) -> CommandLineage:
     """``forget``: the topic is read; written where a tombstone was appended. Neither a key nor its digest is told."""
     tombstones: dict[str, int] = {}
-    for outcome in outcomes:
-        for partition in outcome.tombstones:
+    for entry in forgotten:
+        for partition in entry.tombstones:
             tombstones[str(partition)] = tombstones.get(str(partition), 0) + 1
     figures = {
-        "keysRequested": len(outcomes),
-        "keysFound": sum(1 for o in outcomes if o.tombstones),
+        "keysRequested": len(forgotten),
+        "keysFound": sum(1 for o in forgotten if o.tombstones),
         "tombstones": tombstones,
     }
     failures = [
         {"partition": f"{topic}-{partition}", "error": error, "internal": False}
-        for outcome in outcomes
-        for partition, error in sorted(outcome.errors.items())
+        for entry in forgotten
+        for partition, error in sorted(entry.errors.items())
     ]
     outputs = (
         [Written(_topic(store, topic), "compaction_forget", "CompactionForgetOutputDatasetFacet", figures)]
         if tombstones
         else []
     )
-    return Outcome([_topic(store, topic)], outputs, failures)
+    return CommandLineage([_topic(store, topic)], outputs, failures)
 
 
-def of_gc(store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any]) -> Outcome:
+def of_gc(store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any]) -> CommandLineage:
     """``gc``: the topics it looked at are read; written where it deleted objects or pruned versions."""
     figures: dict[str, dict[str, int]] = {}
 
@@ -150,10 +150,10 @@ def of_gc(store: Store, results: Sequence[GcResult], skipped: Mapping[str, Any])
         if f["objectsDeleted"] or f["versionsPruned"]
     ]
     failures = [{"partition": name, "error": str(error), "internal": False} for name, error in skipped.items()]
-    return Outcome([_topic(store, topic) for topic in figures], outputs, failures)
+    return CommandLineage([_topic(store, topic) for topic in figures], outputs, failures)
 
 
-def of_publish(store: Store, topic: str, target: Target, result: PublishResult) -> Outcome:
+def of_publish(store: Store, topic: str, target: Target, result: PublishResult) -> CommandLineage:
     """``publish``: the topic is read, its Iceberg table (namespace ``iceberg://<catalog>``, name the table's
     identifier) written, with the snapshot and the manifest versions it reads."""
     figures = {
@@ -165,6 +165,6 @@ def of_publish(store: Store, topic: str, target: Target, result: PublishResult) 
         "deleteFiles": result.delete_files,
     }
     table = Dataset(f"iceberg://{target.catalog}", result.table, topic=False)
-    return Outcome(
+    return CommandLineage(
         [_topic(store, topic)], [Written(table, "compaction_publish", "CompactionPublishOutputDatasetFacet", figures)]
     )

@@ -69,7 +69,7 @@ def publish_topics(
     topic that fails is reported and the others go on. Returns the report's entries: per topic what its publish did
     (:meth:`~compaction.publish.snapshot.PublishResult.to_dict`), or its ``error``."""
     chosen = [patterns] if isinstance(patterns, str) else list(patterns or ["*"])
-    outcomes: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
     for topic in store.topics():
         if not any(fnmatch.fnmatchcase(topic, p) for p in chosen):
             continue
@@ -77,11 +77,11 @@ def publish_topics(
             result = publish_topic(store, topic, target, wall_ms=wall_ms)
         except CompactionError as err:
             out(f"failed to publish {topic}: {err}")
-            outcomes.append({"topic": topic, "error": str(err)})
+            entries.append({"topic": topic, "error": str(err)})
             continue
         out(describe_publish(topic, result))
-        outcomes.append({"topic": topic, **result.to_dict()})
-    return outcomes
+        entries.append({"topic": topic, **result.to_dict()})
+    return entries
 
 
 def describe_publish(topic: str, result: PublishResult) -> str:

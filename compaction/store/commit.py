@@ -316,7 +316,7 @@ def _publish(storage: Storage, tp: TopicPartition, manifest: Manifest, rng: rand
         try:
             return read_manifest(storage, tp, manifest.version)
         except MissingObjectError:
-            if failure is not None and storage.outcomes_are_certain:
+            if failure is not None and storage.calls_fail_whole:
                 raise failure from None  # nothing was written: a plain failure
             # Never landed, or not yet: send it again.
         except CorruptManifestError:

@@ -490,7 +490,7 @@ def read_manifests(
     partitions = list(partitions)
     topics = {tp.topic for tp in partitions}
     versions: dict[TopicPartition, int] = {}
-    if not store.storage.outcomes_are_certain:
+    if not store.storage.calls_fail_whole:
         for topic in topics:
             mine = [tp for tp in partitions if tp.topic == topic]
             if len(mine) >= FLAT_LISTING_PARTITIONS:

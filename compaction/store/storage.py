@@ -161,7 +161,7 @@ class Storage:
         self.is_s3 = any(p in _S3_PROTOCOLS for p in protocols)
         # A call on local disk or in memory fails whole: a failed create wrote nothing. Over a network, an
         # error can come after the write took effect.
-        self.outcomes_are_certain = isinstance(fs, (LocalFileSystem, MemoryFileSystem))
+        self.calls_fail_whole = isinstance(fs, (LocalFileSystem, MemoryFileSystem))
 
     @classmethod
     def from_url(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> Storage:

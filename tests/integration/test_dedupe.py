@@ -19,10 +19,10 @@ from compaction.rules import DropReason, WinnerSearch
 from tests.helpers.builders import facts
 
 NOW = 1_000_000
-Outcome = tuple[int, str | None]  # (offset, reason or None when kept)
+Verdict = tuple[int, str | None]  # (offset, the reason it drops or None when kept)
 
 
-def expect(spark, plan: WinnerSearch, table: pa.Table, expected: list[Outcome], keyless_drop: bool = False) -> None:
+def expect(spark, plan: WinnerSearch, table: pa.Table, expected: list[Verdict], keyless_drop: bool = False) -> None:
     """The plan decides ``table`` (rows of every partition) as ``expected``: (offset, reason or None when kept) in
     offset order. The Spark SQL plans decide a DataFrame, compared with chispa to one written from ``expected``."""
     if plan is WinnerSearch.ARROW:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
 
+from compaction import errors
 from compaction.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, main
 from compaction.cli.types import parse_duration, parse_time
 from compaction.store import Store, TopicPartition
+from tests.helpers import ROOT
 from tests.helpers.cli import run
 
 NOW = "2026-01-02T00:00:00Z"
@@ -144,3 +147,16 @@ def test_plan_prints_decisions_and_json(tmp_path: Path, capsys: pytest.CaptureFi
     first = json.loads(out)["partitions"][0]
     assert first["decision"] == "clean" and first["reason"].startswith("max.compaction.lag.ms exceeded by")
     assert first["clean_range"] == [0, 1000] and first["active_rolled"] is True
+
+
+def test_the_dags_exit_codes_are_the_packages() -> None:
+    """The DAG runs where the package is not installed, so it states the exit codes again: the same names and values."""
+    dag = ast.parse((ROOT / "dags" / "compaction_nightly.py").read_text())
+    (stated,) = [
+        node for node in dag.body if isinstance(node, ast.Assign) and "EXIT_OK" in ast.unparse(node.targets[0])
+    ]
+    names = [target.id for target in stated.targets[0].elts]  # type: ignore[attr-defined]
+    values = ast.literal_eval(stated.value)
+    assert dict(zip(names, values, strict=True)) == {
+        name: getattr(errors, name) for name in dir(errors) if name.startswith("EXIT_")
+    }

@@ -259,7 +259,7 @@ class Flaky:
         self.storage, self.fail, self.lands = store.storage, fail, lands
         self.create = store.storage.create_exclusive
         self.calls = 0
-        store.storage.outcomes_are_certain = certain
+        store.storage.calls_fail_whole = certain
         store.storage.create_exclusive = self  # type: ignore[method-assign]
 
     def __call__(self, rel: str, data: bytes) -> bool:

@@ -21,7 +21,7 @@ from compaction.lineage import delivery
 from compaction.lineage.datasets import DatasetName, dataset_at, topic_dataset
 from compaction.lineage.environment import Parent, RunRef, job_name, job_namespace, openlineage_configured, parent_run
 from compaction.lineage.events import run_event
-from compaction.lineage.figures import FACETS_SCHEMA, Dataset, Outcome, Written, of_forget, of_gc, of_publish
+from compaction.lineage.figures import FACETS_SCHEMA, CommandLineage, Dataset, Written, of_forget, of_gc, of_publish
 from compaction.publish import Target
 from compaction.publish.snapshot import PublishResult
 from compaction.store import Store
@@ -167,15 +167,15 @@ def test_each_commands_events_hold_to_openlineages_schema() -> None:
     )
     events = [
         _event("START", parent=PARENT),
-        _event("COMPLETE", parent=PARENT, outcome=gc),
-        _event("COMPLETE", outcome=forget),
-        _event("COMPLETE", outcome=publish),
-        _event("FAIL", outcome=gc, error="gc skipped orders-1", trace="Traceback ..."),
+        _event("COMPLETE", parent=PARENT, seen=gc),
+        _event("COMPLETE", seen=forget),
+        _event("COMPLETE", seen=publish),
+        _event("FAIL", seen=gc, error="gc skipped orders-1", trace="Traceback ..."),
     ]
     empty = of_publish(
         store, "orders", Target("default", {}, "kafka", 1, 1), PublishResult("kafka.orders", None, {}, committed=False)
     )
-    events.append(_event("COMPLETE", outcome=empty))
+    events.append(_event("COMPLETE", seen=empty))
     for event in events:
         assert problems(event) == [], event
     assert "snapshotId" not in events[-1]["outputs"][0]["outputFacets"]["compaction_publish"], (
@@ -217,7 +217,7 @@ def _run_complete() -> dict[str, Any]:
     return _event(
         "COMPLETE",
         parent=PARENT,
-        outcome=Outcome(
+        seen=CommandLineage(
             [orders],
             [Written(orders, "compaction_run", "CompactionRunOutputDatasetFacet", figures, rows=40, size=3600)],
         ),

@@ -1,7 +1,7 @@
 """Rooms small enough to read: no function in compaction/ longer than 90 lines (as ruff format lays it out), no
 class with more than 20 methods; no module over 600 lines, no dataclass of the cleaner or the engine over 12 fields,
-no function over 6 positional or required parameters, no class name used twice, no import cycle (function-level and
-type-checking imports count)."""
+no function over 6 positional or required parameters, no class name used twice (a type alias's name counts), no
+import cycle (function-level and type-checking imports count)."""
 
 from __future__ import annotations
 
@@ -119,6 +119,17 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def _is_type_alias(node: ast.stmt) -> str | None:
+    """The name a module-level statement gives a union of types (``Outcome = Ok | Failed``), or one annotated
+    ``TypeAlias``: a class of values by another name."""
+    match node:
+        case ast.Assign(targets=[ast.Name(id=name)], value=ast.BinOp(op=ast.BitOr())):
+            return name
+        case ast.AnnAssign(target=ast.Name(id=name), annotation=annotation) if "TypeAlias" in ast.unparse(annotation):
+            return name
+    return None
+
+
 def _is_dataclass(node: ast.ClassDef) -> bool:
     return any("dataclass" in ast.unparse(d) for d in node.decorator_list) or any(
         ast.unparse(b) == "NamedTuple" for b in node.bases
@@ -138,6 +149,10 @@ def shape_offences(package: Path) -> list[str]:
         graph[name] = _imports(name, tree, modules)
         if text.count("\n") > MAX_MODULE_LINES:
             found.append(f"module {where} ({text.count(chr(10))} lines)")
+        for statement in tree.body:
+            alias = _is_type_alias(statement)
+            if alias is not None:
+                classes[alias].append(where)
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 classes[node.name].append(where)
@@ -171,16 +186,18 @@ def test_the_shape_rules_name_each_kind_of_offence_and_nothing_else(tmp_path: Pa
         f"@dataclass\nclass Wide:\n{fields}\n\n"
         f"@dataclass\nclass Fine:\n    kind: ClassVar[str] = 'x'\n{fields[: -len('    fN: int')]}\n\n"
         "def many(a, b, c, d, e, f, g=1): ...\n\n\ndef keyed(a, b, c, d, e, f, *, g=1, h=2): ...\n\n\n"
-        "def required(a, b, c, d, e, *, f, g): ...\n\n\nclass Twice: ...\n"
+        "def required(a, b, c, d, e, *, f, g): ...\n\n\nclass Twice: ...\n\n\nEither = int | str\n"
     )
     (package / "clean" / "other.py").write_text(
-        "def late():\n    from pkg.clean import unit\n\n\nclass Twice: ...\n" + "\n" * MAX_MODULE_LINES
+        "def late():\n    from pkg.clean import unit\n\n\nclass Twice: ...\n\n\nclass Either: ...\n"
+        + "\n" * MAX_MODULE_LINES
     )
     assert shape_offences(package) == [
-        f"module pkg/clean/other.py ({MAX_MODULE_LINES + 5} lines)",
+        f"module pkg/clean/other.py ({MAX_MODULE_LINES + 8} lines)",
         f"dataclass pkg/clean/unit.py Wide ({MAX_DATACLASS_FIELDS + 1} fields)",
         "function pkg/clean/unit.py many (7 positional, 6 required)",
         "function pkg/clean/unit.py required (5 positional, 7 required)",
+        "class name Either in pkg/clean/other.py, pkg/clean/unit.py",
         "class name Twice in pkg/clean/other.py, pkg/clean/unit.py",
         "import cycle pkg.clean.other <-> pkg.clean.unit",
     ]

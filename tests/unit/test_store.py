@@ -265,7 +265,7 @@ def test_many_partitions_on_an_object_store_have_their_versions_listed_by_topic(
             store.append(tp, keyed("a=1"), now_ms=1)
     expected = {tp: store.manifest(tp).version for tp in partitions}
     monkeypatch.setattr(log, "FLAT_LISTING_PARTITIONS", 20)
-    monkeypatch.setattr(store.storage, "outcomes_are_certain", False)  # as on an object store
+    monkeypatch.setattr(store.storage, "calls_fail_whole", False)  # as on an object store
     recorder = RecordingStorage(store)
     found = log.read_manifests(store, [*partitions, TopicPartition("orders", 99)])
     assert {tp: m.version for tp, m in found.items() if not isinstance(m, Exception)} == expected

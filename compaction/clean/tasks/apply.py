@@ -354,7 +354,7 @@ def clean_run(run: CleanRun) -> Verdicts:
             ],
             pa.binary(),
         )
-        depth = 1 if task.context.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
+        depth = 1 if task.context.store.storage.calls_fail_whole else REMOTE_READ_AHEAD
         tables = list(
             ahead(
                 lambda s: task.context.store.objects.read_segment(

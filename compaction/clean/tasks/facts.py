@@ -251,7 +251,7 @@ def _read_range(
             task.tp, segment, columns if _has_transactions(segment) else plain, start=task.cleaned.log_start_offset
         )
 
-    depth = 1 if task.context.store.storage.outcomes_are_certain else REMOTE_READ_AHEAD
+    depth = 1 if task.context.store.storage.calls_fail_whole else REMOTE_READ_AHEAD
     for segment, found in zip(segments, ahead(read, segments, depth), strict=True):
         if isinstance(found, LogSegment):
             live = task.context.store.objects.live_rows(
