@@ -101,7 +101,7 @@ MUTATION_SAMPLE ?= 0.1
 mutation-sample: $(BIN)/.mutation-installed ## a tenth of make mutation's mutants, drawn by the commit (minutes); fails on a survivor nobody argued
 	rm -rf mutants
 	@# Generates every mutant and maps each to its tests, then stops: mutmut refuses a filter that names no mutant.
-	-$(BIN)/mutmut run 'compaction.no-such-mutant' > mutants/generate.log 2>&1
+	-$(BIN)/mutmut run 'compaction.no-such-mutant' > mutants.log 2>&1
 	$(BIN)/python tests/mutation/score.py --pick $(MUTATION_SAMPLE) --seed "$$(git rev-parse HEAD 2>/dev/null || echo 0)" > mutants/sample.txt
 	$(BIN)/mutmut run --max-children 2 $$(cat mutants/sample.txt)
 	$(BIN)/python tests/mutation/score.py --only mutants/sample.txt
@@ -128,4 +128,4 @@ lint: setup ## ruff (lint and format), mypy (strict on compaction/), the layer c
 	$(BIN)/vulture compaction .vulture-allow.py --min-confidence 60
 
 clean: ## remove the demo store, reports, packages and caches (keeps the virtualenvs)
-	rm -rf $(STORE) out dist build compaction.egg-info .pytest_cache .mypy_cache .ruff_cache mutants
+	rm -rf $(STORE) out dist build compaction.egg-info .pytest_cache .mypy_cache .ruff_cache mutants mutants.log
