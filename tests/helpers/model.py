@@ -685,6 +685,9 @@ class Model:
         assert choice.clean and choice.first_dirty is not None and choice.first_uncleanable is not None
         assert choice.log_start is not None
         self.version += 1
+        # The producers the pass finds expired leave the producer state (as Kafka removes them): one that writes
+        # again starts afresh, a marker of it then holding no last data offset.
+        self.producers = {pid: p for pid, p in self.producers.items() if self.active(pid, now, config) is not None}
         dropped = [s for s in self.layout if s.base < choice.log_start]
         self.layout = [s for s in self.layout if s.base >= choice.log_start]
         self.log = [r for r in self.log if r.offset >= choice.log_start]

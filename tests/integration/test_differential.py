@@ -698,6 +698,41 @@ def test_log_segments_of_kafka_python_batches_keep_exactly_what_the_reference_mo
     )
 
 
+def _txn(
+    producer: int, rows: list[tuple[str, bool]], marker: str | None, *, append_time: bool = False
+) -> dict[str, Any]:
+    return {
+        "rows": [{"key": key, "tombstone": tombstone, "age": None, "headers": ()} for key, tombstone in rows],
+        "producer": producer,
+        "marker": marker,
+        "codec": "none",
+        "bump": False,
+        "log_append_time": append_time,
+    }
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_a_producer_a_pass_found_expired_starts_afresh_when_it_writes_again(split: bool) -> None:
+    """Producer 2 commits a tombstone, expires, and a pass drops it from the producer state as it drops the
+    tombstone; its next transaction is an empty one (a marker alone), so its state holds no last data offset, and
+    its older marker of the same epoch stays as an empty batch once its horizon passes (found by a drawn history:
+    the model had kept the expired producer's last data offset)."""
+    quiet: list[list[dict[str, Any]]] = [[] for _ in PARTITIONS]
+
+    def on_each_topic(*batches: dict[str, Any]) -> list[list[dict[str, Any]]]:
+        return [list(batches) if tp.partition == 0 else [] for tp in PARTITIONS]
+
+    history = [
+        (1, on_each_topic(_txn(2, [("a", True)], "commit"))),
+        (300, on_each_topic(_txn(3, [("b", False), ("a", False)], None))),
+        (7000, quiet),
+        (1001, on_each_topic(_txn(2, [], "commit", append_time=True))),
+        (1001, quiet),
+    ]
+    met = check_history(PLAIN, inline(PLAIN, split=split), history, kafka=True, split=split, memory=True)
+    assert met["emptied: an active producer's last batch"] >= 1, dict(met)
+
+
 #: Every segment stands alone (segment.bytes small) and a deletion vector may hide all but one of its records:
 #: clean segments take vectors, then extend them, pass after pass, until they age (deletion.vector.max.age.ms).
 VECTORS = st.builds(
