@@ -114,3 +114,21 @@ def test_a_unique_clean_section_keeps_only_the_rows_in_doubt_and_counts_the_othe
         replace(task, cleaned=replace(task.cleaned, first_dirty_offset=0)),
     ):
         assert not reads_clean_sparsely(changed)
+
+
+def test_held_keys_marks_the_keys_the_dirty_section_holds_as_arrow_s_is_in_does() -> None:
+    """The clean run's membership step (a hash semi join) against ``pc.is_in``: duplicates on both sides, null keys
+    (never held), chunks, and either side empty."""
+    import pyarrow.compute as pc
+
+    from compaction.clean.tasks.apply import held_keys
+
+    rng = np.random.default_rng(7)
+    keys = [None if k % 11 == 0 else f"k{k}".encode() for k in rng.integers(0, 400, 3000).tolist()]
+    chunked = pa.chunked_array([keys[:1000], keys[1000:1001], [], keys[1001:]], pa.binary())
+    held = pa.array([f"k{k}".encode() for k in rng.integers(0, 800, 300).tolist()], pa.binary())
+    expected = pc.is_in(chunked, value_set=held).to_numpy(zero_copy_only=False)
+    assert expected.any() and not expected.all()
+    assert held_keys(chunked, held).tolist() == expected.tolist()
+    assert not held_keys(chunked, pa.array([], pa.binary())).any()
+    assert held_keys(pa.chunked_array([], pa.binary()), held).tolist() == []

@@ -366,7 +366,7 @@ def clean_run(run: CleanRun) -> Verdicts:
         )
     with phase("decide"):
         keys = pa.chunked_array([c for t in tables for c in t.column("key").chunks], pa.binary())
-        hit = pc.is_in(keys, value_set=pc.drop_null(contested).combine_chunks()).to_numpy(zero_copy_only=False)
+        hit = held_keys(keys, pc.drop_null(contested).combine_chunks())
         del keys, contested
     parts: list[pa.Table | None] = []
     found: list[tuple[int, SegmentCounts, int, SegmentMeta | None]] = []
@@ -416,6 +416,17 @@ def clean_run(run: CleanRun) -> Verdicts:
             for (base, counts, rows, vector), group in zip(found, groups, strict=True)
         ),
     )
+
+
+def held_keys(keys: pa.ChunkedArray, held: pa.Array) -> np.ndarray:
+    """Which of ``keys`` ``held`` holds (a null key never), as a mask: Arrow's hash semi join on one thread, which
+    takes about 0.6x ``pc.is_in``'s time on a clean run of S9 (4.6M keys against 1M dirty ones: 0.51 s against
+    0.87-0.90 s, the same columns in one process; DuckDB's semi join 0.42-0.48 s)."""
+    rows = pa.table({"row": pa.array(np.arange(len(keys), dtype=np.int64)), "key": keys})
+    found = rows.join(pa.table({"key": held}), "key", join_type="left semi", use_threads=False)
+    hit = np.zeros(len(keys), dtype=bool)
+    hit[found.column("row").to_numpy()] = True
+    return hit
 
 
 def _decide_clean_segment(
