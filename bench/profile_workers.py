@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import subprocess
 import sys
 import time
@@ -25,13 +24,10 @@ MAX_S = 3600
 
 
 def workers(known: set[int]) -> list[int]:
-    """The Python daemons' processes and their children not seen yet."""
-    daemons = subprocess.run(["pgrep", "-f", "pyspark.daemon"], capture_output=True, text=True).stdout.split()
-    found = []
-    for pid in daemons:
-        children = subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split()
-        found += [int(p) for p in [pid, *children] if int(p) not in known]
-    return found
+    """The processes of Spark's Python daemon not seen yet: the daemon and the workers it forks (which keep its
+    command line)."""
+    found = subprocess.run(["pgrep", "-f", "pyspark.daemon"], capture_output=True, text=True).stdout.split()
+    return [pid for pid in map(int, found) if pid not in known]
 
 
 def summary(out: Path, top: int) -> None:
@@ -69,6 +65,8 @@ def main() -> int:
             record = ["py-spy", "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw", "-o", str(raw)]
             spies.append(subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(POLL_S)
+    if job.poll() is None:
+        job.kill()
     code = job.wait()
     for spy in spies:
         spy.wait(timeout=60)
@@ -78,5 +76,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     sys.exit(main())
