@@ -62,7 +62,7 @@ def winners(facts: pa.Table, unique_before: int | None = None) -> np.ndarray:
         contested = (
             early
             & pc.fill_null(pc.is_in(keys, value_set=keys.filter(pa.array(late))), False).to_numpy(zero_copy_only=False)
-            if late.any()
+            if late.any() and early.any()  # a run of dirty segments alone has no early row to contest
             else np.zeros(n, dtype=bool)
         )
         result |= early & ~contested
