@@ -81,7 +81,7 @@ def _key_range_of_chunk(keys: pa.Array, bounds: tuple[bytes, ...]) -> np.ndarray
     if width and (wide or keys.type == pa.binary()) and keys.null_count == 0 and all(len(b) == width for b in bounds):
         offsets = np.frombuffer(keys.buffers()[1], np.int64 if wide else np.int32)
         offsets = offsets[keys.offset : keys.offset + len(keys) + 1]
-        if offsets[-1] - offsets[0] == width * len(keys) and (np.diff(offsets) == width).all():
+        if (np.diff(offsets) == width).all():
             data = np.frombuffer(keys.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
             # Of one width, numpy's byte strings compare as their bytes do (unsigned, trailing zeros included).
             found = np.searchsorted(np.array(bounds, f"S{width}"), data.view(f"S{width}"), side="right")
