@@ -17,6 +17,38 @@ import pyarrow.compute as pc
 from compaction import rules
 
 
+def one_width(keys: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """``keys`` seen as fixed-size binary, without a copy, when every one is there and all are of one width, not 0
+    (a topic's keys often are: ids, UUIDs); else None.
+
+    Arrow hashes and gathers those faster than variable-width binary: a group-by of 5M keys of 14 bytes takes
+    0.74 s against 1.04 s, reordering them 0.13 s against 0.25 s (one thread).
+    """
+    width = 0
+    views = []
+    for chunk in keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]:
+        wide = chunk.type == pa.large_binary()
+        if not (wide or chunk.type == pa.binary()) or chunk.null_count:
+            return None
+        if not len(chunk):
+            continue
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)
+        offsets = offsets[chunk.offset : chunk.offset + len(chunk) + 1]
+        lengths = np.diff(offsets)
+        if not lengths[0] or (width and lengths[0] != width) or (lengths != lengths[0]).any():
+            return None
+        width = int(lengths[0])
+        data = chunk.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        views.append(pa.Array.from_buffers(pa.binary(width), len(chunk), [None, data]))
+    return pa.chunked_array(views, pa.binary(width)) if width else None
+
+
+def _grouped(keys: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``keys`` as the winner search groups them: :func:`one_width`'s view where it has one."""
+    view = one_width(keys)
+    return keys if view is None else view
+
+
 def _greatest(keys: pa.ChunkedArray, rows: np.ndarray, fields: list[np.ndarray]) -> np.ndarray:
     """The row of each key (among ``rows``, ascending row numbers in offset order) greatest in ``fields``
     and then in offset.
@@ -29,13 +61,13 @@ def _greatest(keys: pa.ChunkedArray, rows: np.ndarray, fields: list[np.ndarray])
         current = values[rows]
         if not len(rows) or current.min() == current.max():
             continue
-        table = pa.table({"key": keys.take(pa.array(rows)), "value": current, "row": rows})
+        table = pa.table({"key": _grouped(keys.take(pa.array(rows))), "value": current, "row": rows})
         best = table.group_by("key", use_threads=False).aggregate([("value", "max")])
         kept = table.join(best, "key", use_threads=False).filter(pc.equal(pc.field("value"), pc.field("value_max")))
         rows = np.sort(kept.column("row").to_numpy())
     if not len(rows):
         return rows
-    table = pa.table({"key": keys.take(pa.array(rows)) if len(rows) < len(keys) else keys, "row": rows})
+    table = pa.table({"key": _grouped(keys.take(pa.array(rows)) if len(rows) < len(keys) else keys), "row": rows})
     won = table.group_by("key", use_threads=False).aggregate([("row", "max")]).column("row_max").to_numpy()
     return cast(np.ndarray, won)
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from compaction.clean.cleaner import Cleaner
 from compaction.clean.tasks.decide import _decide, decide_facts
 from compaction.clean.tasks.facts import read_facts, read_task_facts, reads_clean_sparsely
-from compaction.clean.tasks.key_ranges import key_range_bounds, key_range_of
+from compaction.clean.tasks.key_ranges import in_key_ranges, key_range_bounds, key_range_of
 from compaction.engine.stages import LocalStages
 from compaction.store import Store, TopicPartition
 from compaction.store.segment import records
@@ -74,6 +74,34 @@ def test_key_range_of_keys_of_one_width_is_the_per_bound_comparison(
         expected += np.array([k is not None and k >= bound for k in keys], dtype=np.int32)
     assert key_range_of(array, ordered).tolist() == expected.tolist()
     assert key_range_of(chunked, ordered).tolist() == expected.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    keys=st.lists(st.binary(min_size=2, max_size=3) | st.none(), min_size=1, max_size=40),
+    same_width=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_rows_ordered_by_key_range_are_the_rows_taken_in_that_order(
+    keys: list[bytes | None], same_width: bool, seed: int
+) -> None:
+    """Keys of one width are gathered as fixed-size binary and handed on as binary again: the same table as
+    Arrow's take gives, with the same schema."""
+    if same_width:
+        keys = [(k or b"").ljust(3, b"\0")[:3] for k in keys]
+    half = len(keys) // 2
+    rows = pa.table(
+        {
+            "offset": pa.chunked_array(
+                [pa.array(range(half), pa.int64()), pa.array(range(half, len(keys)), pa.int64())]
+            ),
+            "key": pa.chunked_array([pa.array(keys[:half], pa.binary()), pa.array(keys[half:], pa.binary())]),
+        }
+    )
+    order = np.random.default_rng(seed).permutation(len(keys))
+    taken = in_key_ranges(rows, order)
+    assert taken.schema == rows.schema
+    assert taken.to_pylist() == rows.take(pa.array(order)).to_pylist()
 
 
 def test_the_decision_reads_only_the_columns_it_needs_and_never_values(local_store: Store) -> None:

@@ -18,11 +18,13 @@ from tests.helpers.builders import facts
 
 NOW = 1_000_000
 
-#: One record: its key (None: keyless, which never competes), whether it is aborted (nor does it), whether its
-#: version is valid and the version (an invalid one reads -1, as :func:`compaction.rules.versions` gives it).
+#: One record: its key (None: keyless, which never competes; "dd" is wider than the rest, so that partitions
+#: holding it group binary keys and the others keys of one width, :func:`compaction.winners.one_width`), whether it
+#: is aborted (nor does it), whether its version is valid and the version (an invalid one reads -1, as
+#: :func:`compaction.rules.versions` gives it).
 RECORD = st.fixed_dictionaries(
     {
-        "key": st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d"])),
+        "key": st.one_of(st.none(), st.sampled_from(["a", "b", "c", "dd"])),
         "aborted": st.booleans(),
         "version_valid": st.booleans(),
         "version": st.integers(-3, 3),
@@ -118,3 +120,29 @@ def test_records_beaten_beyond_the_facts_lose_and_nothing_else_changes() -> None
     kept = [code == rules.KEPT for code in decided.code.tolist()]
     assert kept == [False, False, True, True]
     assert winners.decide(rows, now_ms=NOW, keyless_drop=False).code.tolist()[0] == rules.KEPT
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.lists(st.binary(max_size=3) | st.none(), max_size=12),
+    large=st.booleans(),
+    cut=st.integers(0, 2),
+    parts=st.integers(1, 3),
+)
+def test_keys_of_one_width_are_seen_as_fixed_size_binary_and_others_are_not(
+    keys: list[bytes | None], large: bool, cut: int, parts: int
+) -> None:
+    """The view holds the same keys, sliced and chunked arrays, empty chunks and large_binary included; a null, a
+    key of another width or only empty keys leave keys as they are."""
+    kind = pa.large_binary() if large else pa.binary()
+    array = pa.array([b"pad"] * cut + keys, kind).slice(cut)
+    step = max(1, len(keys) // parts)
+    chunked = pa.chunked_array([array[i : i + step] for i in range(0, len(keys), step)] + [array[:0]], kind)
+    widths = {None if k is None else len(k) for k in keys}
+    for given_keys in (array, chunked):
+        view = winners.one_width(given_keys)
+        if len(widths) == 1 and widths != {None} and widths != {0}:
+            assert view is not None and view.type == pa.binary(len(keys[0] or b""))
+            assert view.to_pylist() == keys
+        else:
+            assert view is None

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from compaction import rules
 from compaction.clean.payloads import CleanTask, HandedRun, RunRead
-from compaction.clean.tasks.key_ranges import key_range_counts, key_range_of
+from compaction.clean.tasks.key_ranges import in_key_ranges, key_range_counts, key_range_of
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
@@ -505,7 +505,7 @@ def hand_out(run: RunRead) -> HandedRun:
         counts = key_range_counts(key_range, read_lengths, task.split.key_ranges)
         # A stable sort keeps each range's rows in offset order; a small integer type sorts by radix.
         order = np.argsort(key_range.astype(np.uint16 if task.split.key_ranges < 1 << 16 else np.int64), kind="stable")
-        rows = rows.take(pa.array(order))
+        rows = in_key_ranges(rows, order)
         ends = np.cumsum(counts.sum(axis=0))
     with phase("write"):
         path, groups = task.context.store.objects.write_pieces(

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from compaction.clean.payloads import CleanTask
 from compaction.store.formats import SegmentFormat
 from compaction.store.manifest import SegmentMeta
+from compaction.winners import one_width
 
 #: About how many keys a split partition's key range bounds are computed from: enough for even ranges.
 SAMPLE_ROWS = 65_536
@@ -71,27 +72,37 @@ def key_range_of(keys: pa.Array | pa.ChunkedArray, bounds: tuple[bytes, ...]) ->
     where S6's ranges spent a ninth of their task time); other keys take one pass of Arrow's comparison kernel per
     bound.
     """
-    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
-    return np.concatenate([_key_range_of_chunk(c, bounds) for c in chunks]) if chunks else np.zeros(0, np.int32)
-
-
-def _key_range_of_chunk(keys: pa.Array, bounds: tuple[bytes, ...]) -> np.ndarray:
-    width = len(bounds[0]) if bounds else 0
-    wide = keys.type == pa.large_binary()
-    if width and (wide or keys.type == pa.binary()) and keys.null_count == 0 and all(len(b) == width for b in bounds):
-        offsets = np.frombuffer(keys.buffers()[1], np.int64 if wide else np.int32)
-        offsets = offsets[keys.offset : keys.offset + len(keys) + 1]
-        if (np.diff(offsets) == width).all():
-            data = np.frombuffer(keys.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
-            # Of one width, numpy's byte strings compare as their bytes do (unsigned, trailing zeros included).
-            found = np.searchsorted(np.array(bounds, f"S{width}"), data.view(f"S{width}"), side="right")
-            return found.astype(np.int32)
+    view = one_width(keys) if bounds else None
+    if view is not None and all(len(b) == view.type.byte_width for b in bounds):
+        # Of one width, numpy's byte strings compare as their bytes do (unsigned, trailing zeros included).
+        string = f"S{view.type.byte_width}"
+        sought = np.array(bounds, string)
+        found = [
+            np.searchsorted(sought, np.frombuffer(c.buffers()[1], string, len(c)), side="right") for c in view.chunks
+        ]
+        return np.concatenate(found).astype(np.int32) if found else np.zeros(0, np.int32)
     key_range = np.zeros(len(keys), dtype=np.int32)
     for bound in bounds:
         key_range += pc.fill_null(pc.greater_equal(keys, pa.scalar(bound, keys.type)), False).to_numpy(
             zero_copy_only=False
         )
     return key_range
+
+
+def in_key_ranges(rows: pa.Table, order: np.ndarray) -> pa.Table:
+    """``rows`` (with a binary ``key`` column) taken in ``order``, the rows ordered by key range: keys of one width
+    are gathered as fixed-size binary and handed on as binary again (0.32 s against 0.47 s for 5M rows of
+    S6's hand-over columns)."""
+    view = one_width(rows.column("key"))
+    field = rows.schema.field("key")
+    if view is None or field.type != pa.binary() or len(order) * view.type.byte_width >= 2**31:
+        return rows.take(pa.array(order))
+    index = rows.schema.get_field_index("key")
+    taken = rows.set_column(index, "key", view).take(pa.array(order))
+    keys = taken.column("key").combine_chunks()
+    offsets = np.arange(len(keys) + 1, dtype=np.int32) * np.int32(view.type.byte_width)
+    binary = pa.Array.from_buffers(pa.binary(), len(keys), [None, pa.py_buffer(offsets), keys.buffers()[1]])
+    return taken.set_column(index, field, binary)
 
 
 def key_range_counts(key_range: np.ndarray, read_lengths: np.ndarray, key_ranges: int) -> np.ndarray:
