@@ -190,3 +190,12 @@ def test_held_keys_marks_the_keys_the_dirty_section_holds_as_arrow_s_is_in_does(
     assert held_keys(chunked, held).tolist() == expected.tolist()
     assert not held_keys(chunked, pa.array([], pa.binary())).any()
     assert held_keys(pa.chunked_array([], pa.binary()), held).tolist() == []
+    # Keys of one width (joined as fixed-size binary), held keys of that width or of another.
+    same = pa.chunked_array([[f"k{k:04d}".encode() for k in rng.integers(0, 400, n).tolist()] for n in (900, 0, 700)])
+    for held_keys_of in (
+        pa.array([f"k{k:04d}".encode() for k in rng.integers(0, 800, 300).tolist()]),
+        pa.array([b"k0001", b"k001"]),
+    ):
+        expected = pc.is_in(same, value_set=held_keys_of).to_numpy(zero_copy_only=False)
+        assert expected.any() and not expected.all()
+        assert held_keys(same, held_keys_of).tolist() == expected.tolist()
