@@ -146,3 +146,13 @@ def test_keys_of_one_width_are_seen_as_fixed_size_binary_and_others_are_not(
             assert view.to_pylist() == keys
         else:
             assert view is None
+
+
+def test_a_null_spanning_a_keys_width_and_text_keys_are_not_seen_as_fixed_size_binary() -> None:
+    """Arrow lets a null's slot hold bytes: a view without the nulls would make it a key. Text is not binary."""
+    offsets = pa.py_buffer(np.array([0, 3, 6], np.int32))
+    spanning = pa.Array.from_buffers(pa.binary(), 2, [pa.py_buffer(bytes([0b01])), offsets, pa.py_buffer(b"abcdef")])
+    assert spanning.to_pylist() == [b"abc", None]
+    assert winners.one_width(spanning) is None
+    assert winners.one_width(pa.array(["abc", "def"])) is None
+    assert winners.one_width(pa.array([b"abc", b"def"])).to_pylist() == [b"abc", b"def"]  # type: ignore[union-attr]
