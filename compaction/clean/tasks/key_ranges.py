@@ -99,10 +99,7 @@ def in_key_ranges(rows: pa.Table, order: np.ndarray) -> pa.Table:
         return rows.take(pa.array(order))
     index = rows.schema.get_field_index("key")
     taken = rows.set_column(index, "key", view).take(pa.array(order))
-    keys = taken.column("key").combine_chunks()
-    offsets = np.arange(len(keys) + 1, dtype=np.int32) * np.int32(view.type.byte_width)
-    binary = pa.Array.from_buffers(pa.binary(), len(keys), [None, pa.py_buffer(offsets), keys.buffers()[1]])
-    return taken.set_column(index, field, binary)
+    return taken.set_column(index, field, taken.column("key").cast(pa.binary()))
 
 
 def key_range_counts(key_range: np.ndarray, read_lengths: np.ndarray, key_ranges: int) -> np.ndarray:
