@@ -251,10 +251,11 @@ class Objects:
         """Every record of a segment's object, deleted or not, as batches of ``columns`` (default: all), held to
         what its manifest recorded.
 
-        A read of every column in one piece reads the whole object and checks its size and checksum; a read of
-        some columns, or in ``batch_rows`` batches, checks the size and reads only their pages, which check their
-        own CRCs. A ``.log`` segment is read whole (a batch's CRC covers all its records). The schema is checked
-        either way. ``row_groups`` (given a Parquet footer) names the row groups worth reading (None: all).
+        A read of every column in one piece reads the whole object and checks its size and checksum, which covers
+        its pages (their CRCs are not checked again); a read of some columns, or in ``batch_rows`` batches, checks
+        the size and reads only their pages, which check their own CRCs. A ``.log`` segment is read whole (a batch's
+        CRC covers all its records). The schema is checked either way. ``row_groups`` (given a Parquet footer) names
+        the row groups worth reading (None: all).
         """
         read = _asked(columns)
         if segment.format == SegmentFormat.KAFKA:
@@ -270,7 +271,7 @@ class Objects:
         if batch_rows is None and row_groups is None and (whole or small):
             data = self.storage.read_buffer(rel, segment.size_bytes)
             check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
-            yield from decode_parquet(data, where, None if columns is None else read).to_batches()
+            yield from decode_parquet(data, where, None if columns is None else read, pages_checked=False).to_batches()
             return
         source, size = self.storage.open_input(rel)
         try:
