@@ -1,6 +1,6 @@
 """A change's before and after, the two checkouts taking turns on the same stores.
 
-    python bench/turns.py BEFORE_DIR AFTER_DIR STORE [STORE ...] [--rounds 3] [--work DIR]
+    python bench/turns.py BEFORE_DIR AFTER_DIR STORE [STORE ...] [--rounds 3] [--work DIR] [--link]
 
 ``BEFORE_DIR`` and ``AFTER_DIR`` are checkouts of the project (``git worktree add /tmp/before COMMIT``); each
 ``STORE`` a store the harness generated (``<work>/stores/s5-20000000``). Round by round, each checkout's job runs
@@ -26,14 +26,15 @@ from harness import PYTHON, digest, env, job
 from compaction.store import Store
 
 
-def turn(work: Path, checkout: Path, store: str) -> dict[str, Any]:
-    """One run of ``checkout``'s job on a copy of ``store``: the harness's job run, with the checkout's code."""
+def turn(work: Path, checkout: Path, store: str, link: bool = False) -> dict[str, Any]:
+    """One run of ``checkout``'s job on a copy of ``store`` (``link``: a copy of hard links, checked unchanged
+    after the run): the harness's job run, with the checkout's code."""
     command = [PYTHON, "-P", "-m", "compaction.cli"]  # -P: the code on PYTHONPATH, not the working directory's
     variables = env()
     variables["PYTHONPATH"] = str(checkout)
     # In the checkout: Spark's Python workers put their working folder first on their path, so that from
     # anywhere else they would import that folder's package, not the checkout's.
-    measure = job(work, store, command=command, environ=variables, cwd=checkout)
+    measure = job(work, store, command=command, environ=variables, cwd=checkout, link=link)
     phases = measure.extra["phases_ms"]
     return {
         "seconds": measure.seconds,
@@ -51,6 +52,9 @@ def main() -> int:
     parser.add_argument("stores", nargs="+")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "compaction-turns")
+    parser.add_argument(
+        "--link", action="store_true", help="copy each store as hard links (a large store's copy in no time)"
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     different = False
@@ -61,7 +65,7 @@ def main() -> int:
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         for _ in range(args.rounds):
             for side, checkout in (("before", args.before), ("after", args.after)):
-                runs[side].append(turn(args.work, checkout.resolve(), store))
+                runs[side].append(turn(args.work, checkout.resolve(), store, args.link))
         medians, cpu = {}, {}
         for side, found in runs.items():
             medians[side] = statistics.median(r["seconds"] for r in found)

@@ -8,9 +8,12 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyspark
 import pytest
 
+from compaction.engine.daemon import without_bundled_pyspark
 from compaction.engine.session import WarmWorkers, check_master, stop_session, with_task_retries
+from compaction.engine.session.build import LOCAL_DEFAULTS
 from compaction.errors import CompactionError
 
 
@@ -180,3 +183,33 @@ def test_looking_for_running_sessions_leaves_spark_connect_unimported_unless_it_
     )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert found == ["[]", "False", "False"]
+
+
+def test_the_daemon_takes_off_the_path_only_the_zip_an_installed_pyspark_is_the_source_of(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    bundled, py4j = str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")
+    distribution = str(tmp_path / "spark-4.3.0" / "python" / "lib" / "pyspark.zip")  # SPARK_HOME of its own
+    assert without_bundled_pyspark([bundled, py4j, "/work", str(site)]) == [py4j, "/work", str(site)]
+    # The installed package out of the path's reach, or a distribution's zip: the zip is the only pyspark there.
+    assert without_bundled_pyspark([bundled, py4j, "/work"]) == [bundled, py4j, "/work"]
+    assert without_bundled_pyspark([distribution, str(site)]) == [distribution, str(site)]
+    (site / "pyspark" / "__init__.py").unlink()  # a folder named pyspark that is no package
+    assert without_bundled_pyspark([bundled, str(site)]) == [bundled, str(site)]
+
+
+def test_a_local_master_runs_the_daemon_that_imports_the_installed_pyspark() -> None:
+    assert LOCAL_DEFAULTS["spark.python.daemon.module"] == "compaction.engine.daemon"
+    # Run as Spark runs it, with the zip first on the path: nothing of pyspark is loaded before the path changes.
+    code = "import sys, compaction.engine.daemon, pyspark; print(pyspark.__file__, 'pyspark.zip' in str(sys.path))"
+    zip_path = Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip"
+    found = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(zip_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert found == [pyspark.__file__, "False"]

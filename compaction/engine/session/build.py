@@ -59,6 +59,9 @@ LOCAL_DEFAULTS = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
+    # The workers run this interpreter, which has this package: they import pyspark from its compiled install,
+    # not from Spark's pyspark.zip (compaction.engine.daemon).
+    "spark.python.daemon.module": "compaction.engine.daemon",
 }
 
 
