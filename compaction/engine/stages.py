@@ -152,15 +152,17 @@ class SparkStages(Stages):
             self.warming.finish()
 
     def frame(self, payloads: Sequence[Any]) -> TaskFrame:
-        """The payloads as a stage's task rows (counted as sent)."""
+        """The payloads as a stage's task rows (counted as sent). The warm-up stands down as the first stage is
+        built, not as it is collected: a job planned beside that stage's (both a second or so in a fresh JVM) is
+        submitted behind it, and its tasks would only delay the next stage's."""
+        if self.warming is not None:
+            self.warming.stand_down()
         frame = task_frame(self.spark, payloads)
         self._count(frame.bytes, 0)
         return frame
 
     def collect(self, results: DataFrame) -> list[Outcome]:
         """Run a stage and bring its result rows to the driver (counted as received)."""
-        if self.warming is not None:
-            self.warming.stand_down()
         table = results.toArrow()
         self._count(0, _received(table))
         return [outcome_of(row) for row in table.to_pylist()]

@@ -14,6 +14,7 @@ import pytest
 from compaction.engine.daemon import without_bundled_pyspark
 from compaction.engine.session import WarmWorkers, check_master, stop_session, with_task_retries
 from compaction.engine.session.build import LOCAL_DEFAULTS
+from compaction.engine.stages import SparkStages
 from compaction.errors import CompactionError
 
 
@@ -141,6 +142,30 @@ def test_a_warm_up_submitted_before_the_pass_runs_and_is_waited_for() -> None:
     warming.stand_down()
     warming.finish(10)
     assert warming.submitted
+
+
+class _Session(_Job):
+    """A session whose warm-up job's build waits for ``release`` (as a fresh JVM's planning holds it up), while the
+    pass's stage frames build at once."""
+
+    def range(self, *_: object) -> _Session:
+        if threading.current_thread().name == "warm-workers":
+            assert self.release.wait(10)
+        return self
+
+    def selectExpr(self, *_: object) -> _Session:
+        return self
+
+
+def test_a_warm_up_still_being_built_as_the_first_stage_is_built_is_never_submitted() -> None:
+    session = _Session(threading.Event())
+    stages = SparkStages(session, warm=["json"])  # type: ignore[arg-type]
+    stages.frame([["a unit"]])  # the first stage is being built: the warm-up's job would queue behind it
+    session.release.set()
+    assert stages.warming is not None
+    stages.warming._thread.join(10)  # the warm-up's own course to its end, before the run's end stands it down
+    stages.finish()
+    assert not stages.warming.submitted and not session.collected.is_set()
 
 
 class _Server:
