@@ -64,7 +64,10 @@ def main() -> None:
             "report_path": compact_ti.xcom_pull(task_ids="compact"),
             **assets_of(run.run_id),
         }
-        print(f"RESULT {index} " + json.dumps(result), flush=True)
+        sys.stdout.write(
+            f"RESULT {index} {json.dumps(result)}\n"
+        )  # one write: no other line between it and its newline
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

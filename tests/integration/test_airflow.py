@@ -92,8 +92,11 @@ def run_dags(env: dict[str, str], runs: list[dict]) -> list[dict]:
     for line in process.stdout.splitlines():
         if line.startswith("RESULT "):
             _, _, doc = line.removeprefix("RESULT ").partition(" ")
-            results.append({**json.loads(doc), "log": "\n".join(log)})
-            log = []
+            # Airflow's OpenLineage listener logs from a thread of its own: a line of it may land between the
+            # document and its newline. It belongs to the next run's log.
+            found, end = json.JSONDecoder().raw_decode(doc)
+            results.append({**found, "log": "\n".join(log)})
+            log = [doc[end:]] if doc[end:].strip() else []
         else:
             log.append(line)
     assert len(results) == len(runs), process.stdout[-3000:] + process.stderr[-3000:]
