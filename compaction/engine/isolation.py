@@ -7,7 +7,7 @@ marked internal and keeps the executor's traceback, for the run report and ``-v`
 decide from the difference: SPEC §5). A unit's outcome is :class:`Ok` or :class:`Failed`, named by the unit's
 ``ident``: the driver matches outcomes to its work by identity, never by position.
 
-The functions named ``*_rows`` are the bodies Spark runs (``mapInArrow``, a Python RDD's ``mapPartitions``); they are
+The functions named ``*_rows`` are the bodies Spark runs (``mapInArrow``, ``groupBy(...).applyInArrow``); they are
 module functions bound with :func:`functools.partial`, so Spark ships a reference to them, not a copy of this
 module's state.
 """

@@ -1,13 +1,12 @@
-"""Units of work run as Spark stages; or in this process, through the same row bodies.
+"""Units of work run as Spark stages on the DataFrame API, one code path for classic sessions, Spark Connect and
+Sail; or in this process, through the same row bodies.
 
-A stage's tasks are bins of units, one Spark task per bin, each a row of :data:`~compaction.engine.codec.TASK_SCHEMA`;
-their work runs through :mod:`compaction.engine.isolation`, and their outcomes come back as typed rows the driver
-collects (:data:`~compaction.engine.codec.RESULT_SCHEMA`), one per unit, with its time by phase. On Spark Connect and
-Sail (``--remote``, Databricks serverless and shared clusters: no SparkContext, RDDs, broadcasts or accumulators) the
-rows are a small DataFrame (:func:`task_frame`) and the work runs inside ``mapInArrow``. A classic session runs the
-same rows as a Python RDD job (:func:`pair_rows`), which Spark submits without planning a query: a fresh JVM's first
-Spark SQL job takes a second or more to plan and generate code before its first task, an RDD job tens of
-milliseconds.
+A stage's tasks are rows of a small DataFrame (:data:`~compaction.engine.codec.TASK_SCHEMA`), one Spark task per row
+(:func:`task_frame`), each row a bin of units; their work runs inside ``mapInArrow`` through
+:mod:`compaction.engine.isolation`, and their outcomes come back as typed rows the driver collects
+(:data:`~compaction.engine.codec.RESULT_SCHEMA`), one per unit, with its time by phase. Nothing here needs a
+SparkContext, RDDs, broadcasts or accumulators, which Spark Connect sessions (``--remote``, Databricks serverless and
+shared clusters) do not have.
 
 What reaches the driver is what units return, and what it sends is the units themselves: the stages count both
 (:attr:`Stages.sent_bytes`, :attr:`Stages.received_bytes`), so that a run can show that they grow with partitions,
@@ -28,7 +27,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from py4j.protocol import Py4JError
-from pyspark import SparkContext
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -128,11 +126,6 @@ class Stages(ABC):
             self.sent_bytes += sent
             self.received_bytes += received
 
-    def _outcomes(self, table: pa.Table) -> list[Outcome]:
-        """A stage's result rows as the driver takes them (counted as received)."""
-        self._count(0, _received(table))
-        return [outcome_of(row) for row in table.to_pylist()]
-
     @abstractmethod
     def map_tasks(self, body: Callable[[Any], Any], bins: Sequence[Sequence[Any]], threads: int = 1) -> list[Outcome]:
         """``body`` run on each unit, one Spark task per bin of units; with ``threads``, that many units of a bin at
@@ -151,7 +144,6 @@ class SparkStages(Stages):
     def __init__(self, spark: SparkSession, warm: Sequence[str] = ()) -> None:
         super().__init__()
         self.spark = spark
-        self.context: SparkContext | None = getattr(spark, "_sc", None)  # a classic session's; Spark Connect has none
         self.warming = WarmWorkers(spark, warm) if warm else None
 
     def finish(self) -> None:
@@ -171,34 +163,14 @@ class SparkStages(Stages):
 
     def collect(self, results: DataFrame) -> list[Outcome]:
         """Run a stage and bring its result rows to the driver (counted as received)."""
-        return self._outcomes(results.toArrow())
+        table = results.toArrow()
+        self._count(0, _received(table))
+        return [outcome_of(row) for row in table.to_pylist()]
 
     def map_tasks(self, body: Callable[[Any], Any], bins: Sequence[Sequence[Any]], threads: int = 1) -> list[Outcome]:
         if not bins:
             return []
-        if self.context is None:
-            return self.collect(self.frame([list(b) for b in bins]).map(partial(task_rows, body, threads), RESULT_TYPE))
-        if self.warming is not None:
-            self.warming.stand_down()
-        blobs = [dumps(list(b)) for b in bins]
-        self._count(sum(map(len, blobs)), 0)
-        # As many slices as bins: a task each, in order.
-        pairs = self.context.parallelize(list(enumerate(blobs)), len(blobs))
-        batches = pairs.mapPartitions(partial(pair_rows, body, threads)).collect()
-        return self._outcomes(pa.Table.from_batches(batches, schema=RESULT_SCHEMA))
-
-
-def task_row(task: int, payload: bytes) -> pa.RecordBatch:
-    """A task's row: its number and its bin's payload."""
-    return pa.record_batch(
-        {"task": pa.array([task], pa.int32()), "payload": pa.array([payload], pa.binary())}, schema=TASK_SCHEMA
-    )
-
-
-def pair_rows(body: Callable[[Any], Any], threads: int, pairs: Iterator[tuple[int, bytes]]) -> Iterator[pa.RecordBatch]:
-    """:func:`~compaction.engine.isolation.task_rows` on a Python RDD's (task number, payload) pairs."""
-    for task, payload in pairs:
-        yield from task_rows(body, threads, iter([task_row(task, payload)]))
+        return self.collect(self.frame([list(b) for b in bins]).map(partial(task_rows, body, threads), RESULT_TYPE))
 
 
 class LocalStages(Stages):
@@ -207,10 +179,20 @@ class LocalStages(Stages):
     job's own code run hundreds of times per test without a JVM; the Spark SQL winner searches need Spark."""
 
     def map_tasks(self, body: Callable[[Any], Any], bins: Sequence[Sequence[Any]], threads: int = 1) -> list[Outcome]:
-        rows = [task_row(i, dumps(list(b))) for i, b in enumerate(bins)]
+        rows = [
+            pa.record_batch(
+                {"task": pa.array([i], pa.int32()), "payload": pa.array([dumps(list(b))], pa.binary())},
+                schema=TASK_SCHEMA,
+            )
+            for i, b in enumerate(bins)
+        ]
         self._count(sum(r.nbytes for r in rows), 0)
-        batches = [out for row in rows for out in task_rows(body, threads, iter([row]))]
-        return self._outcomes(pa.Table.from_batches(batches, schema=RESULT_SCHEMA))
+        return self._outcomes([out for row in rows for out in task_rows(body, threads, iter([row]))])
+
+    def _outcomes(self, batches: list[pa.RecordBatch]) -> list[Outcome]:
+        table = pa.Table.from_batches(batches, schema=RESULT_SCHEMA)
+        self._count(0, _received(table))
+        return [outcome_of(row) for row in table.to_pylist()]
 
 
 #: Payloads of up to this many bytes in all travel with a stage's function (in every task's command) rather than

@@ -5,10 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pyspark
 import pytest
@@ -16,7 +14,7 @@ import pytest
 from compaction.engine.daemon import without_bundled_pyspark
 from compaction.engine.session import WarmWorkers, check_master, stop_session, with_task_retries
 from compaction.engine.session.build import LOCAL_DEFAULTS
-from compaction.engine.stages import LocalStages, SparkStages
+from compaction.engine.stages import SparkStages
 from compaction.errors import CompactionError
 
 
@@ -168,62 +166,6 @@ def test_a_warm_up_still_being_built_as_the_first_stage_is_built_is_never_submit
     stages.warming._thread.join(10)  # the warm-up's own course to its end, before the run's end stands it down
     stages.finish()
     assert not stages.warming.submitted and not session.collected.is_set()
-
-
-class _Partitions:
-    """A Python RDD's stand-in: its slices, each run through the stage's function in this process."""
-
-    def __init__(self, slices: list[list[object]], function: Any = None) -> None:
-        self.slices, self.function = slices, function
-
-    def mapPartitions(self, function: Any) -> _Partitions:
-        return _Partitions(self.slices, function)
-
-    def collect(self) -> list[object]:
-        return [out for piece in self.slices for out in self.function(iter(piece))]
-
-
-class _Context:
-    """A classic session's SparkContext, as far as the stages use it: ``parallelize`` cut as Spark cuts it."""
-
-    defaultParallelism = 2
-
-    def __init__(self) -> None:
-        self.jobs = 0
-
-    def parallelize(self, items: list[object], slices: int) -> _Partitions:
-        self.jobs += 1
-        return _Partitions([items[i * len(items) // slices : (i + 1) * len(items) // slices] for i in range(slices)])
-
-
-@dataclass(frozen=True)
-class _Unit:
-    ident: str
-    value: int
-
-
-def _doubled(unit: _Unit) -> int:
-    return unit.value * 2
-
-
-def test_a_classic_sessions_stages_run_as_python_rdd_jobs_with_the_same_outcomes_as_in_process() -> None:
-    """No DataFrame is built (the session's SQL side would fail here): the tasks are an RDD job's, one a bin."""
-    session = SimpleNamespace(_sc=_Context(), range=None)
-    stages = SparkStages(session)  # type: ignore[arg-type]
-    bins = [[_Unit(f"unit {i}", i) for i in numbers] for numbers in ([1, 2], [3], [4, 5, 6])]
-    found = stages.map_tasks(_doubled, bins)
-    local = LocalStages().map_tasks(_doubled, bins)
-    assert session._sc.jobs == 1
-    assert sorted((o.ident, o.value) for o in found) == sorted((o.ident, o.value) for o in local)  # type: ignore[union-attr]
-    assert sorted(o.value for o in found) == [2, 4, 6, 8, 10, 12]  # type: ignore[union-attr]
-    assert stages.sent_bytes > 0 and stages.received_bytes > 0
-
-
-def test_a_classic_sessions_warm_up_is_an_rdd_job_on_every_core() -> None:
-    session = SimpleNamespace(_sc=_Context(), range=None)
-    warming = WarmWorkers(session, ["json"])  # type: ignore[arg-type]
-    warming.finish(10)
-    assert warming.submitted and session._sc.jobs == 1
 
 
 class _Server:

@@ -7,8 +7,8 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from functools import partial
-from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -19,11 +19,11 @@ WARM_ROWS = 1 << 16
 FINISH_TIMEOUT_S = 120
 
 
-def _import_modules(modules: Sequence[str], rows: Iterator[Any]) -> Iterator[Any]:
-    importlib.import_module("pandas")  # pyarrow takes it for any conversion of a list or numpy array
+def _import_modules(modules: Sequence[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    importlib.import_module("pandas")  # pyarrow takes it for some conversions of the first task
     for name in modules:
         importlib.import_module(name)
-    for _ in rows:  # read to the end: a worker that leaves input unread is not reused for the next task
+    for _ in batches:  # read to the end: a worker that leaves input unread is not reused for the next task
         pass
     yield from ()
 
@@ -51,12 +51,7 @@ class WarmWorkers:
 
     def _run(self, session: SparkSession, modules: tuple[str, ...]) -> None:
         try:
-            context = getattr(session, "_sc", None)
-            if context is not None:  # classic: an RDD job, as the stages are (their Python workers, and no planning)
-                cores = context.defaultParallelism
-                job = context.parallelize(range(cores), cores).mapPartitions(partial(_import_modules, modules))
-            else:
-                job = session.range(0, WARM_ROWS).mapInArrow(partial(_import_modules, modules), "id long")
+            job = session.range(0, WARM_ROWS).mapInArrow(partial(_import_modules, modules), "id long")
             with self._lock:
                 if self._stood_down:
                     return
