@@ -24,8 +24,9 @@ Records that come from Parquet segments have no batches: they are framed anew
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -138,10 +139,18 @@ def frame_records(records: pa.Table, stamped: int) -> Framed:
     return Framed(encode(records, batches), records, batches, stamped)
 
 
-def reframe(segment: LogSegment, keep: np.ndarray, stamps: np.ndarray, horizon_ms: int, policy: BatchPolicy) -> Framed:
+def reframe(
+    segment: LogSegment,
+    keep: np.ndarray,
+    stamps: np.ndarray,
+    horizon_ms: int,
+    policy: BatchPolicy,
+    load: Callable[[], Any] | None = None,
+) -> Framed:
     """A ``.log`` segment's batches after a pass: ``keep`` says which of its records survive (every record of
     the segment, in order), ``stamps`` the offsets of markers that get their first horizon, ``horizon_ms`` the
-    horizon this pass stamps."""
+    horizon this pass stamps. ``load`` gives the segment's bytes where ``segment.data`` is None, called only if a
+    batch is copied whole."""
     batches = segment.batches
     n = batches.num_rows
     kept = segment.records.filter(pa.array(keep))
@@ -167,7 +176,12 @@ def reframe(segment: LogSegment, keep: np.ndarray, stamps: np.ndarray, horizon_m
     rows = rows.set_column(rows.column_names.index("delete_horizon_ms"), "delete_horizon_ms", horizon)
     # The batches written anew, each in its turn: the rebuilt ones with their surviving records, the emptied ones.
     encoded = memoryview(encode(kept.filter(pa.array(~copy[kept_batch])), rows.filter(pa.array(~copy[out]))))
-    source = memoryview(segment.data)
+    data = segment.data
+    if data is None and copy.any():
+        if load is None:
+            raise ValueError("reframe: a batch is copied whole, but the segment's bytes are neither held nor loadable")
+        data = load()
+    source = memoryview(data if data is not None else b"")
     positions = batches.column("position").to_numpy()
     ends = positions + batches.column("size").to_numpy()
     pieces: list[memoryview] = []

@@ -49,7 +49,10 @@ _MAX_GAP = 2**30
 
 @dataclass(frozen=True)
 class LogSegment:
-    """A decoded ``.log`` segment: its bytes, records (segment schema), batch rows and each record's batch."""
+    """A decoded ``.log`` segment: its bytes, records (segment schema), batch rows and each record's batch.
+
+    ``data`` is None where a task holds the decoded segment for a later rewrite without its bytes, which only
+    batches copied whole need (:func:`compaction.clean.batches.reframe` reads them again then)."""
 
     data: Any
     records: pa.Table

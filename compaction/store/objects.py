@@ -355,13 +355,18 @@ class Objects:
         """
         if segment.format != SegmentFormat.KAFKA:
             raise CorruptSegmentError(f"segment {segment.path} is {segment.format}, not Kafka record batches")
-        rel = f"{tp.prefix}/{segment.path}"
-        where = self.storage.describe(rel)
-        data = self.storage.read_buffer(rel, segment.size_bytes)
-        check_committed(data, "segment", where, segment.size_bytes, segment.checksum)
-        decoded = decode_log(data, where)
+        where = self.storage.describe(f"{tp.prefix}/{segment.path}")
+        decoded = decode_log(read_log_bytes(self.storage, tp, segment), where)
         check_batch_offsets(decoded, where, segment.base_offset, segment.next_offset)
         return decoded
+
+
+def read_log_bytes(storage: Storage, tp: TopicPartition, segment: SegmentMeta) -> pa.Buffer:
+    """A ``.log`` segment's bytes, checked against the commit (not decoded)."""
+    rel = f"{tp.prefix}/{segment.path}"
+    data = storage.read_buffer(rel, segment.size_bytes)
+    check_committed(data, "segment", storage.describe(rel), segment.size_bytes, segment.checksum)
+    return data
 
 
 def _asked(columns: Sequence[str] | None) -> list[str]:

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import struct
 import tempfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from kafka.record.util import calc_crc32c
 
 from compaction.clean.batches import BatchPolicy, reframe
+from compaction.clean.tasks.facts import read_task_facts
 from compaction.store import Store
 from compaction.store.formats import decode_log
+from compaction.store.objects import read_log_bytes
 from compaction.store.segment import records
+from tests.helpers.builders import clean_task
 from tests.helpers.kafka_python import ParsedBatch, build_batch, marker_batch, parse
 from tests.helpers.settings import settings_with
 from tests.unit.test_log_cleaning import BASE, DAY, NOW, TP, TS, WHOLE, clean, commit_log
@@ -286,3 +290,44 @@ def test_the_rows_and_records_of_a_rebuilt_segment_are_what_its_bytes_decode_to(
     columns = ["base_offset", "last_offset_delta", "record_count", "producer_id", "producer_epoch", "delete_horizon_ms"]
     assert framed.batches.select(columns).to_pylist() == decoded.batches.select(columns).to_pylist()
     assert framed.stamped == 2
+
+
+def test_a_segment_held_without_its_bytes_reads_them_again_only_to_copy_a_batch_whole() -> None:
+    """A task holds a dirty ``.log`` segment decoded for its rewrite, not its bytes: the rewrite reads them again (as
+    the object was committed) when a batch is copied whole, and not at all when every batch is rebuilt or goes."""
+    untouched = value(1, b"b", b"v" * 50, codec="gzip")
+    source = value(0, b"a", b"1") + untouched + build_batch(2, [(TS, b"c", b"1", []), (TS, b"d", b"1", [])])
+    segment = decode_log(source, "source")
+    held = replace(segment, data=None)
+    policy = BatchPolicy(first_uncleanable_offset=100)
+    loads: list[int] = []
+
+    def load() -> bytes:
+        loads.append(1)
+        return source
+
+    copied = np.array([False, True, True, False])
+    assert reframe(held, copied, np.zeros(0, dtype=np.int64), NOW, policy, load).data == (
+        reframe(segment, copied, np.zeros(0, dtype=np.int64), NOW, policy).data
+    )
+    assert untouched in reframe(held, copied, np.zeros(0, dtype=np.int64), NOW, policy, load).data
+    assert len(loads) == 2
+    rebuilt = np.array([False, False, True, False])
+    assert reframe(held, rebuilt, np.zeros(0, dtype=np.int64), NOW, policy, load).data == (
+        reframe(segment, rebuilt, np.zeros(0, dtype=np.int64), NOW, policy).data
+    )
+    assert len(loads) == 2, "no batch copied whole: the bytes are not read"
+    with pytest.raises(ValueError, match="neither held nor loadable"):
+        reframe(held, copied, np.zeros(0, dtype=np.int64), NOW, policy)
+
+
+def test_a_task_holds_the_dirty_log_segments_it_will_rewrite_decoded_but_not_their_bytes() -> None:
+    store = store_()
+    store.append_log(TP, value(0, b"a", b"1") + value(1, b"b", b"1"), now_ms=NOW)
+    store.append_log(TP, value(2, b"a", b"2"), now_ms=NOW)
+    segments = store.manifest(TP).segments
+    task = clean_task(TP, store, segments, segment_format="kafka", now_ms=NOW)
+    facts = read_task_facts(task, frozenset(s.base_offset for s in segments))
+    assert sorted(facts.logs) == [s.base_offset for s in segments]
+    assert all(log.data is None and log.records.num_rows for log in facts.logs.values())
+    assert read_log_bytes(store.storage, TP, segments[0]).to_pybytes() == value(0, b"a", b"1") + value(1, b"b", b"1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import cast
 
 import numpy as np
@@ -32,6 +33,7 @@ from compaction.errors import SegmentChangedError
 from compaction.store import TopicPartition
 from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
+from compaction.store.objects import read_log_bytes
 from compaction.store.segment import timestamp_stats
 
 #: A partition whose cleaned range holds at most this many bytes is read whole once (its decision and rewrites
@@ -283,7 +285,9 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             live_offsets = offsets.to_numpy()[live]
             keep[live] = survivors.keep_mask(source, live_offsets)
             records_read += int(live.sum())
-            parts.append(reframe(log, keep, survivors.stamps(source, live_offsets), job.context.horizon_ms, policy))
+            stamps = survivors.stamps(source, live_offsets)
+            load = partial(read_log_bytes, job.context.store.storage, job.tp, source)
+            parts.append(reframe(log, keep, stamps, job.context.horizon_ms, policy, load))
         else:
             table = survivors.records(job, source)
             records_read += table.num_rows

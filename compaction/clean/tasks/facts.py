@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -259,8 +259,10 @@ def _read_range(
             )
             table = found.records if live.all() else found.records.filter(pa.array(live))  # not a copy of each record
             found_read.empty.append(empty_transactional_batches(found, task.cleaned.log_start_offset))
-            if segment.base_offset in whole:
-                found_read.logs[segment.base_offset], found_read.records[segment.base_offset] = found, table
+            if segment.base_offset in whole:  # held for the rewrite without its bytes: a rewrite reads them again
+                # if it copies a batch whole (a partition's held segments' bytes would double what the task holds)
+                found_read.logs[segment.base_offset] = replace(found, data=None)
+                found_read.records[segment.base_offset] = table
         else:
             table = found
             if segment.base_offset in whole:
