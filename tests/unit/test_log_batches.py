@@ -11,18 +11,23 @@ from __future__ import annotations
 import struct
 import tempfile
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from kafka.record.util import calc_crc32c
 
 from compaction.clean.batches import BatchPolicy, reframe
+from compaction.clean.cleaner import Cleaner
+from compaction.clean.tasks import facts as facts_module
 from compaction.clean.tasks.facts import read_task_facts
 from compaction.store import Store
 from compaction.store.formats import decode_log
 from compaction.store.objects import read_log_bytes
 from compaction.store.segment import records
 from tests.helpers.builders import clean_task
+from tests.helpers.inline import InlineSession
 from tests.helpers.kafka_python import ParsedBatch, build_batch, marker_batch, parse
 from tests.helpers.settings import settings_with
 from tests.unit.test_log_cleaning import BASE, DAY, NOW, TP, TS, WHOLE, clean, commit_log
@@ -331,3 +336,32 @@ def test_a_task_holds_the_dirty_log_segments_it_will_rewrite_decoded_but_not_the
     assert sorted(facts.logs) == [s.base_offset for s in segments]
     assert all(log.data is None and log.records.num_rows for log in facts.logs.values())
     assert read_log_bytes(store.storage, TP, segments[0]).to_pybytes() == value(0, b"a", b"1") + value(1, b"b", b"1")
+
+
+def test_a_held_segment_whose_object_changed_before_its_rewrite_fails_the_partition_and_keeps_its_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rewrite reads a held segment's bytes again to copy a batch whole: bytes that changed since the commit
+    (here between the winner search's read and the rewrite) are refused, the partition fails with the object named,
+    and the store keeps the version it had."""
+    store = store_()
+    store.append_log(TP, value(0, b"a", b"1") + value(1, b"b", b"1"), now_ms=NOW)
+    store.append_log(TP, value(2, b"b", b"2"), now_ms=NOW)
+    store.append_log(TP, value(3, b"active", b"active"), now_ms=NOW)
+    before = store.manifest(TP)
+    path = Path(store.storage.path(f"{TP.prefix}/{before.segments[0].path}"))
+    read_range = facts_module._read_range
+
+    def then_changed(*args: Any, **kwargs: Any) -> Any:
+        found = read_range(*args, **kwargs)
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF  # the same size, other bytes
+        path.write_bytes(bytes(data))
+        return found
+
+    monkeypatch.setattr(facts_module, "_read_range", then_changed)
+    report = Cleaner(InlineSession(), store, LARGE).run(NOW)
+    (failed,) = report.failed
+    assert "does not match the checksum the manifest records" in failed.error
+    assert before.segments[0].path in failed.error
+    assert store.manifest(TP) == before
