@@ -13,9 +13,7 @@ the one place a checkpoint moves. :meth:`Cleaner.run` is those steps in order:
    loses nothing stays, a clean segment that loses a few gets a deletion vector, the others are rewritten and
    merged up to ``segment.bytes``, keeping offsets, order and the first source's base offset.
 4. **Commit**: per partition, through the store's commit primitive (rebasing over concurrent appends), many at
-   once, each as soon as nothing more runs for it (:class:`Commits`: small partitions as their Spark job ends, while
-   the stage's other jobs run). A partition that fails anywhere is reported with the reason and commits nothing; the
-   others commit.
+   once. A partition that fails anywhere is reported with the reason and commits nothing; the others commit.
 
 Every object a task attempt writes has a name of its own (:func:`compaction.clean.tasks.objects.object_id`), and
 only the objects of the attempt whose result the driver collected are committed: a retried or speculative
@@ -25,28 +23,18 @@ attempt never publishes twice, and the losers' objects are left to gc.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from functools import partial
 
 from pyspark.sql import SparkSession
 
 from compaction import rules
 from compaction.clean.batches import BatchPolicy, active_producers
 from compaction.clean.commit import done_cleaning, reset_checkpoint
-from compaction.clean.paths import (
-    LOCAL_UNIT_THREADS,
-    REMOTE_UNIT_THREADS,
-    Finished,
-    Path,
-    Runner,
-    against_dirty_keys,
-    path_of,
-)
+from compaction.clean.paths import LOCAL_UNIT_THREADS, REMOTE_UNIT_THREADS, Path, Runner, against_dirty_keys, path_of
 from compaction.clean.payloads import CleanedRange, CleanTask, KeySplit, PassContext
 from compaction.clean.planner import (
     CompactionPlan,
@@ -109,36 +97,6 @@ def winner_search(settings: CleanerConfig, dedupe_plan: str | None = None) -> ru
         ) from err
 
 
-class Commits:
-    """The partitions' commits, many at once and each partition's once: a partition is committed as soon as its work
-    is :meth:`finished` (the path whose last Spark job for it ended says so, while its other jobs run), and the rest
-    when the pass asks for the :meth:`results`."""
-
-    def __init__(self, commit: Callable[[PartitionWork], PartitionResult], count: int) -> None:
-        self._commit = commit
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(COMMIT_THREADS, count)))
-        self._started: dict[int, Future[PartitionResult]] = {}
-        self._lock = threading.Lock()  # paths finish partitions from several driver threads
-
-    def finished(self, items: Sequence[PartitionWork]) -> None:
-        """Commit these partitions now (in the background): nothing more runs for them."""
-        with self._lock:
-            for item in items:
-                if id(item) not in self._started:
-                    self._started[id(item)] = self._pool.submit(self._commit, item)
-
-    def results(self, work: Sequence[PartitionWork]) -> list[PartitionResult]:
-        """Every partition's result in the order of ``work``, those not finished yet committed now."""
-        self.finished(work)
-        return [self._started[id(item)].result() for item in work]
-
-    def __enter__(self) -> Commits:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True)  # a commit under way is never abandoned
-
-
 class Cleaner:
     """Runs clean passes of one store, with the stages of one SparkSession (classic or Spark Connect)."""
 
@@ -185,11 +143,10 @@ class Cleaner:
         )
         work = [PartitionWork(p, self.task(p, now_ms)) for p in selected]
         cleaning = time.perf_counter()
-        with Commits(partial(self.commit_one, now_ms=now_ms, started=started, of=len(work)), len(work)) as commits:
-            seconds = self.clean([w for w in work if w.log.needs_dedupe], commits.finished)
-            phases["clean"] = time.perf_counter() - cleaning
-            committing = time.perf_counter()
-            results = commits.results(work)
+        seconds = self.clean([w for w in work if w.log.needs_dedupe])
+        phases["clean"] = time.perf_counter() - cleaning
+        committing = time.perf_counter()
+        results = self.commit(work, now_ms, started)
         for p in the_plan.partitions:
             match p:
                 case Selected():
@@ -211,10 +168,9 @@ class Cleaner:
             driver_bytes=self.stages.sent_bytes + self.stages.received_bytes if self.stages is not None else 0,
         )
 
-    def clean(self, work: list[PartitionWork], finished: Finished = lambda items: None) -> dict[str, float]:
+    def clean(self, work: list[PartitionWork]) -> dict[str, float]:
         """Each partition by its path: decide, then apply; the paths run at once (their Spark jobs share the
-        cores, those one leaves idle serving another). A partition whose last stage ends before the others' is
-        handed to ``finished``. Returns the tasks' seconds by phase."""
+        cores, those one leaves idle serving another). Returns the tasks' seconds by phase."""
         if not work:
             return {}
         runner = Runner(
@@ -222,7 +178,6 @@ class Cleaner:
             self.settings.cleaner.task_max_records,
             LOCAL_UNIT_THREADS if self.store.storage.calls_fail_whole else REMOTE_UNIT_THREADS,
             self.progress,
-            finished,
         )
         paths: dict[Path, list[PartitionWork]] = {}
         for item in work:
@@ -238,16 +193,21 @@ class Cleaner:
             list(pool.map(lambda pair: clean_path(*pair), ordered))
         return runner.seconds
 
-    def commit_one(self, item: PartitionWork, now_ms: int, started: float, of: int) -> PartitionResult:
-        """A partition's commit (or why it cannot commit); then its hand-over objects are deleted. Its line is one of
-        ``of`` counted lines, which whoever shows them numbers."""
-        result = done_cleaning(self.store, item, self.writer, now_ms, _elapsed_ms(started))
-        try:
-            self.store.objects.delete_handed(item.task.tp, item.handed_paths())
-        except CompactionError as err:  # gc removes them later
-            log.debug("could not delete the hand-over objects of %s: %s", item.task.tp, err)
-        self.progress(result.summary(), of=of)
-        return result
+    def commit(self, work: list[PartitionWork], now_ms: int, started: float) -> list[PartitionResult]:
+        """Each partition's commit (or why it cannot commit), many at once; then its hand-over objects are deleted.
+        Each commit's line is one of as many counted lines as commits, which whoever shows them numbers."""
+
+        def commit_one(item: PartitionWork) -> PartitionResult:
+            result = done_cleaning(self.store, item, self.writer, now_ms, _elapsed_ms(started))
+            try:
+                self.store.objects.delete_handed(item.task.tp, item.handed_paths())
+            except CompactionError as err:  # gc removes them later
+                log.debug("could not delete the hand-over objects of %s: %s", item.task.tp, err)
+            self.progress(result.summary(), of=len(work))
+            return result
+
+        with ThreadPoolExecutor(max_workers=max(1, min(COMMIT_THREADS, len(work)))) as pool:
+            return list(pool.map(commit_one, work))
 
     # The per-partition task ------------------------------------------------------------------------------
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 from compaction import rules
@@ -56,15 +54,8 @@ PACK_DIVISOR = 20
 #: three).
 REMOTE_UNIT_THREADS = 8
 LOCAL_UNIT_THREADS = 1
-#: A stage that finishes its partitions (nothing runs for them after it) runs as up to this many Spark jobs, submitted
-#: at once, so that the partitions of each job are committed while the later jobs' tasks run: only the last job's
-#: commits are left when the stage ends.
-FINISHING_JOBS = 4
-#: Tasks of such a job at least: Spark copies a slow task (``spark.speculation``) only once others of its stage ended.
-FINISHING_JOB_TASKS = 2
 
 Take = Callable[[PartitionWork, Any], None]
-Finished = Callable[[list[PartitionWork]], None]
 
 
 @dataclass
@@ -76,7 +67,6 @@ class Runner:
     task_max_records: int
     threads: int = 1
     progress: Callable[[str], None] = quiet
-    finished: Finished = lambda items: None  # a partition nothing more will run for: committed at once
     seconds: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,31 +93,13 @@ class Runner:
         owners: dict[str, PartitionWork],
         take: Take,
         weight: Callable[[Any], int] = lambda unit: 0,
-        finishes: bool = False,
     ) -> None:
-        """``body`` on each unit (packed by ``weight``), each outcome taken by the partition that owns its unit. With
-        ``finishes`` (each partition one unit, nothing to run for it after this), the bins run as up to
-        :data:`FINISHING_JOBS` Spark jobs of at least :data:`FINISHING_JOB_TASKS` tasks, submitted at once, the largest
-        bins first, and each job's partitions are :attr:`finished` as it ends."""
+        """``body`` on each unit (packed by ``weight``), each outcome taken by the partition that owns its unit."""
 
         def call(chosen: list[Any]) -> list[Outcome]:
             return self.stages.map_tasks(body, self.packed(chosen, weight), self.threads)
 
-        if not finishes:
-            self.gather(isolated(call, _by_partition(units, owners), self.progress), owners, take)
-            return
-
-        def job(chosen: list[Any]) -> None:
-            mine = {unit.ident: owners[unit.ident] for unit in chosen}
-            self.gather(isolated(call, _by_partition(chosen, mine), self.progress), mine, take)
-            self.finished(list(mine.values()))
-
-        bins = self.packed(units, weight)
-        count = max(1, min(FINISHING_JOBS, len(bins) // FINISHING_JOB_TASKS))
-        bounds = [len(bins) * i // count for i in range(count + 1)]  # as many bins to each job, give or take one
-        jobs = [[unit for b in bins[lo:hi] for unit in b] for lo, hi in pairwise(bounds)]
-        with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-            list(pool.map(job, jobs))
+        self.gather(isolated(call, _by_partition(units, owners), self.progress), owners, take)
 
     def gather(
         self, outcomes: list[Outcome], owners: dict[str, PartitionWork], take: Take, complete: bool = True
@@ -191,7 +163,7 @@ class Whole(Path):
             f"cleaning {len(items)} partition(s) in {len(runner.packed(tasks, _records))} task(s), "
             f"{extent(items)} (plan: arrow)"
         )
-        runner.tasks(clean_in_task, tasks, {w.task.ident: w for w in items}, _take_cleaned, _records, finishes=True)
+        runner.tasks(clean_in_task, tasks, {w.task.ident: w for w in items}, _take_cleaned, _records)
 
 
 def _records(task: CleanTask) -> int:
