@@ -29,7 +29,7 @@ os.environ["POLARS_MAX_THREADS"] = "1"
 import engines
 import pyarrow as pa
 import pyarrow.parquet as pq
-from harness import CONFIG, NOW
+from harness import CONFIG, NOW, copy_store
 
 from compaction.clean.cleaner import Cleaner
 from compaction.config import Settings
@@ -56,7 +56,7 @@ def measure(name: str, source: str, inputs: dict[str, list[str]], work: Path, se
     """DuckDB, the floor and the job on one store, in turns; each one's CPU seconds."""
     (work / "duckdb").mkdir()
     (work / "floor").mkdir()
-    shutil.copytree(source, work / "store")
+    copy_store(source, str(work / "store"))  # flushed: its writeback does not compete with the runs
     runs = {
         "duckdb": lambda: engines.ENGINES["duckdb"](inputs, work / "duckdb"),
         "floor": lambda: floor(inputs, work / "floor"),
@@ -77,8 +77,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
     engines.THREADS = 1
-    pa.set_cpu_count(1)
-    pa.set_io_thread_count(1)
+    engines._one_thread()
     settings = Settings.load(overrides=tomllib.loads(CONFIG), environ={})
     cpu: dict[str, dict[str, float]] = {}
     partitions: dict[str, int] = {}
@@ -91,8 +90,7 @@ def main() -> int:
             cpu[name] = measure(name, source, inputs, work, settings)
         finally:
             shutil.rmtree(work)
-    first, last = args.stores[0], args.stores[-1]
-    many, few = Path(first).name, Path(last).name
+    many, few = Path(args.stores[0]).name, Path(args.stores[-1]).name
     if many != few:
         extra = partitions[many] - partitions[few]
         for engine in cpu[many]:
