@@ -683,7 +683,6 @@ def max_task_records(source: str) -> tuple[int, int]:
     from compaction.clean.cleaner import Cleaner, plan_store
     from compaction.clean.layout import SegmentCounts, lay_out
     from compaction.clean.tasks.decide import decide_facts
-    from compaction.clean.tasks.key_ranges import sample_bounds
 
     store = Store.open(source)
     settings = Settings.load(overrides=tomllib.loads(CONFIG), environ={})
@@ -691,8 +690,7 @@ def max_task_records(source: str) -> tuple[int, int]:
     the_plan = plan_store(store, settings, NOW)
     largest = max(the_plan.to_clean, key=lambda p: p.records)
     task = cleaner.task(largest, NOW)
-    bounds = sample_bounds(task) if task.split.key_ranges > 1 else ()
-    decided = [decide_facts(task.with_bounds(bounds).of_range(b)) for b in range(task.split.key_ranges)]
+    decided = [decide_facts(task.of_range(b)) for b in range(task.split.key_ranges)]
     held = [d.facts.table.num_rows for d in decided]
     segment_counts: dict[int, SegmentCounts] = {}
     for d in decided:

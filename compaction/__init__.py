@@ -37,8 +37,8 @@ A pass
   (:class:`CompactionPlan`, one :class:`PartitionPlan` per partition: :class:`Selected`, :class:`Skipped` or
   :class:`Uncleanable`): a **decision** (:class:`Decision`: clean, skip or uncleanable) with its reasons and, to
   clean, the range (``LogToClean``); ``compaction plan`` prints it. "Decision" is this word only.
-- **key range**: a split partition's keys between two sampled bounds, ``[bound, next bound)``; a partition too
-  large for one task is cleaned as key ranges, a task each (``task.max.records``).
+- **key range**: the keys of a split partition that a hash of their bytes puts together; a partition too large for
+  one task is cleaned as key ranges, a task each (``task.max.records``).
 - **winner search**: finding each key's **winner**, the greatest of its records that compete under the
   strategy: with Arrow in a task (:mod:`compaction.winners`), or Spark SQL's window or aggregate
   (:class:`WinnerSearch`). Its setting keeps its user-facing name, ``dedupe.plan`` (``--plan``), the one "plan"

@@ -38,7 +38,6 @@ from compaction.clean.sizing import segment_runs
 from compaction.clean.tasks.apply import SHARED_READ_BYTES, apply_listed, clean_in_task, clean_run
 from compaction.clean.tasks.decide import decide_handed, decide_range
 from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased, reads_clean_sparsely
-from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.clean.work import PartitionWork
 from compaction.display import quiet
 from compaction.engine.isolation import Failed, Failure, Outcome
@@ -247,10 +246,9 @@ def _take_verdicts(item: PartitionWork, verdicts: Any) -> None:
 
 
 class Ranges(Staged):
-    """A partition split into key ranges: the range bounds sampled by a task of their own, then a task per range."""
+    """A partition split into key ranges (a row's range is a hash of its key): a task per range."""
 
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
-        runner.tasks(sample_bounds, [w.task for w in items], {w.task.ident: w for w in items}, _take_bounds)
         standing = [w for w in items if w.failure is None]
         runner.progress(
             f"deciding survivors in {len(standing)} partition(s) with "
@@ -265,10 +263,6 @@ class Ranges(Staged):
     @abstractmethod
     def decide_ranges(self, runner: Runner, ranges: list[CleanTask], owners: dict[str, PartitionWork]) -> None:
         """A task per key range, its verdicts taken by its partition."""
-
-
-def _take_bounds(item: PartitionWork, bounds: tuple[bytes, ...]) -> None:
-    item.task = item.task.with_bounds(bounds)
 
 
 class RangesRead(Ranges):

@@ -70,13 +70,12 @@ class CleanedRange:
 
 @dataclass(frozen=True, kw_only=True)
 class KeySplit:
-    """How a partition is split into key ranges, and which one a unit is: the same ``bounds`` (``key_ranges - 1``)
-    in every task of the partition; ``pieces``: the unit's key range's rows of each run, handed over in the store
-    (read once per run)."""
+    """How a partition is split into key ranges (a row's range is a hash of its key:
+    :func:`~compaction.clean.tasks.key_ranges.key_range_of`), and which one a unit is; ``pieces``: the unit's key
+    range's rows of each run, handed over in the store (read once per run)."""
 
     key_ranges: int = 1
     key_range: int = 0
-    bounds: tuple[bytes, ...] = ()
     pieces: tuple[Piece, ...] = ()
 
 
@@ -112,10 +111,6 @@ class CleanTask(Payload):
     def of_range(self, key_range: int, pieces: tuple[Piece, ...] = ()) -> CleanTask:
         """Key range ``key_range`` of this split partition's task (with its rows of each run: ``pieces``)."""
         return replace(self, split=replace(self.split, key_range=key_range, pieces=pieces))
-
-    def with_bounds(self, bounds: tuple[bytes, ...]) -> CleanTask:
-        """This split partition's task with its key range bounds."""
-        return replace(self, split=replace(self.split, bounds=bounds))
 
     def job(
         self,

@@ -21,7 +21,6 @@ from compaction.clean.payloads import RunRead
 from compaction.clean.sizing import segment_runs
 from compaction.clean.tasks.decide import decide_handed
 from compaction.clean.tasks.facts import hand_out
-from compaction.clean.tasks.key_ranges import sample_bounds
 from compaction.config import Settings
 from compaction.engine.isolation import Failed, run
 from compaction.store import Store, TopicPartition
@@ -66,7 +65,7 @@ def store_of(path: Path, **spec: Any) -> Store:
 
 
 def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
-    """Count each segment's reads of partition TP in this process: its key sample, its decision columns, or whole."""
+    """Count each segment's reads of partition TP in this process: its keys alone, its decision columns, or whole."""
     seen: Counter[tuple[int, str]] = Counter()
     original = Objects.read_segment
 
@@ -74,7 +73,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, str]]:
         kind = (
             "whole"
             if columns is None
-            else "sample"
+            else "keys"
             if list(columns) == ["key"]
             else "decision"
             if "key" in columns
@@ -117,12 +116,12 @@ def test_a_split_partition_reads_each_segment_once_if_it_holds_no_transactions(
     seen = reads(monkeypatch)
     report = cleaner.run(NOW, compaction_plan=plan)
     decision_reads = [seen[s.base_offset, "decision"] for s in segments]
-    samples = sum(seen[s.base_offset, "sample"] for s in segments)
+    keys_alone = sum(seen[s.base_offset, "keys"] for s in segments)
     assert not report.failed and report.partitions[0].stats.messages_written < 12_000
     assert cleaned(split) == cleaned(whole)
     once = not transactional
     assert decision_reads == ([1] * len(segments) if once else [key_ranges] * len(segments))
-    assert 0 < samples <= 8, "the bounds come from a sample"
+    assert keys_alone == 0, "a row's key range is its key's hash: no sample of the keys is read first"
     # A task per key range (each holds about task.max.records), and with one read of each run a task per run (each
     # of more than task.max.records / 20 records): none packed together.
     runs = len(segment_runs(segments, task_max_records))
@@ -155,7 +154,6 @@ def test_every_key_range_decides_from_its_rows_of_every_run_and_a_lost_piece_fai
     cleaner = Cleaner(InlineSession(), store, settings(3_000))
     plan = plan_store(store, cleaner.settings, NOW)
     task = cleaner.task(plan.to_clean[0], NOW)
-    task = task.with_bounds(sample_bounds(task))
     segments = segment_runs(task.cleaned.segments, 3_000)
     assert [len(run) for run in segments] == [2, 2, 2, 2]
     runs = [hand_out(RunRead(task=task.of_run(run))) for run in segments]

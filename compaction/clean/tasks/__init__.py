@@ -2,7 +2,7 @@
 
 - :mod:`~compaction.clean.tasks.facts`: read the fact columns of a cleaned range and give them the rules'
   facts (and, for a split partition, read a run of segments once for every key range);
-- :mod:`~compaction.clean.tasks.key_ranges`: a split partition's key ranges, their bounds and each row's range;
+- :mod:`~compaction.clean.tasks.key_ranges`: a split partition's key ranges: each row's range, a hash of its key;
 - :mod:`~compaction.clean.tasks.decide`: each key's winner with Arrow, and the verdicts a deciding stage hands over
   to the applying one through the store;
 - :mod:`~compaction.clean.tasks.apply`: the verdicts applied (rewrites, deletion vectors), and a whole

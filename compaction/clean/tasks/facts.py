@@ -272,7 +272,7 @@ def _read_range(
         found_read.lengths.append(table.num_rows)
         del table
         if narrow:
-            mine = key_range_of(part.column("key"), task.split.bounds) == task.split.key_range
+            mine = key_range_of(part.column("key"), task.split.key_ranges) == task.split.key_range
             part = part.filter(pa.array(mine))
             found_read.selected.append(mine)
         found_read.parts.append(part)
@@ -354,7 +354,7 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
         mine = np.concatenate(selected)
         counts = np.array([part.num_rows for part in parts], dtype=np.int64)
     elif task.split.key_ranges > 1 and n:  # after the transaction facts, which need every row; before the rest
-        key_range = key_range_of(raw.column("key"), task.split.bounds)
+        key_range = key_range_of(raw.column("key"), task.split.key_ranges)
         mine = key_range == task.split.key_range
         counts = key_range_counts(key_range, read_lengths, task.split.key_ranges)[:, task.split.key_range]
         raw = raw.filter(pa.array(mine))
@@ -502,7 +502,7 @@ def hand_out(run: RunRead) -> HandedRun:
             rows = rows.append_column("version_valid", pa.array(valid, pa.int8())).append_column(
                 "version", pa.array(version, pa.int64())
             )
-        key_range = key_range_of(raw.column("key"), task.split.bounds)
+        key_range = key_range_of(raw.column("key"), task.split.key_ranges)
         del raw, read
         counts = key_range_counts(key_range, read_lengths, task.split.key_ranges)
         # A stable sort keeps each range's rows in offset order; a small integer type sorts by radix.
