@@ -3,8 +3,9 @@
     python bench/profile_workers.py OUT_DIR [--top 25] -- STORE [compaction run's options...]
 
 `py-spy record --subprocesses` on the driver does not reach the workers (they are children of the JVM's Python
-daemon, not of the driver), so this starts the run, watches for the processes of ``pyspark.daemon`` (the daemon and
-what it forks), and records each by its pid (raw stacks, 100 samples a second, in OUT_DIR/<pid>.raw). It then
+daemon, not of the driver), so this starts the run, watches for the processes of Spark's Python daemon
+(``pyspark.daemon``, or ``compaction.engine.daemon``, which the job names for a local master) and what it forks,
+and records each by its pid (raw stacks, 100 samples a second, in OUT_DIR/<pid>.raw). It then
 prints, over every worker's samples, the seconds of the lines of ``compaction/`` (inclusive) that took the most.
 The run changes the store: give it a copy. Needs ``py-spy`` on the PATH (``pip install py-spy``).
 """
@@ -26,7 +27,8 @@ MAX_S = 3600
 def workers(known: set[int]) -> list[int]:
     """The processes of Spark's Python daemon not seen yet: the daemon and the workers it forks (which keep its
     command line)."""
-    found = subprocess.run(["pgrep", "-f", "pyspark.daemon"], capture_output=True, text=True).stdout.split()
+    pattern = r"(pyspark|compaction\.engine)\.daemon"
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     return [pid for pid in map(int, found) if pid not in known]
 
 
