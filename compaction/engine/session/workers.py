@@ -32,9 +32,9 @@ class WarmWorkers:
     """The warm-up job, run from a thread of its own; :meth:`finish` waits for it.
 
     A fresh worker forks and imports for one to two seconds before its first task runs. This job pays that while
-    the driver reads manifests and samples keys, so the first stage's tasks start at once. Its failure is not the
-    run's: a real task would fail the same way, and is handled. A pass that builds its first stage before this job is
-    built (a small run, with nothing to sample) says so (:meth:`stand_down`), and the job is not submitted: queued
+    the driver reads manifests and plans, so the first stage's tasks start at once. Its failure is not the run's: a
+    real task would fail the same way, and is handled. A pass that builds its first stage before this job is built
+    (the driver's planning done first) says so (:meth:`stand_down`), and the job is not submitted: queued
     behind the pass's stage, it would warm nothing and delay the next stage. A run waits for a job it did submit
     before the driver exits, or the JVM, finishing its tasks as the Python driver goes, reports their accumulators to
     a driver that is no longer there (Spark's ``Failed to update accumulator ... Connection reset`` at the end).
