@@ -249,15 +249,14 @@ class Ranges(Staged):
     """A partition split into key ranges (a row's range is a hash of its key): a task per range."""
 
     def decide(self, runner: Runner, items: list[PartitionWork]) -> None:
-        standing = [w for w in items if w.failure is None]
         runner.progress(
-            f"deciding survivors in {len(standing)} partition(s) with "
-            f"{sum(w.task.split.key_ranges for w in standing)} key range(s), {extent(standing)} ({self.name})"
+            f"deciding survivors in {len(items)} partition(s) with "
+            f"{sum(w.task.split.key_ranges for w in items)} key range(s), {extent(items)} ({self.name})"
         )
         owners = {}
-        for item in standing:
+        for item in items:
             owners.update({item.task.of_range(b).ident: item for b in range(item.task.split.key_ranges)})
-        ranges = [w.task.of_range(b) for w in standing for b in range(w.task.split.key_ranges)]
+        ranges = [w.task.of_range(b) for w in items for b in range(w.task.split.key_ranges)]
         self.decide_ranges(runner, ranges, owners)
 
     @abstractmethod
