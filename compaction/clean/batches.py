@@ -153,7 +153,7 @@ def reframe(
     batch is copied whole."""
     batches = segment.batches
     n = batches.num_rows
-    kept = segment.records.filter(pa.array(keep))
+    kept = segment.records if keep.all() else segment.records.filter(pa.array(keep))  # held pruned: often all
     kept_batch = segment.batch_index[keep]
     stamp = rules.needs_horizon(kept, stamps).to_numpy(zero_copy_only=False)
     counts = batches.column("record_count").to_numpy()

@@ -37,7 +37,8 @@ from compaction.clean.payloads import AppliedJob, ApplyJob, CleanedPartition, Cl
 from compaction.clean.sizing import segment_runs
 from compaction.clean.tasks.apply import SHARED_READ_BYTES, apply_listed, clean_in_task, clean_run
 from compaction.clean.tasks.decide import decide_handed, decide_range
-from compaction.clean.tasks.facts import hand_out, has_transactions, hidden_erased, reads_clean_sparsely
+from compaction.clean.tasks.erased import hidden_erased
+from compaction.clean.tasks.facts import hand_out, has_transactions, reads_clean_sparsely
 from compaction.clean.work import PartitionWork
 from compaction.display import quiet
 from compaction.engine.isolation import Failed, Failure, Outcome

@@ -52,7 +52,9 @@ class LogSegment:
     """A decoded ``.log`` segment: its bytes, records (segment schema), batch rows and each record's batch.
 
     ``data`` is None where a task holds the decoded segment for a later rewrite without its bytes, which only
-    batches copied whole need (:func:`compaction.clean.batches.reframe` reads them again then)."""
+    batches copied whole need (:func:`compaction.clean.batches.reframe` reads them again then); ``records`` then
+    holds only the records the rewrite can keep (live, and not superseded by a later segment: see
+    :func:`compaction.clean.tasks.facts.supersedes_as_read`), with their ``batch_index``."""
 
     data: Any
     records: pa.Table

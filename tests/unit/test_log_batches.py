@@ -22,6 +22,7 @@ from compaction.clean.batches import BatchPolicy, reframe
 from compaction.clean.cleaner import Cleaner
 from compaction.clean.tasks import facts as facts_module
 from compaction.clean.tasks.facts import read_task_facts
+from compaction.rules import Strategy
 from compaction.store import Store
 from compaction.store.formats import decode_log
 from compaction.store.objects import read_log_bytes
@@ -365,4 +366,79 @@ def test_a_held_segment_whose_object_changed_before_its_rewrite_fails_the_partit
     error = failed.error or ""
     assert "does not match the checksum the manifest records" in error
     assert before.segments[0].path in error
+    assert store.manifest(TP) == before
+
+
+def _superseded_store() -> Store:
+    """Three dirty ``.log`` segments and an active one: the first's batch of a, b, c loses a to the second segment, b
+    to the third (a tombstone) and c to the third's c, written later with an older timestamp; the second's a, d, f
+    lose d to the third (a third of its records: marked, and left out only as the read ends); e stands."""
+    store = store_()
+    store.append_log(TP, build_batch(0, [(TS, b"a", b"1", []), (TS, b"b", b"1", []), (TS, b"c", b"1", [])]), now_ms=NOW)
+    store.append_log(TP, value(3, b"a", b"2") + value(4, b"d", b"1") + value(5, b"f", b"1"), now_ms=NOW)
+    store.append_log(
+        TP,
+        value(6, b"b", None) + value(7, b"e", b"1") + value(8, b"c", b"2", timestamp=TS - 10) + value(9, b"d", b"2"),
+        now_ms=NOW,
+    )
+    store.append_log(TP, value(10, b"active", b"active"), now_ms=NOW)
+    return store
+
+
+def test_a_task_holds_of_its_dirty_log_segments_only_the_records_no_later_segment_supersedes() -> None:
+    """Under the offset strategy a record whose key a later segment of the range holds loses whatever else holds, so
+    a task keeping dirty segments decoded for their rewrite drops those records as it reads on: a first run holds
+    about one record per key, not the partition's records. Not under the timestamp strategy (c's later record is
+    older: the first c wins), where the task holds every live record."""
+    store = _superseded_store()
+    segments = store.manifest(TP).segments[:3]
+    whole = frozenset(s.base_offset for s in segments)
+    task = clean_task(TP, store, segments, segment_format="kafka", now_ms=NOW)
+    facts = read_task_facts(task, whole)
+    assert facts.logs[0].records.num_rows == 0 and facts.records[0] is facts.logs[0].records
+    assert len(facts.logs[0].batch_index) == 0 and facts.logs[0].batches.num_rows == 1, "its batch stays known"
+    assert facts.logs[3].records.column("key").to_pylist() == [b"a", b"f"], "nothing later holds a or f"
+    assert facts.logs[3].batch_index.tolist() == [0, 2] and facts.records[3] is facts.logs[3].records
+    assert {base: rows.tolist() for base, rows in facts.held_rows.items()} == {0: [], 3: [0, 2]}
+    assert facts.logs[6].records.num_rows == 4 and 6 not in facts.held_rows, "the last segment holds every record"
+    assert facts.table.num_rows == 10, "the facts keep every row: the winner search sees them all"
+    by_time = read_task_facts(replace(task, context=replace(task.context, strategy=Strategy.TIMESTAMP)), whole)
+    assert by_time.held_rows == {} and by_time.logs[0].records.num_rows == 3
+
+
+def test_dropping_superseded_records_as_read_leaves_the_rewrites_byte_for_byte_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same pass with the held records pruned and whole: the same objects, the same manifest figures."""
+    pruned, held = _superseded_store(), _superseded_store()
+    assert not Cleaner(InlineSession(), pruned, LARGE).run(NOW).failed
+    with monkeypatch.context() as m:
+        m.setattr(facts_module, "supersedes_as_read", lambda task: False)
+        assert not Cleaner(InlineSession(), held, LARGE).run(NOW).failed
+    assert [r["key"] for b in parsed(pruned) for r in b.records] == [b"a", b"f", b"b", b"e", b"c", b"d", b"active"]
+
+    def objects(store: Store) -> list[bytes]:
+        return [store.storage.read_buffer(f"{TP.prefix}/{s.path}").to_pybytes() for s in store.manifest(TP).segments]
+
+    assert objects(pruned) == objects(held)
+    figures = ["base_offset", "next_offset", "record_count", "size_bytes", "live_record_count"]
+    assert [s.model_dump(include=set(figures)) for s in pruned.manifest(TP).segments] == [
+        s.model_dump(include=set(figures)) for s in held.manifest(TP).segments
+    ]
+
+
+def test_a_kept_record_missing_from_the_held_ones_fails_its_partition_and_keeps_its_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Were a record dropped as superseded that its verdicts keep (here: the timestamp strategy, where a later record
+    can lose), the rewrite refuses to write the segment without it: the partition fails, the store keeps its
+    version."""
+    store = _superseded_store()
+    before = store.manifest(TP)
+    monkeypatch.setattr(facts_module, "supersedes_as_read", lambda task: True)
+    by_time = settings_with({**BASE, "log.segment.bytes": 200, "log.cleaner.compaction.strategy": "timestamp"})
+    report = Cleaner(InlineSession(), store, by_time).run(NOW)
+    (failed,) = report.failed
+    assert "a record its verdicts keep was not held for its rewrite" in (failed.error or "")
+    assert before.segments[0].path in (failed.error or "")
     assert store.manifest(TP) == before

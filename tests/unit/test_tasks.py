@@ -200,7 +200,7 @@ def test_held_keys_marks_the_keys_the_dirty_section_holds_as_arrow_s_is_in_does(
     (never held), chunks, and either side empty."""
     import pyarrow.compute as pc
 
-    from compaction.clean.tasks.apply import held_keys
+    from compaction.winners import held_keys
 
     rng = np.random.default_rng(7)
     keys = [None if k % 11 == 0 else f"k{k}".encode() for k in rng.integers(0, 400, 3000).tolist()]

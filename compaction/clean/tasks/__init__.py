@@ -7,6 +7,8 @@
   to the applying one through the store;
 - :mod:`~compaction.clean.tasks.apply`: the verdicts applied (rewrites, deletion vectors), and a whole
   partition decided and applied in one task;
+- :mod:`~compaction.clean.tasks.erased`: what erasure requests erase that the objects still hold, and the keys
+  the verdicts erase;
 - :mod:`~compaction.clean.tasks.objects`: the names of the objects a task attempt writes.
 
 Each runs through :mod:`compaction.engine.isolation`, so that a failure stops only its partition.

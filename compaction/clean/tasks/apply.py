@@ -26,7 +26,8 @@ from compaction.clean.payloads import (
     Verdicts,
 )
 from compaction.clean.tasks.decide import TaskVerdicts, decide_facts, hand_over
-from compaction.clean.tasks.facts import REMOTE_READ_AHEAD, RowFacts, ahead, facts_table, hidden_erased
+from compaction.clean.tasks.erased import hidden_erased
+from compaction.clean.tasks.facts import REMOTE_READ_AHEAD, RowFacts, ahead, facts_table
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.errors import SegmentChangedError
@@ -53,13 +54,19 @@ class Survivors:
         given)."""
         raise NotImplementedError
 
+    def live_count(self, segment: SegmentMeta, rows: int) -> int:
+        """How many live records a source has, its records as given (:meth:`records`, :meth:`log_segment`) holding
+        ``rows`` of them."""
+        return rows
+
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
-        """A source segment's live records."""
+        """A source segment's live records (or, held by the task, those of them its verdicts can keep)."""
         with phase("read"):
             return job.context.store.objects.read_segment(job.tp, segment, start=job.log_start_offset)
 
     def log_segment(self, job: ApplyJob, segment: SegmentMeta) -> LogSegment:
-        """A ``.log`` source segment whole: every record and batch, deleted or not."""
+        """A ``.log`` source segment whole: every record and batch, deleted or not (held by the task: every batch,
+        and the records of them its verdicts can keep)."""
         with phase("read"):
             return job.context.store.objects.read_log_segment(job.tp, segment)
 
@@ -130,14 +137,25 @@ class HeldRows(Survivors):
                 s.base_offset: facts.selected[int(end - length) : int(end)]
                 for s, end, length in zip(segments, ends, facts.read_lengths, strict=True)
             }
+        # Of the segments whose held records are some of their live rows only, those rows' positions.
+        self.held_rows = facts.held_rows
 
-    def _part(self, segment: SegmentMeta, offsets: np.ndarray) -> tuple[slice, np.ndarray | None]:
-        part = self.slices[segment.base_offset]
+    def _part(self, segment: SegmentMeta, offsets: np.ndarray) -> tuple[slice | np.ndarray, np.ndarray | None]:
+        """Where the facts hold the rows of ``offsets`` (the segment's live rows, or the records held of them), and
+        which of those rows the facts hold (None: all of them)."""
+        part: slice | np.ndarray = self.slices[segment.base_offset]
         held = None if self.held is None else self.held[segment.base_offset]
+        rows = self.held_rows.get(segment.base_offset)
+        if rows is not None:  # the facts hold every live row (a dirty segment's), the records some of them
+            whole = cast(slice, part)
+            part = np.arange(whole.start, whole.stop)[rows]
+            if int((self.code[whole] == rules.KEPT).sum()) != int((self.code[part] == rules.KEPT).sum()):
+                raise RuntimeError(f"segment {segment.path}: a record its verdicts keep was not held for its rewrite")
+            held = None
         if held is not None and len(held) != len(offsets):
             raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
         mine = offsets if held is None else offsets[held]
-        if part.stop - part.start != len(mine) or not np.array_equal(self.offsets[part], mine):
+        if len(self.offsets[part]) != len(mine) or not np.array_equal(self.offsets[part], mine):
             raise SegmentChangedError(f"segment {segment.path} changed between reading its keys and its records")
         return part, held
 
@@ -152,6 +170,10 @@ class HeldRows(Survivors):
     def stamps(self, segment: SegmentMeta, offsets: np.ndarray) -> np.ndarray:
         part, held = self._part(segment, offsets)
         return cast(np.ndarray, (offsets if held is None else offsets[held])[self.stamp[part]])
+
+    def live_count(self, segment: SegmentMeta, rows: int) -> int:
+        part = self.slices[segment.base_offset]
+        return part.stop - part.start if segment.base_offset in self.held_rows else rows
 
     def records(self, job: ApplyJob, segment: SegmentMeta) -> pa.Table:
         cached = self.records_cache.pop(segment.base_offset, None)  # used once: free it after
@@ -227,7 +249,7 @@ def _rewrite(job: ApplyJob, survivors: Survivors) -> AppliedJob:
     def kept() -> Iterator[pa.Table]:
         for source in job.sources:
             table = survivors.records(job, source)
-            figures["records_read"] += table.num_rows
+            figures["records_read"] += survivors.live_count(source, table.num_rows)
             offsets = table.column("offset").to_numpy()
             keep = survivors.keep_mask(source, offsets)
             piece, stamped = _stamp(
@@ -284,13 +306,13 @@ def _rewrite_batches(job: ApplyJob, survivors: Survivors) -> AppliedJob:
             keep = np.zeros(len(live), dtype=bool)
             live_offsets = offsets.to_numpy()[live]
             keep[live] = survivors.keep_mask(source, live_offsets)
-            records_read += int(live.sum())
+            records_read += survivors.live_count(source, int(live.sum()))
             stamps = survivors.stamps(source, live_offsets)
             load = partial(read_log_bytes, job.context.store.storage, job.tp, source)
             parts.append(reframe(log, keep, stamps, job.context.horizon_ms, policy, load))
         else:
             table = survivors.records(job, source)
-            records_read += table.num_rows
+            records_read += survivors.live_count(source, table.num_rows)
             offsets = table.column("offset").to_numpy()
             keep = survivors.keep_mask(source, offsets)
             kept, stamped = _stamp(
@@ -370,7 +392,7 @@ def clean_run(run: CleanRun) -> Verdicts:
         )
     with phase("decide"):
         keys = pa.chunked_array([c for t in tables for c in t.column("key").chunks], pa.binary())
-        hit = held_keys(keys, pc.drop_null(contested).combine_chunks())
+        hit = winners.held_keys(keys, pc.drop_null(contested).combine_chunks())
         del keys, contested
     parts: list[pa.Table | None] = []
     found: list[tuple[int, SegmentCounts, int, SegmentMeta | None]] = []
@@ -422,22 +444,6 @@ def clean_run(run: CleanRun) -> Verdicts:
     )
 
 
-def held_keys(keys: pa.ChunkedArray, held: pa.Array) -> np.ndarray:
-    """Which of ``keys`` ``held`` holds (a null key never), as a mask: Arrow's hash semi join on one thread, which
-    takes about 0.6x ``pc.is_in``'s time on a clean run of S9 (4.6M keys against 1M dirty ones: 0.51 s against
-    0.87-1.01 s, the same columns in one process; DuckDB's semi join 0.42-0.48 s). Keys of one width, on both sides,
-    are joined as fixed-size binary (:func:`compaction.winners.one_width`: 0.75 s against 1.11 s for those columns;
-    ``pc.is_in`` is slower so)."""
-    view, held_view = winners.one_width(keys), winners.one_width(held)
-    if view is not None and held_view is not None and view.type == held_view.type:
-        keys, held = view, held_view
-    rows = pa.table({"row": pa.array(np.arange(len(keys), dtype=np.int64)), "key": keys})
-    found = rows.join(pa.table({"key": held}), "key", join_type="left semi", use_threads=False)
-    hit = np.zeros(len(keys), dtype=bool)
-    hit[found.column("row").to_numpy()] = True
-    return hit
-
-
 def _decide_clean_segment(
     task: CleanTask, table: pa.Table, beaten: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SegmentCounts]:
@@ -475,9 +481,10 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
     # The winner search reads the fact columns of Parquet segments only; the rewrites then read each source
     # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
-    # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite. A
-    # small partition's objects are read whole once, for the winner search and the rewrites alike: reading a small
-    # object costs its opening more than its bytes.
+    # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite, less
+    # the records a later segment supersedes (facts.supersedes_as_read). A small partition's objects are read whole
+    # once, for the winner search and the rewrites alike: reading a small object costs its opening more than its
+    # bytes.
     small = sum(s.live_size_bytes for s in task.cleaned.segments) <= SHARED_READ_BYTES
     decided = decide_facts(
         task,

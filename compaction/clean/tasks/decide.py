@@ -11,7 +11,8 @@ import pyarrow as pa
 from compaction import rules, winners
 from compaction.clean.layout import SegmentCounts
 from compaction.clean.payloads import CleanTask, SegmentVerdicts, Verdicts, lists_kept
-from compaction.clean.tasks.facts import Facts, RowFacts, erased_keys, facts_table, read_task_facts
+from compaction.clean.tasks.erased import erased_keys
+from compaction.clean.tasks.facts import Facts, RowFacts, facts_table, read_task_facts
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.store.manifest import SegmentMeta

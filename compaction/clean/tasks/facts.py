@@ -23,10 +23,11 @@ from compaction.clean.tasks.key_ranges import in_key_ranges, key_range_counts, k
 from compaction.clean.tasks.objects import object_id
 from compaction.engine.phases import phase
 from compaction.kafka.layout import CONTROL, TRANSACTIONAL
-from compaction.store.erasure import erased_rows, key_digest
+from compaction.store.erasure import erased_rows
 from compaction.store.formats import LogSegment, SegmentFormat
 from compaction.store.manifest import SegmentMeta
 from compaction.store.segment import SEGMENT_SCHEMA
+from compaction.winners import held_keys
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -88,6 +89,9 @@ class Facts:
     # Per segment, the task's rows of it left out of ``table`` as surely kept (a unique clean section's rows that
     # nothing contests: see :func:`reads_clean_sparsely`); None: none left out.
     assumed_kept: np.ndarray | None = None
+    # Per segment of ``records`` that holds only some of its live rows (a later record supersedes the others: see
+    # :func:`supersedes_as_read`), their positions among its live rows.
+    held_rows: dict[int, np.ndarray] = field(default_factory=dict)
 
     def segment_slices(self) -> list[slice]:
         """Each segment's rows in ``table``."""
@@ -174,13 +178,28 @@ def reads_clean_sparsely(task: CleanTask) -> bool:
     )
 
 
+def supersedes_as_read(task: CleanTask) -> bool:
+    """Whether a record of the task's range is surely superseded once a later segment of the range holds its key:
+    under the offset strategy every later keyed record competes and wins, without transactions (no control or
+    aborted records) and without erasure requests (an erased record does not compete). A task that holds segments'
+    records for their rewrite then drops those records as it reads on (:func:`_drop_superseded`)."""
+    return (
+        task.context.strategy is rules.Strategy.OFFSET
+        and not task.erasures
+        and not has_transactions(task)
+        and task.split.key_ranges == 1
+    )
+
+
 def read_task_facts(task: CleanTask, whole: frozenset[int] = frozenset(), sparse: bool = False) -> Facts:
     """Read the live records the verdicts need (deletion vectors applied, nothing below the log start),
     compute their facts with :mod:`compaction.rules`, and keep the rows of the task's key range.
 
     Segments whose base offset is in ``whole`` are read with every column and kept in ``Facts.records``
-    (a task that will rewrite them reads each object once). With ``sparse``, where :func:`reads_clean_sparsely`
-    holds, the clean section's rows that are surely kept are counted, not kept (``Facts.assumed_kept``).
+    (a task that will rewrite them reads each object once), less the records a later segment supersedes where
+    :func:`supersedes_as_read` holds (a task holds the records its rewrites can keep). With ``sparse``, where
+    :func:`reads_clean_sparsely` holds, the clean section's rows that are surely kept are counted, not kept
+    (``Facts.assumed_kept``).
     """
     transactional = has_transactions(task)
     plain = _columns_for(task)
@@ -225,6 +244,8 @@ class RangeRead:
     empty: list[pa.Table] = field(default_factory=list)  # the empty transactional batches of .log segments
     selected: list[np.ndarray] = field(default_factory=list)  # per segment, which rows read ``parts`` holds
     assumed_kept: list[int] = field(default_factory=list)  # per segment, rows left out as surely kept
+    held_rows: dict[int, np.ndarray] = field(default_factory=dict)  # see ``Facts.held_rows``
+    stay: dict[int, np.ndarray] = field(default_factory=dict)  # of those, which rows of ``records`` stay, if not all
 
 
 def _read_range(
@@ -252,6 +273,7 @@ def _read_range(
         )
 
     depth = 1 if task.context.store.storage.calls_fail_whole else REMOTE_READ_AHEAD
+    prune = bool(whole) and supersedes_as_read(task)
     for segment, found in zip(segments, ahead(read, segments, depth), strict=True):
         if isinstance(found, LogSegment):
             live = task.context.store.objects.live_rows(
@@ -260,8 +282,10 @@ def _read_range(
             table = found.records if live.all() else found.records.filter(pa.array(live))  # not a copy of each record
             found_read.empty.append(empty_transactional_batches(found, task.cleaned.log_start_offset))
             if segment.base_offset in whole:  # held for the rewrite without its bytes: a rewrite reads them again
-                # if it copies a batch whole (a partition's held segments' bytes would double what the task holds)
-                found_read.logs[segment.base_offset] = replace(found, data=None)
+                # if it copies a batch whole (a partition's held segments' bytes would double what the task holds);
+                # and with its live records only (the others lose in any case), the same table as ``records``
+                index = found.batch_index if live.all() else found.batch_index[live]
+                found_read.logs[segment.base_offset] = replace(found, data=None, records=table, batch_index=index)
                 found_read.records[segment.base_offset] = table
         else:
             table = found
@@ -271,15 +295,57 @@ def _read_range(
         part = pa.table({name: _column(table, name) for name in columns})
         found_read.lengths.append(table.num_rows)
         del table
+        if prune:
+            _drop_superseded(found_read, part.column("key"))
+            if segment.base_offset in whole and segment.next_offset > task.cleaned.first_dirty_offset:
+                found_read.held_rows[segment.base_offset] = np.arange(part.num_rows)
         if narrow:
             mine = key_range_of(part.column("key"), task.split.key_ranges) == task.split.key_range
             part = part.filter(pa.array(mine))
             found_read.selected.append(mine)
         found_read.parts.append(part)
+    for base in list(found_read.stay):
+        _settle(found_read, base)
+    # Only those that lost some: the others hold every live row.
+    lengths = {s.base_offset: n for s, n in zip(segments, found_read.lengths, strict=True)}
+    found_read.held_rows = {b: rows for b, rows in found_read.held_rows.items() if len(rows) < lengths[b]}
     found_read.assumed_kept = [0] * len(segments)
     if sparse:
         _keep_in_doubt(task, found_read)
     return found_read
+
+
+def _drop_superseded(read: RangeRead, later: pa.ChunkedArray) -> None:
+    """Drop from the held records of the dirty segments read so far (``read.held_rows``) those whose key the
+    segment read next holds (its keys ``later``): under :func:`supersedes_as_read` they lose, so their rewrites never
+    need them. A first run of a partition would otherwise hold every record it read until it rewrites. A segment's
+    table is filtered once half its rows are lost (``read.stay`` marks them until then: a filter copies what stays),
+    and at the end of the read (:func:`_settle`)."""
+    held = [base for base, rows in read.held_rows.items() if len(rows)]
+    value_set = pc.drop_null(later.combine_chunks())  # a keyless record supersedes nothing
+    if not held or not len(value_set):
+        return
+    keys = pa.chunked_array([c for base in held for c in read.records[base].column("key").chunks], value_set.type)
+    lost = held_keys(keys, value_set)
+    start = 0
+    for base in held:
+        n = read.records[base].num_rows
+        stay = ~lost[start : start + n] & read.stay.get(base, True)
+        start += n
+        if not stay.all():
+            read.stay[base] = stay
+            if 2 * int(stay.sum()) <= n:
+                _settle(read, base)
+
+
+def _settle(read: RangeRead, base: int) -> None:
+    """Filter a held segment's records (and its ``.log`` records) to those ``read.stay`` marks."""
+    stay = read.stay.pop(base)
+    read.records[base] = table = read.records[base].filter(pa.array(stay))
+    read.held_rows[base] = read.held_rows[base][stay]
+    if base in read.logs:
+        log = read.logs[base]
+        read.logs[base] = replace(log, records=table, batch_index=log.batch_index[stay])
 
 
 def _keep_in_doubt(task: CleanTask, read: RangeRead) -> None:
@@ -375,7 +441,7 @@ def _facts(task: CleanTask, read: RangeRead, columns: list[str], transactional: 
         ),
     )
     assumed = np.array(read.assumed_kept, dtype=np.int64) if any(read.assumed_kept) else None
-    return Facts(table, counts, read_lengths, mine, read.records, read.logs, assumed)
+    return Facts(table, counts, read_lengths, mine, read.records, read.logs, assumed, read.held_rows)
 
 
 @dataclass(frozen=True)
@@ -523,35 +589,3 @@ def hand_out(run: RunRead) -> HandedRun:
         read_lengths=tuple(int(n) for n in read_lengths),
         lengths=tuple(tuple(int(n) for n in counts[:, b]) for b in range(task.split.key_ranges)),
     )
-
-
-# Erasure: the records an erasure request erases that no reader sees, but the objects still hold --------------
-
-
-def hidden_erased(task: CleanTask) -> dict[int, frozenset[str]]:
-    """Per segment of the task's range (by base offset), the keys (digests) of the records its deletion vector
-    hides, or that lie below the log start, which an erasure request of the task erases. The object's bytes still
-    hold them, so the segment must be rewritten. Only keys and offsets are read, of segments that hide rows."""
-    if not task.erasures:
-        return {}
-    tombstones = dict(task.erasures)
-    found = {}
-    for segment in task.cleaned.segments:
-        if segment.deletes is None and segment.base_offset >= task.cleaned.log_start_offset:
-            continue
-        hidden = task.context.store.objects.read_segment(
-            task.tp, segment, ["offset", "key"], start=task.cleaned.log_start_offset, hidden=True
-        )
-        keys = erased_keys(
-            hidden.column("key"), erased_rows(hidden.column("offset").to_numpy(), hidden.column("key"), tombstones)
-        )
-        if keys:
-            found[segment.base_offset] = keys
-    return found
-
-
-def erased_keys(keys: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> frozenset[str]:
-    """The digests of the keys of ``rows`` (a bool per row)."""
-    if not rows.any():
-        return frozenset()
-    return frozenset(key_digest(k) for k in pc.unique(keys.filter(pa.array(rows))).to_pylist())
