@@ -25,3 +25,16 @@ def test_the_workers_import_the_installed_pyspark_not_its_zip(spark: Any) -> Non
     the job's daemon takes it off, so that they load the same modules compiled."""
     rows = spark.range(0, 2, 1, 2).mapInArrow(_where_pyspark_is, "file string, zips int").collect()
     assert {(row.file, row.zips) for row in rows} == {(pyspark.__file__, 0)}
+
+
+def _memory_pool(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        pass
+    yield pa.record_batch({"pool": [pa.default_memory_pool().backend_name]})
+
+
+def test_the_workers_allocate_arrow_memory_with_jemalloc(spark: Any) -> None:
+    """The job's daemon gives its workers Arrow's jemalloc pool (unless ARROW_DEFAULT_MEMORY_POOL says otherwise):
+    a task's peak is held in fewer pages than with the default pool (docs/performance.md)."""
+    rows = spark.range(0, 2, 1, 2).mapInArrow(_memory_pool, "pool string").collect()
+    assert {row.pool for row in rows} == {"jemalloc"}
