@@ -421,10 +421,15 @@ def appended_state(
     next_offset = segments[-1].next_offset if segments else log_end
     open_txns = dict(latest.open_transactions) if latest else {}
     _track_transactions(records, open_txns, where)
-    # An empty log (never written, or emptied by retention) starts where the new records do.
+    # A log never written, or emptied by retention (its start at its end), starts where the new records do; one
+    # that cleaning emptied keeps its log start, which only retention moves, as Kafka's cleaner never does.
     kept = latest if latest is not None and latest.segments else None
+    if latest is None or (kept is None and latest.log_start_offset == latest.log_end_offset):
+        log_start = base
+    else:
+        log_start = latest.log_start_offset
     return {
-        "log_start_offset": kept.log_start_offset if kept else base,
+        "log_start_offset": log_start,
         "log_end_offset": next_offset,
         "last_stable_offset": min(open_txns.values(), default=next_offset),
         "first_dirty_offset": kept.first_dirty_offset if kept else base,

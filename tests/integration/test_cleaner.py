@@ -553,6 +553,28 @@ def test_t54b_retention_drops_every_segment_once_the_last_has_rolled(spark, loca
     assert offsets(local_store) == [*range(26, 47)], "a fresh log compacts as usual"
 
 
+def test_a_log_that_cleaning_emptied_keeps_its_log_start_when_written_again(spark, local_store: Store) -> None:
+    """Only retention moves a log's start, as Kafka's cleaner never does: a partition whose every record cleaning
+    removed (tombstones past their delete horizon) starts where it did when records come again (t54b: one that
+    retention emptied starts at the new records)."""
+    settings = settings_with(
+        {
+            "log.cleanup.policy": "compact",
+            "log.roll.ms": 100_000,
+            "log.cleaner.min.cleanable.ratio": 0.0,
+            "log.cleaner.delete.retention.ms": 1_000,
+        }
+    )
+    append(local_store, rec("a", None, 0, timestamp=NOW - 200_000), rec("b", None, 1, timestamp=NOW - 200_000))
+    clean(spark, local_store, "arrow", settings=settings)
+    clean(spark, local_store, "arrow", NOW + 2_000, settings=settings)
+    emptied = local_store.manifest(TP)
+    assert (emptied.segments, emptied.log_start_offset, emptied.log_end_offset) == ((), 0, 2)
+    again = append(local_store, rec("a", offset=2, timestamp=NOW + 3_000), now=NOW + 3_000)
+    assert (again.log_start_offset, again.log_end_offset, again.first_dirty_offset) == (0, 3, 2)
+    assert offsets(local_store) == [2]
+
+
 def test_a_delete_retention_of_long_max_saturates_instead_of_failing(spark, local_store: Store, plan: str) -> None:
     settings = settings_with(
         {
