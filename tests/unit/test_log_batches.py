@@ -323,7 +323,9 @@ def test_a_segment_held_without_its_bytes_reads_them_again_only_to_copy_a_batch_
         reframe(segment, rebuilt, np.zeros(0, dtype=np.int64), NOW, policy).data
     )
     assert len(loads) == 2, "no batch copied whole: the bytes are not read"
-    with pytest.raises(ValueError, match="neither held nor loadable"):
+    with pytest.raises(
+        ValueError, match=r"^reframe: a batch is copied whole, but the segment's bytes are neither held nor loadable$"
+    ):
         reframe(held, copied, np.zeros(0, dtype=np.int64), NOW, policy)
 
 
