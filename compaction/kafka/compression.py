@@ -66,6 +66,39 @@ def decompress(codec: int, data: Any) -> bytes:
     raise ValueError(f"no compression codec with id {codec}; Kafka's are {dict(enumerate(CODECS))}")
 
 
+# A zstd frame's header (RFC 8878 §3.1.1): the magic number, then a descriptor byte whose two high bits size the
+# frame's content size field (with bit 5, the single segment flag, 0 bytes means none), bit 5 saying there is no
+# window byte, and two low bits sizing the dictionary id.
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_DICT_ID_BYTES = (0, 1, 2, 4)
+_ZSTD_SIZE_BYTES = (0, 2, 4, 8)
+
+
+def zstd_content_size(frame: Any) -> int | None:
+    """The content size a zstd stream's first frame declares, or None where it declares none (a streaming
+    writer's, Kafka's Java producer's) or the bytes are not a zstd frame header."""
+    head = bytes(memoryview(frame)[:18])
+    if len(head) < 5 or head[:4] != _ZSTD_MAGIC:
+        return None
+    descriptor = head[4]
+    single = descriptor >> 5 & 1
+    field = _ZSTD_SIZE_BYTES[descriptor >> 6] or single  # flag 0: one byte in a single segment frame, else none
+    at = 5 + (1 - single) + _ZSTD_DICT_ID_BYTES[descriptor & 3]
+    if not field or len(head) < at + field:
+        return None
+    size = int.from_bytes(head[at : at + field], "little")
+    return size + 256 if field == 2 else size
+
+
+def decompress_zstd_into(data: Any, out: memoryview) -> bool:
+    """Decompress a zstd stream into ``out``, exactly filling it; False (``out`` then undefined) where the stream
+    does not decompress to exactly that many bytes, so that the caller falls back to :func:`decompress`."""
+    try:
+        return bool(cramjam.zstd.decompress_into(data, out) == len(out))
+    except cramjam.DecompressionError:
+        return False
+
+
 def _xerial_decompress(view: memoryview) -> bytes:
     if view[:8] != _XERIAL_MAGIC:
         # snappy-java reads a stream without the header as one raw block, and so does Kafka.

@@ -41,6 +41,8 @@ from compaction.schema import HEADER_TYPE, RECORD_SCHEMA
 
 # The smallest record: its length, the attributes byte and five one-byte varints.
 _MIN_RECORD_BYTES = 7
+# Declared zstd content sizes beyond this many times the segment's bytes are not allocated at once.
+_MAX_DECLARED_RATIO = 64
 # Below this many batches still being walked, the lockstep's numpy calls cost more than a plain loop.
 _SCALAR_LANES = 8
 # How far a record reaches from its first byte, by the two-byte window there: its length varint's size plus
@@ -268,6 +270,9 @@ def _records_regions(
     compressed = (codecs != 0) & (counts > 0)
     if not compressed.any():
         return view, starts, ends
+    one_buffer = _zstd_into_one(view, starts, ends, compressed, codecs)
+    if one_buffer is not None:
+        return one_buffer
     pieces: list[Any] = []
     for j, (start, end, codec) in enumerate(zip(starts.tolist(), ends.tolist(), codecs.tolist(), strict=True)):
         if not compressed[j]:
@@ -280,6 +285,38 @@ def _records_regions(
     lengths = np.array([len(piece) for piece in pieces], dtype=np.int64)
     region_end = np.cumsum(lengths)
     return b"".join(pieces), region_end - lengths, region_end
+
+
+def _zstd_into_one(
+    view: memoryview, starts: np.ndarray, ends: np.ndarray, compressed: np.ndarray, codecs: np.ndarray
+) -> tuple[pa.Buffer, np.ndarray, np.ndarray] | None:
+    """:func:`_records_regions`'s buffer where every compressed batch is zstd declaring its content size (the frames
+    this product writes): each batch decompressed straight into its place in one buffer from Arrow's pool, not into
+    a buffer of its own then joined to the others (a K1 partition's 10 segments of 500 batches, 62 MB each
+    decompressed, decode in 2.3 s against 3.0-3.2 s, one process). None otherwise, and where a stream does not
+    decompress to the size it declares: the batch by batch path then decodes or refuses it."""
+    if (codecs[compressed] != CODECS.index("zstd")).any():
+        return None
+    lengths = ends - starts
+    for j in np.flatnonzero(compressed).tolist():
+        size = compression.zstd_content_size(view[starts[j] : ends[j]])
+        if size is None:
+            return None
+        lengths[j] = size
+    region_end = np.cumsum(lengths)
+    if len(region_end) and region_end[-1] > _MAX_DECLARED_RATIO * len(view) + (1 << 20):
+        return None  # sizes no writer's frames declare: not trusted with an allocation
+    region_start = region_end - lengths
+    out = pa.allocate_buffer(int(region_end[-1]) if len(region_end) else 0)
+    target = memoryview(out).cast("B")
+    for j, (start, end, at, size) in enumerate(
+        zip(starts.tolist(), ends.tolist(), region_start.tolist(), lengths.tolist(), strict=True)
+    ):
+        if not compressed[j]:
+            target[at : at + size] = view[start:end]
+        elif not compression.decompress_zstd_into(view[start:end], target[at : at + size]):
+            return None
+    return out, region_start, region_end
 
 
 def _record_bounds(

@@ -23,7 +23,17 @@ from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
 from compaction.errors import CorruptBatchError, InvalidRecordsError
-from compaction.kafka import BATCH_SCHEMA, CODECS, HEADER_BYTES, RECORD_SCHEMA, batch_table, decode, encode, varint
+from compaction.kafka import (
+    BATCH_SCHEMA,
+    CODECS,
+    HEADER_BYTES,
+    RECORD_SCHEMA,
+    batch_table,
+    compression,
+    decode,
+    encode,
+    varint,
+)
 from compaction.store.segment import SEGMENT_SCHEMA
 
 NOW = 1_767_225_600_000
@@ -324,6 +334,62 @@ def test_codecs_are_framed_as_kafka_frames_them() -> None:
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     struct.pack_into(">h", batch, 21, 4)
     assert decode(reseal(batch), where="zstd-jni").records.equals(recs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 300_000), st.booleans(), st.booleans())
+def test_a_zstd_frames_declared_size_is_read_as_zstandard_reads_it(size: int, declared: bool, streamed: bool) -> None:
+    """Every width of the content size field (none, 1, 2, 4 bytes), with and without a window byte, against
+    python-zstandard's reading of the same header."""
+    data = bytes(size)
+    compressor = zstandard.ZstdCompressor(write_content_size=declared)
+    if streamed:
+        sink = io.BytesIO()
+        with compressor.stream_writer(sink, closefd=False, size=size if declared else -1) as writer:
+            writer.write(data)
+        frame = sink.getvalue()
+    else:
+        frame = compressor.compress(data)
+    expected = zstandard.frame_content_size(frame)
+    assert compression.zstd_content_size(frame) == (None if expected == -1 else expected)
+    assert compression.zstd_content_size(frame[:4]) is None
+    assert compression.zstd_content_size(b"\x04\x22\x4d\x18" + frame[4:]) is None  # an LZ4 frame's magic
+
+
+def test_zstd_batches_declaring_their_size_decompress_into_one_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The frames this product writes declare their size: each batch decompresses straight into its place in the
+    records' buffer. A frame declaring a size its stream does not fill falls back to the batch by batch path, which
+    refuses it naming the batch."""
+    recs, batches = sample_log("zstd")
+    data = encode(recs, batches)
+
+    def batch_by_batch(codec: int, payload: Any) -> bytes:
+        raise AssertionError("decompressed batch by batch")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(compression, "decompress", batch_by_batch)
+        assert decode(data, where="z").records.equals(recs)
+
+    head = data.index(b"\x28\xb5\x2f\xfd")
+    descriptor = data[head + 4]
+    assert descriptor >> 6 == 0 and descriptor & 0x20  # one byte of size, no window byte: cramjam's frames
+    wrong = bytearray(data)
+    wrong[head + 5] += 1  # one byte more than the stream holds
+    with pytest.raises(CorruptBatchError, match=r"at offset 0.*does not decompress"):
+        decode(reseal(wrong), where="z")
+
+    # A frame declaring 2**60 bytes (an eight-byte size field) is not trusted with an allocation.
+    recs = records([{"offset": i, "value": compressible(i)} for i in range(10)])
+    raw = encode(recs, batch_table([{"base_offset": 0, "record_count": 10}]))
+    frame = zstandard.ZstdCompressor().compress(raw[HEADER_BYTES:])
+    assert frame[4] == 0x60  # a two-byte size field, no window byte
+    huge = frame[:4] + bytes([0xE0]) + (1 << 60).to_bytes(8, "little") + frame[7:]
+    batch = bytearray(raw[:HEADER_BYTES] + huge)
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">h", batch, 21, 4)
+    assert compression.zstd_content_size(huge) == 1 << 60
+    with pytest.raises(CorruptBatchError, match=r"at offset 0.*does not decompress"):
+        decode(reseal(batch), where="z")
 
 
 def test_control_records_get_kafkas_key_and_value() -> None:
