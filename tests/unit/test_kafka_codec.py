@@ -734,6 +734,13 @@ def test_varints_read_as_kafka_writes_them() -> None:
     assert bytes(buf[: len(ref)]) == bytes(ref)
     _, _, too_long = varint.read(np.full(8, 0xFF, dtype=np.uint8), np.array([0]), varint.INT_BYTES)
     assert too_long.tolist() == [True]
+    # A buffer ending with its last varint (a batch's last header count), one of a single byte, and positions past
+    # the end, which see the last byte (the caller's bounds checks refuse what is read so).
+    ends_at_last = np.array([0x04, 0xAC, 0x02, 0x06], dtype=np.uint8)  # 2, 150, 3
+    got, got_sizes, bad = varint.read(ends_at_last, np.array([0, 1, 3, 4, 9]), varint.INT_BYTES)
+    assert got.tolist() == [2, 150, 3, 3, 3] and got_sizes.tolist() == [1, 2, 1, 1, 1] and not bad.any()
+    got, got_sizes, _ = varint.read(np.array([0x01], dtype=np.uint8), np.array([0, 1]), varint.INT_BYTES)
+    assert got.tolist() == [-1, -1] and got_sizes.tolist() == [1, 1]
 
 
 header_lists = st.none() | st.lists(
