@@ -10,7 +10,7 @@ checked against the commit, decoded to records and batches, offsets checked: wha
 pyarrow; zstd alone (every batch decompressed, then a fifth of the records compressed again at Kafka's level 3: the
 codec work a first compaction of K1 cannot skip); and DuckDB's whole compaction of the partition from the Parquet
 copy (the harness's fastest formulation, ``threads=1``). Prints wall and CPU seconds of each. Arrow allocates from
-jemalloc, as the job's Spark Python workers do over .log segments, unless ``ARROW_DEFAULT_MEMORY_POOL`` names a pool.
+jemalloc, as in the job's Spark Python workers, unless ``ARROW_DEFAULT_MEMORY_POOL`` names a pool.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # a run's over .log segments (compaction.job)
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # the job's workers' pool (compaction.engine.daemon)
 
 import cramjam
 import duckdb

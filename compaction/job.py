@@ -23,7 +23,7 @@ from compaction.erasure import overdue_requests
 from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, InvalidArgumentError
 from compaction.publish import Target, check_catalog, publish_topics
 from compaction.report import output_location, write_metrics, write_report
-from compaction.store import SegmentFormat, Store, Writer
+from compaction.store import Store, Writer
 from compaction.store.gc import collect_store
 
 log = logging.getLogger("compaction.job")
@@ -48,16 +48,14 @@ def run_job(
     store: Store,
     options: JobOptions,
     settings: Settings,
-    spark_factory: Callable[[str], SparkSession],
+    spark_factory: Callable[[], SparkSession],
     out: Progress = quiet,
 ) -> tuple[int, RunReport | CompactionPlan]:
     """Plan and (unless a dry run) clean ``store`` (opened by the caller, with the storage options it needs:
     reports and metrics go beside it with the same options); returns the exit code and the report (or the plan
     of a dry run). ``out`` hears the run's lines for people (none by default), credentials masked.
 
-    The store is planned before Spark starts, so a bad configuration or an unreachable store fails fast; then
-    ``spark_factory`` is given the Arrow memory pool the plan's records want in the Python workers
-    (:func:`workers_pool`).
+    The store is planned before Spark starts, so a bad configuration or an unreachable store fails fast.
     """
     storage_options = store.storage.storage_options
     secrets = logs.secrets_in(os.environ, storage_options)
@@ -77,7 +75,7 @@ def run_job(
     if options.dry_run:
         return EXIT_OK, the_plan
     # Spark starts only when some partition needs its records read (retention alone is metadata).
-    spark = spark_factory(workers_pool(the_plan)) if any(p.needs_dedupe for p in the_plan.selected) else None
+    spark = spark_factory() if any(p.needs_dedupe for p in the_plan.selected) else None
     started_spark = time.perf_counter()
     stages = SparkStages(spark, warm=TASK_MODULES) if spark is not None else None
     cleaner = Cleaner(
@@ -131,17 +129,6 @@ def run_job(
     if any(r.internal for r in report.failed):
         return EXIT_FAILED, report
     return (EXIT_OK if report.succeeded else EXIT_PARTIAL), report
-
-
-def workers_pool(plan: CompactionPlan) -> str:
-    """The Arrow memory pool for the Python workers of a run of ``plan``: jemalloc where some partition's records
-    are read from Kafka ``.log`` segments, else Arrow's default, mimalloc. A task holding a ``.log`` segment's
-    records for its rewrite keeps them in fewer pages on jemalloc (K1's peak RSS 2,579 -> 2,263 MB taking turns),
-    where a run over Parquet segments is 7% faster on mimalloc (docs/performance.md)."""
-    reads_logs = any(
-        segment.format == SegmentFormat.KAFKA for p in plan.selected if p.needs_dedupe for segment in p.figures.segments
-    )
-    return "jemalloc" if reads_logs else "mimalloc"
 
 
 def masked(report: RunReport, secrets: Collection[str]) -> RunReport:

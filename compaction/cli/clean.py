@@ -112,9 +112,8 @@ def print_plan(result: CompactionPlan, out: Output) -> None:
 
 
 @contextlib.contextmanager
-def spark_on_demand(args: argparse.Namespace, search: WinnerSearch) -> Iterator[Callable[[str], SparkSession]]:
-    """The run's session, started when the pass first needs Spark (its workers on the Arrow memory pool the job
-    names), and stopped when the run is over if the run
+def spark_on_demand(args: argparse.Namespace, search: WinnerSearch) -> Iterator[Callable[[], SparkSession]]:
+    """The run's session, started when the pass first needs Spark, and stopped when the run is over if the run
     started it (not one this process ran already): a driver that exits with its session running leaves the JVM
     to stop Spark as the Python side goes, finishing tasks (a losing speculative attempt's) whose accumulators it
     can no longer report."""
@@ -123,16 +122,9 @@ def spark_on_demand(args: argparse.Namespace, search: WinnerSearch) -> Iterator[
     arrow = search is WinnerSearch.ARROW
     started: list[SparkSession] = []
 
-    def start(arrow_pool: str) -> SparkSession:
+    def start() -> SparkSession:
         before = running_sessions()
-        session = spark_session(
-            args.master,
-            conf=conf,
-            light_driver=arrow,
-            remote=args.remote,
-            ship=args.ship_package,
-            arrow_pool=arrow_pool,
-        )
+        session = spark_session(args.master, conf=conf, light_driver=arrow, remote=args.remote, ship=args.ship_package)
         if started_anew(session, before):
             started.append(session)
         return session

@@ -63,7 +63,6 @@ def spark(spark_connect_port: int) -> Iterator[Any]:
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(spark_connect_port),
         },
-        arrow_pool="jemalloc",  # as the job gives a run that reads .log segments (the tests' stores have both)
     )
     yield session
     session.stop()

@@ -735,10 +735,7 @@ def test_a_reset_checkpoint_is_written_and_one_that_cannot_be_is_a_failure_of_it
 
     monkeypatch.setattr(Store, "replace", refused)
     code, report = run_job(
-        local_store,
-        JobOptions(now_ms=NOW, wall_ms=NOW),
-        SETTINGS,
-        cast(Callable[[str], SparkSession], lambda _pool: None),
+        local_store, JobOptions(now_ms=NOW, wall_ms=NOW), SETTINGS, cast(Callable[[], SparkSession], lambda: None)
     )
     report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_PARTIAL

@@ -389,7 +389,7 @@ def test_a_request_past_its_deadline_fails_erasure_and_shows_in_the_gauge(
     )
     assert code == EXIT_FAILED and "rewritten OVERDUE" in out
 
-    def no_spark(_pool: str) -> Any:
+    def no_spark() -> Any:
         raise AssertionError("nothing to clean: no Spark")
 
     late = T0 + HOUR + DAY + 1

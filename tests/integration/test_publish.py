@@ -331,7 +331,7 @@ def test_a_run_reports_a_topic_it_could_not_publish_and_publishes_the_others(tmp
         Store.open(url),
         JobOptions(now_ms=readstore.NOW, wall_ms=int(time.time() * 1000)),
         settings,
-        lambda _pool: pytest.fail("nothing to clean: no Spark"),
+        lambda: pytest.fail("nothing to clean: no Spark"),
         out=lines,
     )
     report = cast(RunReport, report)  # not a dry run
@@ -373,9 +373,7 @@ def test_a_run_publishes_the_clean_log_and_gc_keeps_the_previous_snapshot_until_
     )
     wall = int(time.time() * 1000)
     lines = Lines()
-    code, report = run_job(
-        store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda _pool: spark, out=lines
-    )
+    code, report = run_job(store, JobOptions(now_ms=readstore.NOW, wall_ms=wall), settings, lambda: spark, out=lines)
     report = cast(RunReport, report)  # not a dry run
     assert code == EXIT_OK and [r.status for r in report.partitions] == ["cleaned"] * PARTITIONS
     newest = {p: store.versions(TopicPartition(TOPIC, p))[-1] for p in range(PARTITIONS)}

@@ -69,7 +69,7 @@ def test_a_partition_whose_task_keeps_failing_is_uncleanable_and_the_others_comm
         faulty(local_store, kill=f"{BAD.prefix}/"),
         JobOptions(now_ms=NOW, wall_ms=NOW),
         PATHS[path],
-        lambda _pool: any_spark,
+        lambda: any_spark,
         out=printed,
     )
     report = cast(RunReport, report)  # not a dry run
@@ -108,7 +108,7 @@ def test_a_bug_in_a_task_is_an_internal_error_with_its_traceback_not_a_data_erro
             faulty(local_store, bug=f"{BAD.prefix}/", bug_text=f"key {secret}"),
             JobOptions(now_ms=NOW, wall_ms=NOW),
             SETTINGS,
-            lambda _pool: any_spark,
+            lambda: any_spark,
             out=printed,
         )
         report = cast(RunReport, report)  # not a dry run

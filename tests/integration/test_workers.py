@@ -33,8 +33,8 @@ def _memory_pool(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield pa.record_batch({"pool": [pa.default_memory_pool().backend_name]})
 
 
-def test_the_workers_allocate_arrow_memory_from_the_pool_the_session_names(spark: Any) -> None:
-    """The session's ``arrow_pool`` (jemalloc, as the job names it for a run that reads .log segments) reaches its
-    Python workers, whose Arrow otherwise takes mimalloc (docs/performance.md)."""
+def test_the_workers_allocate_arrow_memory_with_jemalloc(spark: Any) -> None:
+    """The job's daemon gives its workers Arrow's jemalloc pool (unless ARROW_DEFAULT_MEMORY_POOL says otherwise):
+    a task's peak is held in fewer pages than with the default pool (docs/performance.md)."""
     rows = spark.range(0, 2, 1, 2).mapInArrow(_memory_pool, "pool string").collect()
     assert {row.pool for row in rows} == {"jemalloc"}

@@ -81,7 +81,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     folder = tmp_path_factory.mktemp("exported")
     store = Store.open(str(folder / "store"))
 
-    def no_spark(_pool: str) -> SparkSession:
+    def no_spark() -> SparkSession:
         raise AssertionError("an empty store needs no Spark")
 
     settings = settings_with({"cleaner": {"metrics.textfile": str(folder / "m.prom")}})

@@ -7,7 +7,6 @@ import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pyspark
 import pytest
@@ -17,10 +16,6 @@ from compaction.engine.session import WarmWorkers, check_master, stop_session, w
 from compaction.engine.session.build import LOCAL_DEFAULTS
 from compaction.engine.stages import SparkStages
 from compaction.errors import CompactionError
-from compaction.job import JobOptions, run_job
-from compaction.store import SegmentFormat, Store
-from compaction.synthetic import GenerateSpec, generate
-from tests.helpers.settings import settings_with
 
 
 @pytest.mark.parametrize(
@@ -243,33 +238,3 @@ def test_a_local_master_runs_the_daemon_that_imports_the_installed_pyspark() -> 
         check=True,
     ).stdout.split()
     assert found == [pyspark.__file__, "False"]
-
-
-class _Started(Exception):
-    """The run asked for Spark: the test has what it passed."""
-
-
-@pytest.mark.parametrize(("segment_format", "pool"), [("kafka", "jemalloc"), ("parquet", "mimalloc")])
-def test_a_run_names_its_workers_arrow_pool_by_the_segments_it_reads(
-    tmp_path: Path, segment_format: str, pool: str
-) -> None:
-    """jemalloc where the records come from .log segments (a task holding one's records for its rewrite keeps
-    them in fewer pages), Arrow's default mimalloc over Parquet (faster there): docs/performance.md."""
-    now = 1_767_225_600_000
-    store = Store.open(str(tmp_path / "store"))
-    generate(
-        store,
-        GenerateSpec(
-            records=400, keys=40, partitions=1, segment_records=100, segment_format=SegmentFormat(segment_format)
-        ),
-        now_ms=now,
-    )
-    asked: list[str] = []
-
-    def spark(arrow_pool: str) -> Any:
-        asked.append(arrow_pool)
-        raise _Started
-
-    with pytest.raises(_Started):
-        run_job(store, JobOptions(now_ms=now, wall_ms=now), settings_with({"log.cleanup.policy": "compact"}), spark)
-    assert asked == [pool]

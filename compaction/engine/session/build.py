@@ -64,9 +64,6 @@ LOCAL_DEFAULTS = {
     "spark.python.daemon.module": "compaction.engine.daemon",
 }
 
-#: Where Arrow takes its default memory pool's name from (in the driver, and in each Python worker).
-ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"
-
 
 def spark_session(
     master: str | None = None,
@@ -75,7 +72,6 @@ def spark_session(
     light_driver: bool = False,
     remote: str | None = None,
     ship: bool = True,
-    arrow_pool: str | None = None,
 ) -> SparkSession:
     """Get or create the session: a Spark Connect session when ``remote`` or ``SPARK_REMOTE`` names a server,
     else a classic one on ``master`` (None leaves it to spark-submit, or ``local[*]`` outside it).
@@ -89,9 +85,6 @@ def spark_session(
     retries (:func:`with_task_retries`), also one that spark-submit was given, or a Spark Connect server started
     in this process (``local[N]``). A server of its own gets this package as an artifact
     (:func:`~compaction.engine.session.artifacts.ship_package`) unless ``ship`` is false.
-
-    ``arrow_pool`` names the Arrow memory pool of a classic session's Python workers (Arrow's own, mimalloc, when
-    None), unless ``ARROW_DEFAULT_MEMORY_POOL`` is in this environment or ``conf`` gives the executors one.
     """
     url = remote_url(remote, master or (conf or {}).get("spark.master"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -138,8 +131,6 @@ def spark_session(
         java_options.append(f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
     if java_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
-    if arrow_pool is not None and ARROW_POOL not in os.environ:  # Arrow reads it as a worker's pool first serves
-        settings[f"spark.executorEnv.{ARROW_POOL}"] = arrow_pool
     settings.update(conf or {})
     try:  # pyspark checks some settings as they are given, the rest as the session starts
         if launching:
