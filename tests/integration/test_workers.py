@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyspark
+import pytest
+
+#: Whether the kernel gives transparent huge pages, and to whom (``[madvise]``: those who ask).
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 def _where_pyspark_is(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -38,3 +43,28 @@ def test_the_workers_allocate_arrow_memory_with_jemalloc(spark: Any) -> None:
     a task's peak is held in fewer pages than with the default pool (docs/performance.md)."""
     rows = spark.range(0, 2, 1, 2).mapInArrow(_memory_pool, "pool string").collect()
     assert {row.pool for row in rows} == {"jemalloc"}
+
+
+def _huge_pages_taken(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import numpy as np
+
+    def huge_kb() -> int:
+        with open("/proc/self/smaps_rollup") as rollup:
+            return sum(int(line.split()[1]) for line in rollup if line.startswith("AnonHugePages:"))
+
+    for _ in batches:
+        pass
+    before = huge_kb()
+    buffer = pa.allocate_buffer(64 << 20)  # from the worker's default pool
+    np.frombuffer(buffer, dtype=np.uint8)[:] = 1  # faulted in
+    yield pa.record_batch({"kb": [huge_kb() - before]})
+
+
+@pytest.mark.skipif(
+    not Path(THP).exists() or "[never]" in Path(THP).read_text(), reason="the kernel gives no transparent huge pages"
+)
+def test_the_workers_arrow_memory_comes_in_huge_pages(spark: Any) -> None:
+    """jemalloc asks for transparent huge pages in the workers (a tenth of the page faults: docs/performance.md):
+    most of a 64 MB buffer the worker's pool allocates and fills lies in them (none without the setting)."""
+    rows = spark.range(0, 2, 1, 2).mapInArrow(_huge_pages_taken, "kb long").collect()
+    assert all(row.kb >= 32 << 10 for row in rows), [row.kb for row in rows]
