@@ -10,7 +10,8 @@ checked against the commit, decoded to records and batches, offsets checked: wha
 pyarrow; zstd alone (every batch decompressed, then a fifth of the records compressed again at Kafka's level 3: the
 codec work a first compaction of K1 cannot skip); and DuckDB's whole compaction of the partition from the Parquet
 copy (the harness's fastest formulation, ``threads=1``). Prints wall and CPU seconds of each. Arrow allocates from
-jemalloc, as in the job's Spark Python workers, unless ``ARROW_DEFAULT_MEMORY_POOL`` names a pool.
+jemalloc on huge pages, as in the job's Spark Python workers, unless ``ARROW_DEFAULT_MEMORY_POOL`` names a pool
+(``JE_ARROW_MALLOC_CONF`` other jemalloc settings).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # the job's workers' pool (compaction.engine.daemon)
+os.environ.setdefault("JE_ARROW_MALLOC_CONF", "thp:always")
 
 import cramjam
 import duckdb
