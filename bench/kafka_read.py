@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # the job's workers' pool (compaction.engine.daemon)
-os.environ.setdefault("JE_ARROW_MALLOC_CONF", "thp:always")
+os.environ.setdefault("JE_ARROW_MALLOC_CONF", "thp:always,dirty_decay_ms:5000,muzzy_decay_ms:5000")
 
 import cramjam
 import duckdb
