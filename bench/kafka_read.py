@@ -24,15 +24,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")  # the job's workers' pool (compaction.engine.daemon)
-os.environ.setdefault("JE_ARROW_MALLOC_CONF", "thp:always,dirty_decay_ms:5000,muzzy_decay_ms:5000")
-
-import cramjam
-import duckdb
-import pyarrow.parquet as pq
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from compaction.engine.daemon import ARROW_MEMORY  # noqa: E402 (imports nothing of Arrow)
+
+for name, value in ARROW_MEMORY.items():  # the job's workers' Arrow memory, before Arrow is imported
+    os.environ.setdefault(name, value)
+
+import cramjam  # noqa: E402
+import duckdb  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
 from compaction.kafka import HEADER_BYTES, decode  # noqa: E402
 from compaction.store import Store, TopicPartition  # noqa: E402

@@ -45,11 +45,17 @@ def without_bundled_pyspark(path: Sequence[str]) -> list[str]:
     return [entry for entry in path if entry not in bundled]
 
 
+#: The workers' Arrow memory, unless their environment sets it (above): jemalloc, on huge pages, with a 5 s decay.
+ARROW_MEMORY = {
+    "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+    "JE_ARROW_MALLOC_CONF": "thp:always,dirty_decay_ms:5000,muzzy_decay_ms:5000",
+}
+
 sys.path[:] = without_bundled_pyspark(sys.path)
 
 if __name__ == "__main__":
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
-    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "thp:always,dirty_decay_ms:5000,muzzy_decay_ms:5000")
+    for name, value in ARROW_MEMORY.items():
+        os.environ.setdefault(name, value)
     from pyspark.daemon import manager
 
     manager()
