@@ -38,3 +38,4 @@ _.streamReader
 _.streamWriter
 _.initialOffset
 _.latestOffset
+_.find_spec  # the import system's finder protocol (compaction/engine/daemon.py)

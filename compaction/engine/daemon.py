@@ -19,6 +19,12 @@ its own settings): a tenth of the page faults, S5 0.89x and K1 0.98x taking turn
 RSS up 2-7%. Where the kernel gives no huge pages (``never``), nothing changes. It keeps freed pages 5 s rather than
 Arrow's 1 s (``dirty_decay_ms``, ``muzzy_decay_ms``) before handing them back, which splits a huge page: K1 0.94x,
 S2 0.97x, S5 0.97x, S9 1.01x taking turns, the same peak RSS.
+
+Its workers run the job's tasks only, whose Arrow never converts to or from pandas; yet pyarrow imports pandas
+(0.2-0.3 s of a worker's first task, a third of its imports) when it first converts anything from Python (a list,
+a numpy array), to see whether it is a pandas object, and tries again at each conversion until it has it. In each
+worker this daemon forks, ``import pandas`` fails (:class:`NoPandas`); a pandas UDF in the job's session would
+fail with that message.
 """
 
 from __future__ import annotations
@@ -51,11 +57,26 @@ ARROW_MEMORY = {
     "JE_ARROW_MALLOC_CONF": "thp:always,dirty_decay_ms:5000,muzzy_decay_ms:5000",
 }
 
+
+class NoPandas:
+    """A finder that makes ``import pandas`` fail, first on ``sys.meta_path`` in each worker of this daemon."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("pandas is left out of the job's Python workers", name=name)
+
+    @classmethod
+    def install(cls) -> None:
+        sys.meta_path.insert(0, cls)
+
+
 sys.path[:] = without_bundled_pyspark(sys.path)
 
 if __name__ == "__main__":
     for name, value in ARROW_MEMORY.items():
         os.environ.setdefault(name, value)
+    os.register_at_fork(after_in_child=NoPandas.install)
     from pyspark.daemon import manager
 
     manager()

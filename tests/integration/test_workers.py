@@ -32,6 +32,33 @@ def test_the_workers_import_the_installed_pyspark_not_its_zip(spark: Any) -> Non
     assert {(row.file, row.zips) for row in rows} == {(pyspark.__file__, 0)}
 
 
+def _pandas_in_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import sys
+
+    import numpy as np
+
+    for _ in batches:
+        pass
+    pa.array([1, 2])  # conversions from Python, where pyarrow looks for pandas
+    pa.array(np.arange(3))
+    pa.table({"n": [1]})
+    imported = "pandas" in sys.modules
+    try:
+        import pandas  # noqa: F401
+
+        error = ""
+    except ImportError as err:
+        error = str(err)
+    yield pa.record_batch({"imported": [imported], "error": [error]})
+
+
+def test_the_workers_leave_pandas_out(spark: Any) -> None:
+    """pyarrow imports pandas at its first conversion from Python (0.2-0.3 s of a worker's first task): the job's
+    workers, whose tasks never convert to or from pandas, cannot import it."""
+    rows = spark.range(0, 2, 1, 2).mapInArrow(_pandas_in_worker, "imported boolean, error string").collect()
+    assert {(row.imported, row.error) for row in rows} == {(False, "pandas is left out of the job's Python workers")}
+
+
 def _memory_pool(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for _ in batches:
         pass

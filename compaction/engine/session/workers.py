@@ -20,7 +20,6 @@ FINISH_TIMEOUT_S = 120
 
 
 def _import_modules(modules: Sequence[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    importlib.import_module("pandas")  # pyarrow takes it for some conversions of the first task
     for name in modules:
         importlib.import_module(name)
     for _ in batches:  # read to the end: a worker that leaves input unread is not reused for the next task
