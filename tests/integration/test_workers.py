@@ -15,21 +15,26 @@ THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 def _where_pyspark_is(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import os
     import sys
 
     import pyspark as worker_pyspark
 
     for _ in batches:
         pass
-    on_path = [entry for entry in sys.path if entry.endswith("pyspark.zip")]
-    yield pa.record_batch({"file": [worker_pyspark.__file__], "zips": pa.array([len(on_path)], pa.int32())})
+    package = os.path.dirname(worker_pyspark.__file__)
+    # The installed package's zip and jars, on the path or among the finders the worker's first task refreshes.
+    files = (os.path.join(package, "python", "lib", "pyspark.zip"), os.path.join(package, "jars") + os.sep)
+    bundled = [entry for entry in [*sys.path, *sys.path_importer_cache] if entry.startswith(files)]
+    yield pa.record_batch({"file": [worker_pyspark.__file__], "bundled": [repr(bundled)]})
 
 
 def test_the_workers_import_the_installed_pyspark_not_its_zip(spark: Any) -> None:
-    """Spark puts the installed package's own pyspark.zip first on its workers' path, without compiled bytecode:
-    the job's daemon takes it off, so that they load the same modules compiled."""
-    rows = spark.range(0, 2, 1, 2).mapInArrow(_where_pyspark_is, "file string, zips int").collect()
-    assert {(row.file, row.zips) for row in rows} == {(pyspark.__file__, 0)}
+    """Spark puts the installed package's own pyspark.zip first on its workers' path, without compiled bytecode,
+    and its runner's jar, which holds no Python: the job's daemon takes them off and forgets their finders, so that
+    the workers load the same modules compiled and do not read the zip's and the jar's directories again."""
+    rows = spark.range(0, 2, 1, 2).mapInArrow(_where_pyspark_is, "file string, bundled string").collect()
+    assert {(row.file, row.bundled) for row in rows} == {(pyspark.__file__, "[]")}
 
 
 def _pandas_in_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

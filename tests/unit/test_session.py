@@ -210,19 +210,25 @@ def test_looking_for_running_sessions_leaves_spark_connect_unimported_unless_it_
     assert found == ["[]", "False", "False"]
 
 
-def test_the_daemon_takes_off_the_path_only_the_zip_an_installed_pyspark_is_the_source_of(tmp_path: Path) -> None:
+def test_the_daemon_takes_off_the_path_only_what_an_installed_pyspark_is_the_source_of(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     lib = site / "pyspark" / "python" / "lib"
     lib.mkdir(parents=True)
     (site / "pyspark" / "__init__.py").write_text("")
     bundled, py4j = str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")
+    jar = str(site / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar")  # Spark's Python runner's, no Python in it
     distribution = str(tmp_path / "spark-4.3.0" / "python" / "lib" / "pyspark.zip")  # SPARK_HOME of its own
-    assert without_bundled_pyspark([bundled, py4j, "/work", str(site)]) == [py4j, "/work", str(site)]
-    # The installed package out of the path's reach, or a distribution's zip: the zip is the only pyspark there.
-    assert without_bundled_pyspark([bundled, py4j, "/work"]) == [bundled, py4j, "/work"]
-    assert without_bundled_pyspark([distribution, str(site)]) == [distribution, str(site)]
+    distribution_jar = str(tmp_path / "spark-4.3.0" / "jars" / "spark-core_2.13-4.3.0.jar")
+    assert without_bundled_pyspark([bundled, py4j, jar, "/work", str(site)]) == [py4j, "/work", str(site)]
+    # The installed package out of the path's reach, or a distribution's files: the only pyspark there.
+    assert without_bundled_pyspark([bundled, py4j, jar, "/work"]) == [bundled, py4j, jar, "/work"]
+    assert without_bundled_pyspark([distribution, distribution_jar, str(site)]) == [
+        distribution,
+        distribution_jar,
+        str(site),
+    ]
     (site / "pyspark" / "__init__.py").unlink()  # a folder named pyspark that is no package
-    assert without_bundled_pyspark([bundled, str(site)]) == [bundled, str(site)]
+    assert without_bundled_pyspark([bundled, jar, str(site)]) == [bundled, jar, str(site)]
 
 
 def test_a_local_master_runs_the_daemon_that_imports_the_installed_pyspark() -> None:
