@@ -12,7 +12,8 @@ rules (:mod:`compaction.rules`); they differ in where the work runs:
   store.
 - :data:`AGAINST_DIRTY_KEYS`: a partition whose clean section is large, unique-keyed and under the offset strategy
   (a nightly increment on a compacted log): runs of its clean segments each checked against its dirty section's keys,
-  their deletion vectors written at once, as Kafka's cleaner maps the dirty keys and scans the clean segments.
+  their deletion vectors written at once, as Kafka's cleaner maps the dirty keys and scans the clean segments; its
+  dirty section decided and rewritten in one task of the same stage.
 - :data:`WINDOW`, :data:`AGGREGATE`: the Spark SQL winner searches, which shuffle the facts by key.
 
 A path that decides in one stage and applies in another hands its verdicts over through the store (as the key
@@ -26,7 +27,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compaction import rules
@@ -215,10 +216,16 @@ class Staged(Path):
                 item.fail(Failure.of(err))
                 continue
             written = {s.segment_base: s.vector for v in item.verdicts for s in v.segments if s.vector is not None}
+            # Rewrites a deciding task made of the segments it decided, laid out on their own: taken where this layout
+            # gives the same jobs (their objects otherwise left to gc).
+            rewritten = {(a.sources, a.deletes_only): a for v in item.verdicts for a in v.applied}
             for job in item.jobs:
                 vector = written.get(job.base_offset) if job.deletes_only else None
+                done = rewritten.get((tuple(s.base_offset for s in job.sources), job.deletes_only))
                 if vector is not None and vector.deletes is not None:  # its deciding task wrote it
                     item.add(AppliedJob.of(job, segment=vector, bytes_written=vector.deletes.size_bytes))
+                elif done is not None:
+                    item.add(replace(done, job_id=job.job_id))
                 else:
                     jobs.append((job, item))
         if not jobs:
@@ -310,9 +317,11 @@ class RangesHanded(Ranges):
 
 
 class AgainstDirtyKeys(Staged):
-    """A partition's dirty segments decided in one task, and runs of its clean segments each in a task of its own
-    against the dirty section's keys (:func:`~compaction.clean.tasks.apply.clean_run`); then the apply stage, for
-    what the deciding tasks did not write themselves."""
+    """A partition's dirty segments decided and rewritten in one task, and runs of its clean segments each in a task
+    of its own against the dirty section's keys (:func:`~compaction.clean.tasks.apply.clean_run`), all in one stage;
+    then the apply stage, for what the deciding tasks did not write themselves (a clean segment that loses too much
+    for a deletion vector; the dirty section, where the layout merges it with such a segment or a small one before
+    it)."""
 
     name = "clean runs against the dirty keys"
 
@@ -332,7 +341,14 @@ class AgainstDirtyKeys(Staged):
         runner.progress(
             f"deciding survivors in {len(items)} partition(s) in {len(runs)} run(s), {extent(items)} ({self.name})"
         )
-        runner.tasks(clean_run, runs, owners, _take_verdicts, lambda run: run.records)
+        # The dirty runs first: each decides and rewrites its records, where a clean run reads a few columns of its.
+        runner.tasks(
+            clean_run,
+            runs,
+            owners,
+            _take_verdicts,
+            lambda run: run.records if run.dirty else max(run.records, runner.task_max_records),
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -242,11 +242,13 @@ class SegmentVerdicts:
 @dataclass(frozen=True, kw_only=True)
 class Verdicts(Payload):
     """The verdicts on some of a partition's segments, listed in the verdicts object at ``path`` (None:
-    nothing written, no segment lists a row)."""
+    nothing written, no segment lists a row); ``applied``: the rewrites the deciding task made of them, laid out on
+    their own, for the apply stage to take where its layout of the whole range agrees."""
 
     tp: TopicPartition
     path: str | None
     segments: tuple[SegmentVerdicts, ...]
+    applied: tuple[AppliedJob, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from compaction.errors import PayloadVersionError
 
 #: The version of the payloads this library ships. Bump it whenever one of them changes a field or its meaning.
-PAYLOAD_VERSION = 12
+PAYLOAD_VERSION = 13
 
 #: The phases of a unit's time (:mod:`compaction.engine.phases`), each a column of :data:`RESULT_SCHEMA`.
 PHASES = ("read", "decide", "write")

@@ -26,6 +26,7 @@ from compaction.engine.isolation import Failed, run
 from compaction.store import Store, TopicPartition
 from compaction.store.manifest import SegmentMeta
 from compaction.store.objects import Objects
+from compaction.store.verify import verify
 from compaction.synthetic import GenerateSpec, generate
 from tests.helpers import Lines
 from tests.helpers.builders import keyed
@@ -227,6 +228,11 @@ def test_a_night_on_large_compacted_partitions_checks_their_clean_runs_against_t
     assert runs > 4 and [bins for body, bins in stages.stages if body == "clean_run"] == [[1] * runs], (
         "a run holds more than task.max.records / 20 records: a task each"
     )
+    assert [body for body, _ in stages.stages] == ["clean_run"], (
+        "one stage: the dirty sections rewritten by the tasks that decide them, the clean segments' vectors written"
+    )
+    dirty_runs = {f"{p.partition} run {p.first_dirty_offset}" for p in plan.to_clean}
+    assert set(stages.units[0][:2]) == dirty_runs, "the dirty runs' tasks first: they decide and rewrite every record"
     monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 1 << 40)
     stages, lines = RecordingStages(), Lines()
     whole = Cleaner(stages, stores["whole"], settings(2_000, **NIGHTLY), progress=lines).run(NOW)
@@ -255,6 +261,29 @@ def test_a_night_on_large_compacted_partitions_checks_their_clean_runs_against_t
             "the vectors the deciding tasks wrote count in the bytes written"
         )
     assert read_once, "each clean segment read once: its deletion vector comes from the read that decided it"
+
+
+def test_clean_segments_too_changed_for_a_deletion_vector_are_rewritten_after_the_dirty_section_was_in_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no deletion vectors allowed, the clean segments that lose records go to the apply stage while the dirty
+    section is rewritten by the task that decides it: both commit together, and the log holds what the one-task plan
+    leaves (the dirty section's new segments laid out apart from the clean ones)."""
+    stores = {name: compacted_then_a_night(tmp_path / name) for name in ("whole", "mapped")}
+    no_vectors = {**NIGHTLY, "cleaner": {"task.max.records": 2_000, "deletion.vector.max.ratio": 0}}
+    monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 0)
+    stages = RecordingStages()
+    report = Cleaner(stages, stores["mapped"], settings_with({**SIZED, **no_vectors})).run(NOW)
+    assert not report.failed, [r.error for r in report.failed]
+    assert [body for body, _ in stages.stages] == ["clean_run", "apply_listed"]
+    monkeypatch.setattr(paths, "DIRTY_KEYS_FROM_BYTES", 1 << 40)
+    assert not Cleaner(InlineSession(), stores["whole"], settings_with({**SIZED, **no_vectors})).run(NOW).failed
+    assert cleaned(stores["mapped"]) == cleaned(stores["whole"])
+    manifest = stores["mapped"].manifest(TP)
+    assert not any(s.deletes for s in manifest.segments)
+    (stats,) = [p.stats for p in report.partitions if p.partition == str(TP)]
+    assert stats.segments.deletion_vectors_written == 0 and stats.segments.segments_written > 1
+    assert [p for r in verify(stores["mapped"]) for p in r.problems] == []
 
 
 def test_only_a_clean_section_larger_than_the_threshold_under_the_offset_strategy_is_checked_against_dirty_keys(
@@ -287,9 +316,11 @@ class RecordingStages(InlineSession):
     def __init__(self) -> None:
         super().__init__()
         self.stages: list[tuple[str, list[int]]] = []
+        self.units: list[list[str]] = []  # each stage's units, in the order of its tasks
 
     def map_tasks(self, body: Any, bins: Any, threads: int = 1) -> Any:
         self.stages.append((getattr(body, "__name__", ""), [len(b) for b in bins]))
+        self.units.append([unit.ident for b in bins for unit in b])
         return super().map_tasks(body, bins, threads)
 
 

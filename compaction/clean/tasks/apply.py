@@ -355,8 +355,9 @@ def apply_listed(job: ApplyJob) -> AppliedJob:
 
 def clean_run(run: CleanRun) -> Verdicts:
     """A run of a partition's clean segments decided against its dirty section's keys, and the deletion vectors of
-    those the layout gives one written at once; or (no ``run.dirty``) its dirty segments decided. The verdicts of
-    the other segments are handed over for the apply stage (see ``paths.AGAINST_DIRTY_KEYS``).
+    those the layout gives one written at once; or (no ``run.dirty``) its dirty segments decided and rewritten as
+    the layout of them alone gives (:func:`rewrite_dirty`). The verdicts of the other segments are handed over for
+    the apply stage (see ``paths.AGAINST_DIRTY_KEYS``).
 
     Under the offset strategy, with the clean keys unique and no transactions or erasures, a clean record whose key
     the dirty section holds is superseded, and a clean segment's verdicts need no other clean segment: the task
@@ -366,7 +367,7 @@ def clean_run(run: CleanRun) -> Verdicts:
     """
     task = run.task
     if not run.dirty:
-        return hand_over(task, decide_facts(task))
+        return rewrite_dirty(task)
     with phase("read"):
         contested = pa.chunked_array(
             [
@@ -442,6 +443,32 @@ def clean_run(run: CleanRun) -> Verdicts:
             for (base, counts, rows, vector), group in zip(found, groups, strict=True)
         ),
     )
+
+
+def rewrite_dirty(task: CleanTask) -> Verdicts:
+    """A partition's dirty section (``task`` narrowed to it) decided, its verdicts handed over, and its rewrites as
+    the layout of its segments alone gives them written from the same read: the apply stage takes them where its
+    layout of the whole range agrees, which it does unless it merges the dirty section with a clean segment before it.
+    Under the offset strategy with a unique clean section no clean record decides a dirty one."""
+    segments = task.cleaned.segments
+    small = sum(s.live_size_bytes for s in segments) <= SHARED_READ_BYTES
+    decided = decide_facts(task, frozenset(s.base_offset for s in segments if small or s.format == SegmentFormat.KAFKA))
+    verdicts = hand_over(task, decided)
+    counts = {segment.base_offset: found for segment, _, found in decided.segment_counts(segments)}
+    survivors = HeldRows(decided, segments)
+    del decided
+    laid_out = lay_out(
+        segments,
+        counts,
+        task.cleaned.first_dirty_offset,
+        task.policy,
+        stale_empty_batches(segments, task.batch_policy),
+    )
+    applied = tuple(
+        apply_job(task.job(job_id, sources, deletes_only), survivors)
+        for job_id, (sources, deletes_only) in enumerate(laid_out)
+    )
+    return replace(verdicts, applied=applied)
 
 
 def _decide_clean_segment(
