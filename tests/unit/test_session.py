@@ -210,6 +210,19 @@ def test_looking_for_running_sessions_leaves_spark_connect_unimported_unless_it_
     assert found == ["[]", "False", "False"]
 
 
+def test_the_driver_preloads_what_pysparks_first_call_into_the_jvm_imports() -> None:
+    # A fresh interpreter, as a run starts: pyspark's numpy converter, which its first call into the JVM with
+    # arguments asks, imports the module the driver imports on a thread while its JVM starts (half a second of a core).
+    code = (
+        "import sys; from pyspark.sql.types import NumpyArrayConverter; "
+        "from compaction.engine.session.build import PRELOADED; "
+        "before = PRELOADED in sys.modules; NumpyArrayConverter().can_convert(1); "
+        "print(before, PRELOADED in sys.modules)"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert found == ["False", "True"]
+
+
 def test_the_daemon_takes_off_the_path_only_what_an_installed_pyspark_is_the_source_of(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     lib = site / "pyspark" / "python" / "lib"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -134,6 +135,7 @@ def spark_session(
     settings.update(conf or {})
     try:  # pyspark checks some settings as they are given, the rest as the session starts
         if launching:
+            threading.Thread(target=_preload, name="preload-pyspark", daemon=True).start()
             check_java(settings.get("spark.driver.extraJavaOptions", ""))
             launch_driver(
                 {
@@ -154,6 +156,19 @@ def spark_session(
             return builder.getOrCreate()
     except (PySparkException, Py4JError) as err:
         raise SparkStartError(f"Spark cannot start: {without_secrets(start_failure(err))}") from err
+
+
+#: What pyspark imports on its first call into the JVM with arguments (its numpy converter asks
+#: ``pyspark.testing.utils`` whether numpy is there, which imports pandas and protobuf): half a second of the driver's
+#: start, imported on a thread while the JVM starts rather than after it.
+PRELOADED = "pyspark.testing.utils"
+
+
+def _preload() -> None:
+    try:
+        importlib.import_module(PRELOADED)
+    except Exception as err:  # pyspark's own import then fails the same way, where it is handled
+        log.debug("preloading %s failed: %s", PRELOADED, err)
 
 
 def running_sessions() -> list[object]:
