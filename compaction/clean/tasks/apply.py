@@ -450,25 +450,9 @@ def rewrite_dirty(task: CleanTask) -> Verdicts:
     the layout of its segments alone gives them written from the same read: the apply stage takes them where its
     layout of the whole range agrees, which it does unless it merges the dirty section with a clean segment before it.
     Under the offset strategy with a unique clean section no clean record decides a dirty one."""
-    segments = task.cleaned.segments
-    small = sum(s.live_size_bytes for s in segments) <= SHARED_READ_BYTES
-    decided = decide_facts(task, frozenset(s.base_offset for s in segments if small or s.format == SegmentFormat.KAFKA))
-    verdicts = hand_over(task, decided)
-    counts = {segment.base_offset: found for segment, _, found in decided.segment_counts(segments)}
-    survivors = HeldRows(decided, segments)
-    del decided
-    laid_out = lay_out(
-        segments,
-        counts,
-        task.cleaned.first_dirty_offset,
-        task.policy,
-        stale_empty_batches(segments, task.batch_policy),
-    )
-    applied = tuple(
-        apply_job(task.job(job_id, sources, deletes_only), survivors)
-        for job_id, (sources, deletes_only) in enumerate(laid_out)
-    )
-    return replace(verdicts, applied=applied)
+    cleaned, verdicts = _decide_and_apply(task, handed=True)
+    assert verdicts is not None
+    return replace(verdicts, applied=cleaned.jobs)
 
 
 def _decide_clean_segment(
@@ -506,6 +490,12 @@ def _decide_clean_segment(
 
 def clean_in_task(task: CleanTask) -> CleanedPartition:
     """Decide a partition, lay out its new objects and write them, all in this task; returns metadata only."""
+    return _decide_and_apply(task)[0]
+
+
+def _decide_and_apply(task: CleanTask, handed: bool = False) -> tuple[CleanedPartition, Verdicts | None]:
+    """The task's segments decided, laid out and written here; with ``handed``, its verdicts handed over too, for an
+    apply stage that may lay them out with other segments (:func:`rewrite_dirty`)."""
     # The winner search reads the fact columns of Parquet segments only; the rewrites then read each source
     # whole, one at a time, so a task holds keys, not values. A .log segment is decoded whole in any case
     # (a batch's CRC covers all its records): its dirty ones are kept from the winner search for the rewrite, less
@@ -521,6 +511,7 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
             if small or (s.next_offset > task.cleaned.first_dirty_offset and s.format == SegmentFormat.KAFKA)
         ),
     )
+    verdicts = hand_over(task, decided) if handed else None
     hidden = hidden_erased(task)  # records of erased keys that only the objects' bytes still hold
     segment_counts = {
         segment.base_offset: counts.with_hidden_erased(hidden.get(segment.base_offset, frozenset()))
@@ -540,4 +531,4 @@ def clean_in_task(task: CleanTask) -> CleanedPartition:
             )
         )
     ]
-    return CleanedPartition(tp=task.tp, segment_counts=segment_counts, jobs=tuple(jobs))
+    return CleanedPartition(tp=task.tp, segment_counts=segment_counts, jobs=tuple(jobs)), verdicts
